@@ -1,0 +1,447 @@
+//! Finding and executing plugin binaries (Go `pkg/invoke`), for runtimes and for plugins that
+//! delegate to another plugin (IPAM).
+//!
+//! A plugin runs with the caller's environment plus the `CNI_*` variables of the call, the
+//! request config on stdin; its stdout is the result (or the error JSON when it exits non-zero),
+//! its stderr is passed through to ours.
+
+use std::ffi::OsStr;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use crate::error::{codes, CniError};
+
+/// How many times a plugin start failing with "text file busy" is retried (1 s apart): the
+/// binary may be being replaced right now.
+const TEXT_FILE_BUSY_RETRIES: u32 = 5;
+
+/// The `CNI_*` environment of one invocation (Go `invoke.Args`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExecArgs {
+    /// `ADD`, `DEL`, `CHECK`, `GC`, `STATUS` or `VERSION`.
+    pub command: String,
+    pub container_id: String,
+    pub netns: String,
+    /// CNI_ARGS pairs, joined as `k=v;k=v`.
+    pub plugin_args: Vec<(String, String)>,
+    pub ifname: String,
+    /// CNI_PATH, already joined with `:`.
+    pub path: String,
+}
+
+impl ExecArgs {
+    /// The six `CNI_*` variables (always all of them, possibly empty, as libcni does).
+    pub fn env(&self) -> Vec<(String, String)> {
+        let args = self
+            .plugin_args
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(";");
+        vec![
+            ("CNI_COMMAND".into(), self.command.clone()),
+            ("CNI_CONTAINERID".into(), self.container_id.clone()),
+            ("CNI_NETNS".into(), self.netns.clone()),
+            ("CNI_ARGS".into(), args),
+            ("CNI_IFNAME".into(), self.ifname.clone()),
+            ("CNI_PATH".into(), self.path.clone()),
+        ]
+    }
+}
+
+/// What a plugin answers to VERSION.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginInfo {
+    pub cni_version: String,
+    pub supported_versions: Vec<String>,
+}
+
+/// Splits a `CNI_PATH`-style list on `:`; empty entries are dropped (they would otherwise
+/// mean "the current directory").
+pub fn split_path_list(list: &str) -> Vec<PathBuf> {
+    list.split(':')
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .collect()
+}
+
+/// Finds plugin `plugin_type` in `paths` (Go `FindInPath`): the name must be non-empty and
+/// hold no path separator; the first regular, executable file named so wins.
+pub fn find_in_path(plugin_type: &str, paths: &[PathBuf]) -> Result<PathBuf, CniError> {
+    if plugin_type.is_empty() {
+        return Err(CniError::invalid_config("no plugin name provided"));
+    }
+    if plugin_type.contains('/') || plugin_type.contains('\\') || plugin_type.contains('\0') {
+        return Err(CniError::invalid_config(format!(
+            "invalid plugin name: {plugin_type}"
+        )));
+    }
+    if paths.is_empty() {
+        return Err(CniError::invalid_config("no paths provided"));
+    }
+    for dir in paths {
+        let candidate = dir.join(plugin_type);
+        if let Ok(meta) = std::fs::metadata(&candidate) {
+            if meta.is_file() && meta.permissions().mode() & 0o111 != 0 {
+                return Ok(candidate);
+            }
+        }
+    }
+    let listed = paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(" ");
+    Err(CniError::invalid_config(format!(
+        "failed to find plugin {plugin_type:?} in path [{listed}]"
+    )))
+}
+
+/// Runs `plugin` with the current environment overridden by `env`, `stdin` as its input, and
+/// returns its stdout. A non-zero exit becomes the plugin's error (parsed from stdout).
+pub fn exec_plugin(
+    plugin: &Path,
+    stdin: &[u8],
+    env: &[(String, String)],
+) -> Result<Vec<u8>, CniError> {
+    let mut attempt = 0;
+    let output = loop {
+        match run_once(plugin, stdin, env) {
+            Err(e)
+                if e.raw_os_error() == Some(libc::ETXTBSY) && attempt < TEXT_FILE_BUSY_RETRIES =>
+            {
+                attempt += 1;
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            Err(e) => {
+                return Err(CniError::internal(format!(
+                    "netplugin failed with no error message: failed to execute {}: {e}",
+                    plugin.display()
+                )))
+            }
+            Ok(output) => break output,
+        }
+    };
+    if output.status.success() {
+        pass_stderr_through(&output.stderr);
+        return Ok(output.stdout);
+    }
+    Err(plugin_error(&output.status, &output.stdout, &output.stderr))
+}
+
+/// Runs a verb whose stdout is a result (ADD, or a delegated ADD) and returns the result JSON.
+/// `null` output is tolerated, and a result without `cniVersion` is taken to be in the
+/// request's version (libcni `fixupResultVersion`).
+pub fn exec_plugin_with_result(
+    plugin: &Path,
+    stdin: &[u8],
+    env: &[(String, String)],
+) -> Result<Value, CniError> {
+    let stdout = exec_plugin(plugin, stdin, env)?;
+    fixup_result_version(stdin, &stdout)
+}
+
+/// Runs a verb without output (DEL, CHECK, GC, STATUS); stdout is ignored.
+pub fn exec_plugin_without_result(
+    plugin: &Path,
+    stdin: &[u8],
+    env: &[(String, String)],
+) -> Result<(), CniError> {
+    exec_plugin(plugin, stdin, env).map(|_| ())
+}
+
+/// Asks a plugin which spec versions it supports (Go `GetVersionInfo`).
+pub fn get_version_info(plugin: &Path) -> Result<PluginInfo, CniError> {
+    let args = ExecArgs {
+        command: "VERSION".into(),
+        // Dummy values for old skeletons that required them even for VERSION.
+        netns: "dummy".into(),
+        ifname: "dummy".into(),
+        path: "dummy".into(),
+        ..Default::default()
+    };
+    let stdin = format!("{{\"cniVersion\":\"{}\"}}", crate::version::CURRENT);
+    let stdout = match exec_plugin(plugin, stdin.as_bytes(), &args.env()) {
+        Ok(out) => out,
+        // Plugins older than 0.2.0 know no VERSION.
+        Err(e) if e.to_string() == "unknown CNI_COMMAND: VERSION" => {
+            return Ok(PluginInfo {
+                cni_version: "0.1.0".into(),
+                supported_versions: vec!["0.1.0".into()],
+            })
+        }
+        Err(e) => return Err(e),
+    };
+    decode_version_info(&stdout)
+}
+
+/// Decodes a VERSION answer; a 0.2.0 answer may omit `supportedVersions`.
+pub fn decode_version_info(stdout: &[u8]) -> Result<PluginInfo, CniError> {
+    let value: Value = serde_json::from_slice(stdout)
+        .map_err(|e| CniError::decode(format!("decoding version info: {e}")))?;
+    let cni_version = value
+        .get("cniVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    if cni_version.is_empty() {
+        return Err(CniError::decode(
+            "decoding version info: missing field cniVersion",
+        ));
+    }
+    let supported: Vec<String> = match value.get("supportedVersions") {
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| {
+                v.as_str().map(str::to_string).ok_or_else(|| {
+                    CniError::decode("decoding version info: supportedVersions must hold strings")
+                })
+            })
+            .collect::<Result<_, _>>()?,
+        None | Some(Value::Null) => Vec::new(),
+        Some(_) => {
+            return Err(CniError::decode(
+                "decoding version info: supportedVersions must be a list",
+            ))
+        }
+    };
+    if supported.is_empty() {
+        if cni_version == "0.2.0" {
+            return Ok(PluginInfo {
+                cni_version,
+                supported_versions: vec!["0.1.0".into(), "0.2.0".into()],
+            });
+        }
+        return Err(CniError::decode(
+            "decoding version info: missing field supportedVersions",
+        ));
+    }
+    Ok(PluginInfo {
+        cni_version,
+        supported_versions: supported,
+    })
+}
+
+/// Runs another plugin on behalf of the current one (spec §4 delegation, Go `DelegateAdd` &
+/// co.): the binary is found via `CNI_PATH` from our environment, it inherits our whole
+/// environment with only `CNI_COMMAND` replaced by `command`, and gets `stdin` as its config.
+///
+/// Returns the parsed stdout: for `ADD` always `Some(result)` (version fixed up as in
+/// [`exec_plugin_with_result`]); for other verbs `None` unless the delegate printed JSON.
+pub fn delegate(plugin_type: &str, command: &str, stdin: &[u8]) -> Result<Option<Value>, CniError> {
+    let paths = split_path_list(&std::env::var("CNI_PATH").unwrap_or_default());
+    let plugin = find_in_path(plugin_type, &paths)?;
+    let env = [("CNI_COMMAND".to_string(), command.to_string())];
+    if command == "ADD" {
+        return exec_plugin_with_result(&plugin, stdin, &env).map(Some);
+    }
+    let stdout = exec_plugin(&plugin, stdin, &env)?;
+    if stdout.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    Ok(serde_json::from_slice::<Value>(&stdout)
+        .ok()
+        .filter(|v| !v.is_null()))
+}
+
+fn run_once(
+    plugin: &Path,
+    stdin: &[u8],
+    env: &[(String, String)],
+) -> std::io::Result<std::process::Output> {
+    let mut cmd = Command::new(plugin);
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(OsStr::new(k), OsStr::new(v));
+    }
+    let mut child = cmd.spawn()?;
+    let child_stdin = child.stdin.take();
+    // Feed stdin from another thread: a plugin may write a lot before reading all its input.
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            if let Some(mut pipe) = child_stdin {
+                // A plugin that exits without reading its stdin closes the pipe: not our error.
+                let _ = pipe.write_all(stdin);
+            }
+        });
+        child.wait_with_output()
+    })
+}
+
+fn pass_stderr_through(stderr: &[u8]) {
+    if !stderr.is_empty() {
+        let _ = std::io::stderr().write_all(stderr);
+    }
+}
+
+fn describe_status(status: &ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(sig)) => format!("signal: {sig}"),
+        _ => status.to_string(),
+    }
+}
+
+/// The error a failed plugin reported (libcni `pluginErr`).
+fn plugin_error(status: &ExitStatus, stdout: &[u8], stderr: &[u8]) -> CniError {
+    if stdout.iter().all(u8::is_ascii_whitespace) {
+        if stderr.is_empty() {
+            return CniError::internal(format!(
+                "netplugin failed with no error message: {}",
+                describe_status(status)
+            ));
+        }
+        return CniError::internal(format!(
+            "netplugin failed: {:?}: {}",
+            String::from_utf8_lossy(stderr),
+            describe_status(status)
+        ));
+    }
+    pass_stderr_through(stderr);
+    match parse_error_json(stdout) {
+        Ok(e) => e,
+        Err(why) => CniError::internal(format!(
+            "netplugin failed but error parsing its diagnostic message {:?}: {why}",
+            String::from_utf8_lossy(stdout)
+        )),
+    }
+}
+
+/// Parses `{code, msg, details}` leniently: a missing code is reported as 999 (a plugin error
+/// must never look like success), missing texts as empty.
+fn parse_error_json(stdout: &[u8]) -> Result<CniError, String> {
+    let value: Value = serde_json::from_slice(stdout).map_err(|e| e.to_string())?;
+    let obj = value.as_object().ok_or("not a JSON object")?;
+    let text = |key: &str| -> Result<String, String> {
+        match obj.get(key) {
+            None | Some(Value::Null) => Ok(String::new()),
+            Some(Value::String(s)) => Ok(s.clone()),
+            Some(_) => Err(format!("{key} is not a string")),
+        }
+    };
+    let code = match obj.get("code") {
+        None | Some(Value::Null) => codes::INTERNAL,
+        Some(v) => v
+            .as_u64()
+            .and_then(|c| u32::try_from(c).ok())
+            .ok_or("code is not an unsigned integer")?,
+    };
+    Ok(CniError::new(code, text("msg")?, text("details")?))
+}
+
+/// Plugin stdout of a result-returning verb → result JSON with a `cniVersion`.
+fn fixup_result_version(request: &[u8], stdout: &[u8]) -> Result<Value, CniError> {
+    let value: Value = serde_json::from_slice(stdout)
+        .map_err(|e| CniError::decode(format!("failed to unmarshal raw result: {e}")))?;
+    let mut obj = match value {
+        Value::Null => Map::new(),
+        Value::Object(obj) => obj,
+        _ => {
+            return Err(CniError::decode(
+                "failed to unmarshal raw result: not a JSON object",
+            ))
+        }
+    };
+    if !obj.contains_key("cniVersion") {
+        obj.insert("cniVersion".into(), request_version(request).into());
+    }
+    Ok(Value::Object(obj))
+}
+
+/// The request's `cniVersion` (`0.1.0` when absent, as the Go config decoder says).
+fn request_version(request: &[u8]) -> String {
+    serde_json::from_slice::<Value>(request)
+        .ok()
+        .and_then(|v| {
+            v.get("cniVersion")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "0.1.0".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_holds_all_six_variables() {
+        let args = ExecArgs {
+            command: "ADD".into(),
+            container_id: "c1".into(),
+            netns: "/run/netns/x".into(),
+            plugin_args: vec![("A".into(), "1".into()), ("B".into(), "2".into())],
+            ifname: "eth0".into(),
+            path: "/opt/cni/bin".into(),
+        };
+        let env = args.env();
+        assert_eq!(env.len(), 6);
+        assert!(env.contains(&("CNI_ARGS".into(), "A=1;B=2".into())));
+    }
+
+    #[test]
+    fn find_in_path_rejects_bad_names() {
+        assert_eq!(
+            find_in_path("", &[PathBuf::from("/bin")]).unwrap_err().msg,
+            "no plugin name provided"
+        );
+        assert!(find_in_path("../sh", &[PathBuf::from("/bin")]).is_err());
+        assert!(find_in_path("a\\b", &[PathBuf::from("/bin")]).is_err());
+        let e = find_in_path(
+            "no-such-plugin-xyz",
+            &[PathBuf::from("/a"), PathBuf::from("/b")],
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.msg,
+            "failed to find plugin \"no-such-plugin-xyz\" in path [/a /b]"
+        );
+    }
+
+    #[test]
+    fn version_info_decoding() {
+        let i =
+            decode_version_info(br#"{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0"]}"#)
+                .unwrap();
+        assert_eq!(i.supported_versions, ["0.4.0", "1.0.0"]);
+        let i = decode_version_info(br#"{"cniVersion":"0.2.0"}"#).unwrap();
+        assert_eq!(i.supported_versions, ["0.1.0", "0.2.0"]);
+        assert!(decode_version_info(br#"{"cniVersion":"0.3.0"}"#).is_err());
+        assert!(decode_version_info(b"{}").is_err());
+    }
+
+    #[test]
+    fn result_version_fixup() {
+        let req = br#"{"cniVersion":"0.4.0","name":"n"}"#;
+        assert_eq!(
+            fixup_result_version(req, b"null").unwrap(),
+            serde_json::json!({"cniVersion":"0.4.0"})
+        );
+        let v = fixup_result_version(req, br#"{"cniVersion":"1.0.0","ips":[]}"#).unwrap();
+        assert_eq!(v["cniVersion"], "1.0.0");
+        let v = fixup_result_version(b"{}", br#"{"ips":[]}"#).unwrap();
+        assert_eq!(v["cniVersion"], "0.1.0");
+        assert!(fixup_result_version(req, b"").is_err());
+        assert!(fixup_result_version(req, b"[1]").is_err());
+    }
+
+    #[test]
+    fn error_json_parsing() {
+        let e = parse_error_json(br#"{"code":7,"msg":"bad","details":"d"}"#).unwrap();
+        assert_eq!(
+            (e.code, e.msg.as_str(), e.details.as_str()),
+            (7, "bad", "d")
+        );
+        assert_eq!(parse_error_json(br#"{"msg":"x"}"#).unwrap().code, 999);
+        assert!(parse_error_json(b"oops").is_err());
+    }
+}

@@ -1,0 +1,394 @@
+//! The plugin skeleton: environment + stdin → verb, with the spec's validation, version gating
+//! and output rules (spec-catalog §1.1–§1.3).
+
+use crate::error::{codes, to_indented_json, CniError};
+use crate::result::CniResult;
+use crate::{validate, version};
+use serde_json::{Map, Value};
+use std::io::{Read, Write};
+
+/// Largest network configuration accepted on stdin.
+pub const MAX_STDIN_BYTES: u64 = 4 * 1024 * 1024;
+
+/// The verbs a plugin implements (VERSION is answered by the skeleton itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    Add,
+    Del,
+    Check,
+    Gc,
+    Status,
+}
+
+impl Command {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Command::Add => "ADD",
+            Command::Del => "DEL",
+            Command::Check => "CHECK",
+            Command::Gc => "GC",
+            Command::Status => "STATUS",
+        }
+    }
+}
+
+/// Everything a plugin is called with.
+#[derive(Debug, Clone)]
+pub struct CmdArgs {
+    pub command: Command,
+    pub container_id: String,
+    pub netns: String,
+    pub ifname: String,
+    /// Raw CNI_ARGS.
+    pub args: String,
+    pub path: Vec<String>,
+    pub stdin: Vec<u8>,
+    /// The parsed stdin object.
+    pub config: Map<String, Value>,
+    /// The config's cniVersion ("0.1.0" when absent), the version results are printed in.
+    pub cni_version: String,
+    pub network_name: String,
+}
+
+impl CmdArgs {
+    /// prevResult of any version, converted to the current shape.
+    pub fn prev_result(&self) -> Result<Option<CniResult>, CniError> {
+        match self.config.get("prevResult") {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => CniResult::from_value(v).map(Some).map_err(|e| {
+                CniError::new(
+                    e.code,
+                    format!("could not parse prevResult: {}", e.msg),
+                    e.details,
+                )
+            }),
+        }
+    }
+
+    /// The (containerID, ifname) pairs of `cni.dev/valid-attachments` (GC), falling back to the
+    /// legacy `cni.dev/attachments` key.
+    pub fn valid_attachments(&self) -> Result<Vec<(String, String)>, CniError> {
+        let list = match self
+            .config
+            .get("cni.dev/valid-attachments")
+            .or_else(|| self.config.get("cni.dev/attachments"))
+        {
+            None | Some(Value::Null) => return Ok(Vec::new()),
+            Some(Value::Array(a)) => a,
+            Some(_) => return Err(CniError::decode("cni.dev/valid-attachments must be a list")),
+        };
+        list.iter()
+            .map(|a| {
+                let get = |k: &str| a.get(k).and_then(Value::as_str).map(str::to_string);
+                match (get("containerID"), get("ifname")) {
+                    (Some(c), Some(i)) => Ok((c, i)),
+                    _ => Err(CniError::decode(format!(
+                        "invalid entry in cni.dev/valid-attachments: {a}; expected {{\"containerID\", \"ifname\"}}"
+                    ))),
+                }
+            })
+            .collect()
+    }
+
+    /// CNI_ARGS as pairs.
+    pub fn cni_args(&self) -> Result<Vec<(String, String)>, CniError> {
+        crate::args::parse_cni_args(&self.args)
+    }
+
+    /// `runtimeConfig.<key>` if present.
+    pub fn runtime_config(&self, key: &str) -> Option<&Value> {
+        self.config.get("runtimeConfig").and_then(|r| r.get(key))
+    }
+}
+
+/// A CNI plugin's verbs.
+pub trait Plugin {
+    fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError>;
+    fn del(&self, args: &CmdArgs) -> Result<(), CniError>;
+    fn check(&self, args: &CmdArgs) -> Result<(), CniError>;
+    fn gc(&self, _args: &CmdArgs) -> Result<(), CniError> {
+        Ok(())
+    }
+    fn status(&self, _args: &CmdArgs) -> Result<(), CniError> {
+        Ok(())
+    }
+}
+
+/// What the skeleton decided to do; separated from I/O so it can be tested.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Print the about text on stderr, exit 0.
+    About,
+    /// Print this JSON on stdout, exit 0.
+    Print(String),
+    /// Nothing to print, exit 0.
+    Done,
+    /// Print the error JSON on stdout, exit 1.
+    Fail(String),
+}
+
+/// The environment, abstracted for tests.
+pub trait Env {
+    fn var(&self, name: &str) -> String;
+    fn is_set(&self, name: &str) -> bool;
+}
+
+/// The real process environment.
+pub struct ProcessEnv;
+
+impl Env for ProcessEnv {
+    fn var(&self, name: &str) -> String {
+        std::env::var(name).unwrap_or_default()
+    }
+    fn is_set(&self, name: &str) -> bool {
+        std::env::var_os(name).is_some()
+    }
+}
+
+const ENV_VARS: &[(&str, &[&str])] = &[
+    ("CNI_COMMAND", &[]),
+    ("CNI_CONTAINERID", &["ADD", "CHECK", "DEL"]),
+    ("CNI_NETNS", &["ADD", "CHECK"]),
+    ("CNI_IFNAME", &["ADD", "CHECK", "DEL"]),
+    ("CNI_ARGS", &[]),
+    ("CNI_PATH", &["ADD", "CHECK", "DEL", "GC", "STATUS"]),
+];
+
+fn fail(e: &CniError, version: &str) -> Outcome {
+    Outcome::Fail(to_indented_json(&e.to_value(version)))
+}
+
+/// Reads stdin up to [`MAX_STDIN_BYTES`].
+pub fn read_bounded(r: &mut impl Read) -> Result<Vec<u8>, CniError> {
+    let mut buf = Vec::new();
+    r.take(MAX_STDIN_BYTES + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| CniError::io(format!("error reading from stdin: {e}")))?;
+    if buf.len() as u64 > MAX_STDIN_BYTES {
+        return Err(CniError::io(format!(
+            "network configuration on stdin exceeds the limit of {} bytes",
+            MAX_STDIN_BYTES
+        )));
+    }
+    Ok(buf)
+}
+
+fn parse_config(stdin: &[u8]) -> Result<(Map<String, Value>, String, String), CniError> {
+    let v: Value = serde_json::from_slice(stdin)
+        .map_err(|e| CniError::decode(format!("error unmarshall network config: {e}")))?;
+    let Value::Object(config) = v else {
+        return Err(CniError::decode(
+            "error unmarshall network config: not a JSON object",
+        ));
+    };
+    let name = match config.get("name") {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => {
+            return Err(CniError::decode(
+                "error unmarshall network config: name is not a string",
+            ))
+        }
+    };
+    validate::network_name(&name)?;
+    let cni_version = match config.get("cniVersion") {
+        None | Some(Value::Null) => "0.1.0".to_string(),
+        Some(Value::String(s)) if s.is_empty() => "0.1.0".to_string(),
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => {
+            return Err(CniError::decode(
+                "decoding version from network config: cniVersion is not a string",
+            ))
+        }
+    };
+    Ok((config, name, cni_version))
+}
+
+fn gate(cmd: Command, cfg_version: &str, supported: &[&str]) -> Result<(), CniError> {
+    if !supported.contains(&cfg_version) {
+        return Err(CniError::new(
+            codes::INCOMPATIBLE_VERSION,
+            "incompatible CNI versions",
+            format!("config is {cfg_version:?}, plugin supports {supported:?}"),
+        ));
+    }
+    let min = match cmd {
+        Command::Check => "0.4.0",
+        Command::Gc | Command::Status => "1.1.0",
+        Command::Add | Command::Del => return Ok(()),
+    };
+    if !version::at_least(cfg_version, min) {
+        return Err(CniError::incompatible_version(format!(
+            "config version does not allow {}",
+            cmd.as_str()
+        )));
+    }
+    Ok(())
+}
+
+/// Device and inode of a namespace file, to compare namespaces.
+fn ns_identity(path: &str) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.dev(), m.ino()))
+}
+
+/// Refuses to act on the plugin's own network namespace (it would rewire the host).
+fn check_not_own_netns(env: &impl Env, netns: &str) -> Result<(), CniError> {
+    if netns.is_empty() {
+        return Ok(());
+    }
+    let overridden = matches!(env.var("CNI_NETNS_OVERRIDE").as_str(), "1" | "true");
+    if overridden {
+        return Ok(());
+    }
+    match (ns_identity(netns), ns_identity("/proc/self/ns/net")) {
+        (Some(a), Some(b)) if a == b => Err(CniError::invalid_netns(format!(
+            "netns {netns:?} is the plugin's own network namespace"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Runs the skeleton logic with the given environment and stdin and returns what to print.
+pub fn dispatch(plugin: &impl Plugin, env: &impl Env, stdin: &mut impl Read) -> Outcome {
+    dispatch_versions(plugin, env, stdin, version::SUPPORTED_VERSIONS)
+}
+
+/// [`dispatch`] for a plugin that supports only `supported` (a subset of the spec versions).
+pub fn dispatch_versions(
+    plugin: &impl Plugin,
+    env: &impl Env,
+    stdin: &mut impl Read,
+    supported: &[&str],
+) -> Outcome {
+    let cmd_name = env.var("CNI_COMMAND");
+    let missing: Vec<&str> = ENV_VARS
+        .iter()
+        .filter(|(name, req)| {
+            (*name == "CNI_COMMAND" || req.contains(&cmd_name.as_str())) && env.var(name).is_empty()
+        })
+        .map(|(name, _)| *name)
+        .collect();
+    if !missing.is_empty() {
+        if cmd_name.is_empty() {
+            return Outcome::About;
+        }
+        let e = CniError::invalid_env(format!(
+            "required env variables [{}] missing",
+            missing.join(",")
+        ));
+        return fail(&e, "");
+    }
+    if cmd_name == "VERSION" {
+        let info =
+            serde_json::json!({"cniVersion": version::CURRENT, "supportedVersions": supported});
+        return Outcome::Print(info.to_string() + "\n");
+    }
+    let stdin = match read_bounded(stdin) {
+        Ok(b) => b,
+        Err(e) => return fail(&e, ""),
+    };
+    let (config, network_name, cni_version) = match parse_config(&stdin) {
+        Ok(t) => t,
+        Err(e) => return fail(&e, ""),
+    };
+    let command = match cmd_name.as_str() {
+        "ADD" => Command::Add,
+        "DEL" => Command::Del,
+        "CHECK" => Command::Check,
+        "GC" => Command::Gc,
+        "STATUS" => Command::Status,
+        other => {
+            return fail(
+                &CniError::invalid_env(format!("unknown CNI_COMMAND: {other}")),
+                "",
+            );
+        }
+    };
+    let container_id = env.var("CNI_CONTAINERID");
+    let ifname = env.var("CNI_IFNAME");
+    let netns = env.var("CNI_NETNS");
+    if matches!(command, Command::Add | Command::Check | Command::Del) {
+        if let Err(e) =
+            validate::container_id(&container_id).and_then(|_| validate::interface_name(&ifname))
+        {
+            return fail(&e, "");
+        }
+    }
+    // Errors are reported in the request's version only when we speak it.
+    let err_version = if supported.contains(&cni_version.as_str()) {
+        cni_version.as_str()
+    } else {
+        ""
+    };
+    if let Err(e) = gate(command, &cni_version, supported) {
+        return fail(&e, err_version);
+    }
+    if matches!(command, Command::Add | Command::Check | Command::Del) {
+        if let Err(e) = check_not_own_netns(env, &netns) {
+            return fail(&e, err_version);
+        }
+    }
+    let args = CmdArgs {
+        command,
+        container_id,
+        netns,
+        ifname,
+        args: env.var("CNI_ARGS"),
+        path: env
+            .var("CNI_PATH")
+            .split(':')
+            .filter(|p| !p.is_empty())
+            .map(str::to_string)
+            .collect(),
+        stdin,
+        config,
+        cni_version: cni_version.clone(),
+        network_name,
+    };
+    let outcome = match command {
+        Command::Add => plugin
+            .add(&args)
+            .and_then(|r| r.to_value(&cni_version))
+            .map(|v| Outcome::Print(to_indented_json(&v))),
+        Command::Del => plugin.del(&args).map(|_| Outcome::Done),
+        Command::Check => plugin.check(&args).map(|_| Outcome::Done),
+        Command::Gc => plugin.gc(&args).map(|_| Outcome::Done),
+        Command::Status => plugin.status(&args).map(|_| Outcome::Done),
+    };
+    outcome.unwrap_or_else(|e| fail(&e, err_version))
+}
+
+/// The plugin's `main`: dispatches on the real environment and stdin, prints, exits.
+pub fn run(plugin: &impl Plugin, about: &str) -> ! {
+    run_versions(plugin, about, version::SUPPORTED_VERSIONS)
+}
+
+/// [`run`] for a plugin that supports only the spec versions in `supported`.
+pub fn run_versions(plugin: &impl Plugin, about: &str, supported: &[&str]) -> ! {
+    let outcome = dispatch_versions(plugin, &ProcessEnv, &mut std::io::stdin().lock(), supported);
+    let code = match outcome {
+        Outcome::About => {
+            eprintln!("{about}");
+            eprintln!("CNI protocol versions supported: {}", supported.join(", "));
+            0
+        }
+        Outcome::Print(s) => {
+            let mut out = std::io::stdout().lock();
+            // A closed stdout leaves nothing useful to do; the exit code still tells success.
+            let _ = out.write_all(s.as_bytes()).and_then(|_| out.flush());
+            0
+        }
+        Outcome::Done => 0,
+        Outcome::Fail(s) => {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(s.as_bytes()).and_then(|_| out.flush());
+            1
+        }
+    };
+    std::process::exit(code)
+}
+
+#[cfg(test)]
+mod tests;

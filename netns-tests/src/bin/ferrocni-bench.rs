@@ -1,0 +1,848 @@
+//! `make bench`: runs ferrocni and the reference Go plugins side by side in the same run and
+//! prints ratios (latency medians, peak RSS, binary sizes, scale and concurrency behaviour).
+//!
+//! Everything happens in throw-away network namespaces; the bench process itself enters a
+//! private "host" namespace so bridges, rules and sysctls never touch the real host.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Opts {
+    ours: PathBuf,
+    reference: PathBuf,
+    pods: usize,
+    concurrent: usize,
+    scale_pods: usize,
+    sections: Vec<String>,
+}
+
+fn parse_opts() -> Opts {
+    let mut o = Opts {
+        ours: PathBuf::from("target/release"),
+        reference: PathBuf::from("/usr/lib/cni"),
+        pods: 50,
+        concurrent: 50,
+        scale_pods: 1000,
+        sections: Vec::new(),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let mut val = || {
+            it.next()
+                .unwrap_or_else(|| usage(&format!("{a} needs a value")))
+        };
+        match a.as_str() {
+            "--ours" => o.ours = PathBuf::from(val()),
+            "--reference" => o.reference = PathBuf::from(val()),
+            "--pods" => {
+                o.pods = val()
+                    .parse()
+                    .unwrap_or_else(|_| usage("--pods needs a number"))
+            }
+            "--concurrent" => {
+                o.concurrent = val()
+                    .parse()
+                    .unwrap_or_else(|_| usage("--concurrent needs a number"))
+            }
+            "--scale-pods" => {
+                o.scale_pods = val()
+                    .parse()
+                    .unwrap_or_else(|_| usage("--scale-pods needs a number"))
+            }
+            "--only" => o.sections = val().split(',').map(str::to_string).collect(),
+            "-h" | "--help" => usage(""),
+            other => usage(&format!("unknown argument {other}")),
+        }
+    }
+    o
+}
+
+fn usage(msg: &str) -> ! {
+    if !msg.is_empty() {
+        eprintln!("ferrocni-bench: {msg}");
+    }
+    eprintln!(
+        "usage: ferrocni-bench [--ours DIR] [--reference DIR] [--pods N] [--concurrent N] [--scale-pods N]\n\
+         \x20                     [--only sizes,exec,loopback,bridge,rss,concurrent,bandwidth,hostlocal,scale,vxlan]"
+    );
+    std::process::exit(2)
+}
+
+// ---- process helpers -----------------------------------------------------------------------
+
+/// One finished plugin or tool run.
+struct Run {
+    elapsed: Duration,
+    ok: bool,
+    max_rss_kb: i64,
+}
+
+/// Spawns `bin` with extra env and stdin, waits with wait4 to collect peak RSS.
+fn run(bin: &Path, args: &[&str], env: &[(&str, String)], stdin: &[u8]) -> Run {
+    let start = Instant::now();
+    let mut cmd = Command::new(bin);
+    cmd.args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("cannot run {}: {e}", bin.display());
+            return Run {
+                elapsed: start.elapsed(),
+                ok: false,
+                max_rss_kb: 0,
+            };
+        }
+    };
+    if let Some(mut si) = child.stdin.take() {
+        let _ = si.write_all(stdin);
+    }
+    let mut stdout = Vec::new();
+    let mut stderr = Vec::new();
+    use std::io::Read;
+    if let Some(mut so) = child.stdout.take() {
+        let _ = so.read_to_end(&mut stdout);
+    }
+    if let Some(mut se) = child.stderr.take() {
+        let _ = se.read_to_end(&mut stderr);
+    }
+    let (status, rss) = wait4(child.id() as i32);
+    let elapsed = start.elapsed();
+    let ok = status == Some(0);
+    if !ok {
+        eprintln!(
+            "{} {:?} failed: {}{}",
+            bin.display(),
+            args,
+            String::from_utf8_lossy(&stdout),
+            String::from_utf8_lossy(&stderr)
+        );
+    }
+    std::mem::forget(child);
+    Run {
+        elapsed,
+        ok,
+        max_rss_kb: rss,
+    }
+}
+
+fn wait4(pid: i32) -> (Option<i32>, i64) {
+    let mut status = 0;
+    // SAFETY: rusage is plain data; wait4 fills it for our own child.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+    if r < 0 {
+        return (None, 0);
+    }
+    let code = if libc::WIFEXITED(status) {
+        Some(libc::WEXITSTATUS(status))
+    } else {
+        None
+    };
+    (code, ru.ru_maxrss)
+}
+
+fn sh(args: &[&str]) -> bool {
+    Command::new(args[0])
+        .args(&args[1..])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    if v.is_empty() {
+        return Duration::ZERO;
+    }
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+fn ratio(reference: f64, ours: f64) -> String {
+    if ours <= 0.0 {
+        return "-".into();
+    }
+    format!("{:.1}x", reference / ours)
+}
+
+fn report(metric: &str, ours: String, reference: String, r: String) {
+    println!("{metric:<48} {ours:>14} {reference:>14} {r:>8}");
+}
+
+fn report_time(metric: &str, ours: Duration, reference: Duration) {
+    report(
+        metric,
+        ms(ours),
+        ms(reference),
+        ratio(reference.as_secs_f64(), ours.as_secs_f64()),
+    );
+}
+
+// ---- namespaces ----------------------------------------------------------------------------
+
+/// A named netns removed on drop.
+struct Ns(String);
+
+impl Ns {
+    fn new(name: String) -> Ns {
+        let _ = sh(&["ip", "netns", "del", &name]);
+        if !sh(&["ip", "netns", "add", &name]) {
+            eprintln!("cannot create netns {name}");
+            std::process::exit(1);
+        }
+        Ns(name)
+    }
+    fn path(&self) -> String {
+        format!("/run/netns/{}", self.0)
+    }
+}
+
+impl Drop for Ns {
+    fn drop(&mut self) {
+        let _ = sh(&["ip", "netns", "del", &self.0]);
+    }
+}
+
+/// Moves the bench process (single-threaded) into `ns` so every plugin it runs sees it as host.
+fn enter(ns: &Ns) {
+    let f = match std::fs::File::open(ns.path()) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("open {}: {e}", ns.path());
+            std::process::exit(1)
+        }
+    };
+    use std::os::fd::AsRawFd;
+    // SAFETY: setns on our own main thread with a valid fd.
+    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        eprintln!("setns {}: {}", ns.path(), std::io::Error::last_os_error());
+        std::process::exit(1);
+    }
+    sh(&["ip", "link", "set", "lo", "up"]);
+}
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!("ferrocni-bench-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        let _ = std::fs::create_dir_all(&p);
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+// ---- suites ----------------------------------------------------------------------------------
+
+struct Suite<'a> {
+    label: &'static str,
+    dir: &'a Path,
+}
+
+fn plugin_env(
+    cmd: &str,
+    cid: &str,
+    netns: &str,
+    ifname: &str,
+    cni_path: &Path,
+) -> Vec<(&'static str, String)> {
+    vec![
+        ("CNI_COMMAND", cmd.to_string()),
+        ("CNI_CONTAINERID", cid.to_string()),
+        ("CNI_NETNS", netns.to_string()),
+        ("CNI_IFNAME", ifname.to_string()),
+        ("CNI_PATH", cni_path.display().to_string()),
+    ]
+}
+
+fn sizes(o: &Opts) {
+    println!("\n## Binary size (stripped release vs Debian's reference)");
+    let mut tot = (0u64, 0u64);
+    for p in [
+        "loopback",
+        "bridge",
+        "host-local",
+        "bandwidth",
+        "portmap",
+        "firewall",
+        "tuning",
+    ] {
+        let (a, b) = (
+            std::fs::metadata(o.ours.join(p)),
+            std::fs::metadata(o.reference.join(p)),
+        );
+        if let (Ok(a), Ok(b)) = (a, b) {
+            tot.0 += a.len();
+            tot.1 += b.len();
+            report(
+                &format!("size {p}"),
+                format!("{} KiB", a.len() / 1024),
+                format!("{} KiB", b.len() / 1024),
+                ratio(b.len() as f64, a.len() as f64),
+            );
+        }
+    }
+    report(
+        "size total",
+        format!("{} KiB", tot.0 / 1024),
+        format!("{} KiB", tot.1 / 1024),
+        ratio(tot.1 as f64, tot.0 as f64),
+    );
+}
+
+fn exec_version(o: &Opts) {
+    println!("\n## Plugin exec + VERSION (200 runs, median)");
+    let mut res = Vec::new();
+    for s in suites(o) {
+        let bin = s.dir.join("loopback");
+        let env = vec![("CNI_COMMAND", "VERSION".to_string())];
+        let times: Vec<Duration> = (0..200)
+            .map(|_| run(&bin, &[], &env, b"{}").elapsed)
+            .collect();
+        res.push((s.label, median(times)));
+    }
+    report_time("loopback VERSION", res[0].1, res[1].1);
+}
+
+fn loopback(o: &Opts) {
+    println!("\n## loopback ADD / DEL (100 runs, median)");
+    let pod = Ns::new(format!("fcb-lo-{}", std::process::id()));
+    let conf = br#"{"cniVersion":"1.0.0","name":"bench-lo","type":"loopback"}"#;
+    let mut add = BTreeMap::new();
+    let mut del = BTreeMap::new();
+    for s in suites(o) {
+        let bin = s.dir.join("loopback");
+        let (mut a, mut d) = (Vec::new(), Vec::new());
+        for _ in 0..100 {
+            a.push(
+                run(
+                    &bin,
+                    &[],
+                    &plugin_env("ADD", "bench", &pod.path(), "lo", s.dir),
+                    conf,
+                )
+                .elapsed,
+            );
+            d.push(
+                run(
+                    &bin,
+                    &[],
+                    &plugin_env("DEL", "bench", &pod.path(), "lo", s.dir),
+                    conf,
+                )
+                .elapsed,
+            );
+        }
+        add.insert(s.label, median(a));
+        del.insert(s.label, median(d));
+    }
+    report_time("loopback ADD", add["ours"], add["reference"]);
+    report_time("loopback DEL", del["ours"], del["reference"]);
+}
+
+/// A conflist in a private conf dir, driven through our cnitool.
+struct Net {
+    name: String,
+    confdir: TempDir,
+    cache: TempDir,
+    data: TempDir,
+}
+
+impl Net {
+    fn new(tag: &str, plugins_json: &str) -> Net {
+        let confdir = TempDir::new(&format!("{tag}-conf"));
+        let cache = TempDir::new(&format!("{tag}-cache"));
+        let data = TempDir::new(&format!("{tag}-data"));
+        let name = format!("bench-{tag}");
+        let plugins = plugins_json.replace("@DATADIR@", &data.0.display().to_string());
+        let list = format!(r#"{{"cniVersion":"1.0.0","name":"{name}","plugins":{plugins}}}"#);
+        let _ = std::fs::write(confdir.0.join(format!("{name}.conflist")), list);
+        Net {
+            name,
+            confdir,
+            cache,
+            data,
+        }
+    }
+
+    fn cnitool(&self, o: &Opts, suite_dir: &Path, verb: &str, netns: &str) -> Run {
+        let env = vec![
+            ("NETCONFPATH", self.confdir.0.display().to_string()),
+            ("CNI_PATH", suite_dir.display().to_string()),
+            ("CNI_CACHE_DIR", self.cache.0.display().to_string()),
+        ];
+        run(
+            &o.ours.join("cnitool"),
+            &[verb, &self.name, netns],
+            &env,
+            b"",
+        )
+    }
+
+    fn leases(&self) -> usize {
+        std::fs::read_dir(self.data.0.join(&self.name))
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .filter(|e| {
+                        let n = e.file_name().to_string_lossy().to_string();
+                        n.parse::<std::net::IpAddr>().is_ok()
+                    })
+                    .count()
+            })
+            .unwrap_or(0)
+    }
+}
+
+const BRIDGE_CHAIN: &str = r#"[{"type":"bridge","bridge":"fcb0","isGateway":true,"ipMasq":false,
+    "ipam":{"type":"host-local","dataDir":"@DATADIR@","ranges":[[{"subnet":"10.77.0.0/16"}]]}}]"#;
+
+const BANDWIDTH_CHAIN: &str = r#"[{"type":"bridge","bridge":"fcb1","isGateway":true,
+    "ipam":{"type":"host-local","dataDir":"@DATADIR@","ranges":[[{"subnet":"10.78.0.0/16"}]]}},
+    {"type":"bandwidth","ingressRate":10000000,"ingressBurst":100000,"egressRate":20000000,"egressBurst":200000}]"#;
+
+/// Sequential ADD then DEL of `pods` pods per suite; returns medians.
+fn chain_sequential(o: &Opts, tag: &str, chain: &str, pods: usize, title: &str) {
+    println!("\n## {title}: {pods} pods sequential through cnitool (median per pod)");
+    let lab = Lab::new(tag, pods);
+    let pod_ns = &lab.pods;
+    let mut add = BTreeMap::new();
+    let mut del = BTreeMap::new();
+    for s in suites(o) {
+        let net = Net::new(&format!("{tag}-{}", s.label), chain);
+        let (mut a, mut d) = (Vec::new(), Vec::new());
+        let mut failures = 0;
+        for p in pod_ns {
+            let r = net.cnitool(o, s.dir, "add", &p.path());
+            failures += usize::from(!r.ok);
+            a.push(r.elapsed);
+        }
+        let held = net.leases();
+        for p in pod_ns {
+            let r = net.cnitool(o, s.dir, "del", &p.path());
+            failures += usize::from(!r.ok);
+            d.push(r.elapsed);
+        }
+        if failures > 0 || held != pods || net.leases() != 0 {
+            println!(
+                "  {}: {failures} failed calls, {held} leases after ADD, {} after DEL",
+                s.label,
+                net.leases()
+            );
+        }
+        add.insert(s.label, median(a));
+        del.insert(s.label, median(d));
+    }
+    report_time(&format!("{title} ADD"), add["ours"], add["reference"]);
+    report_time(&format!("{title} DEL"), del["ours"], del["reference"]);
+}
+
+/// A private "host" netns the bench process sits in, plus `n` pod namespaces; leaving it
+/// returns the process to its original netns before the namespaces are deleted.
+struct Lab {
+    orig: Option<std::fs::File>,
+    pods: Vec<Ns>,
+    _host: Ns,
+}
+
+impl Lab {
+    fn new(tag: &str, n: usize) -> Lab {
+        let pid = std::process::id();
+        let host = Ns::new(format!("fcb-h-{tag}-{pid}"));
+        let pods = (0..n)
+            .map(|i| Ns::new(format!("fcb-p-{tag}-{pid}-{i}")))
+            .collect();
+        let orig = std::fs::File::open("/proc/thread-self/ns/net").ok();
+        enter(&host);
+        Lab {
+            orig,
+            pods,
+            _host: host,
+        }
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if let Some(f) = &self.orig {
+            use std::os::fd::AsRawFd;
+            // SAFETY: fd of our original netns, on our own (only) thread.
+            unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+        }
+    }
+}
+
+/// Our plugins and the reference ones, in that order.
+fn suites(o: &Opts) -> [Suite<'_>; 2] {
+    [
+        Suite {
+            label: "ours",
+            dir: &o.ours,
+        },
+        Suite {
+            label: "reference",
+            dir: &o.reference,
+        },
+    ]
+}
+
+/// Peak RSS of the bridge plugin (which also runs host-local) invoked directly.
+fn rss(o: &Opts) {
+    println!("\n## Peak RSS of one bridge+host-local ADD (max of 10 pods)");
+    let lab = Lab::new("rss", 10);
+    let pods = &lab.pods;
+    let mut out = BTreeMap::new();
+    for s in suites(o) {
+        let data = TempDir::new(&format!("rss-{}", s.label));
+        let conf = format!(
+            r#"{{"cniVersion":"1.0.0","name":"bench-rss-{}","type":"bridge","bridge":"fcr-{}","isGateway":true,
+               "ipam":{{"type":"host-local","dataDir":"{}","ranges":[[{{"subnet":"10.79.0.0/24"}}]]}}}}"#,
+            s.label,
+            &s.label[..3],
+            data.0.display()
+        );
+        let mut peak = 0;
+        for (i, p) in pods.iter().enumerate() {
+            let cid = format!("rss{i}");
+            let r = run(
+                &s.dir.join("bridge"),
+                &[],
+                &plugin_env("ADD", &cid, &p.path(), "eth0", s.dir),
+                conf.as_bytes(),
+            );
+            peak = peak.max(r.max_rss_kb);
+            run(
+                &s.dir.join("bridge"),
+                &[],
+                &plugin_env("DEL", &cid, &p.path(), "eth0", s.dir),
+                conf.as_bytes(),
+            );
+        }
+        out.insert(s.label, peak);
+    }
+    report(
+        "peak RSS bridge ADD",
+        format!("{} KiB", out["ours"]),
+        format!("{} KiB", out["reference"]),
+        ratio(out["reference"] as f64, out["ours"] as f64),
+    );
+}
+
+/// `n` concurrent ADDs then `n` concurrent DELs through cnitool.
+fn concurrent(o: &Opts) {
+    let n = o.concurrent;
+    println!("\n## {n} concurrent ADDs, then {n} concurrent DELs (bridge + host-local)");
+    let lab = Lab::new("conc", n);
+    let pods = &lab.pods;
+    let mut wall = BTreeMap::new();
+    for s in suites(o) {
+        let net = Net::new(&format!("conc-{}", s.label), BRIDGE_CHAIN);
+        let mut times = Vec::new();
+        for verb in ["add", "del"] {
+            let start = Instant::now();
+            let handles: Vec<_> = pods
+                .iter()
+                .map(|p| {
+                    let mut c = Command::new(o.ours.join("cnitool"));
+                    c.args([verb, &net.name, &p.path()])
+                        .env("NETCONFPATH", &net.confdir.0)
+                        .env("CNI_PATH", s.dir)
+                        .env("CNI_CACHE_DIR", &net.cache.0)
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null());
+                    c.spawn()
+                })
+                .collect();
+            let mut failed = 0;
+            for h in handles {
+                match h.and_then(|mut c| c.wait()) {
+                    Ok(st) if st.success() => {}
+                    _ => failed += 1,
+                }
+            }
+            times.push(start.elapsed());
+            let leases = net.leases();
+            if failed > 0 || (verb == "add" && leases != n) || (verb == "del" && leases != 0) {
+                println!(
+                    "  {} {verb}: {failed} failed, {leases} leases held",
+                    s.label
+                );
+            }
+        }
+        wall.insert(s.label, times);
+    }
+    report_time(
+        &format!("{n} concurrent ADD (wall)"),
+        wall["ours"][0],
+        wall["reference"][0],
+    );
+    report_time(
+        &format!("{n} concurrent DEL (wall)"),
+        wall["ours"][1],
+        wall["reference"][1],
+    );
+}
+
+/// host-local ADD+DEL latency with a store pre-filled with `n` leases in a /16.
+fn hostlocal(o: &Opts) {
+    println!("\n## host-local with a pre-filled store (20 ADD+DEL, median)");
+    for n in [0usize, 1000, 60000] {
+        let mut add = BTreeMap::new();
+        let mut del = BTreeMap::new();
+        for s in suites(o) {
+            let data = TempDir::new(&format!("hl-{}-{n}", s.label));
+            let store = data.0.join("bench-hl");
+            let _ = std::fs::create_dir_all(&store);
+            for i in 0..n {
+                let ip = format!("10.80.{}.{}", (i + 2) / 256, (i + 2) % 256);
+                let _ = std::fs::write(store.join(ip), format!("filler{i}\r\neth0"));
+            }
+            let conf = format!(
+                r#"{{"cniVersion":"1.0.0","name":"bench-hl","type":"host-local",
+                   "ipam":{{"type":"host-local","dataDir":"{}","ranges":[[{{"subnet":"10.80.0.0/16"}}]]}}}}"#,
+                data.0.display()
+            );
+            let bin = s.dir.join("host-local");
+            let (mut a, mut d) = (Vec::new(), Vec::new());
+            for i in 0..20 {
+                let cid = format!("hlbench{i}");
+                a.push(
+                    run(
+                        &bin,
+                        &[],
+                        &plugin_env("ADD", &cid, "/var/run/netns/none", "eth0", s.dir),
+                        conf.as_bytes(),
+                    )
+                    .elapsed,
+                );
+                d.push(
+                    run(
+                        &bin,
+                        &[],
+                        &plugin_env("DEL", &cid, "", "eth0", s.dir),
+                        conf.as_bytes(),
+                    )
+                    .elapsed,
+                );
+            }
+            add.insert(s.label, median(a));
+            del.insert(s.label, median(d));
+        }
+        report_time(
+            &format!("host-local ADD, {n} leases"),
+            add["ours"],
+            add["reference"],
+        );
+        report_time(
+            &format!("host-local DEL, {n} leases"),
+            del["ours"],
+            del["reference"],
+        );
+    }
+}
+
+/// Latency of the first and last 100 ADDs while filling one bridge with `scale_pods` pods.
+fn scale(o: &Opts) {
+    let n = o.scale_pods;
+    println!("\n## {n} pods on one bridge (median ADD of the first and last 100, then all DELs)");
+    let lab = Lab::new("scale", n);
+    let pods = &lab.pods;
+    let mut res = BTreeMap::new();
+    for s in suites(o) {
+        let net = Net::new(&format!("scale-{}", s.label), BRIDGE_CHAIN);
+        let adds: Vec<Duration> = pods
+            .iter()
+            .map(|p| net.cnitool(o, s.dir, "add", &p.path()).elapsed)
+            .collect();
+        let held = net.leases();
+        let dels: Vec<Duration> = pods
+            .iter()
+            .map(|p| net.cnitool(o, s.dir, "del", &p.path()).elapsed)
+            .collect();
+        if held != n || net.leases() != 0 {
+            println!(
+                "  {}: {held} leases after ADD, {} after DEL",
+                s.label,
+                net.leases()
+            );
+        }
+        let k = n.min(100);
+        res.insert(
+            s.label,
+            (
+                median(adds[..k].to_vec()),
+                median(adds[n - k..].to_vec()),
+                median(dels),
+            ),
+        );
+    }
+    report_time("ADD, first 100 pods", res["ours"].0, res["reference"].0);
+    report_time(
+        &format!("ADD, last 100 of {n} pods"),
+        res["ours"].1,
+        res["reference"].1,
+    );
+    report_time(&format!("DEL, {n} pods"), res["ours"].2, res["reference"].2);
+}
+
+/// The vxlan plugin's reconcile benchmark (there is no reference vxlan plugin), and the ADD
+/// latency the vxlan plugin adds to a bridge + host-local chain with 10 peers.
+fn vxlan(o: &Opts) {
+    println!("\n## vxlan reconcile pass (no reference plugin exists; absolute figures)");
+    let bench = o.ours.join("examples").join("reconcile_bench");
+    match Command::new(&bench).status() {
+        Ok(s) if s.success() => {}
+        other => println!("  {} did not run ({other:?})", bench.display()),
+    }
+
+    println!(
+        "\n## ADD latency the vxlan plugin adds to bridge + host-local (ours, 20 pods, 10 peers)"
+    );
+    let lab = Lab::new("vx", 20);
+    let pods = &lab.pods;
+    // An underlay link with an address and a default route, as a node would have.
+    sh(&[
+        "ip",
+        "link",
+        "add",
+        "fcb-ul",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "fcb-ul-peer",
+    ]);
+    sh(&["ip", "addr", "add", "192.168.250.1/24", "dev", "fcb-ul"]);
+    sh(&["ip", "link", "set", "fcb-ul", "up"]);
+    sh(&["ip", "link", "set", "fcb-ul-peer", "up"]);
+    sh(&["ip", "route", "add", "default", "via", "192.168.250.254"]);
+    let peers: Vec<String> = (1..=10)
+        .map(|i| {
+            format!(
+                r#"{{"subnet":"10.81.{i}.0/24","ip":"192.168.250.{}"}}"#,
+                i + 1
+            )
+        })
+        .collect();
+    let lock = TempDir::new("vx-lock");
+    let vx_chain = format!(
+        r#"[{{"type":"bridge","bridge":"fcb2","isGateway":true,
+            "ipam":{{"type":"host-local","dataDir":"@DATADIR@","ranges":[[{{"subnet":"10.81.0.0/24"}}]]}}}},
+           {{"type":"vxlan","network":"10.81.0.0/16","subnet":"10.81.0.0/24","mode":"vxlan",
+             "underlayInterface":"fcb-ul","lockFile":"{}/lock","peers":[{}]}}]"#,
+        lock.0.display(),
+        peers.join(",")
+    );
+    let plain_chain = BRIDGE_CHAIN
+        .replace("fcb0", "fcb3")
+        .replace("10.77.0.0/16", "10.82.0.0/24");
+    let mut add = BTreeMap::new();
+    for (label, chain) in [
+        ("bridge + host-local", plain_chain),
+        ("bridge + host-local + vxlan", vx_chain),
+    ] {
+        let net = Net::new(&format!("vx-{}", add.len()), &chain);
+        let mut a = Vec::new();
+        for p in pods {
+            let r = net.cnitool(o, &o.ours, "add", &p.path());
+            if !r.ok {
+                println!("  {label}: ADD failed");
+            }
+            a.push(r.elapsed);
+        }
+        for p in pods {
+            net.cnitool(o, &o.ours, "del", &p.path());
+        }
+        add.insert(label, median(a));
+    }
+    let base = add["bridge + host-local"];
+    let with = add["bridge + host-local + vxlan"];
+    report("ADD bridge + host-local", ms(base), "-".into(), "-".into());
+    report(
+        "ADD bridge + host-local + vxlan",
+        ms(with),
+        "-".into(),
+        "-".into(),
+    );
+    report(
+        "vxlan's share of ADD",
+        ms(with.saturating_sub(base)),
+        "-".into(),
+        "-".into(),
+    );
+}
+
+fn main() {
+    let o = parse_opts();
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("ferrocni-bench needs root (network namespaces)");
+        std::process::exit(1);
+    }
+    for (what, p) in [("ours", &o.ours), ("reference", &o.reference)] {
+        if !p.join("bridge").exists() {
+            eprintln!("no {what} plugins in {}", p.display());
+            std::process::exit(1);
+        }
+    }
+    let want = |s: &str| o.sections.is_empty() || o.sections.iter().any(|x| x == s);
+    println!(
+        "{:<48} {:>14} {:>14} {:>8}",
+        "metric", "ferrocni", "reference", "speedup"
+    );
+    if want("sizes") {
+        sizes(&o);
+    }
+    if want("exec") {
+        exec_version(&o);
+    }
+    if want("loopback") {
+        loopback(&o);
+    }
+    if want("bridge") {
+        chain_sequential(&o, "br", BRIDGE_CHAIN, o.pods, "bridge + host-local");
+    }
+    if want("rss") {
+        rss(&o);
+    }
+    if want("concurrent") {
+        concurrent(&o);
+    }
+    if want("bandwidth") {
+        chain_sequential(
+            &o,
+            "bw",
+            BANDWIDTH_CHAIN,
+            20,
+            "bridge + host-local + bandwidth",
+        );
+    }
+    if want("hostlocal") {
+        hostlocal(&o);
+    }
+    if want("scale") {
+        scale(&o);
+    }
+    if want("vxlan") {
+        vxlan(&o);
+    }
+}

@@ -1,0 +1,232 @@
+//! A simulated cluster built from namespaces only: an underlay "switch" netns holding a
+//! bridge, one netns per node attached to it by a veth (private underlay address), and pod
+//! namespaces behind a `cni0` bridge in each node. Nothing is created in the real host's
+//! namespace; dropping an [`Underlay`], [`Node`] or [`Pod`] deletes its namespace (and so
+//! every link and address in it).
+//!
+//! ```no_run
+//! use netns_tests::cluster::{Underlay, wait_until, ping};
+//! let underlay = Underlay::new("ovl");
+//! let mut a = underlay.add_node(1);
+//! let pod = a.add_pod("10.244.1.0/24");
+//! ```
+
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use crate::Netns;
+
+/// The underlay network every simulated cluster uses (private, and only ever configured
+/// inside the cluster's own namespaces, so concurrent clusters never see each other).
+pub const UNDERLAY_PREFIX: &str = "172.31.250";
+pub const UNDERLAY_LEN: u8 = 24;
+
+/// The switch: a netns with bridge `br0`, which also has an underlay address of its own
+/// (`.254`) so services for the cluster (etcd...) can run there.
+pub struct Underlay {
+    pub ns: Netns,
+}
+
+impl Underlay {
+    pub fn new(tag: &str) -> Underlay {
+        let ns = Netns::new(&format!("{tag}-sw"));
+        ns.exec_ok(&["ip", "link", "set", "lo", "up"]);
+        ns.exec_ok(&["ip", "link", "add", "br0", "type", "bridge"]);
+        ns.exec_ok(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{}/{UNDERLAY_LEN}", Underlay::switch_ip()),
+            "dev",
+            "br0",
+        ]);
+        ns.exec_ok(&["ip", "link", "set", "br0", "up"]);
+        Underlay { ns }
+    }
+
+    /// The switch's own address on the underlay.
+    pub fn switch_ip() -> String {
+        format!("{UNDERLAY_PREFIX}.254")
+    }
+
+    /// Node `index`'s underlay address.
+    pub fn node_ip(index: u8) -> String {
+        format!("{UNDERLAY_PREFIX}.{index}")
+    }
+
+    /// Adds node `index` (1..=250): its netns gets `eth0` with [`Underlay::node_ip`], `lo` up
+    /// and IPv4 forwarding on (it routes for its pods).
+    pub fn add_node(&self, index: u8) -> Node {
+        assert!(
+            (1..=250).contains(&index),
+            "node index {index} out of 1..=250"
+        );
+        let ns = Netns::new(&format!("node{index}"));
+        let port = format!("n{index}");
+        self.ns.exec_ok(&[
+            "ip",
+            "link",
+            "add",
+            &port,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            ns.name(),
+        ]);
+        self.ns
+            .exec_ok(&["ip", "link", "set", &port, "master", "br0", "up"]);
+        let ip = Underlay::node_ip(index);
+        ns.exec_ok(&["ip", "link", "set", "lo", "up"]);
+        ns.exec_ok(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{ip}/{UNDERLAY_LEN}"),
+            "dev",
+            "eth0",
+        ]);
+        ns.exec_ok(&["ip", "link", "set", "eth0", "up"]);
+        ns.exec_ok(&["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"]);
+        Node {
+            ns,
+            index,
+            ip,
+            pods: 0,
+        }
+    }
+}
+
+/// One node of the cluster.
+pub struct Node {
+    pub ns: Netns,
+    pub index: u8,
+    /// Underlay address.
+    pub ip: String,
+    pods: u32,
+}
+
+/// A pod netns with `eth0` on its node's `cni0` bridge.
+pub struct Pod {
+    pub ns: Netns,
+    pub ip: String,
+}
+
+/// `(network, prefix)` of an IPv4 CIDR; panics on bad input (test helper).
+pub fn parse_cidr(cidr: &str) -> (Ipv4Addr, u8) {
+    let (ip, len) = cidr
+        .split_once('/')
+        .unwrap_or_else(|| panic!("{cidr} is not a CIDR"));
+    let ip: Ipv4Addr = ip.parse().unwrap_or_else(|e| panic!("{cidr}: {e}"));
+    let len: u8 = len.parse().unwrap_or_else(|e| panic!("{cidr}: {e}"));
+    let mask = if len == 0 {
+        0
+    } else {
+        u32::MAX << (32 - u32::from(len))
+    };
+    (Ipv4Addr::from(u32::from(ip) & mask), len)
+}
+
+/// The `n`-th address of a subnet (`nth("10.1.2.0/24", 1)` = 10.1.2.1).
+pub fn nth(cidr: &str, n: u32) -> Ipv4Addr {
+    let (net, _) = parse_cidr(cidr);
+    Ipv4Addr::from(u32::from(net) + n)
+}
+
+impl Node {
+    /// Adds a pod with an address from `subnet` (the node's pod subnet): the node gets `cni0`
+    /// with the first address as gateway (on the first call), the pod the next free one and a
+    /// default route via the gateway.
+    pub fn add_pod(&mut self, subnet: &str) -> Pod {
+        let (_, len) = parse_cidr(subnet);
+        let gateway = nth(subnet, 1);
+        if self.pods == 0 {
+            self.ns
+                .exec_ok(&["ip", "link", "add", "cni0", "type", "bridge"]);
+            self.ns.exec_ok(&[
+                "ip",
+                "addr",
+                "add",
+                &format!("{gateway}/{len}"),
+                "dev",
+                "cni0",
+            ]);
+            self.ns.exec_ok(&["ip", "link", "set", "cni0", "up"]);
+        }
+        self.pods += 1;
+        let ip = nth(subnet, 1 + self.pods).to_string();
+        let ns = Netns::new(&format!("pod{}", self.index));
+        let port = format!("veth{}", self.pods);
+        self.ns.exec_ok(&[
+            "ip",
+            "link",
+            "add",
+            &port,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            ns.name(),
+        ]);
+        self.ns
+            .exec_ok(&["ip", "link", "set", &port, "master", "cni0", "up"]);
+        ns.exec_ok(&["ip", "link", "set", "lo", "up"]);
+        ns.exec_ok(&["ip", "addr", "add", &format!("{ip}/{len}"), "dev", "eth0"]);
+        ns.exec_ok(&["ip", "link", "set", "eth0", "up"]);
+        ns.exec_ok(&["ip", "route", "add", "default", "via", &gateway.to_string()]);
+        Pod { ns, ip }
+    }
+
+    /// `ip -j route show <args>` in the node, as JSON.
+    pub fn routes(&self, args: &[&str]) -> Vec<serde_json::Value> {
+        let mut argv = vec!["ip", "-j", "route", "show"];
+        argv.extend_from_slice(args);
+        json_array(self.ns.exec_json(&argv))
+    }
+
+    /// Destinations (`"10.244.2.0/24"`) of the routes through `dev`.
+    pub fn route_dsts(&self, dev: &str) -> Vec<String> {
+        if self.ns.link(dev).is_none() {
+            return Vec::new();
+        }
+        let mut dsts: Vec<String> = self
+            .routes(&["dev", dev])
+            .iter()
+            .filter_map(|r| r.get("dst").and_then(|d| d.as_str()).map(String::from))
+            .collect();
+        dsts.sort();
+        dsts
+    }
+}
+
+fn json_array(v: serde_json::Value) -> Vec<serde_json::Value> {
+    match v {
+        serde_json::Value::Array(a) => a,
+        _ => Vec::new(),
+    }
+}
+
+/// One ICMP echo from `from` to `ip`, waiting at most a second.
+pub fn ping(from: &Netns, ip: &str) -> bool {
+    from.exec(&["ping", "-n", "-q", "-c", "1", "-W", "1", ip])
+        .status
+        .success()
+}
+
+/// Polls `check` every 100 ms until it holds or `timeout` passes; returns whether it held.
+pub fn wait_until(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if check() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -1,0 +1,981 @@
+//! `ferrocni-agent` end to end: a 3-member etcd cluster and agents on simulated nodes, all in
+//! namespaces made here. etcd runs in the underlay switch netns (listening on the switch's own
+//! underlay address), so agents reach it over the simulated underlay exactly as real nodes
+//! would, and nothing is configured in the host's namespace.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use netns_tests::cluster::{nth, ping, wait_until, Node, Pod, Underlay};
+use netns_tests::{
+    our_bin_dir, our_binary, reference_plugin_dir, require_root, Cnitool, ConfDir, Netns, TempDir,
+};
+
+const PREFIX: &str = "/coreos.com/network";
+const CONFIG: &str = r#"{"Network":"10.244.0.0/16","SubnetMin":"10.244.1.0","SubnetMax":"10.244.20.0","Backend":{"Type":"vxlan"}}"#;
+/// The example template shipped in conflist-examples.
+const TEMPLATE: &str = include_str!("../../conflist-examples/agent-podnet.conflist.template");
+/// Bound on every convergence wait: the agents react to a watch event within milliseconds.
+const CONVERGE: Duration = Duration::from_secs(15);
+
+fn have_etcd() -> bool {
+    let found = [("etcd", "--version"), ("etcdctl", "version")]
+        .iter()
+        .all(|(bin, arg)| {
+            Command::new(bin)
+                .arg(arg)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        });
+    if !found {
+        eprintln!("skipping: etcd/etcdctl not installed (apt-get install etcd-server etcd-client)");
+    }
+    found
+}
+
+/// A local etcd cluster inside the switch netns; every member is killed and its data dir
+/// removed on drop.
+struct Etcd {
+    ns: String,
+    members: Vec<Option<Child>>,
+    /// etcd arguments of each member, for restarts.
+    args: Vec<Vec<String>>,
+    client_ports: Vec<u16>,
+    _dir: TempDir,
+}
+
+impl Etcd {
+    fn start(underlay: &Underlay, count: usize) -> Etcd {
+        let dir = TempDir::new("etcd");
+        let ns = underlay.ns.name().to_string();
+        // Ports only need to be unique inside this cluster's own netns.
+        let client_ports: Vec<u16> = (0..count).map(|i| 2379 + 100 * i as u16).collect();
+        let peer_url = |i: usize| format!("http://127.0.0.1:{}", client_ports[i] + 1);
+        let initial: Vec<String> = (0..count)
+            .map(|i| format!("m{i}={}", peer_url(i)))
+            .collect();
+        let token = format!(
+            "agent-test-{}",
+            dir.path().file_name().unwrap().to_string_lossy()
+        );
+        let mut args = Vec::new();
+        for (i, port) in client_ports.iter().enumerate() {
+            let client = format!("http://{}:{port}", Underlay::switch_ip());
+            let a: Vec<String> = [
+                "--name",
+                &format!("m{i}"),
+                "--data-dir",
+                dir.join(format!("m{i}")).to_str().unwrap(),
+                "--listen-peer-urls",
+                &peer_url(i),
+                "--initial-advertise-peer-urls",
+                &peer_url(i),
+                "--listen-client-urls",
+                &format!("{client},http://127.0.0.1:{port}"),
+                "--advertise-client-urls",
+                &client,
+                "--initial-cluster",
+                &initial.join(","),
+                "--initial-cluster-state",
+                "new",
+                "--initial-cluster-token",
+                &token,
+                "--heartbeat-interval",
+                "100",
+                "--election-timeout",
+                "1000",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            args.push(a);
+        }
+        let mut etcd = Etcd {
+            ns,
+            members: (0..count).map(|_| None).collect(),
+            args,
+            client_ports,
+            _dir: dir,
+        };
+        for i in 0..count {
+            etcd.start_member(i);
+        }
+        etcd.wait_healthy();
+        etcd
+    }
+
+    /// Starts (or restarts, on its existing data dir) member `i`.
+    fn start_member(&mut self, i: usize) {
+        assert!(self.members[i].is_none());
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self._dir.join(format!("m{i}.log")))
+            .unwrap();
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.ns, "etcd"])
+            .args(&self.args[i])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start etcd");
+        self.members[i] = Some(child);
+    }
+
+    fn wait_healthy(&self) {
+        let healthy = wait_until(Duration::from_secs(20), || {
+            self.ctl(&["endpoint", "health"]).status.success()
+        });
+        assert!(healthy, "etcd cluster did not become healthy");
+    }
+
+    /// Client URLs of every member (dead ones included), as agents are configured.
+    fn endpoints(&self) -> String {
+        self.client_ports
+            .iter()
+            .map(|p| format!("http://{}:{p}", Underlay::switch_ip()))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    fn live_endpoints(&self) -> String {
+        self.client_ports
+            .iter()
+            .zip(&self.members)
+            .filter(|(_, m)| m.is_some())
+            .map(|(p, _)| format!("http://127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    fn ctl(&self, args: &[&str]) -> Output {
+        Command::new("ip")
+            .args(["netns", "exec", &self.ns, "etcdctl", "--command-timeout=5s"])
+            .arg(format!("--endpoints={}", self.live_endpoints()))
+            .args(args)
+            .env("ETCDCTL_API", "3")
+            .output()
+            .expect("run etcdctl")
+    }
+
+    /// Runs etcdctl, retrying for a while (right after a member loss the survivors may still
+    /// be electing a leader).
+    fn ctl_ok(&self, args: &[&str]) -> String {
+        let mut out = self.ctl(args);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !out.status.success() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(300));
+            out = self.ctl(args);
+        }
+        assert!(
+            out.status.success(),
+            "etcdctl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn put(&self, key: &str, value: &str) {
+        self.ctl_ok(&["put", key, value]);
+    }
+
+    /// Puts `key` attached to a fresh etcd lease of `ttl` seconds, as flanneld does.
+    fn put_with_ttl(&self, key: &str, value: &str, ttl: u32) {
+        let granted = self.ctl_ok(&["lease", "grant", &ttl.to_string()]);
+        // "lease 694d7b3d7a8c1a04 granted with TTL(60s)"
+        let id = granted
+            .split_whitespace()
+            .nth(1)
+            .expect("lease id")
+            .to_string();
+        self.ctl_ok(&["put", &format!("--lease={id}"), key, value]);
+    }
+
+    fn get(&self, key: &str) -> Option<String> {
+        let out = self.ctl_ok(&["get", key, "--print-value-only"]);
+        let v = out.trim_end();
+        (!v.is_empty()).then(|| v.to_string())
+    }
+
+    fn lease_keys(&self) -> Vec<String> {
+        let out = self.ctl_ok(&[
+            "get",
+            &format!("{PREFIX}/subnets/"),
+            "--prefix",
+            "--keys-only",
+        ]);
+        out.lines()
+            .filter(|l| !l.is_empty())
+            .map(String::from)
+            .collect()
+    }
+
+    fn kill_member(&mut self, i: usize) {
+        if let Some(mut c) = self.members[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for i in 0..self.members.len() {
+                let log =
+                    fs::read_to_string(self._dir.join(format!("m{i}.log"))).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(15).collect();
+                eprintln!(
+                    "--- etcd m{i} (last lines, newest first) ---\n{}",
+                    tail.join("\n")
+                );
+            }
+        }
+        for i in 0..self.members.len() {
+            self.kill_member(i);
+        }
+    }
+}
+
+/// One agent process running inside a node's netns, with its files in `dir`.
+struct Agent {
+    ns: String,
+    dir: PathBuf,
+    args: Vec<String>,
+    child: Option<Child>,
+}
+
+impl Agent {
+    fn new(node: &Node, etcd: &Etcd, root: &Path, extra: &[&str]) -> Agent {
+        let dir = root.join(format!("node{}", node.index));
+        fs::create_dir_all(&dir).unwrap();
+        let template = dir.join("10-podnet.conflist.template");
+        fs::write(&template, TEMPLATE).unwrap();
+        let mut args: Vec<String> = vec![
+            our_binary("ferrocni-agent").display().to_string(),
+            format!("--etcd-endpoints={}", etcd.endpoints()),
+            format!("--public-ip={}", node.ip),
+            "--iface=eth0".into(),
+            format!("--subnet-file={}", dir.join("subnet.env").display()),
+            format!("--state-dir={}", dir.join("state").display()),
+            format!("--cni-conf-template={}", template.display()),
+            format!("--cni-conf-dir={}", dir.join("net.d").display()),
+            "--resync-interval=3".into(),
+            "--startup-timeout=5".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Agent {
+            ns: node.ns.name().to_string(),
+            dir,
+            args,
+            child: None,
+        }
+    }
+
+    fn command(&self) -> Command {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.ns])
+            .args(&self.args)
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Starts the long-running agent (`ip netns exec` execs it, so the child is the agent).
+    fn start(&mut self) {
+        assert!(self.child.is_none());
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("agent.log"))
+            .unwrap();
+        let child = self
+            .command()
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start ferrocni-agent");
+        self.child = Some(child);
+    }
+
+    /// Runs `--once` (plus `extra`) to completion, bounded.
+    fn once(&self, extra: &[&str]) -> Output {
+        let mut cmd = self.command();
+        cmd.arg("--once")
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("run ferrocni-agent --once");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("ferrocni-agent --once did not finish within 30s");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        child.wait_with_output().unwrap()
+    }
+
+    /// SIGTERM, then SIGKILL if it has not exited within 5 s.
+    fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        // SAFETY: plain kill(2) on our own child's pid.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while child.try_wait().ok().flatten().is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.wait();
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(self.dir.join("agent.log")).unwrap_or_default()
+    }
+
+    fn subnet_env(&self) -> Option<String> {
+        fs::read_to_string(self.dir.join("subnet.env")).ok()
+    }
+
+    /// The leased subnet (`10.244.3.0/24`), from subnet.env's FLANNEL_SUBNET.
+    fn subnet(&self) -> Option<String> {
+        let env = self.subnet_env()?;
+        let first = env
+            .lines()
+            .find_map(|l| l.strip_prefix("FLANNEL_SUBNET="))?
+            .to_string();
+        let (ip, len) = first.split_once('/')?;
+        let ip: std::net::Ipv4Addr = ip.parse().ok()?;
+        Some(format!(
+            "{}/{len}",
+            std::net::Ipv4Addr::from(u32::from(ip) - 1)
+        ))
+    }
+
+    fn wait_for_subnet(&self) -> String {
+        let mut subnet = None;
+        let ok = wait_until(CONVERGE, || {
+            subnet = self.subnet();
+            subnet.is_some()
+        });
+        assert!(
+            ok,
+            "agent in {} wrote no subnet.env:\n{}",
+            self.ns,
+            self.log()
+        );
+        subnet.unwrap()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- agent log ({}) ---\n{}", self.ns, self.log());
+        }
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn lease_key(subnet: &str) -> String {
+    format!("{PREFIX}/subnets/{}", subnet.replace('/', "-"))
+}
+
+fn vtep_of(subnet: &str) -> String {
+    nth(subnet, 0).to_string()
+}
+
+fn mac_of(node: &Node, dev: &str) -> String {
+    let link = node
+        .ns
+        .link(dev)
+        .unwrap_or_else(|| panic!("{dev} missing in {}", node.ns.name()));
+    link["address"].as_str().unwrap().to_string()
+}
+
+/// Waits until `from` pings `to`, bounded.
+fn assert_ping(from: &Pod, to: &Pod) {
+    assert!(
+        wait_until(CONVERGE, || ping(&from.ns, &to.ip)),
+        "{} cannot reach {}",
+        from.ip,
+        to.ip
+    );
+}
+
+/// The flannel.1 objects `node` holds for a peer: (route via VTEP onlink, neigh, fdb).
+fn peer_programmed(node: &Node, subnet: &str, public_ip: &str, mac: &str) -> bool {
+    let vtep = vtep_of(subnet);
+    let route = node.routes(&[subnet]).iter().any(|r| {
+        r["gateway"] == vtep.as_str()
+            && r["dev"] == "flannel.1"
+            && r["flags"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|x| x == "onlink"))
+    });
+    let neigh = node
+        .ns
+        .exec_json(&["ip", "-j", "neigh", "show", "dev", "flannel.1"]);
+    let neigh_ok = neigh.as_array().is_some_and(|a| {
+        a.iter().any(|n| {
+            n["dst"] == vtep.as_str() && n["lladdr"] == mac && n["state"][0] == "PERMANENT"
+        })
+    });
+    let fdb = node
+        .ns
+        .exec_json(&["bridge", "-j", "fdb", "show", "dev", "flannel.1"]);
+    let fdb_ok = fdb
+        .as_array()
+        .is_some_and(|a| a.iter().any(|f| f["mac"] == mac && f["dst"] == public_ip));
+    route && neigh_ok && fdb_ok
+}
+
+fn peer_absent(node: &Node, subnet: &str, mac: &str) -> bool {
+    let vtep = vtep_of(subnet);
+    let no_route = !node.route_dsts("flannel.1").iter().any(|d| d == subnet);
+    let neigh = node
+        .ns
+        .exec_json(&["ip", "-j", "neigh", "show", "dev", "flannel.1"]);
+    let no_neigh = !neigh
+        .as_array()
+        .is_some_and(|a| a.iter().any(|n| n["dst"] == vtep.as_str()));
+    let fdb = node
+        .ns
+        .exec_json(&["bridge", "-j", "fdb", "show", "dev", "flannel.1"]);
+    let no_fdb = !fdb
+        .as_array()
+        .is_some_and(|a| a.iter().any(|f| f["mac"] == mac));
+    no_route && no_neigh && no_fdb
+}
+
+/// A lease value exactly as flanneld writes it.
+fn flannel_lease(public_ip: &str, mac: &str) -> String {
+    format!(
+        r#"{{"PublicIP":"{public_ip}","PublicIPv6":null,"BackendType":"vxlan","BackendData":{{"VNI":1,"VtepMAC":"{mac}"}}}}"#
+    )
+}
+
+#[test]
+fn agent_cluster_membership_follows_etcd() {
+    require_root!();
+    if !have_etcd() {
+        return;
+    }
+    let files = TempDir::new("agent-members");
+    let underlay = Underlay::new("agm");
+    let etcd = Etcd::start(&underlay, 3);
+    etcd.put(&format!("{PREFIX}/config"), CONFIG);
+
+    // Three nodes, each with its own agent and, once it has a lease, a pod.
+    let mut nodes: Vec<Node> = (1..=3).map(|i| underlay.add_node(i)).collect();
+    let mut agents: Vec<Agent> = nodes
+        .iter()
+        .map(|n| Agent::new(n, &etcd, files.path(), &["--subnet-lease-ttl=60"]))
+        .collect();
+    agents.iter_mut().for_each(Agent::start);
+    let subnets: Vec<String> = agents.iter().map(Agent::wait_for_subnet).collect();
+    let mut distinct = subnets.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 3, "subnets not distinct: {subnets:?}");
+
+    for ((node, agent), subnet) in nodes.iter().zip(&agents).zip(&subnets) {
+        let (net, len) = netns_tests::cluster::parse_cidr(subnet);
+        assert_eq!(len, 24);
+        assert!(
+            (1..=20).contains(&net.octets()[2]),
+            "{subnet} outside SubnetMin..SubnetMax"
+        );
+        // flannel's subnet.env: first address of the lease, MTU of flannel.1.
+        let env = agent.subnet_env().unwrap();
+        assert!(env.contains("FLANNEL_NETWORK=10.244.0.0/16\n"), "{env}");
+        assert!(
+            env.contains(&format!("FLANNEL_SUBNET={}/24\n", nth(subnet, 1))),
+            "{env}"
+        );
+        assert!(env.contains("FLANNEL_MTU=1450\n"), "{env}");
+        // The lease in flannel's format, advertising the real VTEP MAC.
+        let mac = mac_of(node, "flannel.1");
+        let want = flannel_lease(&node.ip, &mac);
+        assert!(
+            wait_until(CONVERGE, || etcd.get(&lease_key(subnet)).as_deref()
+                == Some(want.as_str())),
+            "lease {subnet}: {:?} != {want}",
+            etcd.get(&lease_key(subnet))
+        );
+        // ...from the start: the MAC written at creation was already the device's.
+        assert!(
+            !agent.log().contains("published VtepMAC"),
+            "{}",
+            agent.log()
+        );
+        // The rendered conflist hands host-local the lease.
+        let conf = fs::read_to_string(agent.dir.join("net.d/10-podnet.conflist"))
+            .expect("conflist rendered");
+        let conf: serde_json::Value = serde_json::from_str(&conf).unwrap();
+        assert_eq!(
+            conf["plugins"][0]["ipam"]["ranges"][0][0]["subnet"],
+            subnet.as_str()
+        );
+        assert_eq!(conf["plugins"][0]["mtu"], 1450);
+        assert_eq!(conf["plugins"][1]["subnet"], subnet.as_str());
+        assert_eq!(conf["plugins"][1]["localIP"], node.ip.as_str());
+        let peers_file = conf["plugins"][1]["peersFile"].as_str().unwrap();
+        assert!(Path::new(peers_file).is_file(), "{peers_file} missing");
+    }
+
+    let pods: Vec<Pod> = nodes
+        .iter_mut()
+        .zip(&subnets)
+        .map(|(n, s)| n.add_pod(s))
+        .collect();
+    for a in &pods {
+        for b in &pods {
+            if a.ip != b.ip {
+                assert_ping(a, b);
+            }
+        }
+    }
+
+    // Kernel drift (a route deleted by hand) is repaired by the periodic resync.
+    nodes[0].ns.exec_ok(&["ip", "route", "del", &subnets[1]]);
+    assert!(
+        wait_until(CONVERGE, || nodes[0]
+            .route_dsts("flannel.1")
+            .contains(&subnets[1])),
+        "route to {} not restored",
+        subnets[1]
+    );
+
+    // A fourth node joins and is reachable within seconds.
+    let mut node4 = underlay.add_node(4);
+    let mut agent4 = Agent::new(&node4, &etcd, files.path(), &["--subnet-lease-ttl=60"]);
+    let joined = Instant::now();
+    agent4.start();
+    let subnet4 = agent4.wait_for_subnet();
+    assert!(!subnets.contains(&subnet4));
+    let pod4 = node4.add_pod(&subnet4);
+    assert_ping(&pods[0], &pod4);
+    assert_ping(&pod4, &pods[2]);
+    assert!(
+        joined.elapsed() < Duration::from_secs(10),
+        "join took {:?}",
+        joined.elapsed()
+    );
+
+    // Node 4 leaves: its agent stops and its lease is deleted; every node drops its entries.
+    let mac4 = mac_of(&node4, "flannel.1");
+    agent4.stop();
+    etcd.ctl_ok(&["del", &lease_key(&subnet4)]);
+    for node in &nodes {
+        assert!(
+            wait_until(CONVERGE, || peer_absent(node, &subnet4, &mac4)),
+            "{} still has entries for {subnet4}",
+            node.ns.name()
+        );
+    }
+    drop(pod4);
+    drop(node4);
+
+    // A flanneld node: its device and entries made by hand, its lease written in flannel's
+    // exact format with a TTL. Our nodes must program it; its pod must answer ours.
+    let mut flanneld = underlay.add_node(5);
+    let f_subnet = "10.244.100.0/24";
+    let f_mac = "0e:12:34:56:78:9a";
+    let f = &flanneld.ns;
+    f.exec_ok(&[
+        "ip",
+        "link",
+        "add",
+        "flannel.1",
+        "type",
+        "vxlan",
+        "id",
+        "1",
+        "local",
+        &flanneld.ip,
+        "dev",
+        "eth0",
+        "dstport",
+        "8472",
+        "nolearning",
+    ]);
+    f.exec_ok(&[
+        "ip",
+        "link",
+        "set",
+        "flannel.1",
+        "address",
+        f_mac,
+        "mtu",
+        "1450",
+        "up",
+    ]);
+    f.exec_ok(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("{}/32", vtep_of(f_subnet)),
+        "dev",
+        "flannel.1",
+    ]);
+    let mac1 = mac_of(&nodes[0], "flannel.1");
+    let vtep1 = vtep_of(&subnets[0]);
+    f.exec_ok(&[
+        "ip",
+        "neigh",
+        "replace",
+        &vtep1,
+        "lladdr",
+        &mac1,
+        "dev",
+        "flannel.1",
+        "nud",
+        "permanent",
+    ]);
+    f.exec_ok(&[
+        "bridge",
+        "fdb",
+        "replace",
+        &mac1,
+        "dev",
+        "flannel.1",
+        "dst",
+        &nodes[0].ip,
+        "self",
+        "permanent",
+    ]);
+    f.exec_ok(&[
+        "ip",
+        "route",
+        "replace",
+        &subnets[0],
+        "via",
+        &vtep1,
+        "dev",
+        "flannel.1",
+        "onlink",
+    ]);
+    let f_pod = flanneld.add_pod(f_subnet);
+    etcd.put_with_ttl(
+        &lease_key(f_subnet),
+        &flannel_lease(&flanneld.ip, f_mac),
+        120,
+    );
+    for node in &nodes {
+        assert!(
+            wait_until(CONVERGE, || peer_programmed(
+                node,
+                f_subnet,
+                &flanneld.ip,
+                f_mac
+            )),
+            "{} did not program the flanneld lease",
+            node.ns.name()
+        );
+    }
+    assert_ping(&pods[0], &f_pod);
+    assert_eq!(etcd.lease_keys().len(), 4, "{:?}", etcd.lease_keys());
+}
+
+#[test]
+fn agent_survives_etcd_member_loss_and_restarts() {
+    require_root!();
+    if !have_etcd() {
+        return;
+    }
+    let files = TempDir::new("agent-resilience");
+    let underlay = Underlay::new("agr");
+    let mut etcd = Etcd::start(&underlay, 3);
+    etcd.put(&format!("{PREFIX}/config"), CONFIG);
+    let mut nodes: Vec<Node> = (1..=3).map(|i| underlay.add_node(i)).collect();
+    // A short TTL, so renewals (every 3 s) must keep working through the member loss.
+    let mut agents: Vec<Agent> = nodes
+        .iter()
+        .map(|n| Agent::new(n, &etcd, files.path(), &["--subnet-lease-ttl=6"]))
+        .collect();
+    agents.iter_mut().for_each(Agent::start);
+    let subnets: Vec<String> = agents.iter().map(Agent::wait_for_subnet).collect();
+    let pods: Vec<Pod> = nodes
+        .iter_mut()
+        .zip(&subnets)
+        .map(|(n, s)| n.add_pod(s))
+        .collect();
+    assert_ping(&pods[0], &pods[1]);
+
+    // Kill the member every agent talks to first.
+    etcd.kill_member(0);
+    let remote = "10.244.50.0/24";
+    let remote_mac = "0e:00:00:00:00:32";
+    etcd.put_with_ttl(
+        &lease_key(remote),
+        &flannel_lease("172.31.250.50", remote_mac),
+        120,
+    );
+    for node in &nodes {
+        assert!(
+            wait_until(CONVERGE, || peer_programmed(
+                node,
+                remote,
+                "172.31.250.50",
+                remote_mac
+            )),
+            "{} missed a lease added after the member loss",
+            node.ns.name()
+        );
+    }
+    // Longer than the TTL: the leases only exist still if renewals went through.
+    std::thread::sleep(Duration::from_secs(7));
+    for s in &subnets {
+        assert!(
+            etcd.get(&lease_key(s)).is_some(),
+            "lease {s} expired: renewals failed"
+        );
+    }
+    assert_ping(&pods[2], &pods[0]);
+
+    // The whole etcd cluster down: agents keep serving the last known peers (periodic
+    // resyncs fail and leave the kernel alone), then reconnect once it is back.
+    let before: Vec<Vec<String>> = nodes.iter().map(|n| n.route_dsts("flannel.1")).collect();
+    etcd.kill_member(1);
+    etcd.kill_member(2);
+    std::thread::sleep(Duration::from_secs(5));
+    for (node, routes) in nodes.iter().zip(&before) {
+        assert_eq!(
+            &node.route_dsts("flannel.1"),
+            routes,
+            "{} lost routes while etcd was down",
+            node.ns.name()
+        );
+    }
+    assert_ping(&pods[1], &pods[0]);
+    for i in 0..3 {
+        etcd.start_member(i);
+    }
+    etcd.wait_healthy();
+    let later = "10.244.51.0/24";
+    let later_mac = "0e:00:00:00:00:33";
+    etcd.put_with_ttl(
+        &lease_key(later),
+        &flannel_lease("172.31.250.51", later_mac),
+        120,
+    );
+    for node in &nodes {
+        assert!(
+            wait_until(CONVERGE, || peer_programmed(
+                node,
+                later,
+                "172.31.250.51",
+                later_mac
+            )),
+            "{} did not reconnect after the etcd outage",
+            node.ns.name()
+        );
+    }
+    // Every node still holds its subnet (etcd extends TTLs on a leader change; a lease that
+    // did expire would be acquired again, preferring the same subnet).
+    for s in &subnets {
+        assert!(
+            wait_until(CONVERGE, || etcd.get(&lease_key(s)).is_some()),
+            "lease {s} not re-acquired"
+        );
+    }
+    for (a, s) in agents.iter().zip(&subnets) {
+        assert_eq!(a.subnet().as_deref(), Some(s.as_str()));
+    }
+    assert_ping(&pods[0], &pods[1]);
+
+    // A restarted agent keeps its subnet (its lease is found by PublicIP), and a lease deleted
+    // while it was down leaves nothing stale behind (flannel#2554).
+    agents[1].stop();
+    etcd.ctl_ok(&["del", &lease_key(remote)]);
+    assert!(peer_programmed(
+        &nodes[1],
+        remote,
+        "172.31.250.50",
+        remote_mac
+    ));
+    agents[1].start();
+    assert!(
+        wait_until(CONVERGE, || agents[1].log().contains("reusing lease")),
+        "restarted agent did not reuse its lease"
+    );
+    assert_eq!(agents[1].subnet().as_deref(), Some(subnets[1].as_str()));
+    for node in &nodes {
+        assert!(
+            wait_until(CONVERGE, || peer_absent(node, remote, remote_mac)),
+            "{} kept entries for a lease deleted while its agent was down",
+            node.ns.name()
+        );
+    }
+    assert_eq!(etcd.lease_keys().len(), 4, "{:?}", etcd.lease_keys());
+    assert_ping(&pods[1], &pods[2]);
+
+    // Lease gone while the agent was down (expired): the subnet from subnet.env is taken again.
+    agents[2].stop();
+    etcd.ctl_ok(&["del", &lease_key(&subnets[2])]);
+    agents[2].start();
+    assert!(
+        wait_until(CONVERGE, || etcd.get(&lease_key(&subnets[2])).is_some()),
+        "agent 3 did not take its previous subnet back"
+    );
+    assert_ping(&pods[0], &pods[2]);
+}
+
+#[test]
+fn agent_start_up_errors_are_clear() {
+    require_root!();
+    if !have_etcd() {
+        return;
+    }
+    let files = TempDir::new("agent-errors");
+    let underlay = Underlay::new("age");
+    let etcd = Etcd::start(&underlay, 1);
+    let node1 = underlay.add_node(1);
+    let node2 = underlay.add_node(2);
+    // These agents run each pass by executing `vxlan sync` (the other tests use the library).
+    let vxlan_bin = format!("--vxlan-bin={}", our_binary("vxlan").display());
+    let a1 = Agent::new(&node1, &etcd, files.path(), &[&vxlan_bin]);
+    let a2 = Agent::new(&node2, &etcd, files.path(), &[&vxlan_bin]);
+    let stderr = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
+
+    // Nobody listening.
+    let started = Instant::now();
+    let out = a1.once(&[
+        "--etcd-endpoints=http://172.31.250.254:1",
+        "--startup-timeout=2",
+    ]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("unreachable"), "{}", stderr(&out));
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "took {:?}",
+        started.elapsed()
+    );
+
+    // No config key, then a bad one.
+    let out = a1.once(&[]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains(&format!("{PREFIX}/config is missing")),
+        "{}",
+        stderr(&out)
+    );
+    etcd.put(
+        &format!("{PREFIX}/config"),
+        r#"{"Network":"10.244.0.0/16","SubnetLen":31,"Backend":{"Type":"vxlan"}}"#,
+    );
+    let out = a1.once(&[]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("bad network config") && stderr(&out).contains("SubnetLen"),
+        "{}",
+        stderr(&out)
+    );
+
+    // Room for one subnet only: the first node gets it, the second is told why it gets none.
+    etcd.put(
+        &format!("{PREFIX}/config"),
+        r#"{"Network":"10.244.0.0/16","SubnetMin":"10.244.5.0","SubnetMax":"10.244.5.0","Backend":{"Type":"vxlan"}}"#,
+    );
+    let out = a1.once(&[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(a1.subnet().as_deref(), Some("10.244.5.0/24"));
+    let out = a2.once(&[]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("exhausted"), "{}", stderr(&out));
+    // --once again on the first node reuses its lease.
+    let out = a1.once(&[]);
+    assert!(
+        out.status.success() && stderr(&out).contains("reusing lease 10.244.5.0-24"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// The conflist the agent renders from the shipped example template, used as is by a CNI
+/// runtime: host-local allocates from the lease and the chained vxlan plugin reconciles from
+/// the agent's peer file; pods on two nodes then reach each other.
+#[test]
+fn agent_rendered_conflist_drives_cni_add() {
+    require_root!();
+    if !have_etcd() {
+        return;
+    }
+    let Some(reference) = reference_plugin_dir(&["bridge", "host-local", "portmap"]) else {
+        return;
+    };
+    let files = TempDir::new("agent-cni");
+    let underlay = Underlay::new("agc");
+    let etcd = Etcd::start(&underlay, 1);
+    etcd.put(&format!("{PREFIX}/config"), CONFIG);
+    let nodes: Vec<Node> = (1..=2).map(|i| underlay.add_node(i)).collect();
+    let mut agents: Vec<Agent> = nodes
+        .iter()
+        .map(|n| Agent::new(n, &etcd, files.path(), &[]))
+        .collect();
+    agents.iter_mut().for_each(Agent::start);
+    let subnets: Vec<String> = agents.iter().map(Agent::wait_for_subnet).collect();
+
+    let mut pods = Vec::new();
+    for ((node, agent), subnet) in nodes.iter().zip(&agents).zip(&subnets) {
+        let rendered = agent.dir.join("net.d/10-podnet.conflist");
+        assert!(
+            wait_until(CONVERGE, || rendered.is_file()),
+            "{} not rendered",
+            rendered.display()
+        );
+        let mut conf: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(&rendered).unwrap()).unwrap();
+        // Keep host-local's store out of the host's /var/lib/cni.
+        conf["plugins"][0]["ipam"]["dataDir"] = files
+            .join(format!("ipam{}", node.index))
+            .display()
+            .to_string()
+            .into();
+        let confdir = ConfDir::new();
+        confdir.write_json("10-podnet.conflist", &conf);
+        let cache = TempDir::new("agent-cni-cache");
+        let tool = Cnitool::new(
+            &confdir,
+            vec![reference.clone(), our_bin_dir()],
+            cache.path(),
+        )
+        .in_netns(&node.ns);
+        our_binary("vxlan");
+        let pod = Netns::new("agcpod");
+        let out = tool.run_ok(&["add", "podnet", pod.path_str()]);
+        let result: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let address = result["ips"][0]["address"].as_str().unwrap().to_string();
+        let ip = address.split('/').next().unwrap().to_string();
+        let (net, _) = netns_tests::cluster::parse_cidr(&format!("{ip}/24"));
+        assert_eq!(
+            format!("{net}/24"),
+            *subnet,
+            "pod address {address} not from the lease"
+        );
+        pods.push((pod, ip, tool, confdir, cache));
+    }
+    let (from, _, _, _, _) = &pods[0];
+    let to = &pods[1].1;
+    assert!(
+        wait_until(CONVERGE, || ping(from, to)),
+        "CNI pod on node 1 cannot reach {to}"
+    );
+    for (pod, _, tool, _, _) in &pods {
+        tool.run_ok(&["del", "podnet", pod.path_str()]);
+    }
+}

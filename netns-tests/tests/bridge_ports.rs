@@ -1,0 +1,291 @@
+//! Bridge port settings: VLAN access/trunk state as `bridge vlan` shows it, hairpin and port
+//! isolation flags and behaviour.
+
+mod bridge_support;
+
+use bridge_support::*;
+use netns_tests::{require_root, Netns, TempDir};
+use serde_json::{json, Value};
+
+/// (vid, is_pvid, is_untagged)
+type VlanEntry = (u64, bool, bool);
+
+/// `bridge -j vlan show dev <port>` → entries sorted by vid.
+fn port_vlans(host: &Netns, port: &str) -> Vec<VlanEntry> {
+    let v = host.exec_json(&["bridge", "-j", "vlan", "show", "dev", port]);
+    let mut out = Vec::new();
+    for entry in v.as_array().into_iter().flatten() {
+        for vl in entry["vlans"].as_array().into_iter().flatten() {
+            let flags: Vec<&str> = vl["flags"]
+                .as_array()
+                .map(|f| f.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let first = vl["vlan"].as_u64().unwrap();
+            let last = vl["vlanEnd"].as_u64().unwrap_or(first);
+            for vid in first..=last {
+                out.push((
+                    vid,
+                    flags.contains(&"PVID"),
+                    flags.contains(&"Egress Untagged"),
+                ));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Whether the kernel has CONFIG_BRIDGE_VLAN_FILTERING (probed in a scratch netns).
+fn kernel_has_vlan_filtering() -> bool {
+    let ns = Netns::new("brvl-probe");
+    let ok = ns
+        .exec(&[
+            "ip",
+            "link",
+            "add",
+            "probe0",
+            "type",
+            "bridge",
+            "vlan_filtering",
+            "1",
+        ])
+        .status
+        .success();
+    if !ok {
+        eprintln!(
+            "skipping: this kernel has no bridge VLAN filtering (CONFIG_BRIDGE_VLAN_FILTERING)"
+        );
+    }
+    ok
+}
+
+fn vlan_filtering(host: &Netns, br: &str) -> bool {
+    let v = host.exec_json(&["ip", "-j", "-d", "link", "show", br]);
+    v[0]["linkinfo"]["info_data"]["vlan_filtering"].as_u64() == Some(1)
+}
+
+#[test]
+fn vlan_access_and_trunk_state() {
+    require_root!();
+    if !kernel_has_vlan_filtering() {
+        return;
+    }
+    let imp = ours();
+    let host = Netns::new("brvl-host");
+    let cases: Vec<(Value, Vec<VlanEntry>)> = vec![
+        (json!({"vlan": 100}), vec![(100, true, true)]),
+        (
+            json!({"vlanTrunk": [{"minID": 10, "maxID": 12}, {"id": 20}]}),
+            vec![
+                (1, true, true),
+                (10, false, false),
+                (11, false, false),
+                (12, false, false),
+                (20, false, false),
+            ],
+        ),
+        (
+            json!({"vlan": 30, "vlanTrunk": [{"id": 31}]}),
+            vec![(30, true, true), (31, false, false)],
+        ),
+        (
+            json!({"vlan": 40, "preserveDefaultVlan": true}),
+            vec![(1, false, true), (40, true, true)],
+        ),
+    ];
+    for (i, (extra, want)) in cases.into_iter().enumerate() {
+        let pod = Netns::new("brvl-pod");
+        let c = conf("1.0.0", "vlnet", None, json!(null), extra.clone());
+        let a = Attachment::new(&imp, &host, &format!("vl{i}"), &pod);
+        let r = a.add(&c);
+        let port = r["interfaces"][1]["name"].as_str().unwrap().to_string();
+        assert!(vlan_filtering(&host, "cni0"));
+        assert_eq!(port_vlans(&host, &port), want, "config {extra}");
+        assert!(a.check(&c, &r).status.success());
+        a.del(&c, Some(&r));
+    }
+    assert!(veths(&host).is_empty());
+}
+
+#[test]
+fn vlan_isolates_pods_and_gateway_per_vlan() {
+    require_root!();
+    if !kernel_has_vlan_filtering() {
+        return;
+    }
+    let imp = ours();
+    let host = Netns::new("brvg-host");
+    let ipam = TempDir::new("brvg-ipam");
+    let pods: Vec<Netns> = (0..3).map(|_| Netns::new("brvg-pod")).collect();
+    // pod0, pod1 in VLAN 10; pod2 in VLAN 20 (same subnet, so only L2 separates them).
+    let mut results = Vec::new();
+    for (i, p) in pods.iter().enumerate() {
+        let vlan = if i < 2 { 10 } else { 20 };
+        let c = conf(
+            "1.0.0",
+            "vgnet",
+            Some(&ipam),
+            json!([[{"subnet": "10.84.0.0/24"}]]),
+            json!({"vlan": vlan, "isGateway": true}),
+        );
+        let a = Attachment::new(&imp, &host, &format!("vg{i}"), p);
+        results.push((a.add(&c), c));
+    }
+    // The VLAN gateway interface is reported and holds the gateway.
+    let r0 = &results[0].0;
+    assert_eq!(r0["interfaces"].as_array().unwrap().len(), 4, "{r0}");
+    assert_eq!(r0["interfaces"][3]["name"], "cni0.10");
+    assert!(host
+        .addresses("cni0.10")
+        .contains(&"10.84.0.1/24".to_string()));
+    ping_ok(&pods[0], "10.84.0.1");
+    ping_ok(&pods[0], &ip_of(&pods[1], "eth0", false));
+    assert!(
+        !ping(&pods[0], &ip_of(&pods[2], "eth0", false)),
+        "VLANs 10 and 20 must not talk at L2"
+    );
+    for (i, p) in pods.iter().enumerate() {
+        let a = Attachment::new(&imp, &host, &format!("vg{i}"), p);
+        a.del(&results[i].1, Some(&results[i].0));
+    }
+    assert!(leases(&ipam, "vgnet").is_empty());
+}
+
+/// `bridge -j -d link show dev <port>` flag.
+fn port_flag(host: &Netns, port: &str, flag: &str) -> bool {
+    let v = host.exec_json(&["bridge", "-j", "-d", "link", "show", "dev", port]);
+    v[0][flag].as_bool().unwrap_or(false)
+}
+
+#[test]
+fn hairpin_and_isolation_flags() {
+    require_root!();
+    let imp = ours();
+    let host = Netns::new("brhp-host");
+    for (extra, hairpin, isolated) in [
+        (json!({}), false, false),
+        (json!({"hairpinMode": true}), true, false),
+        (json!({"portIsolation": true}), false, true),
+    ] {
+        let pod = Netns::new("brhp-pod");
+        let c = conf("1.0.0", "hpnet", None, json!(null), extra);
+        let a = Attachment::new(&imp, &host, "hp", &pod);
+        let r = a.add(&c);
+        let port = r["interfaces"][1]["name"].as_str().unwrap().to_string();
+        assert_eq!(port_flag(&host, &port, "hairpin"), hairpin);
+        assert_eq!(port_flag(&host, &port, "isolated"), isolated);
+        a.del(&c, Some(&r));
+    }
+}
+
+#[test]
+fn isolated_ports_reach_gateway_but_not_each_other() {
+    require_root!();
+    let imp = ours();
+    let host = Netns::new("bris-host");
+    let ipam = TempDir::new("bris-ipam");
+    let c = conf(
+        "1.0.0",
+        "isnet",
+        Some(&ipam),
+        json!([[{"subnet": "10.85.0.0/24"}]]),
+        json!({"isGateway": true, "portIsolation": true}),
+    );
+    let pods: Vec<Netns> = (0..2).map(|_| Netns::new("bris-pod")).collect();
+    let atts: Vec<Attachment> = pods
+        .iter()
+        .enumerate()
+        .map(|(i, p)| Attachment::new(&imp, &host, &format!("is{i}"), p))
+        .collect();
+    for a in &atts {
+        a.add(&c);
+    }
+    ping_ok(&pods[0], "10.85.0.1");
+    ping_ok(&pods[1], "10.85.0.1");
+    assert!(
+        !ping(&pods[0], &ip_of(&pods[1], "eth0", false)),
+        "isolated ports must not talk"
+    );
+    for a in &atts {
+        a.del(&c, None);
+    }
+}
+
+/// Whether a pod reaches itself through a host DNAT (the classic service hairpin), which needs
+/// the bridge to send the frame back out of the port it came from.
+fn hairpin_roundtrip(hairpin: bool) -> bool {
+    let imp = ours();
+    let host = Netns::new("brhr-host");
+    let ipam = TempDir::new("brhr-ipam");
+    let pod = Netns::new("brhr-pod");
+    let c = conf(
+        "1.0.0",
+        "hrnet",
+        Some(&ipam),
+        json!([[{"subnet": "10.86.0.0/24"}]]),
+        json!({"isGateway": true, "hairpinMode": hairpin}),
+    );
+    let a = Attachment::new(&imp, &host, "hr", &pod);
+    let r = a.add(&c);
+    let own_ip = ip_of(&pod, "eth0", false);
+    host.exec_ok(&[
+        "iptables",
+        "-w",
+        "5",
+        "-t",
+        "nat",
+        "-A",
+        "PREROUTING",
+        "-d",
+        "10.86.0.200",
+        "-j",
+        "DNAT",
+        "--to-destination",
+        &own_ip,
+    ]);
+    host.exec_ok(&[
+        "iptables",
+        "-w",
+        "5",
+        "-t",
+        "nat",
+        "-A",
+        "POSTROUTING",
+        "-s",
+        &own_ip,
+        "-d",
+        &own_ip,
+        "-j",
+        "MASQUERADE",
+    ]);
+    // Per-netns since Linux 5.3: only the test's host namespace is affected.
+    host.exec_ok(&["sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=1"]);
+    pod.exec_ok(&[
+        "ip",
+        "route",
+        "replace",
+        "10.86.0.200/32",
+        "via",
+        "10.86.0.1",
+    ]);
+    let ok = ping(&pod, "10.86.0.200");
+    a.del(&c, Some(&r));
+    ok
+}
+
+#[test]
+fn hairpin_reflects_frames_back_to_the_port() {
+    require_root!();
+    if !std::path::Path::new("/proc/sys/net/bridge/bridge-nf-call-iptables").exists() {
+        eprintln!("skipping: br_netfilter not available");
+        return;
+    }
+    assert!(
+        hairpin_roundtrip(true),
+        "hairpin on: the pod must reach itself through the host DNAT"
+    );
+    assert!(
+        !hairpin_roundtrip(false),
+        "hairpin off: the frame must not come back"
+    );
+}

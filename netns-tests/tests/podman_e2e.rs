@@ -1,0 +1,778 @@
+//! A real container engine on our plugins: podman 4 with its CNI backend.
+//!
+//! Podman runs containers in the "host" netns it is started in, so every podman command here
+//! runs inside a throw-away network + mount namespace (a holder process made with
+//! `unshare --net --mount --propagation private`, entered with `nsenter`), where `/run` and
+//! `/var/lib` are fresh tmpfs mounts (netns files, CNI cache, host-local leases, runc state).
+//! Podman's configuration, storage and image live in a temporary directory prepared by
+//! `netns-tests/podman/setup.sh`. Nothing is left behind on the real host, even on failure.
+//!
+//! The plugin directory handed to podman holds OUR binary for every plugin the workspace
+//! builds, the reference Go plugin otherwise (the test prints which).
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
+use std::time::{Duration, Instant};
+
+use netns_tests::{
+    our_binary, reference_plugin_dir, require_root, skip_unless, workspace_root, Cnitool, ConfDir,
+    Netns, TempDir,
+};
+use serde_json::Value;
+
+/// Every plugin a podman network (or our hand-written one) may name.
+const PLUGINS: &[&str] = &[
+    "bridge",
+    "host-local",
+    "portmap",
+    "firewall",
+    "tuning",
+    "bandwidth",
+    "loopback",
+];
+const IMAGE: &str = "localhost/ferrocni-busybox:latest";
+/// The page busybox httpd serves from /www (written by setup.sh).
+const PAGE: &str = "ferrocni-podman-ok";
+
+fn tool_exists(tool: &str) -> bool {
+    let path = std::env::var("PATH").unwrap_or_default();
+    ["/usr/sbin", "/usr/bin", "/sbin", "/bin"]
+        .iter()
+        .map(|d| d.to_string())
+        .chain(path.split(':').map(str::to_string))
+        .any(|d| Path::new(&d).join(tool).is_file())
+}
+
+fn missing_tools() -> Option<String> {
+    let missing: Vec<&str> = [
+        "podman", "runc", "conmon", "busybox", "unshare", "nsenter", "iptables", "ip",
+    ]
+    .into_iter()
+    .filter(|t| !tool_exists(t))
+    .collect();
+    (!missing.is_empty()).then(|| {
+        format!(
+            "missing {missing:?} (apt-get install -y podman runc busybox-static iptables nftables)"
+        )
+    })
+}
+
+/// Whether the workspace has a package building plugin `name`.
+fn workspace_builds(name: &str) -> bool {
+    let root = workspace_root();
+    root.join("plugins").join(name).join("Cargo.toml").is_file()
+        || root.join("ipam").join(name).join("Cargo.toml").is_file()
+}
+
+/// A directory of symlinks: ours where the workspace builds the plugin, else the reference.
+fn plugin_dir() -> Option<TempDir> {
+    let dir = TempDir::new("podman-plugins");
+    let reference = reference_plugin_dir(&[]).unwrap_or_else(|| PathBuf::from("/usr/lib/cni"));
+    let mut ours = Vec::new();
+    let mut theirs = Vec::new();
+    for name in PLUGINS {
+        let target = if workspace_builds(name) {
+            ours.push(*name);
+            our_binary(name)
+        } else {
+            theirs.push(*name);
+            reference.join(name)
+        };
+        if !target.is_file() {
+            eprintln!("plugin {name} not available at {}", target.display());
+            return None;
+        }
+        std::os::unix::fs::symlink(&target, dir.join(name)).expect("symlink plugin");
+    }
+    eprintln!("podman plugins: ours {ours:?}, reference {theirs:?}");
+    Some(dir)
+}
+
+/// Shell run by the holder: private /run and /var/lib, loopback up, then wait forever.
+const HOLDER_SCRIPT: &str =
+    "set -e; mount -t tmpfs ferrocni-run /run; mount -t tmpfs ferrocni-varlib /var/lib; \
+     mkdir -p /run/netns /var/lib/cni; ip link set lo up; touch \"$1\"; exec sleep 86400";
+
+/// Podman in its own namespaces, with private configuration and storage.
+struct Podman {
+    holder: Child,
+    work: TempDir,
+    _plugins: TempDir,
+    /// Containers started by this test (their cgroups name them), for cleanup.
+    containers: std::cell::RefCell<Vec<String>>,
+    /// A cgroup parent of this test's own (`/ferrocni-podman-<pid>-<n>`): podman's cgroupfs
+    /// manager would otherwise leave `libpod_parent/conmon` behind on the host.
+    cgroup_parent: String,
+}
+
+static CGROUP_COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Removes a cgroup directory tree (children first) in every mounted hierarchy.
+fn remove_cgroup_tree(relative: &str) {
+    let relative = relative.trim_start_matches('/');
+    if relative.is_empty() || relative.contains("..") {
+        return;
+    }
+    fn remove(dir: &Path) {
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for e in entries.filter_map(Result::ok) {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    remove(&e.path());
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(dir);
+    }
+    let root = Path::new("/sys/fs/cgroup");
+    let mut hierarchies = vec![root.to_path_buf()];
+    if let Ok(entries) = std::fs::read_dir(root) {
+        hierarchies.extend(entries.filter_map(Result::ok).map(|e| e.path()));
+    }
+    // Killed processes leave their cgroups a moment later: retry briefly.
+    for _ in 0..20 {
+        let left: Vec<PathBuf> = hierarchies
+            .iter()
+            .map(|h| h.join(relative))
+            .filter(|d| d.is_dir())
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        left.iter().for_each(|d| remove(d));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+impl Podman {
+    fn start() -> Option<Podman> {
+        let plugins = plugin_dir()?;
+        let work = TempDir::new("podman");
+        let setup = workspace_root().join("netns-tests/podman/setup.sh");
+        let out = Command::new("bash")
+            .arg(&setup)
+            .arg(work.path())
+            .arg(plugins.path())
+            .output()
+            .expect("run setup.sh");
+        assert!(
+            out.status.success(),
+            "setup.sh failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+
+        let ready = work.join("holder-ready");
+        let mut cmd = Command::new("unshare");
+        cmd.args([
+            "--net",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            HOLDER_SCRIPT,
+            "holder",
+        ])
+        .arg(&ready);
+        // SAFETY: prctl is async-signal-safe; it makes the holder die with this test thread.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let holder = cmd.spawn().expect("spawn unshare");
+        let n = CGROUP_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let podman = Podman {
+            holder,
+            work,
+            _plugins: plugins,
+            containers: Default::default(),
+            cgroup_parent: format!("/ferrocni-podman-{}-{n}", std::process::id()),
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !ready.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "namespace holder did not get ready"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(podman)
+    }
+
+    fn pid(&self) -> u32 {
+        self.holder.id()
+    }
+
+    /// `argv` inside the holder's network and mount namespaces, with podman's private config.
+    fn command(&self, argv: &[&str]) -> Command {
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(format!("--target={}", self.pid()))
+            .args(["--net", "--mount", "--", "timeout", "120"])
+            .args(argv)
+            .env("CONTAINERS_CONF", self.work.join("containers.conf"))
+            .env("CONTAINERS_STORAGE_CONF", self.work.join("storage.conf"));
+        cmd
+    }
+
+    fn exec(&self, argv: &[&str]) -> Output {
+        self.command(argv)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {argv:?}: {e}"))
+    }
+
+    fn exec_ok(&self, argv: &[&str]) -> String {
+        let out = self.exec(argv);
+        assert!(
+            out.status.success(),
+            "{argv:?} failed ({}): {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    fn podman_ok(&self, args: &[&str]) -> String {
+        let mut argv = vec!["podman"];
+        argv.extend_from_slice(args);
+        self.exec_ok(&argv)
+    }
+
+    /// `podman run -d` that records the container for cleanup.
+    fn run_detached(&self, args: &[&str]) -> String {
+        let parent = format!("--cgroup-parent={}", self.cgroup_parent);
+        let mut argv = vec!["run", "-d", parent.as_str()];
+        argv.extend_from_slice(args);
+        let id = self.podman_ok(&argv);
+        self.containers.borrow_mut().push(id.clone());
+        id
+    }
+
+    fn ip_of(&self, container: &str, network: &str) -> String {
+        let format = format!("{{{{(index .NetworkSettings.Networks \"{network}\").IPAddress}}}}");
+        self.podman_ok(&["inspect", "--format", &format, container])
+    }
+
+    /// A path inside the holder's private mount namespace, seen from here.
+    fn private_path(&self, p: &str) -> PathBuf {
+        PathBuf::from(format!("/proc/{}/root{p}", self.pid()))
+    }
+
+    fn netconf(&self) -> PathBuf {
+        self.work.join("netconf")
+    }
+
+    /// Names of the files in a private directory (empty when it does not exist).
+    fn private_files(&self, dir: &str) -> Vec<String> {
+        std::fs::read_dir(self.private_path(dir))
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn link_names(&self) -> Vec<String> {
+        let out = self.exec_ok(&["ip", "-j", "link", "show"]);
+        let links: Value = serde_json::from_str(&out).expect("ip -j link");
+        links
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|l| l["ifname"].as_str().map(str::to_string))
+            .collect()
+    }
+
+    /// Everything netfilter holds in the holder's netns (iptables and nft views).
+    fn firewall_dump(&self) -> String {
+        let mut text = self.exec_ok(&["iptables-save"]);
+        text.push_str(
+            &self
+                .exec(&["ip6tables-save"])
+                .stdout
+                .iter()
+                .map(|b| *b as char)
+                .collect::<String>(),
+        );
+        if tool_exists("nft") {
+            text.push_str(&String::from_utf8_lossy(
+                &self.exec(&["nft", "list", "ruleset"]).stdout,
+            ));
+        }
+        text
+    }
+
+    /// Asserts that no trace of an attachment with address `ip` and container `id` remains,
+    /// and that `others` attachments (host veths) are still there.
+    fn assert_attachment_gone(&self, network: &str, ip: &str, id: &str, others: usize) {
+        let links = self.link_names();
+        let veths = links.iter().filter(|l| l.starts_with("veth")).count();
+        let ifbs = links.iter().filter(|l| l.starts_with("bwp")).count();
+        assert!(veths == others && ifbs == 0, "leftover links: {links:?}");
+        let leases: Vec<String> = self
+            .private_files(&format!("/var/lib/cni/networks/{network}"))
+            .into_iter()
+            .filter(|f| f == ip)
+            .collect();
+        assert!(leases.is_empty(), "leftover leases: {leases:?}");
+        let cache = self.private_files("/var/lib/cni/results");
+        assert!(
+            !cache.iter().any(|f| f.contains(id)),
+            "leftover cache entries: {cache:?}"
+        );
+        let rules = self.firewall_dump();
+        let ip_word = |line: &str| {
+            line.split(|c: char| !(c.is_ascii_hexdigit() || c == '.' || c == ':'))
+                .any(|w| w == ip)
+        };
+        let leftovers: Vec<&str> = rules
+            .lines()
+            .filter(|l| ip_word(l) || l.contains(id))
+            .collect();
+        assert!(
+            leftovers.is_empty(),
+            "leftover rules for {ip}/{id}: {leftovers:#?}"
+        );
+        assert!(
+            !rules.contains("CNI-DN-"),
+            "leftover portmap chain:\n{rules}"
+        );
+    }
+}
+
+impl Drop for Podman {
+    fn drop(&mut self) {
+        let _ = self
+            .command(&["podman", "rm", "--all", "--force", "--time", "0"])
+            .output();
+        // Anything still alive from this test: processes in the holder's mount namespace
+        // (conmon) and the containers' processes (cgroups named after their IDs).
+        let holder_mnt = std::fs::read_link(format!("/proc/{}/ns/mnt", self.pid())).ok();
+        let ids = self.containers.borrow().clone();
+        if let Ok(procs) = std::fs::read_dir("/proc") {
+            for p in procs.filter_map(Result::ok) {
+                let Ok(pid) = p.file_name().to_string_lossy().parse::<i32>() else {
+                    continue;
+                };
+                if pid as u32 == self.pid() {
+                    continue;
+                }
+                let same_mnt = holder_mnt.is_some()
+                    && std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok() == holder_mnt;
+                let cgroup =
+                    std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+                let ours = ids
+                    .iter()
+                    .any(|id| !id.is_empty() && cgroup.contains(&format!("libpod-{id}")));
+                if same_mnt || ours {
+                    // SAFETY: plain kill(2) on a pid this test started (directly or via podman).
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+            }
+        }
+        let _ = self.holder.kill();
+        let _ = self.holder.wait();
+        remove_cgroup_tree(&self.cgroup_parent);
+    }
+}
+
+fn start_or_skip() -> Option<Podman> {
+    if let Some(why) = missing_tools() {
+        eprintln!("skipping podman test: {why}");
+        return None;
+    }
+    Podman::start()
+}
+
+#[test]
+fn podman_network_create_run_ping_publish_and_clean_up() {
+    require_root!();
+    let podman = skip_unless!(start_or_skip(), "podman environment unavailable");
+    let net = "fe2e";
+    podman.podman_ok(&["network", "create", "--subnet", "10.231.61.0/24", net]);
+
+    // podman wrote a conflist naming exactly the four plugins it needs.
+    let conflist: Value = serde_json::from_slice(
+        &std::fs::read(podman.netconf().join(format!("{net}.conflist"))).unwrap(),
+    )
+    .unwrap();
+    let types: Vec<&str> = conflist["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["bridge", "portmap", "firewall", "tuning"]);
+
+    let web = podman.run_detached(&[
+        "--name",
+        "web",
+        "--network",
+        net,
+        "-p",
+        "18080:80",
+        "-p",
+        "127.0.0.1:18081:80",
+        IMAGE,
+        "httpd",
+        "-f",
+        "-p",
+        "80",
+        "-h",
+        "/www",
+    ]);
+    let client =
+        podman.run_detached(&["--name", "client", "--network", net, IMAGE, "sleep", "600"]);
+    let web_ip = podman.ip_of("web", net);
+    let client_ip = podman.ip_of("client", net);
+    assert!(
+        web_ip.starts_with("10.231.61.") && client_ip.starts_with("10.231.61."),
+        "{web_ip} {client_ip}"
+    );
+    assert_ne!(web_ip, client_ip);
+
+    // Containers reach each other and the gateway.
+    podman.podman_ok(&["exec", "client", "ping", "-c", "1", "-W", "3", &web_ip]);
+    podman.podman_ok(&["exec", "web", "ping", "-c", "1", "-W", "3", &client_ip]);
+    podman.podman_ok(&[
+        "exec",
+        "client",
+        "ping",
+        "-c",
+        "1",
+        "-W",
+        "3",
+        "10.231.61.1",
+    ]);
+
+    // The published port answers on the host's 127.0.0.1, from another container through the
+    // gateway address, and from the container itself (hairpin).
+    let host_view = podman.exec_ok(&[
+        "busybox",
+        "wget",
+        "-q",
+        "-O",
+        "-",
+        "http://127.0.0.1:18080/",
+    ]);
+    assert_eq!(host_view, PAGE);
+    let from_client = podman.podman_ok(&[
+        "exec",
+        "client",
+        "timeout",
+        "10",
+        "wget",
+        "-q",
+        "-O",
+        "-",
+        "http://10.231.61.1:18080/",
+    ]);
+    assert_eq!(from_client, PAGE);
+    let hairpin = podman.podman_ok(&[
+        "exec",
+        "web",
+        "timeout",
+        "10",
+        "wget",
+        "-q",
+        "-O",
+        "-",
+        "http://10.231.61.1:18080/",
+    ]);
+    assert_eq!(hairpin, PAGE);
+
+    // A mapping bound to 127.0.0.1 answers there and nowhere else.
+    let local_only = podman.exec_ok(&[
+        "busybox",
+        "wget",
+        "-q",
+        "-O",
+        "-",
+        "http://127.0.0.1:18081/",
+    ]);
+    assert_eq!(local_only, PAGE);
+    let elsewhere = podman.exec(&[
+        "podman",
+        "exec",
+        "client",
+        "timeout",
+        "5",
+        "wget",
+        "-q",
+        "-O",
+        "-",
+        "http://10.231.61.1:18081/",
+    ]);
+    assert!(
+        !elsewhere.status.success(),
+        "a 127.0.0.1-bound port answered on the gateway address"
+    );
+
+    // The default network (no --network) works too.
+    let parent = format!("--cgroup-parent={}", podman.cgroup_parent);
+    let addr = podman.podman_ok(&[
+        "run", "--rm", &parent, IMAGE, "ip", "-4", "-o", "addr", "show", "eth0",
+    ]);
+    assert!(
+        addr.contains("10.231.100."),
+        "default network address: {addr}"
+    );
+
+    // Our rules carry the reference's names.
+    let rules = podman.firewall_dump();
+    assert!(
+        rules.contains("CNI-HOSTPORT-DNAT") && rules.contains("CNI-DN-"),
+        "{rules}"
+    );
+    assert!(
+        rules.contains(&format!("-A CNI-FORWARD -s {web_ip}/32 -j ACCEPT")),
+        "{rules}"
+    );
+
+    podman.podman_ok(&["rm", "--force", "--time", "0", &web]);
+    podman.assert_attachment_gone(net, &web_ip, &web, 1);
+    // The other container is untouched by that DEL.
+    podman.podman_ok(&[
+        "exec",
+        "client",
+        "ping",
+        "-c",
+        "1",
+        "-W",
+        "3",
+        "10.231.61.1",
+    ]);
+    podman.podman_ok(&["rm", "--force", "--time", "0", &client]);
+    podman.assert_attachment_gone(net, &client_ip, &client, 0);
+    let links = podman.link_names();
+    assert!(
+        links
+            .iter()
+            .all(|l| l == "lo" || l.starts_with("cni-podman")),
+        "{links:?}"
+    );
+}
+
+#[test]
+fn podman_runs_a_hand_written_1_0_0_bandwidth_conflist() {
+    require_root!();
+    let podman = skip_unless!(start_or_skip(), "podman environment unavailable");
+    let example = workspace_root().join("conflist-examples/podman-bandwidth-1.0.0.conflist");
+    std::fs::copy(&example, podman.netconf().join("podman-shaped.conflist"))
+        .expect("copy conflist");
+    let net = "podman-shaped";
+
+    let id = podman.run_detached(&["--name", "shaped", "--network", net, IMAGE, "sleep", "600"]);
+    let ip = podman.ip_of("shaped", net);
+    assert!(ip.starts_with("10.231.10."), "{ip}");
+    podman.podman_ok(&[
+        "exec",
+        "shaped",
+        "ping",
+        "-c",
+        "1",
+        "-W",
+        "3",
+        "10.231.10.1",
+    ]);
+
+    // bandwidth shaped both directions: a TBF on the host veth and an IFB with a TBF.
+    let links = podman.link_names();
+    let veth = links
+        .iter()
+        .find(|l| l.starts_with("veth"))
+        .expect("host veth")
+        .clone();
+    let ifb = links
+        .iter()
+        .find(|l| l.starts_with("bwp"))
+        .expect("bandwidth IFB")
+        .clone();
+    assert!(podman
+        .exec_ok(&["tc", "qdisc", "show", "dev", &veth])
+        .contains("tbf"));
+    assert!(podman
+        .exec_ok(&["tc", "qdisc", "show", "dev", &ifb])
+        .contains("tbf"));
+
+    podman.podman_ok(&["rm", "--force", "--time", "0", &id]);
+    podman.assert_attachment_gone(net, &ip, &id, 0);
+}
+
+#[test]
+fn podman_isolated_dual_stack_networks() {
+    require_root!();
+    let podman = skip_unless!(start_or_skip(), "podman environment unavailable");
+    podman.podman_ok(&[
+        "network",
+        "create",
+        "--ipv6",
+        "--subnet",
+        "10.231.62.0/24",
+        "--subnet",
+        "fd00:231:62::/64",
+        "-o",
+        "isolate=true",
+        "isoa",
+    ]);
+    podman.podman_ok(&[
+        "network",
+        "create",
+        "--subnet",
+        "10.231.63.0/24",
+        "-o",
+        "isolate=true",
+        "isob",
+    ]);
+    let conflist: Value =
+        serde_json::from_slice(&std::fs::read(podman.netconf().join("isoa.conflist")).unwrap())
+            .unwrap();
+    assert_eq!(
+        conflist["plugins"][2]["ingressPolicy"], "same-bridge",
+        "{conflist}"
+    );
+
+    let web = podman.run_detached(&[
+        "--name",
+        "web6",
+        "--network",
+        "isoa",
+        "-p",
+        "18090:80",
+        IMAGE,
+        "httpd",
+        "-f",
+        "-p",
+        "80",
+        "-h",
+        "/www",
+    ]);
+    let near = podman.run_detached(&["--name", "near", "--network", "isoa", IMAGE, "sleep", "600"]);
+    let far = podman.run_detached(&["--name", "far", "--network", "isob", IMAGE, "sleep", "600"]);
+    let web_ip = podman.ip_of("web6", "isoa");
+    let web_ip6 = podman.podman_ok(&[
+        "inspect",
+        "--format",
+        "{{(index .NetworkSettings.Networks \"isoa\").GlobalIPv6Address}}",
+        "web6",
+    ]);
+    assert!(web_ip6.starts_with("fd00:231:62::"), "{web_ip6}");
+
+    // Same bridge: reachable over both families. Other bridge: isolated.
+    podman.podman_ok(&["exec", "near", "ping", "-c", "1", "-W", "3", &web_ip]);
+    podman.podman_ok(&["exec", "near", "ping", "-c", "1", "-W", "3", &web_ip6]);
+    let crossed = podman.exec(&[
+        "podman", "exec", "far", "ping", "-c", "1", "-W", "2", &web_ip,
+    ]);
+    assert!(
+        !crossed.status.success(),
+        "isob reached isoa despite isolate=true"
+    );
+
+    // The published port over IPv4 (127.0.0.1) and IPv6 (the bridge's v6 address).
+    assert_eq!(
+        podman.exec_ok(&[
+            "busybox",
+            "wget",
+            "-q",
+            "-O",
+            "-",
+            "http://127.0.0.1:18090/"
+        ]),
+        PAGE
+    );
+    let v6_url = "http://[fd00:231:62::1]:18090/";
+    assert_eq!(
+        podman.exec_ok(&["busybox", "wget", "-q", "-O", "-", v6_url]),
+        PAGE
+    );
+    assert_eq!(
+        podman.podman_ok(&["exec", "near", "timeout", "10", "wget", "-q", "-O", "-", v6_url]),
+        PAGE
+    );
+    let rules6 = podman.exec_ok(&["ip6tables-save", "-t", "nat"]);
+    assert!(
+        rules6.contains(&format!("--to-destination [{web_ip6}]:80")),
+        "{rules6}"
+    );
+
+    podman.podman_ok(&["rm", "--force", "--time", "0", &web]);
+    podman.assert_attachment_gone("isoa", &web_ip, &web, 2);
+    podman.assert_attachment_gone("isoa", &web_ip6, &web, 2);
+    podman.podman_ok(&["rm", "--force", "--time", "0", &near, &far]);
+    let links = podman.link_names();
+    assert!(
+        links
+            .iter()
+            .all(|l| l == "lo" || l.starts_with("cni-podman")),
+        "{links:?}"
+    );
+}
+
+/// The conflists podman writes, driven by cnitool (podman never calls CHECK): ADD, CHECK, DEL.
+#[test]
+fn podman_conflists_pass_check_through_cnitool() {
+    require_root!();
+    for (file, net) in [
+        ("podman-bridge.conflist", "podman-example"),
+        ("podman-isolated-dualstack.conflist", "podman-isolated"),
+    ] {
+        let text =
+            std::fs::read_to_string(workspace_root().join("conflist-examples").join(file)).unwrap();
+        let mut conflist: Value = serde_json::from_str(&text).unwrap();
+        // Keep host-local's leases out of the real /var/lib/cni.
+        let leases = TempDir::new("podman-leases");
+        conflist["plugins"][0]["ipam"]["dataDir"] =
+            Value::String(leases.path().display().to_string());
+        // A host running firewalld would otherwise get these addresses in its real zone.
+        conflist["plugins"][2]["backend"] = Value::String("iptables".into());
+        let conf = ConfDir::new();
+        conf.write_json("10-podman.conflist", &conflist);
+        let cache = TempDir::new("podman-cache");
+        let plugins = skip_unless!(plugin_dir(), "plugins unavailable");
+        let host = Netns::new("pmcheck-host");
+        let pod = Netns::new("pmcheck-pod");
+        host.exec_ok(&["ip", "link", "set", "lo", "up"]);
+        let tool = Cnitool::new(&conf, vec![plugins.path().to_path_buf()], cache.path())
+            .in_netns(&host)
+            .env(
+                "CAP_ARGS",
+                r#"{"portMappings":[{"hostPort":18081,"containerPort":80,"protocol":"tcp"}]}"#,
+            );
+        let result: Value =
+            serde_json::from_str(&tool.run_ok(&["add", net, pod.path_str()])).unwrap();
+        let ip = result["ips"][0]["address"]
+            .as_str()
+            .unwrap()
+            .split('/')
+            .next()
+            .unwrap()
+            .to_string();
+        tool.run_ok(&["check", net, pod.path_str()]);
+        // CHECK notices a missing firewall rule.
+        host.exec_ok(&[
+            "iptables",
+            "-D",
+            "CNI-FORWARD",
+            "-s",
+            &format!("{ip}/32"),
+            "-j",
+            "ACCEPT",
+        ]);
+        assert!(
+            !tool.run(&["check", net, pod.path_str()]).status.success(),
+            "CHECK passed without the firewall rule"
+        );
+        tool.run_ok(&["del", net, pod.path_str()]);
+        let dump = String::from_utf8_lossy(&host.exec(&["iptables-save"]).stdout).into_owned();
+        assert!(
+            !dump.contains(&ip) && !dump.contains("CNI-DN-"),
+            "{file}: leftover rules:\n{dump}"
+        );
+    }
+}

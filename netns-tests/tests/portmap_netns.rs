@@ -1,0 +1,466 @@
+//! portmap end to end: our bridge + host-local + portmap through cnitool, with the "host" in
+//! a namespace of its own. A busybox httpd in one pod must answer on the host's 127.0.0.1,
+//! from another pod through the gateway, and from itself (hairpin); CHECK must notice a
+//! missing rule; DEL must remove exactly this container's rules.
+
+use std::process::Child;
+
+use netns_tests::{our_bin_dir, our_binary, require_root, Cnitool, ConfDir, Netns, TempDir};
+use serde_json::{json, Value};
+
+const PAGE: &str = "ferrocni-portmap-ok";
+
+fn busybox_available() -> bool {
+    ["/bin/busybox", "/usr/bin/busybox"]
+        .iter()
+        .any(|p| std::path::Path::new(p).is_file())
+}
+
+/// A busybox httpd serving PAGE on port 80 inside a namespace; killed on drop.
+struct Httpd {
+    child: Child,
+    _root: TempDir,
+}
+
+impl Httpd {
+    fn start(ns: &Netns) -> Httpd {
+        let root = TempDir::new("httpd");
+        std::fs::write(root.join("index.html"), PAGE).unwrap();
+        let child = ns
+            .command(&[
+                "busybox",
+                "httpd",
+                "-f",
+                "-p",
+                "80",
+                "-h",
+                root.path().to_str().unwrap(),
+            ])
+            .spawn()
+            .expect("start busybox httpd");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        Httpd { child, _root: root }
+    }
+}
+
+impl Drop for Httpd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `wget` from inside `ns`; the page or None.
+fn fetch(ns: &Netns, url: &str) -> Option<String> {
+    let out = ns.exec(&["timeout", "10", "busybox", "wget", "-q", "-O", "-", url]);
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn plugins() -> Vec<std::path::PathBuf> {
+    for p in ["bridge", "host-local", "portmap", "cnitool"] {
+        our_binary(p);
+    }
+    vec![our_bin_dir()]
+}
+
+fn conflist(name: &str, bridge: &str, subnet: &str, leases: &TempDir, portmap: Value) -> Value {
+    json!({
+        "cniVersion": "1.0.0",
+        "name": name,
+        "plugins": [
+            {
+                "type": "bridge", "bridge": bridge, "isGateway": true, "hairpinMode": true,
+                "ipam": { "type": "host-local", "dataDir": leases.path(), "ranges": [[{ "subnet": subnet }]],
+                          "routes": [{ "dst": "0.0.0.0/0" }] }
+            },
+            portmap
+        ]
+    })
+}
+
+fn ip_of(result: &str) -> String {
+    let v: Value = serde_json::from_str(result).expect("ADD result");
+    v["ips"][0]["address"]
+        .as_str()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+const MAPPINGS: &str = r#"{"portMappings":[{"hostPort":18082,"containerPort":80,"protocol":"tcp"},{"hostPort":15353,"containerPort":53,"protocol":"udp"}]}"#;
+
+#[test]
+fn portmap_iptables_forwards_hairpins_checks_and_cleans_up() {
+    require_root!();
+    if !busybox_available() {
+        eprintln!("skipping: busybox not installed");
+        return;
+    }
+    let host = Netns::new("pm-host");
+    let web = Netns::new("pm-web");
+    let client = Netns::new("pm-client");
+    for ns in [&host, &web, &client] {
+        ns.exec_ok(&["ip", "link", "set", "lo", "up"]);
+    }
+    let leases = TempDir::new("pm-leases");
+    let cache = TempDir::new("pm-cache");
+    let conf = ConfDir::new();
+    let portmap = json!({ "type": "portmap", "capabilities": { "portMappings": true } });
+    conf.write_json(
+        "10-pm.conflist",
+        &conflist("pmnet", "cni-pm0", "10.231.20.0/24", &leases, portmap),
+    );
+    let plain = Cnitool::new(&conf, plugins(), cache.path()).in_netns(&host);
+    let mapped = plain.clone().env("CAP_ARGS", MAPPINGS);
+
+    let web_ip = ip_of(&mapped.run_ok(&["add", "pmnet", web.path_str()]));
+    let client_ip = ip_of(&plain.run_ok(&["add", "pmnet", client.path_str()]));
+    let _httpd = Httpd::start(&web);
+
+    assert_eq!(
+        fetch(&host, "http://127.0.0.1:18082/").as_deref(),
+        Some(PAGE),
+        "host 127.0.0.1"
+    );
+    assert_eq!(
+        fetch(&host, "http://10.231.20.1:18082/").as_deref(),
+        Some(PAGE),
+        "host address"
+    );
+    assert_eq!(
+        fetch(&client, "http://10.231.20.1:18082/").as_deref(),
+        Some(PAGE),
+        "from another pod"
+    );
+    assert_eq!(
+        fetch(&web, "http://10.231.20.1:18082/").as_deref(),
+        Some(PAGE),
+        "hairpin"
+    );
+
+    // Reference names and rules; route_localnet on the bridge for the 127.0.0.1 path.
+    let nat = host.exec_ok(&["iptables-save", "-t", "nat"]);
+    let dn_chain = nat
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(":CNI-DN-")
+                .map(|rest| format!("CNI-DN-{}", rest.split(' ').next().unwrap()))
+        })
+        .expect("CNI-DN chain");
+    assert!(
+        nat.contains(&format!("-j DNAT --to-destination {web_ip}:80")),
+        "{nat}"
+    );
+    assert!(
+        nat.contains(&format!("-j DNAT --to-destination {web_ip}:53")),
+        "{nat}"
+    );
+    assert!(nat.contains("-A POSTROUTING -m comment --comment \"CNI portfwd requiring masquerade\" -j CNI-HOSTPORT-MASQ"), "{nat}");
+    assert_eq!(
+        host.exec_ok(&["cat", "/proc/sys/net/ipv4/conf/cni-pm0/route_localnet"])
+            .trim(),
+        "1"
+    );
+
+    mapped.run_ok(&["check", "pmnet", web.path_str()]);
+    plain.run_ok(&["check", "pmnet", client.path_str()]);
+    let dnat = [
+        "-p",
+        "tcp",
+        "--dport",
+        "18082",
+        "-j",
+        "DNAT",
+        "--to-destination",
+    ];
+    let target = format!("{web_ip}:80");
+    let mut del_rule = vec!["iptables", "-t", "nat", "-D", dn_chain.as_str()];
+    del_rule.extend_from_slice(&dnat);
+    del_rule.push(&target);
+    host.exec_ok(&del_rule);
+    assert!(
+        !mapped
+            .run(&["check", "pmnet", web.path_str()])
+            .status
+            .success(),
+        "CHECK missed a deleted DNAT rule"
+    );
+
+    // DEL removes this container's chain and jumps only; the shared chains stay.
+    mapped.run_ok(&["del", "pmnet", web.path_str()]);
+    let nat = host.exec_ok(&["iptables-save", "-t", "nat"]);
+    assert!(
+        !nat.contains("CNI-DN-") && !nat.contains(&web_ip),
+        "leftovers:\n{nat}"
+    );
+    assert!(
+        nat.contains(":CNI-HOSTPORT-DNAT") && nat.contains(":CNI-HOSTPORT-SETMARK"),
+        "{nat}"
+    );
+    mapped.run_ok(&["del", "pmnet", web.path_str()]);
+    assert!(
+        fetch(&host, "http://127.0.0.1:18082/").is_none(),
+        "port still forwarded after DEL"
+    );
+    plain.run_ok(&["del", "pmnet", client.path_str()]);
+    assert!(!host.exec_ok(&["iptables-save"]).contains(&client_ip));
+}
+
+#[test]
+fn portmap_nftables_backend_forwards_checks_and_cleans_up() {
+    require_root!();
+    if !busybox_available() || !std::path::Path::new("/usr/sbin/nft").is_file() {
+        eprintln!("skipping: busybox or nft not installed");
+        return;
+    }
+    let host = Netns::new("pmn-host");
+    let web = Netns::new("pmn-web");
+    let client = Netns::new("pmn-client");
+    for ns in [&host, &web, &client] {
+        ns.exec_ok(&["ip", "link", "set", "lo", "up"]);
+    }
+    let leases = TempDir::new("pmn-leases");
+    let cache = TempDir::new("pmn-cache");
+    let conf = ConfDir::new();
+    let portmap = json!({ "type": "portmap", "backend": "nftables", "capabilities": { "portMappings": true } });
+    conf.write_json(
+        "10-pmn.conflist",
+        &conflist("pmnft", "cni-pmn0", "10.231.21.0/24", &leases, portmap),
+    );
+    let plain = Cnitool::new(&conf, plugins(), cache.path()).in_netns(&host);
+    let mapped = plain.clone().env("CAP_ARGS", MAPPINGS);
+
+    let web_ip = ip_of(&mapped.run_ok(&["add", "pmnft", web.path_str()]));
+    plain.run_ok(&["add", "pmnft", client.path_str()]);
+    let _httpd = Httpd::start(&web);
+    assert_eq!(
+        fetch(&host, "http://127.0.0.1:18082/").as_deref(),
+        Some(PAGE),
+        "host 127.0.0.1"
+    );
+    assert_eq!(
+        fetch(&client, "http://10.231.21.1:18082/").as_deref(),
+        Some(PAGE),
+        "from another pod"
+    );
+    assert_eq!(
+        fetch(&web, "http://10.231.21.1:18082/").as_deref(),
+        Some(PAGE),
+        "hairpin"
+    );
+
+    let ruleset = host.exec_ok(&["nft", "list", "table", "ip", "cni_hostport"]);
+    assert!(
+        ruleset.contains(&format!("dnat to {web_ip}:80")),
+        "{ruleset}"
+    );
+    assert!(
+        !host
+            .exec_ok(&["iptables-save", "-t", "nat"])
+            .contains("CNI-DN-"),
+        "iptables used despite backend nftables"
+    );
+    mapped.run_ok(&["check", "pmnft", web.path_str()]);
+    // CHECK notices a missing rule.
+    host.exec_ok(&[
+        "nft",
+        "flush",
+        "chain",
+        "ip",
+        "cni_hostport",
+        "masquerading",
+    ]);
+    assert!(!mapped
+        .run(&["check", "pmnft", web.path_str()])
+        .status
+        .success());
+
+    mapped.run_ok(&["del", "pmnft", web.path_str()]);
+    let ruleset = host.exec_ok(&["nft", "list", "table", "ip", "cni_hostport"]);
+    assert!(!ruleset.contains(&web_ip), "leftovers:\n{ruleset}");
+    mapped.run_ok(&["del", "pmnft", web.path_str()]);
+    plain.run_ok(&["del", "pmnft", client.path_str()]);
+}
+
+/// Our portmap removes what the reference portmap installed (same names), and vice versa.
+#[test]
+fn portmap_cleans_up_after_the_reference_plugin() {
+    require_root!();
+    let reference = match netns_tests::reference_plugin_dir(&["portmap"]) {
+        Some(d) => d,
+        None => return,
+    };
+    let host = Netns::new("pmr-host");
+    let pod = Netns::new("pmr-pod");
+    let config = json!({
+        "cniVersion": "1.0.0", "name": "pmref", "type": "portmap",
+        "runtimeConfig": serde_json::from_str::<Value>(MAPPINGS).unwrap(),
+        "prevResult": { "cniVersion": "1.0.0",
+            "interfaces": [{ "name": "eth0", "sandbox": pod.path_str() }],
+            "ips": [{ "address": "10.231.22.5/24", "interface": 0 }] }
+    });
+    let run = |binary: std::path::PathBuf, command: &str| {
+        let mut child = host
+            .command(&[binary.to_str().unwrap()])
+            .env("CNI_COMMAND", command)
+            .env("CNI_CONTAINERID", "refcid")
+            .env("CNI_NETNS", pod.path_str())
+            .env("CNI_IFNAME", "eth0")
+            .env("CNI_PATH", "/nonexistent")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(config.to_string().as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{command}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    };
+    let ours = our_binary("portmap");
+    run(reference.join("portmap"), "ADD");
+    let theirs = host.exec_ok(&["iptables-save", "-t", "nat"]);
+    run(ours.clone(), "CHECK");
+    run(ours.clone(), "DEL");
+    assert!(!host
+        .exec_ok(&["iptables-save", "-t", "nat"])
+        .contains("CNI-DN-"));
+    // And the rule sets are identical.
+    run(ours, "ADD");
+    let mine = host.exec_ok(&["iptables-save", "-t", "nat"]);
+    let strip = |s: &str| {
+        s.lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(strip(&mine), strip(&theirs));
+    run(reference.join("portmap"), "DEL");
+    assert!(!host
+        .exec_ok(&["iptables-save", "-t", "nat"])
+        .contains("CNI-DN-"));
+}
+
+/// GC (spec 1.1.0) removes the port mappings of this network's containers that are no
+/// longer valid attachments, and nothing of other networks.
+#[test]
+fn portmap_gc_removes_stale_attachments_only() {
+    require_root!();
+    let host = Netns::new("pmgc-host");
+    let pod = Netns::new("pmgc-pod");
+    let run = |network: &str, cid: &str, command: &str, extra: Value| {
+        let mut config = json!({
+            "cniVersion": "1.1.0", "name": network, "type": "portmap",
+            "runtimeConfig": serde_json::from_str::<Value>(MAPPINGS).unwrap(),
+            "prevResult": { "cniVersion": "1.1.0",
+                "interfaces": [{ "name": "eth0", "sandbox": pod.path_str() }],
+                "ips": [{ "address": "10.231.23.5/24", "interface": 0 }] }
+        });
+        if command == "GC" {
+            config = json!({ "cniVersion": "1.1.0", "name": network, "type": "portmap" });
+        }
+        for (k, v) in extra.as_object().unwrap() {
+            config[k] = v.clone();
+        }
+        let mut child = host
+            .command(&[our_binary("portmap").to_str().unwrap()])
+            .env("CNI_COMMAND", command)
+            .env("CNI_CONTAINERID", cid)
+            .env("CNI_NETNS", pod.path_str())
+            .env("CNI_IFNAME", "eth0")
+            .env("CNI_PATH", "/nonexistent")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(config.to_string().as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{command}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    };
+    run("gcnet", "keep", "ADD", json!({}));
+    run("gcnet", "stale", "ADD", json!({}));
+    run("othernet", "other", "ADD", json!({}));
+    let comments = || {
+        let nat = host.exec_ok(&["iptables-save", "-t", "nat"]);
+        nat.lines()
+            .filter(|l| l.starts_with("-A CNI-HOSTPORT-DNAT"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        comments().len(),
+        6,
+        "two protocols for each of three containers"
+    );
+    run(
+        "gcnet",
+        "",
+        "GC",
+        json!({ "cni.dev/valid-attachments": [{ "containerID": "keep", "ifname": "eth0" }] }),
+    );
+    let left = comments();
+    assert_eq!(left.len(), 4, "{left:#?}");
+    assert!(
+        left.iter().all(|l| !l.contains("\\\"stale\\\"")),
+        "{left:#?}"
+    );
+    assert!(
+        left.iter().any(|l| l.contains("\\\"keep\\\""))
+            && left.iter().any(|l| l.contains("\\\"other\\\""))
+    );
+}
+
+/// The nftables example conflist (bridge masquerading and portmap both on nftables): ADD,
+/// CHECK and DEL leave no rule of the container behind.
+#[test]
+fn portmap_nftables_example_conflist() {
+    require_root!();
+    if !std::path::Path::new("/usr/sbin/nft").is_file() {
+        eprintln!("skipping: nft not installed");
+        return;
+    }
+    let host = Netns::new("pme-host");
+    let pod = Netns::new("pme-pod");
+    let leases = TempDir::new("pme-leases");
+    let cache = TempDir::new("pme-cache");
+    let text = std::fs::read_to_string(
+        netns_tests::workspace_root().join("conflist-examples/portmap-nftables.conflist"),
+    )
+    .unwrap();
+    let mut conflist: Value = serde_json::from_str(&text).unwrap();
+    conflist["plugins"][0]["ipam"]["dataDir"] = json!(leases.path());
+    let conf = ConfDir::new();
+    conf.write_json("10-nft.conflist", &conflist);
+    let tool = Cnitool::new(&conf, plugins(), cache.path())
+        .in_netns(&host)
+        .env("CAP_ARGS", MAPPINGS);
+    let ip = ip_of(&tool.run_ok(&["add", "portmap-nft", pod.path_str()]));
+    let ruleset = host.exec_ok(&["nft", "list", "ruleset"]);
+    assert!(ruleset.contains(&format!("dnat to {ip}:80")), "{ruleset}");
+    tool.run_ok(&["check", "portmap-nft", pod.path_str()]);
+    tool.run_ok(&["del", "portmap-nft", pod.path_str()]);
+    let ruleset = host.exec_ok(&["nft", "list", "ruleset"]);
+    assert!(!ruleset.contains(&ip), "leftovers:\n{ruleset}");
+}

@@ -1,0 +1,581 @@
+//! ADD: bridge, veth pair (peer born in the container netns), port settings, spoof check,
+//! IPAM, container addressing, gateway, masquerade. Every step registers its undo action, and a
+//! failure runs them in reverse so nothing is left behind.
+
+use std::io::Read;
+use std::time::{Duration, Instant};
+
+use ipnetwork::IpNetwork;
+use libcni::error::CniError;
+use libcni::result::{CniResult, Interface};
+use libcni::skel::CmdArgs;
+use netkit::bridge_port::PortFlags;
+use netkit::link::{BridgeOptions, Link, VethSpec};
+use netkit::netfilter::ipmasq::{self, Backend};
+use netkit::netfilter::spoofcheck::SpoofChecker;
+use netkit::packet_route::link::{InfoBridge, LinkFlags, State};
+use netkit::packet_route::RouteNetlinkMessage;
+use netkit::{sysctl, AddressOptions, Netns, Socket};
+
+use crate::config::NetConf;
+use crate::errors;
+use crate::gateway::{self, CONTAINER_IF_INDEX};
+use crate::ipam;
+
+/// Attempts at finding a free random host veth name.
+const VETH_NAME_ATTEMPTS: usize = 10;
+/// How long the host veth may take to report operstate UP.
+const PORT_UP_TIMEOUT: Duration = Duration::from_millis(2500);
+/// How long IPv6 DAD may take when `enabledad` is set.
+const DAD_TIMEOUT: Duration = Duration::from_secs(5);
+const POLL_INTERVAL: Duration = Duration::from_millis(5);
+
+/// One thing to undo when ADD fails.
+enum Undo {
+    /// Delete a host-side link (a veth: its peer goes with it).
+    HostLink(String),
+    SpoofCheck(SpoofChecker),
+    IpamDel {
+        ipam_type: String,
+        stdin: Vec<u8>,
+    },
+    Masquerade {
+        network: String,
+        ifname: String,
+        container_id: String,
+    },
+}
+
+#[derive(Default)]
+struct Rollback(Vec<Undo>);
+
+impl Rollback {
+    fn push(&mut self, u: Undo) {
+        self.0.push(u);
+    }
+
+    /// Best effort, newest first; failures are only logged (the ADD error is what matters).
+    fn run(self) {
+        for undo in self.0.into_iter().rev() {
+            let outcome = match &undo {
+                Undo::HostLink(name) => Socket::new()
+                    .and_then(|mut s| s.delete_link_by_name(name))
+                    .map(|_| ())
+                    .map_err(|e| e.to_string()),
+                Undo::SpoofCheck(sc) => sc.teardown().map_err(|e| e.to_string()),
+                Undo::IpamDel { ipam_type, stdin } => {
+                    ipam::call(ipam_type, "DEL", stdin).map_err(|e| e.msg)
+                }
+                Undo::Masquerade {
+                    network,
+                    ifname,
+                    container_id,
+                } => ipmasq::teardown(network, ifname, container_id).map_err(|e| e.to_string()),
+            };
+            if let Err(e) = outcome {
+                eprintln!("bridge: rollback after failed ADD: {e}");
+            }
+        }
+    }
+}
+
+pub fn add(args: &CmdArgs, conf: &NetConf) -> Result<CniResult, CniError> {
+    let mut rollback = Rollback::default();
+    // The result must also be printable in the request's version (an L2 result has no IP for
+    // 0.1.0/0.2.0): find out before returning, while the rollback can still undo everything.
+    let outcome =
+        add_steps(args, conf, &mut rollback).and_then(|r| r.to_value(&args.cni_version).map(|_| r));
+    match outcome {
+        Ok(r) => Ok(r),
+        Err(e) => {
+            rollback.run();
+            Err(e)
+        }
+    }
+}
+
+fn add_steps(
+    args: &CmdArgs,
+    conf: &NetConf,
+    rollback: &mut Rollback,
+) -> Result<CniResult, CniError> {
+    let mut host = Socket::new().map_err(errors::kernel)?;
+    let netns = Netns::open(&args.netns)
+        .map_err(|e| CniError::internal(format!("failed to open netns {:?}: {e}", args.netns)))?;
+    let mut cont = Socket::open_in(&netns).map_err(errors::kernel)?;
+
+    let br = setup_bridge(&mut host, conf)?;
+    let (host_veth, cont_link) =
+        setup_veth(&mut host, &mut cont, &netns, &br, args, conf, rollback)?;
+
+    let mut result = CniResult {
+        cni_version: libcni::version::CURRENT.to_string(),
+        interfaces: vec![
+            Interface {
+                name: br.name.clone(),
+                mac: br.mac_string(),
+                ..Default::default()
+            },
+            Interface {
+                name: host_veth.name.clone(),
+                mac: host_veth.mac_string(),
+                ..Default::default()
+            },
+            Interface {
+                name: args.ifname.clone(),
+                mac: cont_link.mac_string(),
+                sandbox: args.netns.clone(),
+                ..Default::default()
+            },
+        ],
+        ..Default::default()
+    };
+
+    if conf.macspoofchk {
+        let sc = SpoofChecker::new(
+            &host_veth.name,
+            &cont_link.mac_string(),
+            &SpoofChecker::ref_id_for(&args.container_id, &args.ifname),
+        );
+        // Registered first: a partially applied setup is still torn down.
+        rollback.push(Undo::SpoofCheck(sc.clone()));
+        sc.setup().map_err(errors::netfilter)?;
+    }
+
+    if conf.is_layer3() {
+        let ipam_result = ipam::add(&conf.ipam_type, &args.stdin)?;
+        rollback.push(Undo::IpamDel {
+            ipam_type: conf.ipam_type.clone(),
+            stdin: args.stdin.clone(),
+        });
+        result.ips = ipam_result.ips;
+        result.routes = ipam_result.routes;
+        result.dns = ipam_result.dns;
+        if result.ips.is_empty() {
+            return Err(CniError::internal("IPAM plugin returned missing IP config"));
+        }
+        let gws = gateway::calc(&mut result, conf)?;
+        configure_container(
+            &netns,
+            &mut cont,
+            cont_link.index,
+            &args.ifname,
+            &result,
+            conf,
+        )?;
+
+        if conf.is_gateway {
+            setup_gateways(&mut host, &br, conf, &gws, &mut result)?;
+        }
+        if conf.ip_masq {
+            let backend = conf
+                .ip_masq_backend
+                .unwrap_or_else(Backend::default_for_host);
+            let addrs: Vec<IpNetwork> = result.ips.iter().map(|i| i.address).collect();
+            rollback.push(Undo::Masquerade {
+                network: conf.network.clone(),
+                ifname: args.ifname.clone(),
+                container_id: args.container_id.clone(),
+            });
+            ipmasq::setup(
+                backend,
+                &addrs,
+                &conf.network,
+                &args.ifname,
+                &args.container_id,
+            )
+            .map_err(errors::netfilter)?;
+        }
+    } else if !conf.disable_container_interface {
+        cont.set_link_up(cont_link.index).map_err(errors::kernel)?;
+    }
+
+    // Pin the bridge MAC: otherwise it follows the lowest port MAC and changes as pods come
+    // and go, and neighbours keep a stale entry for the gateway.
+    let br_now = host.link_by_index(br.index).map_err(errors::kernel)?;
+    if let Ok(mac) = <[u8; 6]>::try_from(br_now.mac.as_slice()) {
+        host.set_link_mac(br.index, &mac)
+            .map_err(|e| errors::context(errors::kernel(e), "could not set bridge's mac"))?;
+    }
+    result.interfaces[0].mac = br_now.mac_string();
+
+    let host_now = if conf.disable_container_interface {
+        host.link_by_index(host_veth.index)
+            .map_err(errors::kernel)?
+    } else {
+        wait_port_up(&mut host, host_veth.index)?
+    };
+    result.interfaces[1].mac = host_now.mac_string();
+
+    if let Some(dns) = &conf.dns {
+        result.dns = dns.clone();
+    }
+    Ok(result)
+}
+
+/// Creates (or adopts) the bridge and brings it up, with promisc, VLAN filtering and
+/// `accept_ra=0` as configured.
+fn setup_bridge(host: &mut Socket, conf: &NetConf) -> Result<Link, CniError> {
+    let opts = BridgeOptions {
+        mtu: (conf.mtu != 0).then_some(conf.mtu),
+        vlan_filtering: conf.uses_vlans().then_some(true),
+        ..Default::default()
+    };
+    let mut br = host.ensure_bridge(&conf.bridge, &opts).map_err(|e| {
+        if conf.uses_vlans() && e.errno() == Some(libc::EOPNOTSUPP) {
+            CniError::internal(format!(
+                "{e} (vlan/vlanTrunk need a kernel with bridge VLAN filtering)"
+            ))
+        } else {
+            errors::kernel(e)
+        }
+    })?;
+    if conf.uses_vlans() && !br.bridge_info().contains(&InfoBridge::VlanFiltering(true)) {
+        // An existing bridge without filtering would ignore the port VLANs entirely.
+        let msg = netkit::rtnetlink::LinkBridge::new(&conf.bridge)
+            .vlan_filtering(true)
+            .build();
+        host.request_ack(RouteNetlinkMessage::NewLink(msg), 0)
+            .map_err(|e| {
+                errors::kernel(e.context(format!(
+                    "failed to enable VLAN filtering on {:?}",
+                    conf.bridge
+                )))
+            })?;
+    }
+    if conf.promisc && !br.is_promisc() {
+        host.set_link_promisc(br.index, true)
+            .map_err(errors::kernel)?;
+    }
+    // We own the routes of the bridge. Absent when IPv6 is disabled: that is fine.
+    let _ = sysctl::write_if_different(&format!("net/ipv6/conf/{}/accept_ra", conf.bridge), "0");
+    if !br.flags.contains(LinkFlags::Up) {
+        host.set_link_up(br.index).map_err(errors::kernel)?;
+        br = host.link_by_index(br.index).map_err(errors::kernel)?;
+    }
+    Ok(br)
+}
+
+fn random_veth_name() -> Result<String, CniError> {
+    let mut b = [0u8; 4];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .map_err(|e| CniError::internal(format!("failed to generate a random veth name: {e}")))?;
+    Ok(format!("veth{:08x}", u32::from_ne_bytes(b)))
+}
+
+/// Creates the veth pair with the container end born inside the netns and the host end
+/// already enslaved and up, then applies the port settings.
+fn setup_veth(
+    host: &mut Socket,
+    cont: &mut Socket,
+    netns: &Netns,
+    br: &Link,
+    args: &CmdArgs,
+    conf: &NetConf,
+    rollback: &mut Rollback,
+) -> Result<(Link, Link), CniError> {
+    let mut host_name = String::new();
+    for attempt in 0..VETH_NAME_ATTEMPTS {
+        let candidate = random_veth_name()?;
+        let spec = VethSpec {
+            name: &candidate,
+            peer_name: &args.ifname,
+            peer_netns: Some(netns),
+            mtu: (conf.mtu != 0).then_some(conf.mtu),
+            peer_mac: conf.mac,
+            master: Some(br.index),
+            up: true,
+            ..Default::default()
+        };
+        match host.create_veth(&spec) {
+            Ok(()) => {
+                host_name = candidate;
+                break;
+            }
+            Err(e) if e.is_exists() => {
+                if cont
+                    .find_link(&args.ifname)
+                    .map_err(errors::kernel)?
+                    .is_some()
+                {
+                    return Err(CniError::internal(format!(
+                        "container veth name provided ({}) already exists",
+                        args.ifname
+                    )));
+                }
+                if attempt + 1 == VETH_NAME_ATTEMPTS {
+                    return Err(errors::kernel(e));
+                }
+            }
+            Err(e) => return Err(errors::kernel(e)),
+        }
+    }
+    rollback.push(Undo::HostLink(host_name.clone()));
+
+    let host_veth = host.link_by_name(&host_name).map_err(errors::kernel)?;
+    let cont_link = cont.link_by_name(&args.ifname).map_err(errors::kernel)?;
+    // The host end never autoconfigures IPv6 from router advertisements.
+    let _ = sysctl::write(&format!("net/ipv6/conf/{host_name}/accept_ra"), "0");
+
+    // A new port has hairpin and isolation off: only send what differs.
+    if conf.hairpin || conf.port_isolation {
+        let flags = PortFlags {
+            hairpin: Some(conf.hairpin),
+            isolated: Some(conf.port_isolation),
+            learning: None,
+        };
+        host.set_bridge_port_flags(host_veth.index, &flags)
+            .map_err(errors::kernel)?;
+    }
+    if conf.uses_vlans() {
+        setup_port_vlans(host, br, host_veth.index, conf)?;
+    }
+    Ok((host_veth, cont_link))
+}
+
+/// The bridge's default PVID (what a new port is given), 1 unless configured otherwise.
+fn default_pvid(br: &Link) -> u16 {
+    br.bridge_info()
+        .iter()
+        .find_map(|i| {
+            if let InfoBridge::VlanDefaultPvid(p) = i {
+                Some(*p)
+            } else {
+                None
+            }
+        })
+        .unwrap_or(1)
+}
+
+fn setup_port_vlans(
+    host: &mut Socket,
+    br: &Link,
+    port: u32,
+    conf: &NetConf,
+) -> Result<(), CniError> {
+    let native = conf.native_vlan();
+    if !conf.preserve_default_vlan {
+        // A new port holds exactly the bridge's default PVID.
+        let pvid = default_pvid(br);
+        if pvid != 0 && pvid != native {
+            host.bridge_vlan_del(port, pvid).map_err(errors::kernel)?;
+        }
+    }
+    for vid in conf.trunk.iter().flatten().filter(|v| **v != native) {
+        host.bridge_vlan_add(port, *vid, false, false)
+            .map_err(errors::kernel)?;
+    }
+    if native != 0 {
+        host.bridge_vlan_add(port, native, true, true)
+            .map_err(errors::kernel)?;
+    }
+    Ok(())
+}
+
+/// Sysctls, addresses, link up and routes inside the container netns.
+fn configure_container(
+    netns: &Netns,
+    cont: &mut Socket,
+    index: u32,
+    ifname: &str,
+    result: &CniResult,
+    conf: &NetConf,
+) -> Result<(), CniError> {
+    let ours: Vec<IpNetwork> = result
+        .ips
+        .iter()
+        .filter(|i| i.interface == Some(CONTAINER_IF_INDEX))
+        .map(|i| i.address)
+        .collect();
+    let has_v6 = ours.iter().any(IpNetwork::is_ipv6);
+    netns
+        .run(|| {
+            // Failures are ignored as in the reference: IPv6 may be disabled in the netns.
+            if has_v6 {
+                let _ = sysctl::write_if_different(
+                    &format!("net/ipv6/conf/{ifname}/disable_ipv6"),
+                    "0",
+                );
+                let _ = sysctl::write_if_different(
+                    &format!("net/ipv6/conf/{ifname}/keep_addr_on_down"),
+                    "1",
+                );
+            }
+            if conf.enable_dad {
+                let _ = sysctl::write(&format!("net/ipv6/conf/{ifname}/enhanced_dad"), "1");
+                let _ = sysctl::write(&format!("net/ipv6/conf/{ifname}/accept_dad"), "1");
+            } else {
+                // Without DAD the addresses are usable the moment ADD returns.
+                let _ = sysctl::write(&format!("net/ipv6/conf/{ifname}/accept_dad"), "0");
+            }
+            let _ = sysctl::write(&format!("net/ipv4/conf/{ifname}/arp_notify"), "1");
+        })
+        .map_err(errors::kernel)?;
+
+    for addr in &ours {
+        cont.add_address(index, *addr, &AddressOptions::default())
+            .map_err(errors::kernel)?;
+    }
+    cont.set_link_up(index).map_err(errors::kernel)?;
+    if conf.enable_dad && has_v6 {
+        wait_dad(cont, index, ifname)?;
+    }
+
+    for r in &result.routes {
+        let v6 = r.dst.is_ipv6();
+        let gw = r.gw.or_else(|| {
+            result
+                .ips
+                .iter()
+                .filter(|i| i.address.is_ipv6() == v6)
+                .find_map(|i| i.gateway)
+        });
+        let mut route = netkit::Route::new(r.dst).dev(index);
+        if let Some(gw) = gw {
+            route = route.via(gw);
+        }
+        route.priority = r.priority;
+        route.mtu = r.mtu;
+        route.advmss = r.advmss;
+        route.table = r.table;
+        match cont.add_route(&route) {
+            Ok(()) => {}
+            Err(e) if e.is_exists() => {}
+            Err(e) => {
+                return Err(errors::context(
+                    errors::kernel(e),
+                    format!("failed to add route '{} via {:?} dev {ifname}'", r.dst, gw),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Waits until no IPv6 address of the link is tentative (DAD done) or DAD failed.
+fn wait_dad(cont: &mut Socket, index: u32, ifname: &str) -> Result<(), CniError> {
+    use netkit::packet_route::address::AddressFlags;
+    let start = Instant::now();
+    loop {
+        let addrs = cont
+            .addresses(Some(index), netkit::Family::V6)
+            .map_err(errors::kernel)?;
+        if let Some(bad) = addrs
+            .iter()
+            .find(|a| a.flags.contains(AddressFlags::Dadfailed))
+        {
+            return Err(CniError::internal(format!(
+                "IPv6 duplicate address detection failed for {} on {ifname}",
+                bad.address
+            )));
+        }
+        if !addrs
+            .iter()
+            .any(|a| a.flags.contains(AddressFlags::Tentative))
+        {
+            return Ok(());
+        }
+        if start.elapsed() > DAD_TIMEOUT {
+            return Err(CniError::internal(format!(
+                "timed out waiting for IPv6 DAD on {ifname}"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Gateway addresses on the bridge (or the VLAN gateway interface) and forwarding.
+fn setup_gateways(
+    host: &mut Socket,
+    br: &Link,
+    conf: &NetConf,
+    gws: &gateway::Gateways,
+    result: &mut CniResult,
+) -> Result<(), CniError> {
+    for (list, key) in [
+        (&gws.v4, "net/ipv4/ip_forward"),
+        (&gws.v6, "net/ipv6/conf/all/forwarding"),
+    ] {
+        for gw in list {
+            let (index, name) = if conf.vlan != 0 {
+                let link = ensure_vlan_gateway(host, br, conf)?;
+                if !result.interfaces.iter().any(|i| i.name == link.name) {
+                    result.interfaces.push(Interface {
+                        name: link.name.clone(),
+                        mac: link.mac_string(),
+                        ..Default::default()
+                    });
+                }
+                (link.index, link.name)
+            } else {
+                (br.index, br.name.clone())
+            };
+            gateway::ensure_addr(host, index, &name, *gw, conf.force_address)?;
+        }
+        if !list.is_empty() {
+            sysctl::write_if_different(key, "1")
+                .map_err(|e| errors::context(errors::kernel(e), "failed to enable forwarding"))?;
+        }
+    }
+    Ok(())
+}
+
+/// The L3 gateway of a VLAN: a veth whose end `<bridge>.<vlan>` holds the gateway address in the
+/// host and whose other end is a bridge port with the VLAN as untagged PVID. Shared by every
+/// pod of the VLAN, so it is never deleted (like the bridge).
+fn ensure_vlan_gateway(host: &mut Socket, br: &Link, conf: &NetConf) -> Result<Link, CniError> {
+    let name = format!("{}.{}", br.name, conf.vlan);
+    if let Some(link) = host.find_link(&name).map_err(errors::kernel)? {
+        return Ok(link);
+    }
+    let port = random_veth_name()?;
+    let spec = VethSpec {
+        name: &port,
+        peer_name: &name,
+        peer_netns: None,
+        mtu: (br.mtu != 0).then_some(br.mtu),
+        master: Some(br.index),
+        up: true,
+        peer_up: true,
+        ..Default::default()
+    };
+    match host.create_veth(&spec) {
+        Ok(()) => {
+            let port_link = host.link_by_name(&port).map_err(errors::kernel)?;
+            let vconf = NetConf {
+                trunk: None,
+                ..conf.clone()
+            };
+            setup_port_vlans(host, br, port_link.index, &vconf)?;
+        }
+        // Created concurrently by another ADD.
+        Err(e) if e.is_exists() => {}
+        Err(e) => {
+            return Err(errors::context(
+                errors::kernel(e),
+                format!("failed to create vlan gateway {name:?}"),
+            ))
+        }
+    }
+    host.link_by_name(&name).map_err(errors::kernel)
+}
+
+/// Polls until the host veth reports operstate UP (its peer is up), like the reference's
+/// retries but at a much finer interval.
+fn wait_port_up(host: &mut Socket, index: u32) -> Result<Link, CniError> {
+    let start = Instant::now();
+    loop {
+        let link = host.link_by_index(index).map_err(errors::kernel)?;
+        if link.operstate == State::Up {
+            return Ok(link);
+        }
+        if start.elapsed() > PORT_UP_TIMEOUT {
+            return Err(CniError::internal(format!(
+                "bridge port in error state: {:?}",
+                link.operstate
+            )));
+        }
+        std::thread::sleep(POLL_INTERVAL);
+    }
+}

@@ -1,0 +1,208 @@
+//! CHECK (spec-catalog §4.1): bridge, container veth, host veth and addressing as recorded in
+//! prevResult. Unlike the reference, an L2-only config (no IPAM) passes.
+
+use ipnetwork::IpNetwork;
+use libcni::error::CniError;
+use libcni::result::CniResult;
+use libcni::skel::CmdArgs;
+use netkit::netfilter::ipmasq::{self, Backend};
+use netkit::netfilter::spoofcheck::SpoofChecker;
+use netkit::{Family, Netns, Socket};
+
+use crate::config::NetConf;
+use crate::errors;
+use crate::ipam;
+
+fn fail(msg: impl Into<String>) -> CniError {
+    CniError::internal(msg)
+}
+
+pub fn check(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
+    if conf.is_layer3() {
+        ipam::call(&conf.ipam_type, "CHECK", &args.stdin)?;
+    }
+    let prev = args
+        .prev_result()?
+        .ok_or_else(|| fail("Required prevResult missing"))?;
+
+    let mut host = Socket::new().map_err(errors::kernel)?;
+    let br = host.link_by_name(&conf.bridge).map_err(errors::kernel)?;
+    if !br.is_kind("bridge") {
+        return Err(fail(format!(
+            "Error: Bridge interface {} is not a bridge",
+            conf.bridge
+        )));
+    }
+    if let Some(recorded) = prev.interfaces.iter().find(|i| i.name == conf.bridge) {
+        if !recorded.mac.is_empty() && !recorded.mac.eq_ignore_ascii_case(&br.mac_string()) {
+            return Err(fail(format!(
+                "Bridge interface {} Mac doesn't match: {} found {}",
+                conf.bridge,
+                recorded.mac,
+                br.mac_string()
+            )));
+        }
+    }
+    if br.is_promisc() != conf.promisc {
+        return Err(fail(format!(
+            "Error: Bridge interface {} promisc set to {}, expected {}",
+            conf.bridge,
+            br.is_promisc(),
+            conf.promisc
+        )));
+    }
+
+    let cont_pos = prev
+        .interfaces
+        .iter()
+        .position(|i| i.name == args.ifname && !i.sandbox.is_empty())
+        .ok_or_else(|| fail(format!("Interface {} not found in prevResult", args.ifname)))?;
+    let recorded = &prev.interfaces[cont_pos];
+    if recorded.sandbox != args.netns {
+        return Err(fail(format!(
+            "Sandbox in prevResult {} doesn't match configured netns: {}",
+            recorded.sandbox, args.netns
+        )));
+    }
+    let netns = Netns::open(&args.netns).map_err(errors::kernel)?;
+    let mut cont = Socket::open_in(&netns).map_err(errors::kernel)?;
+    let cont_link = cont.link_by_name(&args.ifname).map_err(errors::kernel)?;
+    if !cont_link.is_kind("veth") {
+        return Err(fail(format!(
+            "Error: Container interface {} not of type veth",
+            args.ifname
+        )));
+    }
+    if !recorded.mac.is_empty() && !recorded.mac.eq_ignore_ascii_case(&cont_link.mac_string()) {
+        return Err(fail(format!(
+            "Interface {} Mac {} doesn't match container Mac: {}",
+            args.ifname,
+            recorded.mac,
+            cont_link.mac_string()
+        )));
+    }
+    let peer = cont_link.link.ok_or_else(|| {
+        fail(format!(
+            "Error: container interface {} has no veth peer",
+            args.ifname
+        ))
+    })?;
+
+    // The host end: a veth of prevResult, outside the sandbox, peered with the container end.
+    let mut host_found = false;
+    for i in prev
+        .interfaces
+        .iter()
+        .filter(|i| i.sandbox.is_empty() && i.name != conf.bridge)
+    {
+        let Some(link) = host.find_link(&i.name).map_err(errors::kernel)? else {
+            continue;
+        };
+        if link.index != peer || !link.is_kind("veth") {
+            continue;
+        }
+        if link.master != Some(br.index) {
+            return Err(fail(format!(
+                "Interface {} is not attached to bridge {}",
+                i.name, conf.bridge
+            )));
+        }
+        if !i.mac.is_empty() && !i.mac.eq_ignore_ascii_case(&link.mac_string()) {
+            return Err(fail(format!(
+                "Interface {} Mac {} doesn't match: {}",
+                i.name,
+                i.mac,
+                link.mac_string()
+            )));
+        }
+        host_found = true;
+    }
+    if !host_found {
+        return Err(fail(format!(
+            "Error: host side of veth {} not found in prevResult or not attached",
+            args.ifname
+        )));
+    }
+
+    check_addressing(&mut cont, cont_link.index, &args.ifname, &prev, cont_pos)?;
+
+    if conf.ip_masq && !prev.ips.is_empty() {
+        let backend = conf
+            .ip_masq_backend
+            .unwrap_or_else(Backend::default_for_host);
+        let addrs: Vec<IpNetwork> = prev.ips.iter().map(|i| i.address).collect();
+        ipmasq::verify(
+            backend,
+            &addrs,
+            &conf.network,
+            &args.ifname,
+            &args.container_id,
+        )
+        .map_err(errors::netfilter)?;
+    }
+    if conf.macspoofchk {
+        let sc = SpoofChecker::new(
+            "",
+            "",
+            &SpoofChecker::ref_id_for(&args.container_id, &args.ifname),
+        );
+        if !sc.is_installed().map_err(errors::netfilter)? {
+            return Err(fail(format!(
+                "spoof-check rules {} are missing",
+                sc.comment()
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn check_addressing(
+    cont: &mut Socket,
+    index: u32,
+    ifname: &str,
+    prev: &CniResult,
+    cont_pos: usize,
+) -> Result<(), CniError> {
+    let addrs = cont
+        .addresses(Some(index), Family::Any)
+        .map_err(errors::kernel)?;
+    let routes = cont
+        .routes(Family::Any, Some(netkit::route::TABLE_MAIN))
+        .map_err(errors::kernel)?;
+    for ip in prev
+        .ips
+        .iter()
+        .filter(|i| i.interface.is_none_or(|n| n == cont_pos))
+    {
+        if !addrs.iter().any(|a| a.address == ip.address) {
+            return Err(fail(format!(
+                "Failed to match addr {} on interface {ifname}",
+                ip.address
+            )));
+        }
+        let prefix =
+            IpNetwork::new(ip.address.network(), ip.address.prefix()).unwrap_or(ip.address);
+        if !routes
+            .iter()
+            .any(|r| r.dst_network() == prefix && r.oif == Some(index))
+        {
+            return Err(fail(format!(
+                "Failed to find route for {} on interface {ifname}",
+                ip.address
+            )));
+        }
+    }
+    for r in &prev.routes {
+        let dst = IpNetwork::new(r.dst.network(), r.dst.prefix()).unwrap_or(r.dst);
+        let found = routes
+            .iter()
+            .any(|k| k.dst_network() == dst && (r.gw.is_none() || k.gateway == r.gw));
+        if !found {
+            return Err(fail(format!(
+                "Failed to find route {} via {:?} in the container",
+                r.dst, r.gw
+            )));
+        }
+    }
+    Ok(())
+}

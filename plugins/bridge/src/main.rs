@@ -1,0 +1,50 @@
+//! The `bridge` CNI plugin: connects containers to a Linux bridge through veth pairs, with
+//! optional IPAM, gateway, masquerade, VLANs, hairpin, port isolation and MAC spoof checking.
+
+mod add;
+mod check;
+mod config;
+mod del;
+mod errors;
+mod gateway;
+mod ipam;
+
+use libcni::error::CniError;
+use libcni::result::CniResult;
+use libcni::skel::{CmdArgs, Plugin};
+
+struct Bridge;
+
+impl Plugin for Bridge {
+    fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
+        let conf = config::load(args)?;
+        add::add(args, &conf)
+    }
+
+    fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
+        let conf = config::load(args)?;
+        del::del(args, &conf)
+    }
+
+    fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
+        let conf = config::load(args)?;
+        check::check(args, &conf)
+    }
+
+    fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
+        let conf = config::load(args)?;
+        del::gc(args, &conf)
+    }
+
+    fn status(&self, args: &CmdArgs) -> Result<(), CniError> {
+        let conf = config::load(args)?;
+        if conf.is_layer3() {
+            ipam::call(&conf.ipam_type, "STATUS", &args.stdin)?;
+        }
+        Ok(())
+    }
+}
+
+fn main() {
+    libcni::skel::run(&Bridge, "CNI bridge plugin (ferrocni)");
+}

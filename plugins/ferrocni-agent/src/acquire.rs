@@ -1,0 +1,336 @@
+//! Acquiring and renewing this node's subnet lease, the way flanneld does it: reuse the lease
+//! whose PublicIP is ours, else the subnet from the previous subnet.env if still free, else a
+//! free subnet in `[SubnetMin, SubnetMax]`, created atomically with a TTL.
+
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use ipnetwork::Ipv4Network;
+use sha2::{Digest, Sha256};
+
+use crate::error::AgentError;
+use crate::key::SubnetKey;
+use crate::lease::LeaseAttrs;
+use crate::log;
+use crate::netconfig::{overlaps, NetConfig};
+use crate::store::{Binding, Snapshot, Store, StoredLease};
+
+const MAX_ATTEMPTS: u32 = 10;
+
+/// What to do next with the store's current leases.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Plan {
+    /// A lease with our PublicIP exists and fits the config: take it over.
+    Reuse(SubnetKey, StoredLease),
+    /// Our old lease no longer fits the config (network changed): delete it, then plan again.
+    DropStale(SubnetKey, i64),
+    /// Create this key.
+    Create(SubnetKey),
+}
+
+pub fn plan(
+    net: &NetConfig,
+    snap: &Snapshot,
+    public_ip: Ipv4Addr,
+    previous: Option<Ipv4Network>,
+    seed: u64,
+) -> Result<Plan, AgentError> {
+    for (key, lease) in &snap.leases {
+        let Some(attrs) = &lease.attrs else { continue };
+        if attrs.public_ip != public_ip {
+            continue;
+        }
+        let reservation = lease.etcd_lease == 0;
+        // A reservation is the operator's choice: any subnet inside the Network is fine.
+        let fits = if reservation {
+            net.network.contains(key.v4.network()) && key.v4.prefix() >= net.network.prefix()
+        } else {
+            net.is_allocatable(key.v4)
+        };
+        if fits {
+            return Ok(Plan::Reuse(*key, lease.clone()));
+        }
+        if !reservation {
+            return Ok(Plan::DropStale(*key, lease.mod_revision));
+        }
+        log!(
+            "reservation {key} for {public_ip} is outside the Network {}: ignored",
+            net.network
+        );
+    }
+    let taken: Vec<Ipv4Network> = snap.leases.keys().map(|k| k.v4).collect();
+    if let Some(prev) = previous {
+        if net.is_allocatable(prev) && !taken.iter().any(|t| overlaps(*t, prev)) {
+            return Ok(Plan::Create(SubnetKey::v4(prev)));
+        }
+    }
+    Ok(Plan::Create(SubnetKey::v4(
+        net.pick_free_subnet(&taken, seed)?,
+    )))
+}
+
+/// The seed spreading nodes over the free list: stable per node, different per attempt.
+pub fn seed_for(public_ip: Ipv4Addr, attempt: u32) -> u64 {
+    let digest = Sha256::new()
+        .chain_update(public_ip.octets())
+        .chain_update(attempt.to_be_bytes())
+        .finalize();
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&digest[..8]);
+    u64::from_be_bytes(b)
+}
+
+/// This node's lease as held.
+#[derive(Debug, Clone)]
+pub struct OwnLease {
+    pub key: SubnetKey,
+    /// 0 for a TTL-less reservation.
+    pub etcd_lease: i64,
+    pub attrs: LeaseAttrs,
+    /// When to renew; `None` for a reservation.
+    pub renew_at: Option<Instant>,
+}
+
+/// TTL and renewal margin, in seconds.
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseTiming {
+    pub ttl: i64,
+    pub renew_margin: i64,
+}
+
+impl LeaseTiming {
+    /// When to renew a lease granted now: `margin` before expiry, or half-way for TTLs shorter
+    /// than the margin (test clusters).
+    pub fn renew_at(&self, granted: Instant) -> Instant {
+        let after = if self.ttl > self.renew_margin {
+            self.ttl - self.renew_margin
+        } else {
+            self.ttl / 2
+        };
+        granted + Duration::from_secs(after.max(1) as u64)
+    }
+}
+
+/// Acquires a lease for `public_ip`; `attrs_for` gives the value to store for a subnet (the
+/// VTEP MAC depends on it).
+pub async fn acquire(
+    store: &mut Store,
+    net: &NetConfig,
+    public_ip: Ipv4Addr,
+    attrs_for: &dyn Fn(Ipv4Network) -> LeaseAttrs,
+    previous: Option<Ipv4Network>,
+    timing: LeaseTiming,
+) -> Result<OwnLease, AgentError> {
+    for attempt in 0..MAX_ATTEMPTS {
+        let snap = store.list().await?;
+        let plan = plan(
+            net,
+            &snap,
+            public_ip,
+            previous,
+            seed_for(public_ip, attempt),
+        )?;
+        let attrs = &match &plan {
+            Plan::Reuse(key, _) | Plan::DropStale(key, _) | Plan::Create(key) => attrs_for(key.v4),
+        };
+        match plan {
+            Plan::Reuse(key, lease) if lease.etcd_lease == 0 => {
+                if lease.attrs.as_ref() != Some(attrs) {
+                    let (ok, _) = store
+                        .update(&key, attrs, Binding::Reservation, lease.mod_revision)
+                        .await?;
+                    if !ok {
+                        continue;
+                    }
+                }
+                log!("using reserved subnet {key} (no TTL)");
+                return Ok(OwnLease {
+                    key,
+                    etcd_lease: 0,
+                    attrs: attrs.clone(),
+                    renew_at: None,
+                });
+            }
+            Plan::Reuse(key, lease) => {
+                let now = Instant::now();
+                let (ok, id) = store
+                    .update(&key, attrs, Binding::Fresh(timing.ttl), lease.mod_revision)
+                    .await?;
+                if !ok {
+                    continue;
+                }
+                log!(
+                    "reusing lease {key} (PublicIP {} matches), renewed for {}s",
+                    attrs.public_ip,
+                    timing.ttl
+                );
+                return Ok(OwnLease {
+                    key,
+                    etcd_lease: id,
+                    attrs: attrs.clone(),
+                    renew_at: Some(timing.renew_at(now)),
+                });
+            }
+            Plan::DropStale(key, rev) => {
+                log!(
+                    "lease {key} no longer fits the network config ({} /{}): deleting it",
+                    net.network,
+                    net.subnet_len
+                );
+                store.delete_if_unchanged(&key, rev).await?;
+            }
+            Plan::Create(key) => {
+                let now = Instant::now();
+                if let Some(id) = store.create(&key, attrs, timing.ttl).await? {
+                    log!("acquired new lease {key} for {}s", timing.ttl);
+                    return Ok(OwnLease {
+                        key,
+                        etcd_lease: id,
+                        attrs: attrs.clone(),
+                        renew_at: Some(timing.renew_at(now)),
+                    });
+                }
+                log!("subnet {key} was taken by another node meanwhile; retrying");
+            }
+        }
+    }
+    Err(AgentError::LeaseContention {
+        attempts: MAX_ATTEMPTS,
+    })
+}
+
+/// Renews (fresh TTL) or re-publishes (`binding`) our lease. A missing key means it was revoked.
+pub async fn rewrite(
+    store: &mut Store,
+    own: &OwnLease,
+    binding: Binding,
+) -> Result<i64, AgentError> {
+    let (ok, id) = store.update(&own.key, &own.attrs, binding, 0).await?;
+    if !ok {
+        return Err(AgentError::LeaseRevoked {
+            key: store.lease_key(&own.key),
+        });
+    }
+    Ok(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn net() -> NetConfig {
+        NetConfig::parse(
+            "k",
+            br#"{"Network":"10.10.0.0/16","SubnetMin":"10.10.1.0","SubnetMax":"10.10.4.0","Backend":{"Type":"vxlan"}}"#,
+        )
+        .unwrap()
+    }
+
+    fn lease(ip: &str, etcd_lease: i64) -> StoredLease {
+        StoredLease {
+            attrs: Some(LeaseAttrs::vxlan(ip.parse().unwrap(), 1, None)),
+            etcd_lease,
+            mod_revision: 7,
+        }
+    }
+
+    fn snap(entries: &[(&str, StoredLease)]) -> Snapshot {
+        Snapshot {
+            revision: 9,
+            leases: entries
+                .iter()
+                .map(|(k, l)| (SubnetKey::parse(k).unwrap(), l.clone()))
+                .collect(),
+        }
+    }
+
+    const ME: Ipv4Addr = Ipv4Addr::new(192, 168, 5, 1);
+
+    #[test]
+    fn reuses_own_lease() {
+        let s = snap(&[
+            ("10.10.2.0-24", lease("192.168.5.9", 5)),
+            ("10.10.3.0-24", lease("192.168.5.1", 5)),
+        ]);
+        assert!(
+            matches!(plan(&net(), &s, ME, None, 0).unwrap(), Plan::Reuse(k, _) if k.to_string() == "10.10.3.0-24")
+        );
+    }
+
+    #[test]
+    fn reservation_outside_range_is_still_ours() {
+        let s = snap(&[("10.10.200.0-24", lease("192.168.5.1", 0))]);
+        assert!(matches!(
+            plan(&net(), &s, ME, None, 0).unwrap(),
+            Plan::Reuse(..)
+        ));
+    }
+
+    #[test]
+    fn stale_own_lease_is_dropped() {
+        let s = snap(&[("10.10.200.0-24", lease("192.168.5.1", 5))]);
+        assert_eq!(
+            plan(&net(), &s, ME, None, 0).unwrap(),
+            Plan::DropStale(SubnetKey::parse("10.10.200.0-24").unwrap(), 7)
+        );
+    }
+
+    #[test]
+    fn prefers_previous_subnet_when_free() {
+        let s = snap(&[("10.10.2.0-24", lease("192.168.5.9", 5))]);
+        let prev: Ipv4Network = "10.10.4.0/24".parse().unwrap();
+        assert_eq!(
+            plan(&net(), &s, ME, Some(prev), 0).unwrap(),
+            Plan::Create(SubnetKey::v4(prev))
+        );
+        // Taken by someone else: fall back to a free one.
+        let taken: Ipv4Network = "10.10.2.0/24".parse().unwrap();
+        match plan(&net(), &s, ME, Some(taken), 0).unwrap() {
+            Plan::Create(k) => assert!(k.v4 != taken && net().is_allocatable(k.v4)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn unreadable_values_still_occupy_their_subnet() {
+        let mut junk = lease("192.168.5.9", 5);
+        junk.attrs = None;
+        let s = snap(&[
+            ("10.10.1.0-24", junk),
+            ("10.10.2.0-24", lease("192.168.5.8", 5)),
+            ("10.10.3.0-24", lease("192.168.5.7", 5)),
+        ]);
+        for seed in 0..20 {
+            assert_eq!(
+                plan(&net(), &s, ME, None, seed).unwrap(),
+                Plan::Create(SubnetKey::parse("10.10.4.0-24").unwrap())
+            );
+        }
+        let full = snap(&[("10.10.0.0-21", lease("192.168.5.9", 0))]);
+        assert!(matches!(
+            plan(&net(), &full, ME, None, 0),
+            Err(AgentError::SubnetsExhausted { .. })
+        ));
+    }
+
+    #[test]
+    fn renewal_time() {
+        let t0 = Instant::now();
+        assert_eq!(
+            LeaseTiming {
+                ttl: 86400,
+                renew_margin: 3600
+            }
+            .renew_at(t0),
+            t0 + Duration::from_secs(82800)
+        );
+        assert_eq!(
+            LeaseTiming {
+                ttl: 10,
+                renew_margin: 3600
+            }
+            .renew_at(t0),
+            t0 + Duration::from_secs(5)
+        );
+    }
+}

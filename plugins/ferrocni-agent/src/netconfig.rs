@@ -1,0 +1,402 @@
+//! The cluster network config stored at `<prefix>/config`, in flannel's schema and with flannel's
+//! defaults and validation, plus subnet allocation within `[SubnetMin, SubnetMax]`.
+
+use ipnetwork::Ipv4Network;
+use serde::Deserialize;
+use std::net::Ipv4Addr;
+
+use crate::error::AgentError;
+
+/// flannel's kernel-default VXLAN port (the `vxlan` module's `udp_port`).
+pub const DEFAULT_VXLAN_PORT: u16 = 8472;
+/// Encapsulation overhead of VXLAN over IPv4 (outer IP 20 + UDP 8 + VXLAN 8 + inner Ethernet 14).
+pub const VXLAN_OVERHEAD: u32 = 50;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetConfig {
+    pub network: Ipv4Network,
+    pub subnet_len: u8,
+    pub subnet_min: Ipv4Addr,
+    pub subnet_max: Ipv4Addr,
+    pub backend: Backend,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backend {
+    pub vni: u32,
+    /// 0 = leave it to the kernel default (8472), as flannel does.
+    pub port: u16,
+    pub direct_routing: bool,
+    pub mtu: Option<u32>,
+}
+
+impl Backend {
+    pub fn effective_port(&self) -> u16 {
+        if self.port == 0 {
+            DEFAULT_VXLAN_PORT
+        } else {
+            self.port
+        }
+    }
+}
+
+// Unknown keys are ignored, as flannel (Go encoding/json) does.
+#[derive(Deserialize)]
+struct RawConfig {
+    #[serde(rename = "Network")]
+    network: Option<String>,
+    #[serde(rename = "SubnetLen", default)]
+    subnet_len: u8,
+    #[serde(rename = "SubnetMin")]
+    subnet_min: Option<String>,
+    #[serde(rename = "SubnetMax")]
+    subnet_max: Option<String>,
+    #[serde(rename = "Backend")]
+    backend: Option<serde_json::Map<String, serde_json::Value>>,
+    // IPv6 overlay is not handled by this agent; these are checked so it says so.
+    #[serde(rename = "EnableIPv4", default)]
+    enable_ipv4: Option<bool>,
+    #[serde(rename = "EnableIPv6", default)]
+    enable_ipv6: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct RawVxlan {
+    #[serde(rename = "Type")]
+    _type: String,
+    #[serde(rename = "VNI", default)]
+    vni: Option<u32>,
+    #[serde(rename = "Port", default)]
+    port: Option<u16>,
+    #[serde(rename = "DirectRouting", default)]
+    direct_routing: bool,
+    #[serde(rename = "MTU", default)]
+    mtu: Option<u32>,
+    #[serde(rename = "GBP", default)]
+    gbp: bool,
+    #[serde(rename = "Learning", default)]
+    learning: bool,
+}
+
+fn bad(key: &str, msg: impl Into<String>) -> AgentError {
+    AgentError::BadConfig {
+        key: key.to_string(),
+        msg: msg.into(),
+    }
+}
+
+impl NetConfig {
+    /// Parses and validates the JSON stored at `key` (only used in error messages).
+    pub fn parse(key: &str, bytes: &[u8]) -> Result<NetConfig, AgentError> {
+        let raw: RawConfig =
+            serde_json::from_slice(bytes).map_err(|e| bad(key, format!("invalid JSON: {e}")))?;
+        if raw.enable_ipv4 == Some(false) || raw.enable_ipv6 == Some(true) {
+            return Err(bad(
+                key,
+                "only IPv4 networks are supported (EnableIPv4=true, EnableIPv6=false)",
+            ));
+        }
+        let network_s = raw
+            .network
+            .ok_or_else(|| bad(key, "\"Network\" is missing"))?;
+        let network: Ipv4Network = network_s.parse().map_err(|e| {
+            bad(
+                key,
+                format!("\"Network\" {network_s:?} is not an IPv4 CIDR: {e}"),
+            )
+        })?;
+        let network = Ipv4Network::new(network.network(), network.prefix())
+            .map_err(|e| bad(key, format!("\"Network\": {e}")))?;
+
+        let subnet_len = if raw.subnet_len > 0 {
+            if raw.subnet_len > 30 {
+                return Err(bad(key, "\"SubnetLen\" must be less than /31"));
+            }
+            if u32::from(raw.subnet_len) < u32::from(network.prefix()) + 2 {
+                return Err(bad(key, "\"Network\" must be able to accommodate at least four subnets of \"SubnetLen\""));
+            }
+            raw.subnet_len
+        } else if network.prefix() > 28 {
+            return Err(bad(
+                key,
+                "\"Network\" is too small: the minimum useful prefix is /28",
+            ));
+        } else if network.prefix() <= 22 {
+            24
+        } else {
+            network.prefix() + 2
+        };
+
+        let size = subnet_size(subnet_len);
+        let net_start = u32::from(network.network());
+        let net_end = u32::from(network.broadcast());
+        let mask = u32::MAX << (32 - u32::from(subnet_len));
+
+        let bound = |name: &str, v: Option<String>, default: u32| -> Result<Ipv4Addr, AgentError> {
+            let Some(s) = v else {
+                return Ok(Ipv4Addr::from(default));
+            };
+            let ip: Ipv4Addr = s
+                .parse()
+                .map_err(|e| bad(key, format!("\"{name}\" {s:?}: {e}")))?;
+            if !network.contains(ip) {
+                return Err(bad(
+                    key,
+                    format!("\"{name}\" {ip} is not in the range of the Network {network}"),
+                ));
+            }
+            if u32::from(ip) & mask != u32::from(ip) {
+                return Err(bad(
+                    key,
+                    format!("\"{name}\" {ip} is not on a SubnetLen (/{subnet_len}) boundary"),
+                ));
+            }
+            Ok(ip)
+        };
+        // The first subnet is skipped by default: its network address equals the Network's.
+        let subnet_min = bound("SubnetMin", raw.subnet_min, net_start.wrapping_add(size))?;
+        let subnet_max = bound("SubnetMax", raw.subnet_max, net_end & mask)?;
+        if u32::from(subnet_min) > u32::from(subnet_max) {
+            return Err(bad(
+                key,
+                format!("\"SubnetMin\" {subnet_min} is above \"SubnetMax\" {subnet_max}"),
+            ));
+        }
+
+        let backend = parse_backend(key, raw.backend)?;
+        Ok(NetConfig {
+            network,
+            subnet_len,
+            subnet_min,
+            subnet_max,
+            backend,
+        })
+    }
+
+    /// Every subnet this config may hand out, in address order.
+    pub fn candidate_subnets(&self) -> impl Iterator<Item = Ipv4Network> + '_ {
+        let size = subnet_size(self.subnet_len);
+        let start = u64::from(u32::from(self.subnet_min));
+        let end = u64::from(u32::from(self.subnet_max));
+        (start..=end)
+            .step_by(size as usize)
+            .filter_map(move |ip| Ipv4Network::new(Ipv4Addr::from(ip as u32), self.subnet_len).ok())
+    }
+
+    /// Whether `subnet` is one this config could have allocated (right length, inside the range).
+    pub fn is_allocatable(&self, subnet: Ipv4Network) -> bool {
+        subnet.prefix() == self.subnet_len
+            && u32::from(subnet.network()) >= u32::from(self.subnet_min)
+            && u32::from(subnet.network()) <= u32::from(self.subnet_max)
+    }
+
+    /// Picks a free subnet. `seed` spreads concurrent starters over the free list (flannel picks at
+    /// random among the first 100 free subnets); the etcd transaction settles any remaining race.
+    pub fn pick_free_subnet(
+        &self,
+        taken: &[Ipv4Network],
+        seed: u64,
+    ) -> Result<Ipv4Network, AgentError> {
+        let free: Vec<Ipv4Network> = self
+            .candidate_subnets()
+            .filter(|sn| !taken.iter().any(|t| overlaps(*t, *sn)))
+            .take(100)
+            .collect();
+        if free.is_empty() {
+            return Err(AgentError::SubnetsExhausted {
+                network: self.network,
+                min: self.subnet_min,
+                max: self.subnet_max,
+                len: self.subnet_len,
+            });
+        }
+        Ok(free[(seed % free.len() as u64) as usize])
+    }
+}
+
+fn subnet_size(len: u8) -> u32 {
+    1u32 << (32 - u32::from(len))
+}
+
+pub fn overlaps(a: Ipv4Network, b: Ipv4Network) -> bool {
+    a.contains(b.network()) || b.contains(a.network())
+}
+
+fn parse_backend(
+    key: &str,
+    backend: Option<serde_json::Map<String, serde_json::Value>>,
+) -> Result<Backend, AgentError> {
+    let Some(map) = backend else {
+        return Err(bad(key, "\"Backend\" is missing (flannel's default \"udp\" is not supported; use {\"Type\":\"vxlan\"})"));
+    };
+    let ty = match map.get("Type") {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(_) => return Err(bad(key, "\"Backend.Type\" must be a string")),
+        None => "udp".to_string(),
+    };
+    if ty != "vxlan" {
+        return Err(bad(
+            key,
+            format!("backend type {ty:?} is not supported by ferrocni-agent (only \"vxlan\")"),
+        ));
+    }
+    let raw: RawVxlan = serde_json::from_value(serde_json::Value::Object(map))
+        .map_err(|e| bad(key, format!("\"Backend\": {e}")))?;
+    if raw.gbp || raw.learning {
+        return Err(bad(key, "\"Backend\": GBP and Learning are not supported"));
+    }
+    let vni = raw.vni.unwrap_or(1);
+    if vni == 0 || vni >= 1 << 24 {
+        return Err(bad(
+            key,
+            format!("\"Backend.VNI\" {vni} is outside 1..16777215"),
+        ));
+    }
+    if let Some(mtu) = raw.mtu {
+        if !(576..=65535).contains(&mtu) {
+            return Err(bad(
+                key,
+                format!("\"Backend.MTU\" {mtu} is outside 576..65535"),
+            ));
+        }
+    }
+    Ok(Backend {
+        vni,
+        port: raw.port.unwrap_or(0),
+        direct_routing: raw.direct_routing,
+        mtu: raw.mtu,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<NetConfig, AgentError> {
+        NetConfig::parse("/coreos.com/network/config", s.as_bytes())
+    }
+
+    #[test]
+    fn flannel_defaults() {
+        let c = parse(r#"{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}"#).unwrap();
+        assert_eq!(c.subnet_len, 24);
+        assert_eq!(c.subnet_min, "10.244.1.0".parse::<Ipv4Addr>().unwrap());
+        assert_eq!(c.subnet_max, "10.244.255.0".parse::<Ipv4Addr>().unwrap());
+        assert_eq!(
+            c.backend,
+            Backend {
+                vni: 1,
+                port: 0,
+                direct_routing: false,
+                mtu: None
+            }
+        );
+        assert_eq!(c.backend.effective_port(), 8472);
+        assert_eq!(c.candidate_subnets().count(), 255);
+
+        let small = parse(r#"{"Network":"10.1.0.0/24","Backend":{"Type":"vxlan"}}"#).unwrap();
+        assert_eq!(small.subnet_len, 26);
+        assert_eq!(small.candidate_subnets().count(), 3);
+    }
+
+    #[test]
+    fn explicit_fields() {
+        let c = parse(
+            r#"{"Network":"10.5.0.0/16","SubnetLen":26,"SubnetMin":"10.5.10.0","SubnetMax":"10.5.10.192",
+               "Backend":{"Type":"vxlan","VNI":42,"Port":4789,"DirectRouting":true}}"#,
+        )
+        .unwrap();
+        let all: Vec<String> = c.candidate_subnets().map(|s| s.to_string()).collect();
+        assert_eq!(
+            all,
+            [
+                "10.5.10.0/26",
+                "10.5.10.64/26",
+                "10.5.10.128/26",
+                "10.5.10.192/26"
+            ]
+        );
+        assert_eq!(
+            c.backend,
+            Backend {
+                vni: 42,
+                port: 4789,
+                direct_routing: true,
+                mtu: None
+            }
+        );
+    }
+
+    #[test]
+    fn bad_configs_are_named() {
+        for (cfg, needle) in [
+            ("not json", "invalid JSON"),
+            (r#"{"Backend":{"Type":"vxlan"}}"#, "\"Network\" is missing"),
+            (
+                r#"{"Network":"10.0.0.0/33","Backend":{"Type":"vxlan"}}"#,
+                "not an IPv4 CIDR",
+            ),
+            (
+                r#"{"Network":"10.0.0.0/16","SubnetLen":31,"Backend":{"Type":"vxlan"}}"#,
+                "less than /31",
+            ),
+            (
+                r#"{"Network":"10.0.0.0/16","SubnetLen":17,"Backend":{"Type":"vxlan"}}"#,
+                "four subnets",
+            ),
+            (
+                r#"{"Network":"10.0.0.0/29","Backend":{"Type":"vxlan"}}"#,
+                "too small",
+            ),
+            (
+                r#"{"Network":"10.0.0.0/16","SubnetMin":"10.1.0.0","Backend":{"Type":"vxlan"}}"#,
+                "not in the range",
+            ),
+            (
+                r#"{"Network":"10.0.0.0/16","SubnetMin":"10.0.1.5","Backend":{"Type":"vxlan"}}"#,
+                "boundary",
+            ),
+            (
+                r#"{"Network":"10.0.0.0/16","SubnetMin":"10.0.9.0","SubnetMax":"10.0.2.0","Backend":{"Type":"vxlan"}}"#,
+                "above",
+            ),
+            (r#"{"Network":"10.0.0.0/16"}"#, "\"Backend\" is missing"),
+            (
+                r#"{"Network":"10.0.0.0/16","Backend":{"Type":"host-gw"}}"#,
+                "not supported",
+            ),
+            (
+                r#"{"Network":"10.0.0.0/16","Backend":{"Type":"vxlan","VNI":0}}"#,
+                "VNI",
+            ),
+            (
+                r#"{"Network":"10.0.0.0/16","Backend":{"Type":"vxlan","VNI":"x"}}"#,
+                "Backend",
+            ),
+        ] {
+            let err = parse(cfg).unwrap_err().to_string();
+            assert!(err.contains(needle), "{cfg}: {err}");
+            assert!(err.contains("/coreos.com/network/config"), "{err}");
+        }
+    }
+
+    #[test]
+    fn allocation_stays_in_range_and_skips_taken() {
+        let c = parse(
+            r#"{"Network":"10.5.0.0/16","SubnetLen":24,"SubnetMin":"10.5.3.0","SubnetMax":"10.5.5.0","Backend":{"Type":"vxlan"}}"#,
+        )
+        .unwrap();
+        let mut taken = vec![];
+        for seed in [7u64, 0, 99] {
+            let sn = c.pick_free_subnet(&taken, seed).unwrap();
+            assert!(c.is_allocatable(sn), "{sn}");
+            assert!(!taken.contains(&sn));
+            taken.push(sn);
+        }
+        let err = c.pick_free_subnet(&taken, 1).unwrap_err().to_string();
+        assert!(err.contains("exhausted"), "{err}");
+        // A lease outside the range (reservation, foreign) or of another size still blocks overlaps.
+        let big: Ipv4Network = "10.5.0.0/20".parse().unwrap();
+        assert!(c.pick_free_subnet(&[big], 0).is_err());
+    }
+}

@@ -1,0 +1,365 @@
+//! The seam to the `vxlan` crate's reconcile. The agent writes two files in its state dir,
+//! atomically: the peer list (`peers.json`, the vxlan peers format) and an overlay config
+//! pointing at it (`overlay.json`, a `vxlan` plugin config with `peersFile`). Then it runs the
+//! same pass as `vxlan sync overlay.json`: by default through the `vxlan` library (config
+//! parsed by `OverlayConfig`, peers loaded from the file by `PeerSet::load`, `reconcile`), or by
+//! executing a given `vxlan` binary. A CNI ADD's chained vxlan pass reading the same peers file
+//! programs the same state, and both take the same lock file.
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ipnetwork::Ipv4Network;
+use serde_json::{json, Value};
+
+use crate::error::AgentError;
+use crate::files::write_atomic;
+use crate::netconfig::{NetConfig, VXLAN_OVERHEAD};
+
+/// Bound on one reconcile pass (a healthy one takes milliseconds).
+const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One remote node, as the vxlan peers format spells it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PeerEntry {
+    pub subnet: Ipv4Network,
+    pub ip: Ipv4Addr,
+    pub vtep_mac: Option<String>,
+}
+
+impl PeerEntry {
+    pub fn to_json(&self) -> Value {
+        let mut v = json!({ "subnet": self.subnet.to_string(), "ip": self.ip.to_string() });
+        if let Some(mac) = &self.vtep_mac {
+            v["vtepMAC"] = json!(mac);
+        }
+        v
+    }
+}
+
+pub fn peers_json(peers: &[PeerEntry]) -> String {
+    let list: Vec<Value> = peers.iter().map(PeerEntry::to_json).collect();
+    serde_json::to_string_pretty(&list).unwrap_or_else(|_| "[]".into()) + "\n"
+}
+
+/// Everything fixed for the agent's lifetime that the overlay config needs.
+/// How a reconcile pass is run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Engine {
+    /// In-process, through the `vxlan` library.
+    Library,
+    /// `<bin> sync <config>`, for running a separately installed vxlan.
+    Exec(PathBuf),
+}
+
+#[derive(Debug, Clone)]
+pub struct OverlaySettings {
+    pub engine: Engine,
+    pub state_dir: PathBuf,
+    pub public_ip: Ipv4Addr,
+    pub iface: Option<String>,
+}
+
+pub struct Overlay {
+    settings: OverlaySettings,
+    config_path: PathBuf,
+    peers_path: PathBuf,
+    device: String,
+}
+
+impl Overlay {
+    pub fn new(settings: OverlaySettings, net: &NetConfig) -> Overlay {
+        let config_path = settings.state_dir.join("overlay.json");
+        let peers_path = settings.state_dir.join("peers.json");
+        let device = format!("flannel.{}", net.backend.vni);
+        Overlay {
+            settings,
+            config_path,
+            peers_path,
+            device,
+        }
+    }
+
+    pub fn device(&self) -> &str {
+        &self.device
+    }
+
+    pub fn peers_path(&self) -> &Path {
+        &self.peers_path
+    }
+
+    /// The vxlan `mode` for the backend: flannel's DirectRouting is our `auto`.
+    pub fn mode(net: &NetConfig) -> &'static str {
+        if net.backend.direct_routing {
+            "auto"
+        } else {
+            "vxlan"
+        }
+    }
+
+    /// The vxlan plugin config for this node's lease.
+    pub fn config_json(&self, net: &NetConfig, own_subnet: Ipv4Network) -> Value {
+        let b = &net.backend;
+        let mut cfg = json!({
+            "type": "vxlan",
+            "network": net.network.to_string(),
+            "subnet": own_subnet.to_string(),
+            "peersFile": self.peers_path.display().to_string(),
+            "mode": Overlay::mode(net),
+            "vni": b.vni,
+            "port": b.effective_port(),
+            "device": self.device,
+            "localIP": self.settings.public_ip.to_string(),
+        });
+        // No stateDir: the default lock file is the one a CNI ADD's vxlan pass takes too, so
+        // the agent's reconciles and the plugin's are serialised.
+        if let Some(iface) = &self.settings.iface {
+            cfg["underlayInterface"] = json!(iface);
+        }
+        // flannel's Backend.MTU is the underlay MTU to assume; the device gets 50 bytes less.
+        if let Some(mtu) = b.mtu {
+            cfg["mtu"] = json!(mtu.saturating_sub(VXLAN_OVERHEAD));
+        }
+        cfg
+    }
+
+    /// Writes the config (when changed) and the peer list, then runs one reconcile.
+    /// Returns the reconcile's own report (its stdout) for the log.
+    pub async fn sync(
+        &self,
+        net: &NetConfig,
+        own_subnet: Ipv4Network,
+        peers: &[PeerEntry],
+    ) -> Result<String, AgentError> {
+        let cfg = serde_json::to_string_pretty(&self.config_json(net, own_subnet))
+            .unwrap_or_default()
+            + "\n";
+        write_atomic(&self.config_path, cfg.as_bytes())?;
+        write_atomic(&self.peers_path, peers_json(peers).as_bytes())?;
+        match &self.settings.engine {
+            Engine::Library => run_library(self.config_json(net, own_subnet)).await,
+            Engine::Exec(bin) => run_sync(bin, &self.config_path).await,
+        }
+    }
+
+    /// The VXLAN device's MAC and MTU as the kernel has them, once a reconcile created it.
+    pub fn device_info(&self) -> Option<(String, u32)> {
+        let mut sock = netkit::Socket::new().ok()?;
+        let link = sock.find_link(&self.device).ok()??;
+        (link.mac.len() == 6).then(|| (netkit::link::format_mac(&link.mac), link.mtu))
+    }
+}
+
+/// One pass through the library, on a blocking thread (netlink I/O and the lock are blocking).
+async fn run_library(config: Value) -> Result<String, AgentError> {
+    let Value::Object(map) = config else {
+        return Err(AgentError::Reconcile(
+            "overlay config is not a JSON object".into(),
+        ));
+    };
+    let pass = tokio::task::spawn_blocking(move || -> Result<String, String> {
+        let cfg = vxlan::OverlayConfig::from_map(&map).map_err(|e| e.to_string())?;
+        let peers = vxlan::PeerSet::load(&cfg).map_err(|e| e.to_string())?;
+        let report = vxlan::reconcile(&cfg, &peers);
+        if !report.is_ok() {
+            return Err(report.to_string());
+        }
+        let mut text = report.to_string();
+        for p in &report.problems {
+            text.push_str(" | ");
+            text.push_str(p);
+        }
+        Ok(text)
+    });
+    match tokio::time::timeout(SYNC_TIMEOUT, pass).await {
+        Ok(Ok(Ok(text))) => Ok(text),
+        Ok(Ok(Err(e))) => Err(AgentError::Reconcile(e)),
+        Ok(Err(join)) => Err(AgentError::Reconcile(format!(
+            "reconcile thread failed: {join}"
+        ))),
+        Err(_) => Err(AgentError::Reconcile(format!(
+            "reconcile did not finish within {SYNC_TIMEOUT:?}"
+        ))),
+    }
+}
+
+async fn run_sync(bin: &Path, config: &Path) -> Result<String, AgentError> {
+    let mut cmd = tokio::process::Command::new(bin);
+    cmd.arg("sync").arg(config).kill_on_drop(true);
+    // The vxlan binary doubles as a CNI plugin; make sure it never believes it is one.
+    for var in [
+        "CNI_COMMAND",
+        "CNI_CONTAINERID",
+        "CNI_NETNS",
+        "CNI_IFNAME",
+        "CNI_ARGS",
+        "CNI_PATH",
+    ] {
+        cmd.env_remove(var);
+    }
+    let out = match tokio::time::timeout(SYNC_TIMEOUT, cmd.output()).await {
+        Ok(Ok(out)) => out,
+        Ok(Err(e)) => {
+            return Err(AgentError::Reconcile(format!(
+                "running {} sync: {e}",
+                bin.display()
+            )))
+        }
+        Err(_) => {
+            return Err(AgentError::Reconcile(format!(
+                "{} sync did not finish within {SYNC_TIMEOUT:?}",
+                bin.display()
+            )))
+        }
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    if !out.status.success() {
+        return Err(AgentError::Reconcile(format!(
+            "{} sync {} exited with {}: {} {}",
+            bin.display(),
+            config.display(),
+            out.status,
+            stderr,
+            stdout
+        )));
+    }
+    Ok([stdout, stderr]
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join(" | "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn net() -> NetConfig {
+        NetConfig::parse(
+            "k",
+            br#"{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","VNI":3,"DirectRouting":true,"MTU":9000}}"#,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn peers_file_format() {
+        let peers = [
+            PeerEntry {
+                subnet: "10.244.1.0/24".parse().unwrap(),
+                ip: "192.168.9.1".parse().unwrap(),
+                vtep_mac: None,
+            },
+            PeerEntry {
+                subnet: "10.244.2.0/24".parse().unwrap(),
+                ip: "192.168.9.2".parse().unwrap(),
+                vtep_mac: Some("0e:2a:00:00:00:03".into()),
+            },
+        ];
+        let v: Value = serde_json::from_str(&peers_json(&peers)).unwrap();
+        assert_eq!(
+            v,
+            json!([{"subnet":"10.244.1.0/24","ip":"192.168.9.1"},
+                   {"subnet":"10.244.2.0/24","ip":"192.168.9.2","vtepMAC":"0e:2a:00:00:00:03"}])
+        );
+    }
+
+    #[test]
+    fn overlay_config_follows_flannel_backend() {
+        let settings = OverlaySettings {
+            engine: Engine::Exec("/bin/vxlan".into()),
+            state_dir: "/run/x".into(),
+            public_ip: "192.168.9.1".parse().unwrap(),
+            iface: Some("eth0".into()),
+        };
+        let n = net();
+        let o = Overlay::new(settings, &n);
+        let c = o.config_json(&n, "10.244.7.0/24".parse().unwrap());
+        assert_eq!(c["device"], "flannel.3");
+        assert_eq!(c["vni"], 3);
+        assert_eq!(c["port"], 8472);
+        assert_eq!(c["mode"], "auto");
+        assert_eq!(c["mtu"], 8950);
+        assert_eq!(c["subnet"], "10.244.7.0/24");
+        assert_eq!(c["peersFile"], "/run/x/peers.json");
+        assert_eq!(c["underlayInterface"], "eth0");
+    }
+}
+
+#[cfg(test)]
+mod sync_tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A stand-in `vxlan` that records its arguments and the peers file, then exits `code`.
+    fn fake_vxlan(dir: &Path, code: i32) -> PathBuf {
+        let bin = dir.join(format!("vxlan-{code}"));
+        let script = format!(
+            "#!/bin/sh\necho \"$@\" > {dir}/args\ncp {dir}/state/peers.json {dir}/seen.json\necho report-line\necho oops >&2\nexit {code}\n",
+            dir = dir.display()
+        );
+        std::fs::write(&bin, script).unwrap();
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        bin
+    }
+
+    #[tokio::test]
+    async fn sync_writes_files_then_runs_vxlan_sync() {
+        let dir = std::env::temp_dir().join(format!("agent-sync-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let net = NetConfig::parse(
+            "k",
+            br#"{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}"#,
+        )
+        .unwrap();
+        let peers = [PeerEntry {
+            subnet: "10.244.1.0/24".parse().unwrap(),
+            ip: "192.168.9.1".parse().unwrap(),
+            vtep_mac: None,
+        }];
+        let settings = |bin| OverlaySettings {
+            engine: Engine::Exec(bin),
+            state_dir: dir.join("state"),
+            public_ip: "192.168.9.2".parse().unwrap(),
+            iface: None,
+        };
+
+        let ok = Overlay::new(settings(fake_vxlan(&dir, 0)), &net);
+        let report = ok
+            .sync(&net, "10.244.2.0/24".parse().unwrap(), &peers)
+            .await
+            .unwrap();
+        assert!(report.contains("report-line"), "{report}");
+        let args = std::fs::read_to_string(dir.join("args")).unwrap();
+        assert_eq!(
+            args.trim(),
+            format!("sync {}", dir.join("state/overlay.json").display())
+        );
+        let seen: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("seen.json")).unwrap()).unwrap();
+        assert_eq!(
+            seen,
+            json!([{"subnet": "10.244.1.0/24", "ip": "192.168.9.1"}])
+        );
+
+        let failing = Overlay::new(settings(fake_vxlan(&dir, 3)), &net);
+        let err = failing
+            .sync(&net, "10.244.2.0/24".parse().unwrap(), &peers)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("exit status: 3") && err.contains("oops"),
+            "{err}"
+        );
+
+        let missing = Overlay::new(settings(dir.join("no-such-vxlan")), &net);
+        assert!(missing
+            .sync(&net, "10.244.2.0/24".parse().unwrap(), &peers)
+            .await
+            .is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

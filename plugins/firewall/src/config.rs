@@ -1,0 +1,156 @@
+//! firewall configuration (spec-catalog §4.7).
+
+use libcni::CniError;
+use serde::Deserialize;
+
+pub const DEFAULT_ADMIN_CHAIN: &str = "CNI-ADMIN";
+pub const DEFAULT_ZONE: &str = "trusted";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    Iptables,
+    Firewalld,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IngressPolicy {
+    /// No restriction (default).
+    Open,
+    /// Only traffic from the same bridge may reach the container.
+    SameBridge,
+    /// Like same-bridge, and containers on the bridge cannot reach each other either.
+    Isolated,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct RawConf {
+    #[serde(default)]
+    backend: Option<String>,
+    #[serde(default, rename = "iptablesAdminChainName")]
+    admin_chain: Option<String>,
+    #[serde(default, rename = "firewalldZone")]
+    zone: Option<String>,
+    #[serde(default, rename = "ingressPolicy")]
+    ingress_policy: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FirewallConf {
+    /// `None`: firewalld when it runs, else iptables.
+    pub backend: Option<BackendKind>,
+    pub admin_chain: String,
+    pub zone: String,
+    pub ingress_policy: IngressPolicy,
+}
+
+/// iptables chain names: at most 28 characters, no whitespace or quoting.
+fn valid_chain_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 28
+        && !s.starts_with('-')
+        && s.chars()
+            .all(|c| c.is_ascii_graphic() && c != '"' && c != '\'')
+}
+
+/// firewalld zone names: letters, digits, `_`, `-`, `/` (max 17 in firewalld; be lenient).
+fn valid_zone(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && !s.starts_with('-')
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '/'))
+}
+
+pub fn parse(
+    config: &serde_json::Map<String, serde_json::Value>,
+) -> Result<FirewallConf, CniError> {
+    let raw: RawConf = serde_json::from_value(serde_json::Value::Object(config.clone()))
+        .map_err(|e| CniError::decode(format!("failed to parse firewall configuration: {e}")))?;
+    let backend = match raw.backend.as_deref() {
+        None | Some("") => None,
+        Some("iptables") => Some(BackendKind::Iptables),
+        Some("firewalld") => Some(BackendKind::Firewalld),
+        Some(other) => {
+            return Err(CniError::invalid_config(format!(
+                "unknown firewall backend {other:?}: expected \"iptables\" or \"firewalld\""
+            )))
+        }
+    };
+    let admin_chain = raw
+        .admin_chain
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| DEFAULT_ADMIN_CHAIN.to_string());
+    if !valid_chain_name(&admin_chain) {
+        return Err(CniError::invalid_config(format!(
+            "invalid iptablesAdminChainName {admin_chain:?}"
+        )));
+    }
+    let zone = raw
+        .zone
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| DEFAULT_ZONE.to_string());
+    if !valid_zone(&zone) {
+        return Err(CniError::invalid_config(format!(
+            "invalid firewalldZone {zone:?}"
+        )));
+    }
+    let ingress_policy = match raw.ingress_policy.as_deref() {
+        None | Some("") | Some("open") => IngressPolicy::Open,
+        Some("same-bridge") => IngressPolicy::SameBridge,
+        Some("isolated") => IngressPolicy::Isolated,
+        Some(other) => {
+            return Err(CniError::invalid_config(format!(
+                "unknown ingress policy: {other:?}"
+            )))
+        }
+    };
+    Ok(FirewallConf {
+        backend,
+        admin_chain,
+        zone,
+        ingress_policy,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn conf(v: serde_json::Value) -> Result<FirewallConf, CniError> {
+        parse(v.as_object().unwrap())
+    }
+
+    #[test]
+    fn podman_config_defaults() {
+        let c = conf(json!({"type":"firewall","backend":""})).unwrap();
+        assert_eq!(c.backend, None);
+        assert_eq!(c.admin_chain, "CNI-ADMIN");
+        assert_eq!(c.zone, "trusted");
+        assert_eq!(c.ingress_policy, IngressPolicy::Open);
+        let c = conf(json!({"backend":"iptables","ingressPolicy":"same-bridge","iptablesAdminChainName":"MY-ADMIN"})).unwrap();
+        assert_eq!(c.backend, Some(BackendKind::Iptables));
+        assert_eq!(c.ingress_policy, IngressPolicy::SameBridge);
+        assert_eq!(c.admin_chain, "MY-ADMIN");
+        assert_eq!(
+            conf(json!({"ingressPolicy":"isolated"}))
+                .unwrap()
+                .ingress_policy,
+            IngressPolicy::Isolated
+        );
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        for bad in [
+            json!({"backend":"ufw"}),
+            json!({"ingressPolicy":"closed"}),
+            json!({"iptablesAdminChainName":"has space"}),
+            json!({"iptablesAdminChainName":"-j"}),
+            json!({"iptablesAdminChainName":"x".repeat(29)}),
+            json!({"firewalldZone":"--permanent"}),
+        ] {
+            assert!(conf(bad.clone()).is_err(), "accepted {bad}");
+        }
+    }
+}

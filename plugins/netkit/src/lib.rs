@@ -1,0 +1,34 @@
+//! Kernel plumbing shared by every ferrocni plugin: a blocking rtnetlink socket, network
+//! namespaces, links, addresses, routes and sysctls. See `API.md` for the public surface.
+//!
+//! Design: one [`Socket`] per netns, opened by briefly entering the netns on the calling
+//! (main) thread; every operation after that goes through the socket. Only sysctls need
+//! the thread to be inside the netns (`sysctl::*_in`). Other modules (tc, neighbours,
+//! bridge ports) build messages and send them with [`Socket::request`].
+
+pub mod addr;
+pub mod bridge_port;
+pub mod error;
+pub mod link;
+pub mod neigh;
+pub mod netfilter;
+pub mod netlink;
+pub mod netns;
+pub mod route;
+pub mod sysctl;
+pub mod tc;
+pub mod testutil;
+pub mod vxlan_link;
+
+pub use addr::{Address, AddressOptions, Family};
+pub use error::{Error, Result, ResultExt};
+pub use link::{BridgeOptions, Link, VethSpec};
+pub use netlink::Socket;
+pub use netns::{Netns, NetnsGuard};
+pub use route::Route;
+
+/// The exact crate versions netkit speaks, so plugins build messages with the same types.
+pub use ipnetwork;
+pub use netlink_packet_core as packet_core;
+pub use netlink_packet_route as packet_route;
+pub use rtnetlink;

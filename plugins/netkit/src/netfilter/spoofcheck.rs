@@ -1,0 +1,222 @@
+//! MAC spoof checking on a bridge port (reference `pkg/link/spoofcheck.go`): frames entering
+//! from the port must carry the container's MAC.
+//!
+//! Objects: table `bridge nat`, base chain `PREROUTING` (filter, prerouting, priority -300,
+//! policy accept) with `iifname <port> jump cni-br-iface-<id>`; chain `cni-br-iface-<id>` jumps
+//! to `cni-br-iface-<id>-mac`, which returns for `ether saddr <mac>` and drops the rest. Every
+//! rule carries the comment `macspoofchk-<id>`, where `<id>` is `<containerID>-<ifname>`.
+
+use serde_json::{json, Value};
+
+use super::exec::Result;
+use super::nftables as nft;
+
+const FAMILY: &str = "bridge";
+const TABLE: &str = "nat";
+const BASE_CHAIN: &str = "PREROUTING";
+const BASE_PRIORITY: i32 = -300;
+
+/// The spoof checker of one attachment.
+#[derive(Debug, Clone)]
+pub struct SpoofChecker {
+    iface: String,
+    mac: String,
+    ref_id: String,
+}
+
+impl SpoofChecker {
+    /// `iface`: the host-side port; `mac`: the container MAC; `ref_id`: `<containerID>-<ifname>`.
+    pub fn new(iface: &str, mac: &str, ref_id: &str) -> SpoofChecker {
+        SpoofChecker {
+            iface: iface.to_string(),
+            mac: mac.to_string(),
+            ref_id: ref_id.to_string(),
+        }
+    }
+
+    /// The reference's unique ID of an attachment.
+    pub fn ref_id_for(container_id: &str, ifname: &str) -> String {
+        format!("{container_id}-{ifname}")
+    }
+
+    pub fn iface_chain(&self) -> String {
+        format!("cni-br-iface-{}", self.ref_id)
+    }
+
+    pub fn mac_chain(&self) -> String {
+        format!("{}-mac", self.iface_chain())
+    }
+
+    pub fn comment(&self) -> String {
+        format!("macspoofchk-{}", self.ref_id)
+    }
+
+    /// Installs the chains and rules in one nft transaction.
+    pub fn setup(&self) -> Result<()> {
+        let (iface_chain, mac_chain, comment) =
+            (self.iface_chain(), self.mac_chain(), self.comment());
+        let c = Some(comment.as_str());
+        let tx = vec![
+            nft::add(nft::table(FAMILY, TABLE)),
+            nft::add(nft::base_chain(
+                FAMILY,
+                TABLE,
+                BASE_CHAIN,
+                "filter",
+                "prerouting",
+                BASE_PRIORITY,
+            )),
+            nft::add(nft::chain(FAMILY, TABLE, &iface_chain)),
+            nft::add(nft::chain(FAMILY, TABLE, &mac_chain)),
+            nft::flush(nft::chain(FAMILY, TABLE, &iface_chain)),
+            nft::flush(nft::chain(FAMILY, TABLE, &mac_chain)),
+            nft::add(nft::rule(
+                FAMILY,
+                TABLE,
+                BASE_CHAIN,
+                vec![
+                    json!({"match": {"op": "==", "left": {"meta": {"key": "iifname"}}, "right": self.iface}}),
+                    json!({"jump": {"target": iface_chain}}),
+                ],
+                c,
+            )),
+            nft::add(nft::rule(
+                FAMILY,
+                TABLE,
+                &iface_chain,
+                vec![json!({"jump": {"target": mac_chain}})],
+                c,
+            )),
+            nft::add(nft::rule(
+                FAMILY,
+                TABLE,
+                &mac_chain,
+                vec![
+                    json!({"match": {"op": "==", "left": {"payload": {"protocol": "ether", "field": "saddr"}}, "right": self.mac}}),
+                    json!({"return": null}),
+                ],
+                c,
+            )),
+            nft::add(nft::rule(
+                FAMILY,
+                TABLE,
+                &mac_chain,
+                vec![json!({"drop": null})],
+                c,
+            )),
+        ];
+        nft::apply(
+            tx,
+            &format!("failed to setup spoof-check on {}", self.iface),
+        )
+    }
+
+    /// Removes the jump rule(s) and both chains; succeeds when they are already gone.
+    /// Only `ref_id` matters here (the interface and MAC may be unknown at DEL time).
+    pub fn teardown(&self) -> Result<()> {
+        let ctx = format!("failed to teardown spoof-check {}", self.ref_id);
+        let listing = match list_table() {
+            Ok(Some(v)) => v,
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(e.context(&ctx)),
+        };
+        let comment = self.comment();
+        let (iface_chain, mac_chain) = (self.iface_chain(), self.mac_chain());
+        let mut tx = Vec::new();
+        for rule in rules_of(&listing, BASE_CHAIN) {
+            if rule.get("comment").and_then(Value::as_str) == Some(comment.as_str()) {
+                if let Some(h) = rule.get("handle").and_then(Value::as_u64) {
+                    tx.push(nft::delete_rule(FAMILY, TABLE, BASE_CHAIN, h));
+                }
+            }
+        }
+        let chains = chain_names(&listing);
+        for chain in [&iface_chain, &mac_chain] {
+            if chains.iter().any(|c| c == chain) {
+                tx.push(nft::delete(nft::chain(FAMILY, TABLE, chain)));
+            }
+        }
+        nft::apply(tx, &ctx)
+    }
+
+    /// Whether the rules are installed (for CHECK).
+    pub fn is_installed(&self) -> Result<bool> {
+        let Some(listing) = list_table()? else {
+            return Ok(false);
+        };
+        let comment = self.comment();
+        let jump = rules_of(&listing, BASE_CHAIN)
+            .any(|r| r.get("comment").and_then(Value::as_str) == Some(comment.as_str()));
+        let mac_rules = rules_of(&listing, &self.mac_chain()).count();
+        Ok(jump && mac_rules >= 2)
+    }
+}
+
+/// `nft -j list table bridge nat`, or `None` when the table does not exist.
+fn list_table() -> Result<Option<Value>> {
+    let ctx = "failed to list nftables table bridge nat";
+    let args = ["-j", "list", "table", FAMILY, TABLE];
+    let out = super::exec::run("nft", &args, None, ctx)?;
+    if !out.success {
+        if super::exec::is_not_found_text(&out.stderr) {
+            return Ok(None);
+        }
+        return Err(super::exec::failed("nft", &args, &out, ctx));
+    }
+    serde_json::from_str(&out.stdout)
+        .map(Some)
+        .map_err(|e| super::exec::Error::Parse {
+            context: ctx.to_string(),
+            tool: "nft".into(),
+            detail: e.to_string(),
+        })
+}
+
+fn items(listing: &Value) -> impl Iterator<Item = &Value> {
+    listing
+        .get("nftables")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+}
+
+fn rules_of<'a>(listing: &'a Value, chain: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+    items(listing)
+        .filter_map(|i| i.get("rule"))
+        .filter(move |r| r.get("chain").and_then(Value::as_str) == Some(chain))
+}
+
+fn chain_names(listing: &Value) -> Vec<String> {
+    items(listing)
+        .filter_map(|i| i.get("chain"))
+        .filter_map(|c| c.get("name").and_then(Value::as_str).map(str::to_string))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_match_reference() {
+        let sc = SpoofChecker::new(
+            "veth1",
+            "02:00:00:00:00:01",
+            &SpoofChecker::ref_id_for("cid", "eth0"),
+        );
+        assert_eq!(sc.iface_chain(), "cni-br-iface-cid-eth0");
+        assert_eq!(sc.mac_chain(), "cni-br-iface-cid-eth0-mac");
+        assert_eq!(sc.comment(), "macspoofchk-cid-eth0");
+    }
+
+    #[test]
+    fn listing_helpers() {
+        let v: Value = serde_json::from_str(
+            r#"{"nftables":[{"chain":{"name":"PREROUTING"}},{"chain":{"name":"x"}},
+            {"rule":{"chain":"PREROUTING","handle":3,"comment":"macspoofchk-a"}},{"rule":{"chain":"x","handle":4}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(chain_names(&v), ["PREROUTING", "x"]);
+        assert_eq!(rules_of(&v, "PREROUTING").count(), 1);
+    }
+}

@@ -1,0 +1,185 @@
+//! `portmap`: a chained CNI plugin forwarding host ports to the container (DNAT), with
+//! hairpin and localhost masquerading, on iptables or nftables (spec-catalog §4.5).
+
+mod config;
+mod iptables_backend;
+mod localnet;
+mod nftables_backend;
+
+use ipnetwork::IpNetwork;
+use libcni::result::CniResult;
+use libcni::skel::{self, CmdArgs, Plugin};
+use libcni::CniError;
+use netkit::netfilter::iptables::{Family, Iptables};
+use netkit::netfilter::nftables;
+
+use crate::config::{Backend, PortMapConf};
+
+struct PortMap;
+
+/// The configured backend, else the one implied by backend-specific options, else iptables
+/// when usable, else nftables (the reference's order).
+fn choose_backend(conf: &PortMapConf) -> Result<Backend, CniError> {
+    if let Some(b) = conf.backend {
+        return Ok(b);
+    }
+    if conf.external_set_mark_chain.is_some() {
+        return Ok(Backend::Iptables);
+    }
+    if let Some(b) = conf.backend_from_conditions() {
+        return Ok(b);
+    }
+    if Iptables::new(Family::V4).is_usable() {
+        return Ok(Backend::Iptables);
+    }
+    if nftables::is_usable() {
+        return Ok(Backend::Nftables);
+    }
+    Err(CniError::internal(
+        "neither iptables nor nftables is usable: install the iptables or nftables package",
+    ))
+}
+
+fn addresses(args: &CmdArgs) -> Result<(CniResult, Vec<IpNetwork>), CniError> {
+    let result = args.prev_result()?.ok_or_else(|| {
+        CniError::invalid_config("must be called as chained plugin: prevResult is missing")
+    })?;
+    let (v4, v6) = config::container_addresses(&result, &args.ifname);
+    Ok((result, v4.into_iter().chain(v6).collect()))
+}
+
+fn forward(
+    backend: Backend,
+    conf: &PortMapConf,
+    args: &CmdArgs,
+    container: IpNetwork,
+) -> Result<(), CniError> {
+    match backend {
+        Backend::Iptables => {
+            iptables_backend::forward_ports(conf, &args.network_name, &args.container_id, container)
+        }
+        Backend::Nftables => nftables_backend::forward_ports(conf, &args.container_id, container),
+    }
+}
+
+fn unforward(backend: Backend, args: &CmdArgs) -> Result<(), CniError> {
+    match backend {
+        Backend::Iptables => {
+            iptables_backend::unforward_ports(&args.network_name, &args.container_id)
+        }
+        Backend::Nftables => nftables_backend::unforward_ports(&args.container_id),
+    }
+}
+
+impl Plugin for PortMap {
+    fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
+        let conf = config::parse(&args.config)?;
+        let (result, containers) = addresses(args)?;
+        if conf.mappings.is_empty() || containers.is_empty() {
+            return Ok(result);
+        }
+        let backend = choose_backend(&conf)?;
+        conf.check_conditions_fit(Some(backend))?;
+        for container in &containers {
+            let step = (|| {
+                if conf.snat {
+                    localnet::enable_route_localnet(container.ip())?;
+                }
+                forward(backend, &conf, args, *container)
+            })();
+            if let Err(e) = step {
+                // Leave nothing half-installed behind.
+                if let Err(undo) = unforward(backend, args) {
+                    eprintln!("portmap: rollback failed: {undo}");
+                }
+                return Err(e);
+            }
+        }
+        let families: Vec<bool> = containers.iter().map(IpNetwork::is_ipv6).collect();
+        localnet::flush_udp_conntrack(&conf.mappings, &families);
+        Ok(result)
+    }
+
+    /// Removes this container's rules. Unlike the reference this does not depend on the
+    /// runtime re-sending portMappings: the objects are found by (network, container ID).
+    fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
+        let conf = config::parse(&args.config)?;
+        let backend = match conf.backend {
+            Some(b) => b,
+            None if conf.backend_from_conditions().is_none() => {
+                // Nothing says which backend ADD used: clean whatever exists (cheap when
+                // nothing does: one iptables call per family, one nft call).
+                let ipt = iptables_backend::unforward_ports(&args.network_name, &args.container_id);
+                let nft = nftables_backend::unforward_ports(&args.container_id);
+                return match (ipt, nft) {
+                    (Err(e), Err(_)) => Err(e),
+                    (Ok(()), Err(e)) if nftables::is_usable() => Err(e),
+                    (Err(e), Ok(())) if Iptables::new(Family::V4).is_usable() => Err(e),
+                    _ => Ok(()),
+                };
+            }
+            None => choose_backend(&conf)?,
+        };
+        unforward(backend, args)
+    }
+
+    fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
+        let conf = config::parse(&args.config)?;
+        let (_, containers) = addresses(args)?;
+        if conf.mappings.is_empty() {
+            return Ok(());
+        }
+        let backend = choose_backend(&conf)?;
+        for container in containers {
+            match backend {
+                Backend::Iptables => iptables_backend::check_ports(
+                    &conf,
+                    &args.network_name,
+                    &args.container_id,
+                    container,
+                )?,
+                Backend::Nftables => {
+                    nftables_backend::check_ports(&conf, &args.container_id, container)?
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Ready when the tool of the configured backend (either, when unset) is installed.
+    fn status(&self, args: &CmdArgs) -> Result<(), CniError> {
+        let conf = config::parse(&args.config)?;
+        let have = |t: &str| netkit::netfilter::exec::find_tool(t).is_some();
+        let ready = match conf.backend.or_else(|| conf.backend_from_conditions()) {
+            Some(Backend::Iptables) => have("iptables"),
+            Some(Backend::Nftables) => have("nft"),
+            None => have("iptables") || have("nft"),
+        };
+        if ready {
+            Ok(())
+        } else {
+            Err(CniError::not_available(
+                "portmap: the iptables/nft tool of the configured backend is not installed",
+            ))
+        }
+    }
+
+    /// Removes the iptables port mappings of containers of this network that are no longer
+    /// valid attachments. (nftables rules carry only the container ID, not the network, so
+    /// they cannot be attributed to a network and are left to DEL.)
+    fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
+        let valid: Vec<String> = args
+            .valid_attachments()?
+            .into_iter()
+            .map(|(cid, _)| cid)
+            .collect();
+        if netkit::netfilter::exec::find_tool("iptables").is_none() {
+            return Ok(());
+        }
+        iptables_backend::gc(&args.network_name, &valid)
+    }
+}
+
+fn main() {
+    skel::run(&PortMap, "CNI portmap plugin (ferrocni)");
+}

@@ -1,0 +1,158 @@
+//! The per-attachment backup of the link settings tuning changes:
+//! `<dataDir>/<containerID>_<ifname>.json`, same shape as the reference
+//! (`{"mac":..,"promisc":..,"mtu":..,"allmulti":..,"txQLen":..}`, configured fields only),
+//! so a DEL by either implementation restores an ADD by the other.
+
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use libcni::CniError;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Backup {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promisc: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allmulti: Option<bool>,
+    #[serde(default, rename = "txQLen", skip_serializing_if = "Option::is_none")]
+    pub tx_qlen: Option<u32>,
+}
+
+impl Backup {
+    /// Fills fields missing here from `older` values: when an earlier backup exists (ADD
+    /// retried without DEL), its values are the true originals and must win.
+    pub fn keep_originals_from(mut self, older: Backup) -> Backup {
+        self.mac = older.mac.or(self.mac);
+        self.promisc = older.promisc.or(self.promisc);
+        self.mtu = older.mtu.or(self.mtu);
+        self.allmulti = older.allmulti.or(self.allmulti);
+        self.tx_qlen = older.tx_qlen.or(self.tx_qlen);
+        self
+    }
+}
+
+/// The backup file of one attachment.
+pub fn path(data_dir: &str, container_id: &str, ifname: &str) -> PathBuf {
+    Path::new(data_dir).join(format!("{container_id}_{ifname}.json"))
+}
+
+/// Reads a backup; `Ok(None)` when there is none.
+pub fn load(path: &Path) -> Result<Option<Backup>, CniError> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(CniError::io(format!(
+                "failed to read tuning backup {}: {e}",
+                path.display()
+            )))
+        }
+    };
+    serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+        CniError::decode(format!(
+            "failed to parse tuning backup {}: {e}",
+            path.display()
+        ))
+    })
+}
+
+/// Writes a backup atomically (temp file + rename), creating the directory (0700) if needed.
+pub fn store(path: &Path, backup: &Backup) -> Result<(), CniError> {
+    let ctx = |what: &str, e: std::io::Error| {
+        CniError::io(format!(
+            "failed to {what} tuning backup {}: {e}",
+            path.display()
+        ))
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| ctx("create the directory of", e))?;
+    }
+    let data = serde_json::to_vec_pretty(backup)
+        .map_err(|e| CniError::internal(format!("failed to encode tuning backup: {e}")))?;
+    let tmp = path.with_extension(format!("json.tmp{}", std::process::id()));
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(&data)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    };
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        ctx("write", e)
+    })
+}
+
+/// Removes a backup; a missing file is fine.
+pub fn remove(path: &Path) -> Result<(), CniError> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(CniError::io(format!(
+            "failed to remove tuning backup {}: {e}",
+            path.display()
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reference_shape_round_trips() {
+        let text = r#"{"mac":"02:00:00:00:00:01","promisc":false,"mtu":1500}"#;
+        let b: Backup = serde_json::from_str(text).unwrap();
+        assert_eq!(b.mtu, Some(1500));
+        assert_eq!(b.allmulti, None);
+        let v = serde_json::to_value(&b).unwrap();
+        assert_eq!(v, serde_json::from_str::<serde_json::Value>(text).unwrap());
+        let b: Backup = serde_json::from_str(r#"{"txQLen":1000,"allmulti":true}"#).unwrap();
+        assert_eq!((b.tx_qlen, b.allmulti), (Some(1000), Some(true)));
+    }
+
+    #[test]
+    fn store_load_remove() {
+        let dir = std::env::temp_dir().join(format!("tuning-backup-test-{}", std::process::id()));
+        let p = path(dir.to_str().unwrap(), "cid", "eth0");
+        assert_eq!(load(&p).unwrap(), None);
+        let b = Backup {
+            mtu: Some(1500),
+            ..Default::default()
+        };
+        store(&p, &b).unwrap();
+        assert_eq!(load(&p).unwrap(), Some(b));
+        remove(&p).unwrap();
+        remove(&p).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn older_backup_wins() {
+        let older = Backup {
+            mtu: Some(1500),
+            ..Default::default()
+        };
+        let newer = Backup {
+            mtu: Some(9000),
+            promisc: Some(false),
+            ..Default::default()
+        };
+        let merged = newer.keep_originals_from(older);
+        assert_eq!((merged.mtu, merged.promisc), (Some(1500), Some(false)));
+    }
+}

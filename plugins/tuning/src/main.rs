@@ -1,0 +1,178 @@
+//! `tuning`: a chained CNI plugin that sets sysctls and link attributes on the container
+//! interface, backs the original link values up and restores them on DEL (spec-catalog §4.6).
+
+mod backup;
+mod config;
+mod link_settings;
+mod sysctls;
+
+use libcni::result::CniResult;
+use libcni::skel::{self, CmdArgs, Plugin};
+use libcni::CniError;
+use netkit::{Netns, Socket};
+
+use crate::config::Tuning;
+
+struct TuningPlugin;
+
+fn kernel(e: netkit::Error) -> CniError {
+    CniError::internal(e.to_string())
+}
+
+fn open_netns(path: &str) -> Result<Netns, CniError> {
+    Netns::open(path).map_err(|e| CniError::internal(format!("failed to open netns {path:?}: {e}")))
+}
+
+fn require_prev_result(args: &CmdArgs) -> Result<CniResult, CniError> {
+    args.prev_result()?.ok_or_else(|| {
+        CniError::invalid_config(
+            "Required prevResult missing: tuning must be called as a chained plugin",
+        )
+    })
+}
+
+/// Everything ADD does inside the container netns; undone on failure.
+fn add_in_netns(args: &CmdArgs, tuning: &Tuning) -> Result<(), CniError> {
+    let previous_sysctls = sysctls::apply(&tuning.sysctls, &args.ifname)?;
+    if !tuning.touches_link() {
+        return Ok(());
+    }
+    let result = tune_link(args, tuning);
+    if result.is_err() {
+        sysctls::restore(&previous_sysctls);
+    }
+    result
+}
+
+fn tune_link(args: &CmdArgs, tuning: &Tuning) -> Result<(), CniError> {
+    let mut sock = Socket::new().map_err(kernel)?;
+    let link = sock.link_by_name(&args.ifname).map_err(kernel)?;
+    let path = backup::path(&tuning.data_dir, &args.container_id, &args.ifname);
+    let existing = backup::load(&path)?;
+    let fresh = link_settings::capture(&link, tuning);
+    let saved = match existing.clone() {
+        Some(older) => fresh.keep_originals_from(older),
+        None => fresh,
+    };
+    backup::store(&path, &saved)?;
+    if let Err(e) = link_settings::apply(&mut sock, &link, tuning) {
+        // Roll back to the originals; forget the backup only if this call created it.
+        let _ = link_settings::restore(&mut sock, &link, &saved);
+        match existing {
+            Some(older) => backup::store(&path, &older)?,
+            None => backup::remove(&path)?,
+        }
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// The prevResult interface this call tuned: the one named CNI_IFNAME inside a sandbox,
+/// else any one named CNI_IFNAME.
+fn update_result_mac(result: &mut CniResult, ifname: &str, mac: &[u8; 6]) {
+    let text = netkit::link::format_mac(mac);
+    let in_sandbox = result
+        .interfaces
+        .iter()
+        .any(|i| i.name == ifname && !i.sandbox.is_empty());
+    for iface in result.interfaces.iter_mut() {
+        if iface.name == ifname && (!in_sandbox || !iface.sandbox.is_empty()) {
+            iface.mac = text.clone();
+        }
+    }
+}
+
+impl Plugin for TuningPlugin {
+    fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
+        let tuning = config::parse(args)?;
+        sysctls::enforce_allowlist(&tuning.sysctls)?;
+        let mut result = require_prev_result(args)?;
+        let ns = open_netns(&args.netns)?;
+        ns.run(|| add_in_netns(args, &tuning)).map_err(kernel)??;
+        if let Some(mac) = &tuning.mac {
+            update_result_mac(&mut result, &args.ifname, mac);
+        }
+        Ok(result)
+    }
+
+    fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
+        let tuning = config::parse(args)?;
+        let path = backup::path(&tuning.data_dir, &args.container_id, &args.ifname);
+        let Some(saved) = backup::load(&path).unwrap_or_else(|e| {
+            eprintln!("tuning: ignoring unreadable backup: {e}");
+            None
+        }) else {
+            return backup::remove(&path).or(Ok(()));
+        };
+        // Restoring is best effort: the netns or the interface may already be gone.
+        if !args.netns.is_empty() {
+            match Netns::open(&args.netns) {
+                Ok(ns) => {
+                    let restored = ns.run(|| -> Result<(), CniError> {
+                        let mut sock = Socket::new().map_err(kernel)?;
+                        match sock.find_link(&args.ifname).map_err(kernel)? {
+                            Some(link) => link_settings::restore(&mut sock, &link, &saved),
+                            None => Ok(()),
+                        }
+                    });
+                    match restored {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => eprintln!("tuning: failed to restore {}: {e}", args.ifname),
+                        Err(e) => eprintln!("tuning: failed to enter netns {:?}: {e}", args.netns),
+                    }
+                }
+                Err(e) if e.is_netns_not_found() => {}
+                Err(e) => eprintln!("tuning: {e}"),
+            }
+        }
+        if let Err(e) = backup::remove(&path) {
+            eprintln!("tuning: {e}");
+        }
+        Ok(())
+    }
+
+    fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
+        let tuning = config::parse(args)?;
+        require_prev_result(args)?;
+        let ns = open_netns(&args.netns)?;
+        ns.run(|| -> Result<(), CniError> {
+            sysctls::verify(&tuning.sysctls, &args.ifname)?;
+            let mut sock = Socket::new().map_err(kernel)?;
+            let link = sock.link_by_name(&args.ifname).map_err(kernel)?;
+            link_settings::verify(&link, &tuning)
+        })
+        .map_err(kernel)?
+    }
+}
+
+fn main() {
+    skel::run(&TuningPlugin, "CNI tuning plugin (ferrocni)");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use libcni::result::Interface;
+
+    #[test]
+    fn mac_updates_the_sandbox_interface_only() {
+        let iface = |name: &str, sandbox: &str| Interface {
+            name: name.into(),
+            mac: "00:00:00:00:00:01".into(),
+            sandbox: sandbox.into(),
+            ..Default::default()
+        };
+        let mut r = CniResult {
+            interfaces: vec![
+                iface("eth0", ""),
+                iface("vethx", ""),
+                iface("eth0", "/run/netns/x"),
+            ],
+            ..Default::default()
+        };
+        update_result_mac(&mut r, "eth0", &[2, 0, 0, 0, 0, 9]);
+        assert_eq!(r.interfaces[0].mac, "00:00:00:00:00:01");
+        assert_eq!(r.interfaces[1].mac, "00:00:00:00:00:01");
+        assert_eq!(r.interfaces[2].mac, "02:00:00:00:00:09");
+    }
+}
