@@ -12,6 +12,7 @@ mod ipam;
 use libcni::error::CniError;
 use libcni::result::CniResult;
 use libcni::skel::{CmdArgs, Plugin};
+use netkit::netfilter::ipmasq::Backend;
 
 struct Bridge;
 
@@ -40,6 +41,27 @@ impl Plugin for Bridge {
         let conf = config::load(args)?;
         if conf.is_layer3() {
             ipam::call(&conf.ipam_type, "STATUS", &args.stdin)?;
+        }
+        // An ADD would fail without the netfilter tool it needs.
+        let have = |tool: &str| netkit::netfilter::exec::find_tool(tool).is_some();
+        if conf.ip_masq && conf.is_layer3() {
+            let tool = match conf
+                .ip_masq_backend
+                .unwrap_or_else(Backend::default_for_host)
+            {
+                Backend::Iptables => "iptables",
+                Backend::Nftables => "nft",
+            };
+            if !have(tool) {
+                return Err(CniError::not_available(format!(
+                    "bridge: ipMasq needs {tool}, which is not installed"
+                )));
+            }
+        }
+        if conf.macspoofchk && !have("nft") {
+            return Err(CniError::not_available(
+                "bridge: macspoofchk needs nft, which is not installed",
+            ));
         }
         Ok(())
     }
