@@ -34,8 +34,9 @@ pub mod cluster;
 
 use std::collections::HashMap;
 use std::fs;
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
@@ -451,6 +452,33 @@ impl Cnitool {
             Self::container_id(netns_path)
         ))
     }
+}
+
+/// Runs `cmd` (a plugin, typically) with `stdin` written to it, stdout and stderr captured.
+pub fn run_with_stdin(cmd: &mut Command, stdin: &[u8]) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {:?}: {e}", cmd.get_program()));
+    if let Some(mut input) = child.stdin.take() {
+        input.write_all(stdin).expect("write the plugin's stdin");
+    }
+    child.wait_with_output().expect("wait for the plugin")
+}
+
+/// The leases of a host-local store directory: the files named by an address (not `lock`,
+/// `last_reserved_ip.*` or our dot-files).
+pub fn lease_files(store: &Path) -> Vec<String> {
+    fs::read_dir(store)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Runs our `cnitool` (built on demand) as described by `tool`.

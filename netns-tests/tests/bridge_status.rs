@@ -1,10 +1,9 @@
 //! bridge STATUS: ready when IPAM is ready and the netfilter tools an ADD would need exist;
 //! not available (code 50) when `ipMasq`'s tool is missing.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-use netns_tests::{our_binary, require_root, TempDir};
+use netns_tests::{our_binary, require_root, run_with_stdin, TempDir};
 use serde_json::{json, Value};
 
 /// Runs bridge STATUS; with `hide_sbin`, inside a private mount namespace whose /usr/sbin (where
@@ -23,17 +22,8 @@ fn status(config: &Value, hide_sbin: bool) -> (bool, Value) {
     };
     cmd.env("CNI_COMMAND", "STATUS")
         .env("CNI_PATH", &cni_path)
-        .env("PATH", "/usr/bin:/bin")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(config.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+        .env("PATH", "/usr/bin:/bin");
+    let out = run_with_stdin(&mut cmd, config.to_string().as_bytes());
     let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
     (out.status.success(), v)
 }

@@ -1,7 +1,10 @@
 //! Every file in `conflist-examples/` is a valid configuration naming only plugins we ship, and
 //! the examples no other test runs (loopback, bandwidth) work end to end through cnitool.
 
-use netns_tests::{our_binary, require_root, workspace_root, Cnitool, ConfDir, Netns, TempDir};
+use netns_tests::{
+    lease_files, our_bin_dir, our_binary, require_root, workspace_root, Cnitool, ConfDir, Netns,
+    TempDir,
+};
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -56,11 +59,11 @@ fn run_example(file: &str, ifname: &str, cap_args: Option<&str>) -> (Netns, Valu
     let conf = ConfDir::new();
     conf.write_json("10-example.conflist", &list);
     let cache = TempDir::new("ex-cache");
-    let bin_dir = our_binary("cnitool").parent().unwrap().to_path_buf();
-    for t in ["loopback", "bridge", "host-local", "bandwidth"] {
+    // Build every binary the examples run; they all land in our_bin_dir().
+    for t in ["cnitool", "loopback", "bridge", "host-local", "bandwidth"] {
         our_binary(t);
     }
-    let mut tool = Cnitool::new(&conf, vec![bin_dir], cache.path())
+    let mut tool = Cnitool::new(&conf, vec![our_bin_dir()], cache.path())
         .in_netns(&host)
         .env("CNI_IFNAME", ifname);
     if let Some(caps) = cap_args {
@@ -72,14 +75,7 @@ fn run_example(file: &str, ifname: &str, cap_args: Option<&str>) -> (Netns, Valu
     let after_add = host.exec_json(&["ip", "-j", "link", "show"]);
     tool.run_ok(&["del", &name, pod.path_str()]);
     tool.run_ok(&["del", &name, pod.path_str()]);
-    let leases: Vec<String> = std::fs::read_dir(ipam_dir.join(&name))
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.parse::<std::net::IpAddr>().is_ok())
-                .collect()
-        })
-        .unwrap_or_default();
+    let leases = lease_files(&ipam_dir.join(&name));
     assert!(leases.is_empty(), "{file}: leases left: {leases:?}");
     (
         host,

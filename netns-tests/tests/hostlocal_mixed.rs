@@ -1,25 +1,13 @@
 //! The reference Go `bridge` delegating to OUR `host-local` (a mixed CNI_PATH): three dual-stack
 //! pods get distinct addresses, ping each other on both families, and DEL empties the store.
 
-use std::net::IpAddr;
 use std::os::unix::fs::symlink;
 
 use netns_tests::{
-    our_binary, reference_plugin_dir, require_root, skip_unless, Cnitool, ConfDir, Netns, TempDir,
+    lease_files, our_binary, reference_plugin_dir, require_root, skip_unless, Cnitool, ConfDir,
+    Netns, TempDir,
 };
 use serde_json::{json, Value};
-
-/// Leases in the store: the files named by an address.
-fn leases(store: &std::path::Path) -> Vec<String> {
-    std::fs::read_dir(store)
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.parse::<IpAddr>().is_ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
 
 #[test]
 fn reference_bridge_with_our_host_local_for_three_dual_stack_pods() {
@@ -78,7 +66,11 @@ fn reference_bridge_with_our_host_local_for_three_dual_stack_pods() {
         }
     }
     let store = data.join("hlmixed");
-    assert_eq!(leases(&store).len(), 6, "one v4 and one v6 lease per pod");
+    assert_eq!(
+        lease_files(&store).len(),
+        6,
+        "one v4 and one v6 lease per pod"
+    );
     for list in [&v4, &v6] {
         let mut d = list.clone();
         d.sort();
@@ -100,8 +92,8 @@ fn reference_bridge_with_our_host_local_for_three_dual_stack_pods() {
         tool.run_ok(&["del", "hlmixed", pod.path_str()]);
     }
     assert!(
-        leases(&store).is_empty(),
+        lease_files(&store).is_empty(),
         "store not empty: {:?}",
-        leases(&store)
+        lease_files(&store)
     );
 }

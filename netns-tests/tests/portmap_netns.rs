@@ -304,25 +304,13 @@ fn portmap_cleans_up_after_the_reference_plugin() {
             "ips": [{ "address": "10.231.22.5/24", "interface": 0 }] }
     });
     let run = |binary: std::path::PathBuf, command: &str| {
-        let mut child = host
-            .command(&[binary.to_str().unwrap()])
-            .env("CNI_COMMAND", command)
+        let mut cmd = host.command(&[binary.to_str().unwrap()]);
+        cmd.env("CNI_COMMAND", command)
             .env("CNI_CONTAINERID", "refcid")
             .env("CNI_NETNS", pod.path_str())
             .env("CNI_IFNAME", "eth0")
-            .env("CNI_PATH", "/nonexistent")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(config.to_string().as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
+            .env("CNI_PATH", "/nonexistent");
+        let out = netns_tests::run_with_stdin(&mut cmd, config.to_string().as_bytes());
         assert!(
             out.status.success(),
             "{command}: {}",
@@ -374,25 +362,13 @@ fn portmap_gc_removes_stale_attachments_only() {
         for (k, v) in extra.as_object().unwrap() {
             config[k] = v.clone();
         }
-        let mut child = host
-            .command(&[our_binary("portmap").to_str().unwrap()])
-            .env("CNI_COMMAND", command)
+        let mut cmd = host.command(&[our_binary("portmap").to_str().unwrap()]);
+        cmd.env("CNI_COMMAND", command)
             .env("CNI_CONTAINERID", cid)
             .env("CNI_NETNS", pod.path_str())
             .env("CNI_IFNAME", "eth0")
-            .env("CNI_PATH", "/nonexistent")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(config.to_string().as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
+            .env("CNI_PATH", "/nonexistent");
+        let out = netns_tests::run_with_stdin(&mut cmd, config.to_string().as_bytes());
         assert!(
             out.status.success(),
             "{command}: {}",

@@ -1,34 +1,21 @@
 //! tuning end to end: link attributes and sysctls set in the container netns, CHECK
 //! (including `IFNAME` sysctl keys), and the original values restored by DEL.
 
-use std::io::Write;
-use std::process::Stdio;
-
-use netns_tests::{our_bin_dir, our_binary, require_root, Cnitool, ConfDir, Netns, TempDir};
+use netns_tests::{
+    our_bin_dir, our_binary, require_root, run_with_stdin, Cnitool, ConfDir, Netns, TempDir,
+};
 use serde_json::{json, Value};
 
 /// Runs our tuning binary directly (the "host" side in `host`).
 fn tuning(host: &Netns, command: &str, pod: &Netns, config: &Value) -> (bool, String) {
     let binary = our_binary("tuning");
-    let mut child = host
-        .command(&[binary.to_str().unwrap()])
-        .env("CNI_COMMAND", command)
+    let mut cmd = host.command(&[binary.to_str().unwrap()]);
+    cmd.env("CNI_COMMAND", command)
         .env("CNI_CONTAINERID", "tuned-cid")
         .env("CNI_NETNS", pod.path_str())
         .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", "/nonexistent")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run tuning");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(config.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+        .env("CNI_PATH", "/nonexistent");
+    let out = run_with_stdin(&mut cmd, config.to_string().as_bytes());
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),

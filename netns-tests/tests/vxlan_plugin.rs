@@ -1,11 +1,10 @@
 //! The `vxlan` plugin's CNI verbs on one simulated node, invoked directly (no cnitool):
 //! prevResult passthrough, bad peers, STATUS/DEL, device recreation, concurrent passes.
 
-use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use netns_tests::{our_binary, require_root, Netns, TempDir};
+use netns_tests::{our_binary, require_root, run_with_stdin, Netns, TempDir};
 use serde_json::{json, Value};
 
 fn net_octet() -> u8 {
@@ -71,26 +70,13 @@ impl Node {
     /// Runs the plugin with `command` inside the node namespace.
     fn cni(&self, command: &str, config: &Value) -> Output {
         let bin = our_binary("vxlan");
-        let mut child = self
-            .ns
-            .command(&[bin.to_str().unwrap()])
-            .env("CNI_COMMAND", command)
+        let mut cmd = self.ns.command(&[bin.to_str().unwrap()]);
+        cmd.env("CNI_COMMAND", command)
             .env("CNI_CONTAINERID", "vxlan-test-container")
             .env("CNI_NETNS", self.pod.path_str())
             .env("CNI_IFNAME", "eth0")
-            .env("CNI_PATH", bin.parent().unwrap())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(config.to_string().as_bytes())
-            .unwrap();
-        child.wait_with_output().unwrap()
+            .env("CNI_PATH", bin.parent().unwrap());
+        run_with_stdin(&mut cmd, config.to_string().as_bytes())
     }
 
     fn sync(&self, config_path: &Path) -> Output {

@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use netns_tests::{lease_files, Netns, TempDir};
+
 struct Opts {
     ours: PathBuf,
     reference: PathBuf,
@@ -194,62 +196,26 @@ fn report_time(metric: &str, ours: Duration, reference: Duration) {
 
 // ---- namespaces ----------------------------------------------------------------------------
 
-/// A named netns removed on drop.
-struct Ns(String);
-
-impl Ns {
-    fn new(name: String) -> Ns {
-        let _ = sh(&["ip", "netns", "del", &name]);
-        if !sh(&["ip", "netns", "add", &name]) {
-            eprintln!("cannot create netns {name}");
-            std::process::exit(1);
-        }
-        Ns(name)
-    }
-    fn path(&self) -> String {
-        format!("/run/netns/{}", self.0)
-    }
-}
-
-impl Drop for Ns {
-    fn drop(&mut self) {
-        let _ = sh(&["ip", "netns", "del", &self.0]);
-    }
-}
-
 /// Moves the bench process (single-threaded) into `ns` so every plugin it runs sees it as host.
-fn enter(ns: &Ns) {
+fn enter(ns: &Netns) {
     let f = match std::fs::File::open(ns.path()) {
         Ok(f) => f,
         Err(e) => {
-            eprintln!("open {}: {e}", ns.path());
+            eprintln!("open {}: {e}", ns.path_str());
             std::process::exit(1)
         }
     };
     use std::os::fd::AsRawFd;
     // SAFETY: setns on our own main thread with a valid fd.
     if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-        eprintln!("setns {}: {}", ns.path(), std::io::Error::last_os_error());
+        eprintln!(
+            "setns {}: {}",
+            ns.path_str(),
+            std::io::Error::last_os_error()
+        );
         std::process::exit(1);
     }
     sh(&["ip", "link", "set", "lo", "up"]);
-}
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("ferrocni-bench-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        let _ = std::fs::create_dir_all(&p);
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 // ---- suites ----------------------------------------------------------------------------------
@@ -326,7 +292,7 @@ fn exec_version(o: &Opts) {
 
 fn loopback(o: &Opts) {
     println!("\n## loopback ADD / DEL (100 runs, median)");
-    let pod = Ns::new(format!("fcb-lo-{}", std::process::id()));
+    let pod = Netns::new("fcb-lo");
     let conf = br#"{"cniVersion":"1.0.0","name":"bench-lo","type":"loopback"}"#;
     let mut add = BTreeMap::new();
     let mut del = BTreeMap::new();
@@ -338,7 +304,7 @@ fn loopback(o: &Opts) {
                 run(
                     &bin,
                     &[],
-                    &plugin_env("ADD", "bench", &pod.path(), "lo", s.dir),
+                    &plugin_env("ADD", "bench", pod.path_str(), "lo", s.dir),
                     conf,
                 )
                 .elapsed,
@@ -347,7 +313,7 @@ fn loopback(o: &Opts) {
                 run(
                     &bin,
                     &[],
-                    &plugin_env("DEL", "bench", &pod.path(), "lo", s.dir),
+                    &plugin_env("DEL", "bench", pod.path_str(), "lo", s.dir),
                     conf,
                 )
                 .elapsed,
@@ -374,9 +340,9 @@ impl Net {
         let cache = TempDir::new(&format!("{tag}-cache"));
         let data = TempDir::new(&format!("{tag}-data"));
         let name = format!("bench-{tag}");
-        let plugins = plugins_json.replace("@DATADIR@", &data.0.display().to_string());
+        let plugins = plugins_json.replace("@DATADIR@", &data.path().display().to_string());
         let list = format!(r#"{{"cniVersion":"1.0.0","name":"{name}","plugins":{plugins}}}"#);
-        let _ = std::fs::write(confdir.0.join(format!("{name}.conflist")), list);
+        let _ = std::fs::write(confdir.join(format!("{name}.conflist")), list);
         Net {
             name,
             confdir,
@@ -387,9 +353,9 @@ impl Net {
 
     fn cnitool(&self, o: &Opts, suite_dir: &Path, verb: &str, netns: &str) -> Run {
         let env = vec![
-            ("NETCONFPATH", self.confdir.0.display().to_string()),
+            ("NETCONFPATH", self.confdir.path().display().to_string()),
             ("CNI_PATH", suite_dir.display().to_string()),
-            ("CNI_CACHE_DIR", self.cache.0.display().to_string()),
+            ("CNI_CACHE_DIR", self.cache.path().display().to_string()),
         ];
         run(
             &o.ours.join("cnitool"),
@@ -400,16 +366,7 @@ impl Net {
     }
 
     fn leases(&self) -> usize {
-        std::fs::read_dir(self.data.0.join(&self.name))
-            .map(|d| {
-                d.filter_map(Result::ok)
-                    .filter(|e| {
-                        let n = e.file_name().to_string_lossy().to_string();
-                        n.parse::<std::net::IpAddr>().is_ok()
-                    })
-                    .count()
-            })
-            .unwrap_or(0)
+        lease_files(&self.data.join(&self.name)).len()
     }
 }
 
@@ -432,13 +389,13 @@ fn chain_sequential(o: &Opts, tag: &str, chain: &str, pods: usize, title: &str) 
         let (mut a, mut d) = (Vec::new(), Vec::new());
         let mut failures = 0;
         for p in pod_ns {
-            let r = net.cnitool(o, s.dir, "add", &p.path());
+            let r = net.cnitool(o, s.dir, "add", p.path_str());
             failures += usize::from(!r.ok);
             a.push(r.elapsed);
         }
         let held = net.leases();
         for p in pod_ns {
-            let r = net.cnitool(o, s.dir, "del", &p.path());
+            let r = net.cnitool(o, s.dir, "del", p.path_str());
             failures += usize::from(!r.ok);
             d.push(r.elapsed);
         }
@@ -460,16 +417,15 @@ fn chain_sequential(o: &Opts, tag: &str, chain: &str, pods: usize, title: &str) 
 /// returns the process to its original netns before the namespaces are deleted.
 struct Lab {
     orig: Option<std::fs::File>,
-    pods: Vec<Ns>,
-    _host: Ns,
+    pods: Vec<Netns>,
+    _host: Netns,
 }
 
 impl Lab {
     fn new(tag: &str, n: usize) -> Lab {
-        let pid = std::process::id();
-        let host = Ns::new(format!("fcb-h-{tag}-{pid}"));
+        let host = Netns::new(&format!("fcb-h-{tag}"));
         let pods = (0..n)
-            .map(|i| Ns::new(format!("fcb-p-{tag}-{pid}-{i}")))
+            .map(|_| Netns::new(&format!("fcb-p-{tag}")))
             .collect();
         let orig = std::fs::File::open("/proc/thread-self/ns/net").ok();
         enter(&host);
@@ -518,7 +474,7 @@ fn rss(o: &Opts) {
                "ipam":{{"type":"host-local","dataDir":"{}","ranges":[[{{"subnet":"10.79.0.0/24"}}]]}}}}"#,
             s.label,
             &s.label[..3],
-            data.0.display()
+            data.path().display()
         );
         let mut peak = 0;
         for (i, p) in pods.iter().enumerate() {
@@ -526,14 +482,14 @@ fn rss(o: &Opts) {
             let r = run(
                 &s.dir.join("bridge"),
                 &[],
-                &plugin_env("ADD", &cid, &p.path(), "eth0", s.dir),
+                &plugin_env("ADD", &cid, p.path_str(), "eth0", s.dir),
                 conf.as_bytes(),
             );
             peak = peak.max(r.max_rss_kb);
             run(
                 &s.dir.join("bridge"),
                 &[],
-                &plugin_env("DEL", &cid, &p.path(), "eth0", s.dir),
+                &plugin_env("DEL", &cid, p.path_str(), "eth0", s.dir),
                 conf.as_bytes(),
             );
         }
@@ -563,10 +519,10 @@ fn concurrent(o: &Opts) {
                 .iter()
                 .map(|p| {
                     let mut c = Command::new(o.ours.join("cnitool"));
-                    c.args([verb, &net.name, &p.path()])
-                        .env("NETCONFPATH", &net.confdir.0)
+                    c.args([verb, &net.name, p.path_str()])
+                        .env("NETCONFPATH", net.confdir.path())
                         .env("CNI_PATH", s.dir)
-                        .env("CNI_CACHE_DIR", &net.cache.0)
+                        .env("CNI_CACHE_DIR", net.cache.path())
                         .stdout(Stdio::null())
                         .stderr(Stdio::null());
                     c.spawn()
@@ -610,7 +566,7 @@ fn hostlocal(o: &Opts) {
         let mut del = BTreeMap::new();
         for s in suites(o) {
             let data = TempDir::new(&format!("hl-{}-{n}", s.label));
-            let store = data.0.join("bench-hl");
+            let store = data.join("bench-hl");
             let _ = std::fs::create_dir_all(&store);
             for i in 0..n {
                 let ip = format!("10.80.{}.{}", (i + 2) / 256, (i + 2) % 256);
@@ -619,7 +575,7 @@ fn hostlocal(o: &Opts) {
             let conf = format!(
                 r#"{{"cniVersion":"1.0.0","name":"bench-hl","type":"host-local",
                    "ipam":{{"type":"host-local","dataDir":"{}","ranges":[[{{"subnet":"10.80.0.0/16"}}]]}}}}"#,
-                data.0.display()
+                data.path().display()
             );
             let bin = s.dir.join("host-local");
             let (mut a, mut d) = (Vec::new(), Vec::new());
@@ -671,12 +627,12 @@ fn scale(o: &Opts) {
         let net = Net::new(&format!("scale-{}", s.label), BRIDGE_CHAIN);
         let adds: Vec<Duration> = pods
             .iter()
-            .map(|p| net.cnitool(o, s.dir, "add", &p.path()).elapsed)
+            .map(|p| net.cnitool(o, s.dir, "add", p.path_str()).elapsed)
             .collect();
         let held = net.leases();
         let dels: Vec<Duration> = pods
             .iter()
-            .map(|p| net.cnitool(o, s.dir, "del", &p.path()).elapsed)
+            .map(|p| net.cnitool(o, s.dir, "del", p.path_str()).elapsed)
             .collect();
         if held != n || net.leases() != 0 {
             println!(
@@ -749,7 +705,7 @@ fn vxlan(o: &Opts) {
             "ipam":{{"type":"host-local","dataDir":"@DATADIR@","ranges":[[{{"subnet":"10.81.0.0/24"}}]]}}}},
            {{"type":"vxlan","network":"10.81.0.0/16","subnet":"10.81.0.0/24","mode":"vxlan",
              "underlayInterface":"fcb-ul","lockFile":"{}/lock","peers":[{}]}}]"#,
-        lock.0.display(),
+        lock.path().display(),
         peers.join(",")
     );
     let plain_chain = BRIDGE_CHAIN
@@ -763,14 +719,14 @@ fn vxlan(o: &Opts) {
         let net = Net::new(&format!("vx-{}", add.len()), &chain);
         let mut a = Vec::new();
         for p in pods {
-            let r = net.cnitool(o, &o.ours, "add", &p.path());
+            let r = net.cnitool(o, &o.ours, "add", p.path_str());
             if !r.ok {
                 println!("  {label}: ADD failed");
             }
             a.push(r.elapsed);
         }
         for p in pods {
-            net.cnitool(o, &o.ours, "del", &p.path());
+            net.cnitool(o, &o.ours, "del", p.path_str());
         }
         add.insert(label, median(a));
     }

@@ -2,7 +2,6 @@
 //! plugin invocation inside the "host" namespace, tc inspection and iperf3 runs.
 #![allow(dead_code)]
 
-use std::io::Write;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -111,18 +110,8 @@ pub fn call(
         .env("CNI_NETNS", pod.path())
         .env("CNI_IFNAME", "eth0")
         .env("CNI_PATH", cni_path)
-        .env_remove("CNI_ARGS")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("spawn plugin");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+        .env_remove("CNI_ARGS");
+    let out = netns_tests::run_with_stdin(&mut cmd, stdin.to_string().as_bytes());
     let stdout = if out.stdout.iter().all(u8::is_ascii_whitespace) {
         Value::Null
     } else {

@@ -174,16 +174,7 @@ pub fn veths(ns: &Netns) -> Vec<String> {
 
 /// Lease files of network `net` (bookkeeping files excluded).
 pub fn leases(ipam_dir: &TempDir, net: &str) -> Vec<String> {
-    std::fs::read_dir(ipam_dir.join(net))
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| {
-                    n != "lock" && !n.starts_with("last_reserved_ip") && !n.starts_with('.')
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+    netns_tests::lease_files(&ipam_dir.join(net))
 }
 
 /// `iptables -t nat -S` + `ip6tables -t nat -S` lines mentioning CNI.

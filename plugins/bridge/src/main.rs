@@ -43,22 +43,19 @@ impl Plugin for Bridge {
             ipam::call(&conf.ipam_type, "STATUS", &args.stdin)?;
         }
         // An ADD would fail without the netfilter tool it needs.
-        let have = |tool: &str| netkit::netfilter::exec::find_tool(tool).is_some();
         if conf.ip_masq && conf.is_layer3() {
-            let tool = match conf
+            let backend = conf
                 .ip_masq_backend
-                .unwrap_or_else(Backend::default_for_host)
-            {
-                Backend::Iptables => "iptables",
-                Backend::Nftables => "nft",
-            };
-            if !have(tool) {
+                .unwrap_or_else(Backend::default_for_host);
+            if !backend.is_installed() {
                 return Err(CniError::not_available(format!(
-                    "bridge: ipMasq needs {tool}, which is not installed"
+                    "bridge: ipMasq needs {}, which is not installed",
+                    backend.tool()
                 )));
             }
         }
-        if conf.macspoofchk && !have("nft") {
+        // The spoof check is an nftables `bridge` table.
+        if conf.macspoofchk && !Backend::Nftables.is_installed() {
             return Err(CniError::not_available(
                 "bridge: macspoofchk needs nft, which is not installed",
             ));

@@ -47,11 +47,23 @@ impl Backend {
         }
     }
 
+    /// The command-line tool this backend runs.
+    pub fn tool(self) -> &'static str {
+        match self {
+            Backend::Iptables => "iptables",
+            Backend::Nftables => "nft",
+        }
+    }
+
+    /// Whether this backend's tool is installed (a file lookup, not a run).
+    pub fn is_installed(self) -> bool {
+        super::exec::find_tool(self.tool()).is_some()
+    }
+
     /// The reference default: iptables, unless only nftables is available. Decided by which
     /// tools are installed (a file lookup) rather than by running them, to keep ADD fast.
     pub fn default_for_host() -> Backend {
-        let has = |tool: &str| super::exec::find_tool(tool).is_some();
-        if !has("iptables") && has("nft") {
+        if !Backend::Iptables.is_installed() && Backend::Nftables.is_installed() {
             Backend::Nftables
         } else {
             Backend::Iptables
