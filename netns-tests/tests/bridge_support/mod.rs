@@ -2,11 +2,10 @@
 //! directly, inside a "host" netns, with full control over env and stdin.
 #![allow(dead_code)]
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
-use netns_tests::{Netns, TempDir};
+use netns_tests::{run_with_stdin, Netns, TempDir};
 use serde_json::{json, Value};
 
 /// Which implementation runs: the plugin binary and the CNI_PATH its IPAM is found in.
@@ -63,27 +62,16 @@ impl<'a> Attachment<'a> {
 
     /// Runs the plugin with `command` and `conf` on stdin.
     pub fn call(&self, command: &str, conf: &Value) -> Output {
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", self.host.name()])
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", self.host.name()])
             .arg(&self.imp.bridge)
             .env("CNI_COMMAND", command)
             .env("CNI_CONTAINERID", &self.container_id)
             .env("CNI_NETNS", &self.netns)
             .env("CNI_IFNAME", &self.ifname)
             .env("CNI_ARGS", &self.cni_args)
-            .env("CNI_PATH", &self.imp.cni_path)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn bridge plugin");
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(conf.to_string().as_bytes())
-            .unwrap();
-        child.wait_with_output().unwrap()
+            .env("CNI_PATH", &self.imp.cni_path);
+        run_with_stdin(&mut cmd, conf.to_string().as_bytes())
     }
 
     /// ADD that must succeed; returns the result.

@@ -1,7 +1,7 @@
 //! Runs the built `loopback` binary against throw-away netns, and differentially against the
 //! reference `/usr/lib/cni/loopback` when it is installed.
 
-use std::io::Write;
+use std::io::{ErrorKind, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -36,12 +36,15 @@ fn run(bin: &str, env: &[(&str, &str)], stdin: &str) -> Run {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn plugin");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
+    let written = child.stdin.take().unwrap().write_all(stdin.as_bytes());
+    // A plugin refusing its environment exits before reading stdin, closing the pipe.
+    if let Err(e) = written {
+        assert_eq!(
+            e.kind(),
+            ErrorKind::BrokenPipe,
+            "write the plugin's stdin: {e}"
+        );
+    }
     let out = child.wait_with_output().unwrap();
     Run {
         code: out.status.code().unwrap_or(-1),
