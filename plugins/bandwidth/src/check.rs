@@ -7,7 +7,7 @@ use netkit::{Link, Socket};
 use crate::error::BandwidthError;
 use crate::setup::{Plan, FILTER_CLASSID, FILTER_PRIORITY, TBF_HANDLE};
 
-pub fn check(sock: &mut Socket, veth: &Link, plan: &Plan<'_>) -> Result<(), BandwidthError> {
+pub fn check(sock: &mut Socket, veth: &Link, plan: &Plan) -> Result<(), BandwidthError> {
     let mut problems = Vec::new();
     let host_qdiscs = sock.qdiscs(veth.index)?;
     let root = host_qdiscs.iter().find(|q| q.is_root());
@@ -30,7 +30,7 @@ pub fn check(sock: &mut Socket, veth: &Link, plan: &Plan<'_>) -> Result<(), Band
         }
     }
 
-    let ifb = sock.find_link(plan.ifb_name)?;
+    let ifb = sock.find_link(&plan.ifb_name)?;
     let ingress_qdisc = host_qdiscs.iter().find(|q| q.is_ingress());
     let Some(want) = &plan.egress else {
         if ifb.is_some() {

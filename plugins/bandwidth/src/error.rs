@@ -28,6 +28,9 @@ pub enum BandwidthError {
     /// CHECK found state that differs from the configuration (code 999).
     #[error("bandwidth check failed: {}", .0.join("; "))]
     Mismatch(Vec<String>),
+    /// GC could not remove some stale IFBs (code 999).
+    #[error("bandwidth GC failed: {}", .0.join("; "))]
+    Gc(Vec<String>),
 }
 
 impl From<BandwidthError> for CniError {
@@ -43,7 +46,9 @@ impl From<BandwidthError> for CniError {
                     crate::SUPPORTED_VERSIONS
                 ))
             }
-            BandwidthError::Kernel(_) | BandwidthError::Mismatch(_) => CniError::internal(msg),
+            BandwidthError::Kernel(_) | BandwidthError::Mismatch(_) | BandwidthError::Gc(_) => {
+                CniError::internal(msg)
+            }
         }
     }
 }

@@ -83,12 +83,7 @@ impl Plugin for Bandwidth {
         let Some(Shaping { ingress, egress }) = shaping else {
             return Ok(prev);
         };
-        let ifb_name = ifb::ifb_name(&args.network_name, &args.container_id);
-        let plan = Plan {
-            ingress,
-            egress,
-            ifb_name: &ifb_name,
-        };
+        let plan = Plan::new(ingress, egress, args);
         let mut sock = Socket::new().map_err(BandwidthError::from)?;
         let veth = host::host_veth(&prev, &args.netns, &args.ifname, &mut sock)?;
         Ok(setup::apply(&mut sock, &veth, &plan, prev)?)
@@ -113,17 +108,43 @@ impl Plugin for Bandwidth {
         Ok(())
     }
 
+    /// Removes our IFBs (found by their alias) of this network whose container is not in
+    /// `cni.dev/valid-attachments`: the IFB outlives its pod when DEL never comes, because it
+    /// lives in the host namespace.
+    fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
+        let valid = args.valid_attachments()?;
+        let valid_containers: Vec<&str> = valid.iter().map(|(cid, _)| cid.as_str()).collect();
+        let mut sock = Socket::new().map_err(BandwidthError::from)?;
+        let links = sock.links().map_err(BandwidthError::from)?;
+        let ifbs: Vec<ifb::IfbLink> = links
+            .iter()
+            .filter(|l| l.is_kind("ifb"))
+            .map(|l| ifb::IfbLink {
+                name: &l.name,
+                alias: l.alias.as_deref(),
+            })
+            .collect();
+        let mut failures = Vec::new();
+        for name in ifb::gc_victims(&ifbs, &args.network_name, &valid_containers) {
+            if let Err(e) = sock.delete_link_by_name(name) {
+                if !e.is_not_found() {
+                    failures.push(e.to_string());
+                }
+            }
+        }
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(BandwidthError::Gc(failures).into())
+        }
+    }
+
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
         let (prev, shaping) = prepare(args)?;
         let Some(Shaping { ingress, egress }) = shaping else {
             return Ok(());
         };
-        let ifb_name = ifb::ifb_name(&args.network_name, &args.container_id);
-        let plan = Plan {
-            ingress,
-            egress,
-            ifb_name: &ifb_name,
-        };
+        let plan = Plan::new(ingress, egress, args);
         let mut sock = Socket::new().map_err(BandwidthError::from)?;
         let veth = host::host_veth(&prev, &args.netns, &args.ifname, &mut sock)?;
         Ok(check::check(&mut sock, &veth, &plan)?)

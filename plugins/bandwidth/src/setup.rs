@@ -4,11 +4,13 @@
 //! anything to them, so egress is never briefly unshaped or black-holed.
 
 use libcni::result::{CniResult, Interface};
+use libcni::skel::CmdArgs;
 use netkit::packet_route::tc::TcHandle;
 use netkit::tc::{Tbf, INGRESS_HANDLE};
 use netkit::{Link, Socket};
 
 use crate::error::BandwidthError;
+use crate::ifb;
 
 /// `1:` — the handle of both TBF root qdiscs, as the reference uses.
 pub const TBF_HANDLE: TcHandle = TcHandle { major: 1, minor: 0 };
@@ -20,10 +22,24 @@ pub const FILTER_PRIORITY: u16 = 1;
 pub const IFB_TXQUEUELEN: u32 = 0;
 
 /// What the plan asks for.
-pub struct Plan<'a> {
+pub struct Plan {
     pub ingress: Option<Tbf>,
     pub egress: Option<Tbf>,
-    pub ifb_name: &'a str,
+    pub ifb_name: String,
+    /// Names the attachment on the IFB, for GC.
+    pub ifb_alias: String,
+}
+
+impl Plan {
+    /// The plan for the attachment `args`.
+    pub fn new(ingress: Option<Tbf>, egress: Option<Tbf>, args: &CmdArgs) -> Plan {
+        Plan {
+            ingress,
+            egress,
+            ifb_name: ifb::ifb_name(&args.network_name, &args.container_id),
+            ifb_alias: ifb::ifb_alias(&args.network_name, &args.container_id),
+        }
+    }
 }
 
 /// Objects created so far, undone in reverse order on failure.
@@ -60,7 +76,7 @@ impl Created {
 pub fn apply(
     sock: &mut Socket,
     host_veth: &Link,
-    plan: &Plan<'_>,
+    plan: &Plan,
     mut result: CniResult,
 ) -> Result<CniResult, BandwidthError> {
     let mut created = Created::default();
@@ -84,7 +100,7 @@ pub fn apply(
 fn apply_steps(
     sock: &mut Socket,
     veth: &Link,
-    plan: &Plan<'_>,
+    plan: &Plan,
     created: &mut Created,
 ) -> Result<Option<Link>, BandwidthError> {
     if let Some(tbf) = &plan.ingress {
@@ -94,8 +110,9 @@ fn apply_steps(
     let Some(tbf) = &plan.egress else {
         return Ok(None);
     };
-    let ifb = sock.create_ifb(plan.ifb_name, veth.mtu, IFB_TXQUEUELEN)?;
+    let ifb = sock.create_ifb(&plan.ifb_name, veth.mtu, IFB_TXQUEUELEN)?;
     created.ifb = Some(ifb.name.clone());
+    sock.set_link_alias(ifb.index, &plan.ifb_alias)?;
     sock.add_tbf(ifb.index, TcHandle::ROOT, TBF_HANDLE, tbf)?;
     sock.add_ingress_qdisc(veth.index)?;
     created.ingress_qdisc = Some(veth.index);

@@ -37,6 +37,8 @@ pub struct Link {
     pub operstate: State,
     pub txqueuelen: u32,
     pub promiscuity: u32,
+    /// `IFLA_IFALIAS` (`ip link set dev X alias ...`), when set.
+    pub alias: Option<String>,
     /// The whole message, for attributes not decoded above.
     pub message: LinkMessage,
 }
@@ -57,6 +59,7 @@ impl Link {
             operstate: State::Unknown,
             txqueuelen: 0,
             promiscuity: 0,
+            alias: None,
             message: LinkMessage::default(),
         };
         for attr in &message.attributes {
@@ -70,6 +73,7 @@ impl Link {
                 LinkAttribute::OperState(s) => link.operstate = *s,
                 LinkAttribute::TxQueueLen(q) => link.txqueuelen = *q,
                 LinkAttribute::Promiscuity(p) => link.promiscuity = *p,
+                LinkAttribute::IfAlias(a) if !a.is_empty() => link.alias = Some(a.clone()),
                 LinkAttribute::LinkInfo(infos) => {
                     for info in infos {
                         if let LinkInfo::Kind(k) = info {
@@ -314,6 +318,14 @@ impl Socket {
     /// `ip link set dev X mtu N`
     pub fn set_link_mtu(&mut self, index: u32, mtu: u32) -> Result<()> {
         self.set_link(index, &format!("set MTU {mtu} on"), |b| b.mtu(mtu))
+    }
+
+    /// `ip link set dev X alias TEXT`: the kernel ignores an alias given at creation, so it is
+    /// set afterwards.
+    pub fn set_link_alias(&mut self, index: u32, alias: &str) -> Result<()> {
+        self.set_link(index, &format!("set alias {alias:?} on"), |b| {
+            b.append_extra_attribute(LinkAttribute::IfAlias(alias.to_string()))
+        })
     }
 
     /// `ip link set dev X address MAC`
