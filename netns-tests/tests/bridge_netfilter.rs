@@ -198,3 +198,50 @@ fn macspoofchk_drops_spoofed_source_mac() {
     assert!(!rs.contains("cni-br-iface-mspod-eth0"), "{rs}");
     a.del(&conf, Some(&r));
 }
+
+#[test]
+fn gc_removes_spoof_checks_whose_pod_vanished() {
+    require_root!();
+    let imp = ours();
+    let host = Netns::new("brmsgc-host");
+    let ipam = TempDir::new("brmsgc-ipam");
+    let conf = conf(
+        "1.1.0",
+        "msgcnet",
+        Some(&ipam),
+        json!([[{"subnet": "10.84.0.0/24"}]]),
+        json!({"isGateway": true, "macspoofchk": true}),
+    );
+    let mut pods: Vec<Option<Netns>> = (0..3).map(|_| Some(Netns::new("brmsgc-pod"))).collect();
+    let cids = ["keep", "vanished", "unlisted"];
+    for (cid, pod) in cids.iter().zip(&pods) {
+        Attachment::new(&imp, &host, cid, pod.as_ref().unwrap()).add(&conf);
+    }
+    // A chain pair without its jump rule, as a half-finished cleanup leaves it.
+    for chain in ["cni-br-iface-orphan-eth0", "cni-br-iface-orphan-eth0-mac"] {
+        host.exec_ok(&["nft", "add", "chain", "bridge", "nat", chain]);
+    }
+    // The runtime lost a pod: its netns, and with it the bridge port, are gone.
+    pods[1] = None;
+
+    let mut gc_conf = conf.clone();
+    gc_conf["cni.dev/valid-attachments"] = json!([{"containerID": "keep", "ifname": "eth0"}]);
+    let keeper = Attachment::new(&imp, &host, "keep", pods[0].as_ref().unwrap());
+    for _ in 0..2 {
+        let out = keeper.call("GC", &gc_conf);
+        assert!(out.status.success(), "GC failed: {}", text(&out.stdout));
+        let rs = nft_ruleset(&host);
+        assert!(rs.contains("cni-br-iface-keep-eth0"), "{rs}");
+        assert!(!rs.contains("cni-br-iface-vanished-eth0"), "{rs}");
+        assert!(!rs.contains("cni-br-iface-orphan-eth0"), "{rs}");
+        // Its port still exists: it may belong to another network sharing the bridge, so GC
+        // leaves its spoof check to DEL (its lease is collected by host-local's GC).
+        assert!(rs.contains("cni-br-iface-unlisted-eth0"), "{rs}");
+    }
+    for (cid, pod) in cids.iter().zip(&pods) {
+        if let Some(pod) = pod {
+            Attachment::new(&imp, &host, cid, pod).del(&conf, None);
+        }
+    }
+    assert!(!nft_ruleset(&host).contains("cni-br-iface-"));
+}

@@ -5,7 +5,7 @@
 use libcni::error::CniError;
 use libcni::skel::CmdArgs;
 use netkit::netfilter::iptables::Family;
-use netkit::netfilter::{ipmasq, spoofcheck::SpoofChecker};
+use netkit::netfilter::{ipmasq, spoofcheck, spoofcheck::SpoofChecker};
 use netkit::{Netns, Socket};
 
 use crate::config::NetConf;
@@ -103,10 +103,26 @@ pub fn gc(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
             failures.push(errors::netfilter(e));
         }
     }
+    if conf.macspoofchk {
+        if let Err(e) = gc_spoof_checks(&valid) {
+            failures.push(e);
+        }
+    }
     match failures.into_iter().next() {
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// Spoof checks whose bridge port is gone and whose attachment is not valid: a pod removed
+/// without DEL leaves them behind, and nothing else ever would remove them.
+fn gc_spoof_checks(valid: &[(String, String)]) -> Result<(), CniError> {
+    let mut host = Socket::new().map_err(errors::kernel)?;
+    // An unreadable link table counts as "port present": GC must never remove a live check.
+    let port_exists = |port: &str| host.find_link(port).map_or(true, |l| l.is_some());
+    spoofcheck::gc(valid, port_exists)
+        .map(|_| ())
+        .map_err(errors::netfilter)
 }
 
 /// IPv6 link-local addresses (fe80::/10) never carry masquerade rules.

@@ -152,6 +152,77 @@ impl SpoofChecker {
     }
 }
 
+/// GC: tears down the spoof checks that can no longer belong to a live attachment. One is stale
+/// when its attachment is not in `valid` (`(containerID, ifname)` pairs) and either its bridge
+/// port is gone (`port_exists` says no) or its jump rule is missing. Either way no pod can be
+/// behind it, so this holds whichever network the attachment belonged to: the rules carry no
+/// network name. Returns the reference IDs removed.
+pub fn gc(
+    valid: &[(String, String)],
+    port_exists: impl FnMut(&str) -> bool,
+) -> Result<Vec<String>> {
+    let Some(listing) = list_table().map_err(|e| e.context("spoof-check GC"))? else {
+        return Ok(Vec::new());
+    };
+    let valid: Vec<String> = valid
+        .iter()
+        .map(|(cid, ifname)| SpoofChecker::ref_id_for(cid, ifname))
+        .collect();
+    let stale = stale_ref_ids(&listing, &valid, port_exists);
+    for ref_id in &stale {
+        SpoofChecker::new("", "", ref_id).teardown()?;
+    }
+    Ok(stale)
+}
+
+/// The reference IDs `gc` removes, from a table listing.
+fn stale_ref_ids(
+    listing: &Value,
+    valid: &[String],
+    mut port_exists: impl FnMut(&str) -> bool,
+) -> Vec<String> {
+    let mut jumps: Vec<(String, Option<String>)> = Vec::new();
+    for rule in rules_of(listing, BASE_CHAIN) {
+        let Some(ref_id) = rule
+            .get("comment")
+            .and_then(Value::as_str)
+            .and_then(|c| c.strip_prefix("macspoofchk-"))
+        else {
+            continue;
+        };
+        jumps.push((ref_id.to_string(), iifname_of(rule)));
+    }
+    let mut stale: Vec<String> = jumps
+        .iter()
+        .filter(|(_, port)| !port.as_deref().is_some_and(&mut port_exists))
+        .map(|(id, _)| id.clone())
+        .collect();
+    // A chain pair left without its jump rule (cleaned up by hand, or half-removed).
+    let chains = chain_names(listing);
+    for chain in &chains {
+        let Some(id) = chain.strip_prefix("cni-br-iface-") else {
+            continue;
+        };
+        let pair = SpoofChecker::new("", "", id);
+        if chains.contains(&pair.mac_chain()) && !jumps.iter().any(|(j, _)| j == id) {
+            stale.push(id.to_string());
+        }
+    }
+    stale.sort();
+    stale.dedup();
+    stale.retain(|id| !valid.contains(id));
+    stale
+}
+
+/// The port a `iifname <port> jump ...` rule matches.
+fn iifname_of(rule: &Value) -> Option<String> {
+    rule.get("expr")?.as_array()?.iter().find_map(|e| {
+        let m = e.get("match")?;
+        (m.pointer("/left/meta/key")?.as_str()? == "iifname")
+            .then(|| m.get("right")?.as_str().map(str::to_string))?
+    })
+}
+
 /// `nft -j list table bridge nat`, or `None` when the table does not exist.
 fn list_table() -> Result<Option<Value>> {
     let ctx = "failed to list nftables table bridge nat";
@@ -218,5 +289,48 @@ mod tests {
         .unwrap();
         assert_eq!(chain_names(&v), ["PREROUTING", "x"]);
         assert_eq!(rules_of(&v, "PREROUTING").count(), 1);
+    }
+
+    fn jump(id: &str, port: &str) -> String {
+        format!(
+            r#"{{"rule":{{"chain":"PREROUTING","comment":"macspoofchk-{id}","expr":[
+            {{"match":{{"op":"==","left":{{"meta":{{"key":"iifname"}}}},"right":"{port}"}}}},
+            {{"jump":{{"target":"cni-br-iface-{id}"}}}}]}}}}"#
+        )
+    }
+
+    fn chains(id: &str) -> String {
+        format!(
+            r#"{{"chain":{{"name":"cni-br-iface-{id}"}}}},{{"chain":{{"name":"cni-br-iface-{id}-mac"}}}}"#
+        )
+    }
+
+    #[test]
+    fn gc_selects_unlisted_attachments_whose_port_is_gone_or_jump_missing() {
+        let listing: Value = serde_json::from_str(&format!(
+            r#"{{"nftables":[{{"chain":{{"name":"PREROUTING"}}}},{},{},{},{},{},{},{},{}]}}"#,
+            chains("live-eth0"),
+            jump("live-eth0", "vethlive"),
+            chains("gone-eth0"),
+            jump("gone-eth0", "vethgone"),
+            chains("valid-eth0"),
+            jump("valid-eth0", "vethvalid"),
+            chains("orphan-eth0"),
+            // An attachment whose ifname is "mac": its iface chain ends in "-mac".
+            chains("odd-mac"),
+        ))
+        .unwrap();
+        let odd_jump: Value = serde_json::from_str(&jump("odd-mac", "vethodd")).unwrap();
+        let mut listing = listing;
+        listing["nftables"].as_array_mut().unwrap().push(odd_jump);
+        let exists = |p: &str| p == "vethlive" || p == "vethodd";
+        let valid = vec![
+            SpoofChecker::ref_id_for("valid", "eth0"),
+            SpoofChecker::ref_id_for("orphan-not", "eth0"),
+        ];
+        assert_eq!(
+            stale_ref_ids(&listing, &valid, exists),
+            vec!["gone-eth0".to_string(), "orphan-eth0".to_string()]
+        );
     }
 }
