@@ -5,8 +5,11 @@
 //! "networkName","netns","cniArgs":[[k,v]],"capabilityArgs":{},"result":{...}}`.
 //! Older libcni versions wrote the bare result JSON instead ("legacy"); it is still readable.
 //!
-//! Files are written atomically (temporary file in the same directory, fsync, rename), so a
-//! crash never leaves a truncated entry behind; the directory is created 0700 and files 0600.
+//! Files are written atomically (temporary file in the same directory, then rename), so a
+//! crashing writer never leaves a truncated entry behind; the directory is created 0700 and
+//! files 0600. There is no fsync, as in the Go libcni: it would put the disk's flush latency on
+//! every ADD, and the cache need not survive a power loss. An entry emptied by one is treated as
+//! absent, and DEL goes on without a prevResult.
 
 use std::fs;
 use std::io::{Read, Write};
@@ -368,7 +371,7 @@ fn read_bounded(path: &Path) -> Result<Option<Vec<u8>>, CacheError> {
     Ok(Some(bytes))
 }
 
-/// Temp file in `dir` (same filesystem) + fsync + rename over `path` + fsync of `dir`.
+/// Temp file in `dir` (same filesystem) + rename over `path`.
 fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), CacheError> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let file_name = path
@@ -397,19 +400,12 @@ fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), CacheEr
             .map_err(io("create temporary cache file", &tmp))?;
         file.write_all(bytes)
             .map_err(io("write temporary cache file", &tmp))?;
-        file.sync_all()
-            .map_err(io("sync temporary cache file", &tmp))?;
         fs::rename(&tmp, path).map_err(io("rename temporary cache file to", path))
     })();
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
-        return result;
     }
-    // Make the rename durable; failure here does not undo a completed write.
-    if let Ok(d) = fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
+    result
 }
 
 const BASE64_ALPHABET: &[u8; 64] =
