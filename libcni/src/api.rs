@@ -148,6 +148,23 @@ impl CniConfig {
         normalize_result(&raw)
     }
 
+    /// The Go libcni's deprecated single-plugin ADD (`AddNetwork`), for runtimes that still
+    /// hold `.conf`-style configurations: the plugin runs as a one-plugin list, and its cache
+    /// entry holds the plugin's own configuration, as the Go libcni caches it.
+    pub fn add_network(&self, plugin: &PluginConf, rt: &RuntimeConf) -> Result<Value, CniError> {
+        self.add_network_list(&single_plugin_list(plugin)?, rt)
+    }
+
+    /// Single-plugin CHECK (`CheckNetwork`), see [`CniConfig::add_network`].
+    pub fn check_network(&self, plugin: &PluginConf, rt: &RuntimeConf) -> Result<(), CniError> {
+        self.check_network_list(&single_plugin_list(plugin)?, rt)
+    }
+
+    /// Single-plugin DEL (`DelNetwork`), see [`CniConfig::add_network`].
+    pub fn del_network(&self, plugin: &PluginConf, rt: &RuntimeConf) -> Result<(), CniError> {
+        self.del_network_list(&single_plugin_list(plugin)?, rt)
+    }
+
     /// CHECK: every plugin in order, with the cached ADD result as `prevResult`.
     pub fn check_network_list(
         &self,
@@ -430,6 +447,13 @@ fn request_bytes(
 ) -> Result<Vec<u8>, CniError> {
     let conf = build_plugin_config(list, plugin, prev, Some(&rt.capability_args))?;
     to_bytes(&conf)
+}
+
+/// A single plugin configuration as a one-plugin list whose bytes are the plugin's own.
+fn single_plugin_list(plugin: &PluginConf) -> Result<NetworkConfigList, CniError> {
+    let mut list = NetworkConfigList::from_plugin_conf(plugin).map_err(CniError::from)?;
+    list.bytes = to_bytes(&plugin.raw)?;
+    Ok(list)
 }
 
 fn to_bytes(conf: &Map<String, Value>) -> Result<Vec<u8>, CniError> {

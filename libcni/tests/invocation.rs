@@ -540,3 +540,32 @@ fn text_file_busy_is_retried() {
         r#"{"cniVersion":"1.0.0"}"#
     );
 }
+
+#[test]
+fn single_plugin_calls_run_a_one_plugin_list_and_cache_the_plugin_config() {
+    let s = setup(&["plug-a"]);
+    s.plugins.reply("plug-a", "ADD", RESULT_A);
+    let raw = json!({"cniVersion": "1.0.0", "name": "single", "type": "plug-a", "custom": 1});
+    let plugin = libcni::conf::PluginConf::from_map(raw.as_object().unwrap().clone()).unwrap();
+
+    let result = s.cni.add_network(&plugin, &rt("c1")).unwrap();
+    assert_eq!(result["ips"][0]["address"], "10.0.0.2/24");
+    let a_in = s.plugins.stdin("plug-a", "ADD");
+    assert_eq!(
+        (&a_in["name"], &a_in["custom"]),
+        (&json!("single"), &json!(1))
+    );
+    // The cache entry holds the plugin's own configuration, as the Go libcni's AddNetwork.
+    let cached: Value =
+        serde_json::from_slice(&std::fs::read(s.cache.join("results/single-c1-eth0")).unwrap())
+            .unwrap();
+    let config = libcni::cache::base64_decode(cached["config"].as_str().unwrap()).unwrap();
+    assert_eq!(serde_json::from_slice::<Value>(&config).unwrap(), raw);
+
+    s.cni.check_network(&plugin, &rt("c1")).unwrap();
+    assert_eq!(s.plugins.stdin("plug-a", "CHECK")["prevResult"], result);
+    s.cni.del_network(&plugin, &rt("c1")).unwrap();
+    assert_eq!(s.plugins.stdin("plug-a", "DEL")["prevResult"], result);
+    assert!(!s.cache.join("results/single-c1-eth0").exists());
+    s.cni.del_network(&plugin, &rt("c1")).unwrap();
+}
