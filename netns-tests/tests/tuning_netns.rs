@@ -95,6 +95,10 @@ fn tuning_applies_checks_and_restores() {
     let saved: Value = serde_json::from_slice(&std::fs::read(&backup).unwrap()).unwrap();
     assert_eq!(saved["mtu"], before["mtu"]);
     assert_eq!(saved["mac"], before["address"]);
+    assert_eq!(
+        saved["owner"],
+        json!({"network": "tuned", "containerID": "tuned-cid", "ifname": "eth0"})
+    );
 
     // CHECK passes (IFNAME keys resolved), then notices a changed MTU and a changed sysctl.
     let (ok, out) = tuning(&host, "CHECK", &pod, &config);
@@ -126,6 +130,21 @@ fn tuning_applies_checks_and_restores() {
         !flags(&restored).contains(&"PROMISC".to_string())
             && !flags(&restored).contains(&"ALLMULTI".to_string())
     );
+    assert!(!backup.exists());
+    assert!(tuning(&host, "DEL", &pod, &config).0);
+
+    // GC (1.1.0) keeps the backup of a valid attachment and drops it once the attachment is
+    // no longer valid (its pod went away without a DEL).
+    let (ok, out) = tuning(&host, "ADD", &pod, &config);
+    assert!(ok, "ADD failed: {out}");
+    let gc = |valid: Value| {
+        let conf = json!({"cniVersion": "1.1.0", "name": "tuned", "type": "tuning",
+                          "dataDir": data.path(), "cni.dev/valid-attachments": valid});
+        tuning(&host, "GC", &pod, &conf)
+    };
+    assert!(gc(json!([{"containerID": "tuned-cid", "ifname": "eth0"}])).0);
+    assert!(backup.exists());
+    assert!(gc(json!([])).0);
     assert!(!backup.exists());
     assert!(tuning(&host, "DEL", &pod, &config).0);
 }

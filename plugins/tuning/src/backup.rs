@@ -1,7 +1,9 @@
 //! The per-attachment backup of the link settings tuning changes:
 //! `<dataDir>/<containerID>_<ifname>.json`, same shape as the reference
 //! (`{"mac":..,"promisc":..,"mtu":..,"allmulti":..,"txQLen":..}`, configured fields only),
-//! so a DEL by either implementation restores an ADD by the other.
+//! so a DEL by either implementation restores an ADD by the other. Ours also name their
+//! attachment (`"owner"`, which the reference ignores), so GC can find the backups of
+//! attachments that never saw a DEL.
 
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -22,6 +24,17 @@ pub struct Backup {
     pub allmulti: Option<bool>,
     #[serde(default, rename = "txQLen", skip_serializing_if = "Option::is_none")]
     pub tx_qlen: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<Owner>,
+}
+
+/// The attachment a backup belongs to.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owner {
+    pub network: String,
+    #[serde(rename = "containerID")]
+    pub container_id: String,
+    pub ifname: String,
 }
 
 impl Backup {
@@ -35,6 +48,48 @@ impl Backup {
         self.tx_qlen = older.tx_qlen.or(self.tx_qlen);
         self
     }
+}
+
+/// GC: removes our backups of `network` whose attachment is not in `valid`. Backups without an
+/// owner (the reference's) or of other networks are left alone; so is anything that is not a
+/// readable backup stored under its owner's own file name. Returns the files removed.
+pub fn gc(
+    data_dir: &str,
+    network: &str,
+    valid: &[(String, String)],
+) -> Result<Vec<PathBuf>, CniError> {
+    let entries = match std::fs::read_dir(data_dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => {
+            return Err(CniError::io(format!(
+                "failed to list tuning backups in {data_dir}: {e}"
+            )))
+        }
+    };
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let file = entry.path();
+        if file.extension().and_then(|e| e.to_str()) != Some("json") {
+            continue;
+        }
+        let Ok(Some(Backup {
+            owner: Some(owner), ..
+        })) = load(&file)
+        else {
+            continue;
+        };
+        let stale = owner.network == network
+            && !valid
+                .iter()
+                .any(|(cid, ifname)| *cid == owner.container_id && *ifname == owner.ifname)
+            && file == path(data_dir, &owner.container_id, &owner.ifname);
+        if stale {
+            remove(&file)?;
+            removed.push(file);
+        }
+    }
+    Ok(removed)
 }
 
 /// The backup file of one attachment.
@@ -123,6 +178,42 @@ mod tests {
         assert_eq!(v, serde_json::from_str::<serde_json::Value>(text).unwrap());
         let b: Backup = serde_json::from_str(r#"{"txQLen":1000,"allmulti":true}"#).unwrap();
         assert_eq!((b.tx_qlen, b.allmulti), (Some(1000), Some(true)));
+        assert_eq!(b.owner, None);
+    }
+
+    #[test]
+    fn gc_removes_only_our_unlisted_backups_of_the_network() {
+        let dir = std::env::temp_dir().join(format!("tuning-gc-test-{}", std::process::id()));
+        let dir_s = dir.to_str().unwrap();
+        let owned = |net: &str, cid: &str| Backup {
+            mtu: Some(1500),
+            owner: Some(Owner {
+                network: net.into(),
+                container_id: cid.into(),
+                ifname: "eth0".into(),
+            }),
+            ..Default::default()
+        };
+        for (net, cid) in [("n1", "keep"), ("n1", "gone"), ("n2", "other")] {
+            store(&path(dir_s, cid, "eth0"), &owned(net, cid)).unwrap();
+        }
+        // The reference's backups carry no owner.
+        let reference = path(dir_s, "ref", "eth0");
+        std::fs::write(&reference, r#"{"mtu":1500}"#).unwrap();
+        // An owner that does not match the file name is not trusted.
+        store(&path(dir_s, "renamed", "eth0"), &owned("n1", "elsewhere")).unwrap();
+        std::fs::write(dir.join("garbage.json"), "{").unwrap();
+
+        let valid = vec![("keep".to_string(), "eth0".to_string())];
+        let removed = gc(dir_s, "n1", &valid).unwrap();
+        assert_eq!(removed, vec![path(dir_s, "gone", "eth0")]);
+        assert!(gc(dir_s, "n1", &valid).unwrap().is_empty());
+        for kept in ["keep", "other", "ref", "renamed"] {
+            assert!(path(dir_s, kept, "eth0").exists(), "{kept}");
+        }
+        assert!(gc(dir_s, "n9", &[]).unwrap().is_empty());
+        assert!(gc("/nonexistent-tuning-dir", "n1", &[]).unwrap().is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub fn capture(link: &Link, tuning: &Tuning) -> Backup {
             .allmulti
             .map(|_| link.flags.contains(LinkFlags::Allmulti)),
         tx_qlen: tuning.tx_qlen.map(|_| link.txqueuelen),
+        owner: None,
     }
 }
 

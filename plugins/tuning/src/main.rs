@@ -50,10 +50,15 @@ fn tune_link(args: &CmdArgs, tuning: &Tuning) -> Result<(), CniError> {
     let path = backup::path(&tuning.data_dir, &args.container_id, &args.ifname);
     let existing = backup::load(&path)?;
     let fresh = link_settings::capture(&link, tuning);
-    let saved = match existing.clone() {
+    let mut saved = match existing.clone() {
         Some(older) => fresh.keep_originals_from(older),
         None => fresh,
     };
+    saved.owner = Some(backup::Owner {
+        network: args.network_name.clone(),
+        container_id: args.container_id.clone(),
+        ifname: args.ifname.clone(),
+    });
     backup::store(&path, &saved)?;
     if let Err(e) = link_settings::apply(&mut sock, &link, tuning) {
         // Roll back to the originals; forget the backup only if this call created it.
@@ -129,6 +134,18 @@ impl Plugin for TuningPlugin {
             eprintln!("tuning: {e}");
         }
         Ok(())
+    }
+
+    /// Removes the backups of this network's attachments that are no longer valid: their pod
+    /// went away without a DEL, so there is nothing left to restore.
+    fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
+        let tuning = config::parse(args)?;
+        backup::gc(
+            &tuning.data_dir,
+            &args.network_name,
+            &args.valid_attachments()?,
+        )
+        .map(|_| ())
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
