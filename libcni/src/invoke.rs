@@ -249,6 +249,9 @@ pub fn delegate(plugin_type: &str, command: &str, stdin: &[u8]) -> Result<Option
         .filter(|v| !v.is_null()))
 }
 
+/// The least a Linux pipe holds (one page, when the user's pipe quota is exhausted).
+const PIPE_MIN_CAPACITY: usize = 4096;
+
 fn run_once(
     plugin: &Path,
     stdin: &[u8],
@@ -263,6 +266,14 @@ fn run_once(
     }
     let mut child = cmd.spawn()?;
     let child_stdin = child.stdin.take();
+    if stdin.len() <= PIPE_MIN_CAPACITY {
+        // An empty pipe takes this much without blocking, so no thread is needed (an exec
+        // sits on every pod's ADD path). A plugin that exits unread closes the pipe: not ours.
+        if let Some(mut pipe) = child_stdin {
+            let _ = pipe.write_all(stdin);
+        }
+        return child.wait_with_output();
+    }
     // Feed stdin from another thread: a plugin may write a lot before reading all its input.
     std::thread::scope(|scope| {
         scope.spawn(move || {

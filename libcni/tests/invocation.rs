@@ -569,3 +569,20 @@ fn single_plugin_calls_run_a_one_plugin_list_and_cache_the_plugin_config() {
     assert!(!s.cache.join("results/single-c1-eth0").exists());
     s.cni.del_network(&plugin, &rt("c1")).unwrap();
 }
+
+#[test]
+fn configs_larger_than_a_pipe_reach_the_plugin_whole() {
+    let s = setup(&["plug-a"]);
+    s.plugins.reply("plug-a", "ADD", RESULT_A);
+    // Over any pipe's capacity: written from a helper thread while the plugin runs.
+    let big = "x".repeat(300 * 1024);
+    let l = list("1.0.0", json!({}), json!([{"type": "plug-a", "blob": big}]));
+    s.cni.add_network_list(&l, &rt("c1")).unwrap();
+    assert_eq!(
+        s.plugins.stdin("plug-a", "ADD")["blob"]
+            .as_str()
+            .unwrap()
+            .len(),
+        big.len()
+    );
+}
