@@ -2,7 +2,6 @@
 
 use std::os::fd::AsRawFd;
 
-use netlink_packet_core::NLM_F_DUMP;
 use netlink_packet_route::link::{
     InfoBridge, InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
     State,
@@ -270,14 +269,10 @@ impl Socket {
     }
 
     fn dump_links(&mut self, msg: LinkMessage) -> Result<Vec<Link>> {
-        let replies = self.request(RouteNetlinkMessage::GetLink(msg), NLM_F_DUMP)?;
-        Ok(replies
-            .into_iter()
-            .filter_map(|m| match m {
-                RouteNetlinkMessage::NewLink(l) => Some(Link::from_message(l)),
-                _ => None,
-            })
-            .collect())
+        self.dump_map(RouteNetlinkMessage::GetLink(msg), 0, |m| match m {
+            RouteNetlinkMessage::NewLink(l) => Some(Link::from_message(l)),
+            _ => None,
+        })
     }
 
     /// Name of `index` for error messages (best effort, only called on failure paths).

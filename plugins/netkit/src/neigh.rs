@@ -10,7 +10,6 @@
 
 use std::net::IpAddr;
 
-use netlink_packet_core::NLM_F_DUMP;
 use netlink_packet_route::neighbour::{
     NeighbourAddress, NeighbourAttribute, NeighbourFlags, NeighbourMessage, NeighbourState,
 };
@@ -163,17 +162,15 @@ pub fn dump_request(family: AddressFamily, ifindex: Option<u32>) -> NeighbourMes
     msg
 }
 
-/// Decodes the RTM_NEWNEIGH replies of a dump, keeping only `ifindex` when given
-/// (old kernels ignore dump filters).
-pub fn decode_dump(replies: Vec<RouteNetlinkMessage>, ifindex: Option<u32>) -> Vec<Neighbour> {
-    replies
-        .iter()
-        .filter_map(|m| match m {
-            RouteNetlinkMessage::NewNeighbour(n) => Some(Neighbour::from_message(n)),
-            _ => None,
-        })
-        .filter(|n| ifindex.is_none_or(|i| n.ifindex == i))
-        .collect()
+/// One message of a neighbour dump, kept when it is a neighbour on `ifindex` (any when `None`;
+/// old kernels ignore the dump filter, so it is applied here again).
+fn decode_dumped(m: RouteNetlinkMessage, ifindex: Option<u32>) -> Option<Neighbour> {
+    match m {
+        RouteNetlinkMessage::NewNeighbour(n) => {
+            Some(Neighbour::from_message(&n)).filter(|n| ifindex.is_none_or(|i| n.ifindex == i))
+        }
+        _ => None,
+    }
 }
 
 impl Socket {
@@ -220,13 +217,12 @@ impl Socket {
         family: AddressFamily,
         ifindex: Option<u32>,
     ) -> Result<Vec<Neighbour>> {
-        let replies = self
-            .request(
-                RouteNetlinkMessage::GetNeighbour(dump_request(family, ifindex)),
-                NLM_F_DUMP,
-            )
-            .map_err(|e| e.context(format!("failed to list {family} neighbours")))?;
-        Ok(decode_dump(replies, ifindex))
+        self.dump_map(
+            RouteNetlinkMessage::GetNeighbour(dump_request(family, ifindex)),
+            0,
+            |m| decode_dumped(m, ifindex),
+        )
+        .map_err(|e| e.context(format!("failed to list {family} neighbours")))
     }
 
     /// `bridge fdb replace MAC dev X [dst IP] self permanent`
@@ -292,13 +288,12 @@ impl Socket {
     /// FDB entries (AF_BRIDGE) of `ifindex` (its `self` entries for a VXLAN device, or a
     /// bridge port's entries), or of every device when `None`.
     pub fn fdb_entries(&mut self, ifindex: Option<u32>) -> Result<Vec<Neighbour>> {
-        let replies = self
-            .request(
-                RouteNetlinkMessage::GetNeighbour(dump_request(AddressFamily::Bridge, ifindex)),
-                NLM_F_DUMP,
-            )
-            .map_err(|e| e.context("failed to list FDB entries"))?;
-        Ok(decode_dump(replies, ifindex))
+        self.dump_map(
+            RouteNetlinkMessage::GetNeighbour(dump_request(AddressFamily::Bridge, ifindex)),
+            0,
+            |m| decode_dumped(m, ifindex),
+        )
+        .map_err(|e| e.context("failed to list FDB entries"))
     }
 }
 
@@ -360,7 +355,10 @@ mod tests {
             RouteNetlinkMessage::NewNeighbour(a),
             RouteNetlinkMessage::NewNeighbour(b),
         ];
-        let got = decode_dump(replies, Some(2));
+        let got: Vec<Neighbour> = replies
+            .into_iter()
+            .filter_map(|m| decode_dumped(m, Some(2)))
+            .collect();
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].destination, Some("10.0.0.2".parse().unwrap()));
     }

@@ -76,12 +76,30 @@ impl Socket {
     ) -> Result<Vec<RouteNetlinkMessage>> {
         let is_dump = flags & NLM_F_DUMP == NLM_F_DUMP;
         if !is_dump {
-            return self.exchange(msg, flags | NLM_F_ACK).map(|(msgs, _)| msgs);
+            let mut msgs = Vec::new();
+            self.exchange(msg, flags | NLM_F_ACK, &mut |m| msgs.push(m))?;
+            return Ok(msgs);
         }
+        self.dump_map(msg, flags, Some)
+    }
+
+    /// A dump (`flags` gain NLM_F_DUMP) whose messages `convert` turns into values as they
+    /// arrive, keeping those it returns `Some` for. A large dump (thousands of routes or
+    /// neighbours) thus never holds every parsed message at once. Restarted if the kernel
+    /// marks it interrupted.
+    pub fn dump_map<T>(
+        &mut self,
+        msg: RouteNetlinkMessage,
+        flags: u16,
+        mut convert: impl FnMut(RouteNetlinkMessage) -> Option<T>,
+    ) -> Result<Vec<T>> {
         for _ in 0..DUMP_ATTEMPTS {
-            let (msgs, interrupted) = self.exchange(msg.clone(), flags)?;
+            let mut out = Vec::new();
+            let interrupted = self.exchange(msg.clone(), flags | NLM_F_DUMP, &mut |m| {
+                out.extend(convert(m));
+            })?;
             if !interrupted {
-                return Ok(msgs);
+                return Ok(out);
             }
         }
         Err(Error::kernel(
@@ -103,12 +121,14 @@ impl Socket {
         }
     }
 
-    /// One send + receive round. Returns the messages and whether the dump was interrupted.
+    /// One send + receive round: every reply message goes to `sink`, datagram by datagram.
+    /// Returns whether the dump was interrupted.
     fn exchange(
         &mut self,
         msg: RouteNetlinkMessage,
         flags: u16,
-    ) -> Result<(Vec<RouteNetlinkMessage>, bool)> {
+        sink: &mut dyn FnMut(RouteNetlinkMessage),
+    ) -> Result<bool> {
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
         let mut header = NetlinkHeader::default();
@@ -125,8 +145,10 @@ impl Socket {
         let mut reply = Reply::new(seq, flags & NLM_F_DUMP == NLM_F_DUMP);
         loop {
             self.recv_datagram()?;
-            if reply.absorb(&self.buf)? {
-                return Ok((reply.messages, reply.interrupted));
+            let complete = reply.absorb(&self.buf)?;
+            reply.messages.drain(..).for_each(&mut *sink);
+            if complete {
+                return Ok(reply.interrupted);
             }
         }
     }

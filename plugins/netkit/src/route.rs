@@ -4,7 +4,6 @@ use std::fmt;
 use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
-use netlink_packet_core::NLM_F_DUMP;
 use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteFlags, RouteHeader, RouteMessage, RouteMetric,
     RouteProtocol, RouteScope, RouteType,
@@ -266,21 +265,15 @@ impl Socket {
     pub fn routes(&mut self, family: Family, table: Option<u32>) -> Result<Vec<Route>> {
         let mut msg = RouteMessage::default();
         msg.header.address_family = family.to_af();
-        let replies = self
-            .request(RouteNetlinkMessage::GetRoute(msg), NLM_F_DUMP)
-            .map_err(|e| e.context("failed to list routes"))?;
-        Ok(replies
-            .iter()
-            .filter_map(|m| match m {
-                RouteNetlinkMessage::NewRoute(r)
-                    if !r.header.flags.contains(RouteFlags::Cloned) =>
-                {
-                    Route::from_message(r)
-                }
-                _ => None,
-            })
-            .filter(|r| family.matches(r.dst.ip()) && table.is_none_or(|t| r.table_id() == t))
-            .collect())
+        self.dump_map(RouteNetlinkMessage::GetRoute(msg), 0, |m| match m {
+            RouteNetlinkMessage::NewRoute(r) if !r.header.flags.contains(RouteFlags::Cloned) => {
+                Route::from_message(&r).filter(|r| {
+                    family.matches(r.dst.ip()) && table.is_none_or(|t| r.table_id() == t)
+                })
+            }
+            _ => None,
+        })
+        .map_err(|e| e.context("failed to list routes"))
     }
 
     fn send_route(&mut self, route: &Route, flags: u16, verb: &str) -> Result<()> {

@@ -1,12 +1,13 @@
 //! The desired overlay state of one node, computed from the config, the peers and facts
 //! about the node (its underlay address and on-link prefixes). Pure: no kernel access.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 
 use ipnetwork::{IpNetwork, Ipv4Network};
 
 use crate::config::{Mode, OverlayConfig};
+use crate::fasthash::FastMap;
 use crate::mac::vtep_mac;
 use crate::peers::{Peer, PeerSet};
 
@@ -87,9 +88,9 @@ pub fn desired_state(
         peers: BTreeMap::new(),
         problems: peers.problems.clone(),
     };
-    let mut macs: HashMap<[u8; 6], String> = HashMap::new();
-    macs.insert(d.vtep_mac, "this node".to_string());
-    let mut underlays: HashMap<IpAddr, String> = HashMap::new();
+    let mut macs: FastMap<[u8; 6], &str> = FastMap::default();
+    macs.insert(d.vtep_mac, "this node");
+    let mut underlays: FastMap<IpAddr, &str> = FastMap::default();
     let mut ranges = Ranges::default();
     for peer in &peers.peers {
         if is_self(peer, subnet, facts.local_ip) {
@@ -157,9 +158,9 @@ pub fn desired_state(
                         ));
                         continue;
                     }
-                    macs.insert(*mac, peer.origin.clone());
+                    macs.insert(*mac, &peer.origin);
                 }
-                underlays.insert(peer.ip, peer.origin.clone());
+                underlays.insert(peer.ip, &peer.origin);
                 ranges.insert(peer.subnet);
                 d.peers.insert(peer.subnet, (route, peer.origin.clone()));
             }

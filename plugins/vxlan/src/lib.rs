@@ -8,6 +8,7 @@ pub mod batch;
 pub mod config;
 pub mod desired;
 pub mod error;
+pub mod fasthash;
 pub mod lock;
 pub mod mac;
 pub mod peers;

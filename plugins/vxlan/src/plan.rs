@@ -5,7 +5,7 @@
 //! that carry our route protocol or sit on our device (kernel-made connected routes
 //! excluded). Everything else on the host is left alone, even when it is in the way.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 
 use ipnetwork::{IpNetwork, Ipv4Network};
@@ -14,6 +14,7 @@ use netkit::packet_route::route::{RouteProtocol, RouteScope, RouteType};
 use netkit::route::{Route, TABLE_MAIN};
 
 use crate::desired::{Desired, PeerRoute};
+use crate::fasthash::{FastMap, FastSet};
 
 /// The `rtm_protocol` marking routes programmed by this plugin (`proto 90` in `ip route`).
 /// Unassigned in iproute2's rt_protos list.
@@ -160,7 +161,7 @@ pub fn plan(desired: &Desired, observed: &Observed, links: Links) -> Plan {
 
     // Desired L2 entries (only with a device).
     let mut want_neigh: BTreeMap<Ipv4Addr, [u8; 6]> = BTreeMap::new();
-    let mut want_fdb: HashMap<[u8; 6], IpAddr> = HashMap::new();
+    let mut want_fdb: FastMap<[u8; 6], IpAddr> = FastMap::default();
     if links.device.is_some() {
         for (route, _) in desired.peers.values() {
             if let PeerRoute::Vxlan {
@@ -176,8 +177,8 @@ pub fn plan(desired: &Desired, observed: &Observed, links: Links) -> Plan {
     }
 
     // Routes: index ours and foreign ones by destination.
-    let mut ours: HashMap<IpNetwork, Vec<&Route>> = HashMap::new();
-    let mut foreign: HashMap<IpNetwork, &Route> = HashMap::new();
+    let mut ours: FastMap<IpNetwork, Vec<&Route>> = FastMap::default();
+    let mut foreign: FastMap<IpNetwork, &Route> = FastMap::default();
     for r in &observed.routes {
         if is_ours(r, desired.network, links) {
             ours.entry(r.dst_network()).or_default().push(r);
@@ -185,7 +186,7 @@ pub fn plan(desired: &Desired, observed: &Observed, links: Links) -> Plan {
             foreign.insert(r.dst_network(), r);
         }
     }
-    let mut wanted_dsts = HashSet::new();
+    let mut wanted_dsts = FastSet::default();
     for (subnet, (route, origin)) in &desired.peers {
         let Some(want) = peer_route(desired.network, *subnet, route, links) else {
             continue;
@@ -222,7 +223,7 @@ pub fn plan(desired: &Desired, observed: &Observed, links: Links) -> Plan {
     }
 
     // Neighbours on our device.
-    let mut seen_neigh = HashSet::new();
+    let mut seen_neigh = FastSet::default();
     for (ip, lladdr) in &observed.neighbours {
         seen_neigh.insert(*ip);
         match want_neigh.get(ip) {
@@ -238,7 +239,7 @@ pub fn plan(desired: &Desired, observed: &Observed, links: Links) -> Plan {
     }
 
     // FDB on our device: exactly one remote per wanted MAC.
-    let mut fdb_ok = HashSet::new();
+    let mut fdb_ok = FastSet::default();
     for (mac, dst) in &observed.fdb {
         match want_fdb.get(mac) {
             Some(want) if dst.as_ref() == Some(want) && !fdb_ok.contains(mac) => {
