@@ -37,12 +37,16 @@ test:
 	$(CARGO) test --workspace --no-fail-fast
 	$(MAKE) test-release
 
-# The shipped (static, release) binaries through the end-to-end tests that run the example
-# conflists of every plugin, pods on a bridge, cnitool and the bad-input fuzzing (where a
-# panic would abort the process).
+# `make install` into a scratch DESTDIR, then the shipped (static, release) binaries through
+# the end-to-end tests that run the example conflists of every plugin, pods on a bridge,
+# cnitool and the bad-input fuzzing (where a panic would abort the process).
 RELEASE_TESTS := examples bridge_pods bridge_conflists portmap_netns firewall_netns tuning_netns \
                  vxlan_plugin cnitool_loopback bad_input
 test-release: build
+	tmp=$$(mktemp -d); $(MAKE) --no-print-directory install DESTDIR=$$tmp >/dev/null; st=$$?; \
+	    for b in $(BINS) $(AGENT); do \
+	        test -x $$tmp$(PREFIX)/$$b || { echo "make install missed $$b"; st=1; }; \
+	    done; rm -rf $$tmp; exit $$st
 	FERROCNI_BIN_DIR=$(abspath $(STATIC)) $(CARGO) test -p netns-tests \
 	    $(addprefix --test ,$(RELEASE_TESTS))
 
