@@ -979,3 +979,82 @@ fn agent_rendered_conflist_drives_cni_add() {
         tool.run_ok(&["del", "podnet", pod.path_str()]);
     }
 }
+
+/// The agent's watch falls behind while the agent is frozen, and etcd compacts the history the
+/// watch still needs: etcd cancels the watch with a compact revision, and the agent must
+/// re-list, not miss what happened meanwhile.
+#[test]
+fn agent_relists_when_its_watch_is_compacted() {
+    require_root!();
+    if !have_etcd() {
+        return;
+    }
+    let files = TempDir::new("agent-compact");
+    let underlay = Underlay::new("agc");
+    let etcd = Etcd::start(&underlay, 1);
+    etcd.put(&format!("{PREFIX}/config"), CONFIG);
+    let node = underlay.add_node(1);
+    // A long resync interval: convergence must come from the watch path, not the periodic
+    // re-list.
+    let mut agent = Agent::new(&node, &etcd, files.path(), &["--resync-interval=600"]);
+    agent.start();
+    agent.wait_for_subnet();
+
+    let pid = agent.child.as_ref().unwrap().id() as i32;
+    // SAFETY: plain kill(2) on our own child's pid.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    // More watch traffic than the socket buffers, gRPC windows and etcd's per-watch queue
+    // hold, so etcd stops sending to this watcher and later has to catch it up from history.
+    let junk = format!("{PREFIX}/subnets/junk");
+    let flood = format!(
+        "v=$(head -c 65536 /dev/zero | tr '\\0' x); for i in $(seq 400); do \
+         etcdctl --endpoints={} put {junk} \"$v\" >/dev/null || exit 1; done",
+        etcd.live_endpoints()
+    );
+    let out = Command::new("ip")
+        .args(["netns", "exec", &etcd.ns, "sh", "-c", &flood])
+        .env("ETCDCTL_API", "3")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    etcd.ctl_ok(&["del", &junk]);
+    let remote = "10.244.60.0/24";
+    let remote_mac = "0e:00:00:00:00:3c";
+    etcd.put_with_ttl(
+        &lease_key(remote),
+        &flannel_lease("172.31.250.60", remote_mac),
+        120,
+    );
+    let status = etcd.ctl_ok(&["endpoint", "status", "--write-out=json"]);
+    let revision = status
+        .split("\"revision\":")
+        .nth(1)
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+        .expect("revision in endpoint status")
+        .to_string();
+    etcd.ctl_ok(&["compact", &revision]);
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+
+    assert!(
+        wait_until(CONVERGE, || agent
+            .log()
+            .contains("watch cancelled (compact revision")),
+        "etcd did not cancel the lagging watch:\n{}",
+        agent.log()
+    );
+    assert!(
+        wait_until(CONVERGE, || peer_programmed(
+            &node,
+            remote,
+            "172.31.250.60",
+            remote_mac
+        )),
+        "the lease written while the watch lagged was not programmed:\n{}",
+        agent.log()
+    );
+}
