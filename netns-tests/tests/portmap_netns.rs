@@ -440,3 +440,147 @@ fn portmap_nftables_example_conflist() {
     let ruleset = host.exec_ok(&["nft", "list", "ruleset"]);
     assert!(!ruleset.contains(&ip), "leftovers:\n{ruleset}");
 }
+
+/// `masqAll`, `markMasqBit`, `conditionsV4` and `externalSetMarkChain` (iptables backend) as
+/// traffic sees them, not only as rule text.
+#[test]
+fn portmap_iptables_options_act_in_the_kernel() {
+    require_root!();
+    if !busybox_available() {
+        eprintln!("skipping: busybox not installed");
+        return;
+    }
+    let host = Netns::new("pmo-host");
+    let web = Netns::new("pmo-web");
+    let client = Netns::new("pmo-client");
+    for ns in [&host, &web, &client] {
+        ns.exec_ok(&["ip", "link", "set", "lo", "up"]);
+    }
+    let leases = TempDir::new("pmo-leases");
+    let cache = TempDir::new("pmo-cache");
+    let conf = ConfDir::new();
+    let write = |portmap: Value| {
+        conf.write_json(
+            "10-pmo.conflist",
+            &conflist("pmonet", "cni-pmo0", "10.231.23.0/24", &leases, portmap),
+        );
+    };
+    let mapping = r#"{"portMappings":[{"hostPort":18083,"containerPort":80,"protocol":"tcp"}]}"#;
+    write(json!({ "type": "portmap", "capabilities": { "portMappings": true } }));
+    let plain = Cnitool::new(&conf, plugins(), cache.path()).in_netns(&host);
+    let mapped = plain.clone().env("CAP_ARGS", mapping);
+    let client_ip = ip_of(&plain.run_ok(&["add", "pmonet", client.path_str()]));
+
+    // masqAll, mark bit 5, and a condition that keeps the client pod out of the forwarding.
+    write(json!({
+        "type": "portmap", "capabilities": { "portMappings": true },
+        "masqAll": true, "markMasqBit": 5, "conditionsV4": ["!", "-s", client_ip],
+    }));
+    let web_ip = ip_of(&mapped.run_ok(&["add", "pmonet", web.path_str()]));
+    let _httpd = Httpd::start(&web);
+    assert_eq!(
+        fetch(&host, "http://127.0.0.1:18083/").as_deref(),
+        Some(PAGE),
+        "host 127.0.0.1"
+    );
+    assert_eq!(
+        fetch(&web, "http://10.231.23.1:18083/").as_deref(),
+        Some(PAGE),
+        "hairpin"
+    );
+    // The client pod reaches the web pod itself, but not through the excluded host port.
+    assert_eq!(
+        fetch(&client, &format!("http://{web_ip}:80/")).as_deref(),
+        Some(PAGE),
+        "pod to pod"
+    );
+    assert_eq!(
+        fetch(&client, "http://10.231.23.1:18083/"),
+        None,
+        "the condition excludes the client pod, yet its connection was forwarded"
+    );
+    let nat = host.exec_ok(&["iptables-save", "-t", "nat"]);
+    assert!(nat.contains("--set-xmark 0x20/0x20"), "mark bit 5:\n{nat}");
+    assert!(
+        nat.contains("-m mark --mark 0x20/0x20 -j MASQUERADE"),
+        "{nat}"
+    );
+    assert!(nat.contains(&format!("! -s {client_ip}/32")), "{nat}");
+    // masqAll: every source is marked (no subnet match), and no separate 127.0.0.1 rule.
+    assert!(
+        !nat.contains("-s 10.231.23.0/24") && !nat.contains("-s 127.0.0.1"),
+        "{nat}"
+    );
+    let masq = host.exec_ok(&[
+        "iptables",
+        "-t",
+        "nat",
+        "-L",
+        "CNI-HOSTPORT-MASQ",
+        "-v",
+        "-x",
+        "-n",
+    ]);
+    let masqueraded: u64 = masq
+        .lines()
+        .find(|l| l.contains("MASQUERADE"))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        masqueraded > 0,
+        "nothing went through the mark-5 masquerade:\n{masq}"
+    );
+    mapped.run_ok(&["del", "pmonet", web.path_str()]);
+
+    // externalSetMarkChain: the operator's chain marks and masquerades; the plugin only jumps.
+    for rule in [
+        vec!["-N", "EXT-MARK"],
+        vec![
+            "-A",
+            "EXT-MARK",
+            "-j",
+            "MARK",
+            "--set-xmark",
+            "0x4000/0x4000",
+        ],
+        vec![
+            "-A",
+            "POSTROUTING",
+            "-m",
+            "mark",
+            "--mark",
+            "0x4000/0x4000",
+            "-j",
+            "MASQUERADE",
+        ],
+    ] {
+        let mut argv = vec!["iptables", "-t", "nat"];
+        argv.extend(rule);
+        host.exec_ok(&argv);
+    }
+    write(json!({
+        "type": "portmap", "capabilities": { "portMappings": true },
+        "externalSetMarkChain": "EXT-MARK",
+    }));
+    mapped.run_ok(&["add", "pmonet", web.path_str()]);
+    let nat = host.exec_ok(&["iptables-save", "-t", "nat"]);
+    assert!(nat.contains("-j EXT-MARK"), "{nat}");
+    assert_eq!(
+        fetch(&host, "http://127.0.0.1:18083/").as_deref(),
+        Some(PAGE),
+        "host 127.0.0.1 through the external mark chain"
+    );
+    mapped.run_ok(&["check", "pmonet", web.path_str()]);
+    mapped.run_ok(&["del", "pmonet", web.path_str()]);
+    let nat = host.exec_ok(&["iptables-save", "-t", "nat"]);
+    assert!(
+        !nat.contains(&web_ip) && !nat.contains("-j EXT-MARK"),
+        "{nat}"
+    );
+    assert!(
+        nat.contains(":EXT-MARK"),
+        "the operator's chain must stay:\n{nat}"
+    );
+    plain.run_ok(&["del", "pmonet", client.path_str()]);
+}
