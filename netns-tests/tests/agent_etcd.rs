@@ -263,6 +263,8 @@ impl Agent {
             "--iface=eth0".into(),
             format!("--subnet-file={}", dir.join("subnet.env").display()),
             format!("--state-dir={}", dir.join("state").display()),
+            // Its own lock file rather than the host's /run/ferrocni default.
+            format!("--vxlan-lock-file={}", dir.join("vxlan.lock").display()),
             format!("--cni-conf-template={}", template.display()),
             format!("--cni-conf-dir={}", dir.join("net.d").display()),
             "--resync-interval=3".into(),
@@ -946,6 +948,8 @@ fn agent_rendered_conflist_drives_cni_add() {
             .display()
             .to_string()
             .into();
+        // The lock the agent takes (its --vxlan-lock-file), not the host's /run/ferrocni.
+        conf["plugins"][1]["lockFile"] = agent.dir.join("vxlan.lock").display().to_string().into();
         let confdir = ConfDir::new();
         confdir.write_json("10-podnet.conflist", &conf);
         let cache = TempDir::new("agent-cni-cache");

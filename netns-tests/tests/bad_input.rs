@@ -177,30 +177,30 @@ fn mutate(conf: &mut Value, rng: &mut Rng) {
     }
 }
 
-/// Pins every directory a plugin writes to inside `scratch`, whatever the mutation did.
-fn pin_paths(conf: &mut Value, scratch: &Path) {
+/// Pins every directory `plugin` could write to inside `scratch`, whatever a mutation did to
+/// the config (its `type` included: the binary, not the config, decides what is written).
+fn pin_paths(conf: &mut Value, plugin: &str, scratch: &Path) {
+    let Value::Object(m) = conf else { return };
     let dir = |name: &str| json!(scratch.join(name));
-    if let Some(Value::Object(ipam)) = conf.get_mut("ipam") {
+    if let Some(Value::Object(ipam)) = m.get_mut("ipam") {
         ipam.insert("dataDir".into(), dir("ipam"));
     }
-    if let Value::Object(m) = conf {
-        match m.get("type").and_then(Value::as_str) {
-            Some("host-local") => {
-                m.insert("dataDir".into(), dir("ipam"));
-            }
-            Some("tuning") => {
-                m.insert("dataDir".into(), dir("tuning"));
-            }
-            Some("vxlan") => {
-                m.insert("stateDir".into(), dir("vxlan"));
-            }
-            _ => {}
+    match plugin {
+        "tuning" => {
+            m.insert("dataDir".into(), dir("tuning"));
         }
+        "vxlan" => {
+            m.insert("stateDir".into(), dir("vxlan"));
+            m.remove("lockFile");
+        }
+        _ => {}
     }
 }
 
-/// Serialises `conf`, sometimes damaging the bytes themselves.
-fn to_stdin(conf: &Value, rng: &mut Rng) -> Vec<u8> {
+/// Serialises `conf`, sometimes damaging the bytes themselves. Damage that still parses (a
+/// flipped byte inside a key or a path) is pinned again, so it cannot redirect state out of
+/// `scratch`; what stays damaged is input no plugin can read as JSON.
+fn to_stdin(conf: &Value, plugin: &str, scratch: &Path, rng: &mut Rng) -> Vec<u8> {
     let mut bytes = conf.to_string().into_bytes();
     match rng.below(10) {
         0 if !bytes.is_empty() => bytes.truncate(rng.below(bytes.len())),
@@ -209,9 +209,42 @@ fn to_stdin(conf: &Value, rng: &mut Rng) -> Vec<u8> {
             bytes[i] = rng.next() as u8;
         }
         2 => bytes = vec![0xff, 0xfe, 0x00, b'{'],
-        _ => {}
+        _ => return bytes,
     }
-    bytes
+    match serde_json::from_slice::<Value>(&bytes) {
+        Ok(mut still_json) => {
+            pin_paths(&mut still_json, plugin, scratch);
+            still_json.to_string().into_bytes()
+        }
+        Err(_) => bytes,
+    }
+}
+
+/// Where the plugins keep state when a config names no directory: a run must leave them as
+/// it found them.
+const DEFAULT_STATE_DIRS: &[&str] = &["/var/lib/cni", "/run/cni", "/run/ferrocni"];
+
+/// Every path under the default state directories.
+fn default_state() -> Vec<std::path::PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            }
+            out.push(path);
+        }
+    }
+    let mut out = Vec::new();
+    for dir in DEFAULT_STATE_DIRS {
+        let dir = Path::new(dir);
+        if dir.exists() {
+            out.push(dir.to_path_buf());
+            walk(dir, &mut out);
+        }
+    }
+    out.sort();
+    out
 }
 
 /// A valid plugin environment for `verb`.
@@ -435,6 +468,7 @@ fn mutated_configs_and_environments_never_crash_a_plugin() {
     // Spread nearby seeds apart; xorshift needs a non-zero state.
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
 
+    let state_before = default_state();
     let host = Netns::new("fuzz-host");
     let pod = Netns::new("fuzz-pod");
     let scratch = TempDir::new("fuzz");
@@ -450,10 +484,10 @@ fn mutated_configs_and_environments_never_crash_a_plugin() {
             for _ in 0..=rng.below(3) {
                 mutate(&mut conf, &mut rng);
             }
-            pin_paths(&mut conf, scratch.path());
+            pin_paths(&mut conf, plugin, scratch.path());
             let verb = *rng.pick(VERBS);
             let env = environment(verb, &pod, &mut rng);
-            let stdin = to_stdin(&conf, &mut rng);
+            let stdin = to_stdin(&conf, plugin, scratch.path(), &mut rng);
             let outcome = run_bounded(&host, &binary, &env, &stdin, scratch.path())
                 .map(|(code, out, err)| (code, violation(code, &out, &err), out, err));
             match outcome {
@@ -472,6 +506,11 @@ fn mutated_configs_and_environments_never_crash_a_plugin() {
         outcomes.insert(plugin.into(), json!({"succeeded": ok, "refused": errors}));
     }
     eprintln!("bad input outcomes: {}", Value::Object(outcomes));
+    assert_eq!(
+        default_state(),
+        state_before,
+        "a run wrote outside its scratch dir (into {DEFAULT_STATE_DIRS:?})"
+    );
     assert!(
         failures.is_empty(),
         "{} runs misbehaved (seed {seed:#x}):\n{}",

@@ -62,6 +62,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         state_dir: opts.state_dir.clone(),
         public_ip,
         iface: opts.iface.clone(),
+        lock_file: opts.vxlan_lock_file.clone(),
     };
     let overlay = Overlay::new(settings, &net);
     let previous = std::fs::read_to_string(&opts.subnet_file)

@@ -22,6 +22,9 @@ Options:
   --state-dir DIR                overlay config and peers file (default /run/ferrocni/agent)
   --vxlan-bin PATH               run `PATH sync <config>` for each pass instead of the built-in
                                  vxlan reconcile (the same code, separately installed)
+  --vxlan-lock-file PATH         the lock serialising passes with the CNI plugin's; set it to the
+                                 conflist's vxlan `lockFile` when that is set (default: the
+                                 plugin's default, /run/ferrocni/vxlan-<device>.lock)
   --subnet-lease-ttl SECONDS     (default 86400)
   --subnet-lease-renew-margin SECONDS  (default 3600)
   --resync-interval SECONDS      full re-list and reconcile period (default 60)
@@ -42,6 +45,7 @@ pub struct Options {
     pub cni_conf_dir: PathBuf,
     pub state_dir: PathBuf,
     pub vxlan_bin: Option<PathBuf>,
+    pub vxlan_lock_file: Option<PathBuf>,
     pub lease_ttl: i64,
     pub renew_margin: i64,
     pub resync_interval: Duration,
@@ -62,6 +66,7 @@ impl Default for Options {
             cni_conf_dir: "/etc/cni/net.d".into(),
             state_dir: "/run/ferrocni/agent".into(),
             vxlan_bin: None,
+            vxlan_lock_file: None,
             lease_ttl: 86_400,
             renew_margin: 3_600,
             resync_interval: Duration::from_secs(60),
@@ -129,6 +134,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Options>, 
             "--cni-conf-dir" => o.cni_conf_dir = value(&flag)?.into(),
             "--state-dir" => o.state_dir = value(&flag)?.into(),
             "--vxlan-bin" => o.vxlan_bin = Some(value(&flag)?.into()),
+            "--vxlan-lock-file" => o.vxlan_lock_file = Some(value(&flag)?.into()),
             "--subnet-lease-ttl" => o.lease_ttl = secs(&flag, value(&flag)?)?,
             "--subnet-lease-renew-margin" => o.renew_margin = secs(&flag, value(&flag)?)?,
             "--resync-interval" => {
@@ -166,6 +172,7 @@ mod tests {
             "192.168.1.5",
             "--once",
             "--subnet-lease-ttl=30",
+            "--vxlan-lock-file=/run/x.lock",
         ])
         .unwrap()
         .unwrap();
@@ -177,6 +184,7 @@ mod tests {
         assert_eq!(o.public_ip, Some(Ipv4Addr::new(192, 168, 1, 5)));
         assert!(o.once);
         assert_eq!(o.lease_ttl, 30);
+        assert_eq!(o.vxlan_lock_file, Some(PathBuf::from("/run/x.lock")));
         assert!(p(&["--help"]).unwrap().is_none());
     }
 

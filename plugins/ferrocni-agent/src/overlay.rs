@@ -43,7 +43,6 @@ pub fn peers_json(peers: &[PeerEntry]) -> String {
     serde_json::to_string_pretty(&list).unwrap_or_else(|_| "[]".into()) + "\n"
 }
 
-/// Everything fixed for the agent's lifetime that the overlay config needs.
 /// How a reconcile pass is run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Engine {
@@ -53,12 +52,15 @@ pub enum Engine {
     Exec(PathBuf),
 }
 
+/// Everything fixed for the agent's lifetime that the overlay config needs.
 #[derive(Debug, Clone)]
 pub struct OverlaySettings {
     pub engine: Engine,
     pub state_dir: PathBuf,
     pub public_ip: Ipv4Addr,
     pub iface: Option<String>,
+    /// The pass's lock file; `None` leaves the vxlan default.
+    pub lock_file: Option<PathBuf>,
 }
 
 pub struct Overlay {
@@ -113,7 +115,11 @@ impl Overlay {
             "localIP": self.settings.public_ip.to_string(),
         });
         // No stateDir: the default lock file is the one a CNI ADD's vxlan pass takes too, so
-        // the agent's reconciles and the plugin's are serialised.
+        // the agent's reconciles and the plugin's are serialised. An explicit one must match
+        // the conflist's `lockFile`.
+        if let Some(lock) = &self.settings.lock_file {
+            cfg["lockFile"] = json!(lock);
+        }
         if let Some(iface) = &self.settings.iface {
             cfg["underlayInterface"] = json!(iface);
         }
@@ -273,6 +279,7 @@ mod tests {
             state_dir: "/run/x".into(),
             public_ip: "192.168.9.1".parse().unwrap(),
             iface: Some("eth0".into()),
+            lock_file: None,
         };
         let n = net();
         let o = Overlay::new(settings, &n);
@@ -285,6 +292,13 @@ mod tests {
         assert_eq!(c["subnet"], "10.244.7.0/24");
         assert_eq!(c["peersFile"], "/run/x/peers.json");
         assert_eq!(c["underlayInterface"], "eth0");
+        assert!(c.get("lockFile").is_none(), "the plugin's default lock");
+        let locked = OverlaySettings {
+            lock_file: Some("/run/x/vxlan.lock".into()),
+            ..o.settings.clone()
+        };
+        let c = Overlay::new(locked, &n).config_json(&n, "10.244.7.0/24".parse().unwrap());
+        assert_eq!(c["lockFile"], "/run/x/vxlan.lock");
     }
 }
 
@@ -324,6 +338,7 @@ mod sync_tests {
             state_dir: dir.join("state"),
             public_ip: "192.168.9.2".parse().unwrap(),
             iface: None,
+            lock_file: None,
         };
 
         let ok = Overlay::new(settings(fake_vxlan(&dir, 0)), &net);
