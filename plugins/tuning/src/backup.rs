@@ -168,6 +168,21 @@ pub fn remove(path: &Path) -> Result<(), CniError> {
 mod tests {
     use super::*;
 
+    /// A directory under the system temp dir, removed even when the test fails.
+    struct Scratch(PathBuf);
+
+    impl Scratch {
+        fn new(tag: &str) -> Scratch {
+            Scratch(std::env::temp_dir().join(format!("tuning-{tag}-{}", std::process::id())))
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
     #[test]
     fn reference_shape_round_trips() {
         let text = r#"{"mac":"02:00:00:00:00:01","promisc":false,"mtu":1500}"#;
@@ -183,7 +198,8 @@ mod tests {
 
     #[test]
     fn gc_removes_only_our_unlisted_backups_of_the_network() {
-        let dir = std::env::temp_dir().join(format!("tuning-gc-test-{}", std::process::id()));
+        let scratch = Scratch::new("gc-test");
+        let dir = &scratch.0;
         let dir_s = dir.to_str().unwrap();
         let owned = |net: &str, cid: &str| Backup {
             mtu: Some(1500),
@@ -213,12 +229,12 @@ mod tests {
         }
         assert!(gc(dir_s, "n9", &[]).unwrap().is_empty());
         assert!(gc("/nonexistent-tuning-dir", "n1", &[]).unwrap().is_empty());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn store_load_remove() {
-        let dir = std::env::temp_dir().join(format!("tuning-backup-test-{}", std::process::id()));
+        let scratch = Scratch::new("backup-test");
+        let dir = &scratch.0;
         let p = path(dir.to_str().unwrap(), "cid", "eth0");
         assert_eq!(load(&p).unwrap(), None);
         let b = Backup {
@@ -229,7 +245,6 @@ mod tests {
         assert_eq!(load(&p).unwrap(), Some(b));
         remove(&p).unwrap();
         remove(&p).unwrap();
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

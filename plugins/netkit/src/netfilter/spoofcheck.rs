@@ -120,23 +120,25 @@ impl SpoofChecker {
             Ok(None) => return Ok(()),
             Err(e) => return Err(e.context(&ctx)),
         };
+        nft::apply(self.teardown_ops(&listing), &ctx)
+    }
+
+    /// The nft commands removing this check's jump rule(s) and chains, as far as `listing`
+    /// (the `bridge nat` table) holds them.
+    fn teardown_ops(&self, listing: &Value) -> Vec<Value> {
         let comment = self.comment();
-        let (iface_chain, mac_chain) = (self.iface_chain(), self.mac_chain());
-        let mut tx = Vec::new();
-        for rule in rules_of(&listing, BASE_CHAIN) {
-            if rule.get("comment").and_then(Value::as_str) == Some(comment.as_str()) {
-                if let Some(h) = rule.get("handle").and_then(Value::as_u64) {
-                    tx.push(nft::delete_rule(FAMILY, TABLE, BASE_CHAIN, h));
-                }
+        let mut tx: Vec<Value> = rules_of(listing, BASE_CHAIN)
+            .filter(|r| r.get("comment").and_then(Value::as_str) == Some(comment.as_str()))
+            .filter_map(|r| r.get("handle").and_then(Value::as_u64))
+            .map(|h| nft::delete_rule(FAMILY, TABLE, BASE_CHAIN, h))
+            .collect();
+        let chains = chain_names(listing);
+        for chain in [self.iface_chain(), self.mac_chain()] {
+            if chains.contains(&chain) {
+                tx.push(nft::delete(nft::chain(FAMILY, TABLE, &chain)));
             }
         }
-        let chains = chain_names(&listing);
-        for chain in [&iface_chain, &mac_chain] {
-            if chains.iter().any(|c| c == chain) {
-                tx.push(nft::delete(nft::chain(FAMILY, TABLE, chain)));
-            }
-        }
-        nft::apply(tx, &ctx)
+        tx
     }
 
     /// Whether the rules are installed (for CHECK).
@@ -169,9 +171,12 @@ pub fn gc(
         .map(|(cid, ifname)| SpoofChecker::ref_id_for(cid, ifname))
         .collect();
     let stale = stale_ref_ids(&listing, &valid, port_exists);
-    for ref_id in &stale {
-        SpoofChecker::new("", "", ref_id).teardown()?;
-    }
+    // One listing, one transaction for all of them.
+    let tx: Vec<Value> = stale
+        .iter()
+        .flat_map(|id| SpoofChecker::new("", "", id).teardown_ops(&listing))
+        .collect();
+    nft::apply(tx, "spoof-check GC: failed to remove stale checks")?;
     Ok(stale)
 }
 
