@@ -31,6 +31,7 @@
 //!   [`Cnitool::in_netns`]); caches, IPAM data dirs and configs live in [`TempDir`]s.
 
 pub mod cluster;
+pub mod private_host;
 
 use std::collections::HashMap;
 use std::fs;
@@ -275,16 +276,7 @@ impl Netns {
     /// Runs `argv` inside the namespace, panics (with its stderr) unless it succeeds, and
     /// returns its stdout.
     pub fn exec_ok(&self, argv: &[&str]) -> String {
-        let out = self.exec(argv);
-        assert!(
-            out.status.success(),
-            "{argv:?} in netns {} failed ({}): {}{}",
-            self.name,
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        success_stdout(&format!("{argv:?} in netns {}", self.name), self.exec(argv))
     }
 
     /// Runs `argv` (an `ip -j ...` command) inside the namespace and parses its JSON output.
@@ -452,6 +444,30 @@ impl Cnitool {
             Self::container_id(netns_path)
         ))
     }
+}
+
+/// Every plugin a container engine's network (podman's, the containerd node's) may name.
+pub const ENGINE_PLUGINS: &[&str] = &[
+    "bridge",
+    "host-local",
+    "portmap",
+    "firewall",
+    "tuning",
+    "bandwidth",
+    "loopback",
+];
+
+/// Panics with `what`, the exit status and the output unless `out` is a success; returns
+/// stdout.
+pub fn success_stdout(what: &str, out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Runs `cmd` (a plugin, typically) with `stdin` written to it, stdout and stderr captured.
