@@ -31,6 +31,7 @@
 //!   [`Cnitool::in_netns`]); caches, IPAM data dirs and configs live in [`TempDir`]s.
 
 pub mod cluster;
+pub mod containerd;
 pub mod cri;
 pub mod private_host;
 
