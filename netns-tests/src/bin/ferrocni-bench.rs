@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use netns_tests::containerd::{self, CriNode};
 use netns_tests::{lease_files, Netns, TempDir};
 
 struct Opts {
@@ -18,6 +19,7 @@ struct Opts {
     pods: usize,
     concurrent: usize,
     scale_pods: usize,
+    cri_pods: usize,
     sections: Vec<String>,
 }
 
@@ -28,6 +30,7 @@ fn parse_opts() -> Opts {
         pods: 50,
         concurrent: 50,
         scale_pods: 1000,
+        cri_pods: 20,
         sections: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
@@ -54,6 +57,11 @@ fn parse_opts() -> Opts {
                     .parse()
                     .unwrap_or_else(|_| usage("--scale-pods needs a number"))
             }
+            "--cri-pods" => {
+                o.cri_pods = val()
+                    .parse()
+                    .unwrap_or_else(|_| usage("--cri-pods needs a number"))
+            }
             "--only" => o.sections = val().split(',').map(str::to_string).collect(),
             "-h" | "--help" => usage(""),
             other => usage(&format!("unknown argument {other}")),
@@ -68,7 +76,8 @@ fn usage(msg: &str) -> ! {
     }
     eprintln!(
         "usage: ferrocni-bench [--ours DIR] [--reference DIR] [--pods N] [--concurrent N] [--scale-pods N]\n\
-         \x20                     [--only sizes,exec,loopback,bridge,rss,concurrent,bandwidth,hostlocal,scale,vxlan]"
+         \x20                     [--cri-pods N]\n\
+         \x20                     [--only sizes,exec,loopback,bridge,rss,concurrent,bandwidth,hostlocal,scale,vxlan,cri]"
     );
     std::process::exit(2)
 }
@@ -747,6 +756,72 @@ fn vxlan(o: &Opts) {
     );
 }
 
+/// Pods through a private containerd's CRI, as kubelet runs them (the pod network of
+/// `containerd::pod_network_conflist`: bridge, host-local, portmap, firewall, tuning, bandwidth,
+/// plus containerd's own loopback network): RunPodSandbox of `cri_pods` pods, then
+/// StopPodSandbox (the first DEL) and RemovePodSandbox (the second) of each.
+fn cri(o: &Opts) {
+    let n = o.cri_pods;
+    println!("\n## containerd CRI: {n} pods, RunPodSandbox then StopPodSandbox + RemovePodSandbox (median per pod)");
+    if let Some(why) = containerd::missing_tools() {
+        println!("  skipped: {why}");
+        return;
+    }
+    let mut res = BTreeMap::new();
+    for s in suites(o) {
+        let mut node = CriNode::start(s.dir);
+        node.write_conflist(
+            "10-bench.conflist",
+            &containerd::pod_network_conflist("bench-cri", "10.83.0.0/16"),
+        );
+        if !node.wait_network_ready(true, Duration::from_secs(15)) {
+            println!("  {}: NetworkReady never became true", s.label);
+            return;
+        }
+        // One pod first, untimed: the first exec of every binary, containerd's first sandbox.
+        let warmup = node.pod_config("warmup");
+        if let Ok(id) = node.cri().run_pod_sandbox(warmup) {
+            let _ = node.stop_and_remove(&id);
+        }
+        let (mut run, mut stop, mut remove) = (Vec::new(), Vec::new(), Vec::new());
+        let mut ids = Vec::new();
+        let mut failures = 0;
+        for i in 0..n {
+            let config = node.pod_config(&format!("bench{i}"));
+            let start = Instant::now();
+            match node.cri().run_pod_sandbox(config) {
+                Ok(id) => {
+                    run.push(start.elapsed());
+                    ids.push(id);
+                }
+                Err(e) => {
+                    failures += 1;
+                    eprintln!("  {}: {e}", s.label);
+                }
+            }
+        }
+        for id in &ids {
+            let start = Instant::now();
+            let stopped = node.cri().stop_pod_sandbox(id);
+            stop.push(start.elapsed());
+            let start = Instant::now();
+            let removed = node.cri().remove_pod_sandbox(id);
+            remove.push(start.elapsed());
+            for e in [stopped.err(), removed.err()].into_iter().flatten() {
+                failures += 1;
+                eprintln!("  {}: {e}", s.label);
+            }
+        }
+        if failures > 0 {
+            println!("  {}: {failures} failed CRI calls", s.label);
+        }
+        res.insert(s.label, (median(run), median(stop), median(remove)));
+    }
+    report_time("RunPodSandbox", res["ours"].0, res["reference"].0);
+    report_time("StopPodSandbox", res["ours"].1, res["reference"].1);
+    report_time("RemovePodSandbox", res["ours"].2, res["reference"].2);
+}
+
 fn main() {
     let o = parse_opts();
     // SAFETY: getuid has no preconditions.
@@ -800,5 +875,8 @@ fn main() {
     }
     if want("vxlan") {
         vxlan(&o);
+    }
+    if want("cri") {
+        cri(&o);
     }
 }
