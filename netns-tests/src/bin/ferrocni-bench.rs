@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use netns_tests::containerd::{self, CriNode};
+use netns_tests::cri::CriError;
 use netns_tests::{lease_files, Netns, TempDir};
 
 struct Opts {
@@ -759,7 +760,8 @@ fn vxlan(o: &Opts) {
 /// Pods through a private containerd's CRI, as kubelet runs them (the pod network of
 /// `containerd::pod_network_conflist`: bridge, host-local, portmap, firewall, tuning, bandwidth,
 /// plus containerd's own loopback network): RunPodSandbox of `cri_pods` pods, then
-/// StopPodSandbox (the first DEL) and RemovePodSandbox (the second) of each.
+/// StopPodSandbox (the first DEL) and RemovePodSandbox (the second) of each. One containerd per
+/// suite, both running; the calls alternate between them so load drifts hit both alike.
 fn cri(o: &Opts) {
     let n = o.cri_pods;
     println!("\n## containerd CRI: {n} pods, RunPodSandbox then StopPodSandbox + RemovePodSandbox (median per pod)");
@@ -767,8 +769,9 @@ fn cri(o: &Opts) {
         println!("  skipped: {why}");
         return;
     }
-    let mut res = BTreeMap::new();
-    for s in suites(o) {
+    let suites = suites(o);
+    let mut nodes = Vec::new();
+    for s in &suites {
         let mut node = CriNode::start(s.dir);
         node.write_conflist(
             "10-bench.conflist",
@@ -783,43 +786,52 @@ fn cri(o: &Opts) {
         if let Ok(id) = node.cri().run_pod_sandbox(warmup) {
             let _ = node.stop_and_remove(&id);
         }
-        let (mut run, mut stop, mut remove) = (Vec::new(), Vec::new(), Vec::new());
-        let mut ids = Vec::new();
-        let mut failures = 0;
-        for i in 0..n {
-            let config = node.pod_config(&format!("bench{i}"));
-            let start = Instant::now();
-            match node.cri().run_pod_sandbox(config) {
-                Ok(id) => {
-                    run.push(start.elapsed());
-                    ids.push(id);
-                }
-                Err(e) => {
-                    failures += 1;
-                    eprintln!("  {}: {e}", s.label);
-                }
-            }
-        }
-        for id in &ids {
-            let start = Instant::now();
-            let stopped = node.cri().stop_pod_sandbox(id);
-            stop.push(start.elapsed());
-            let start = Instant::now();
-            let removed = node.cri().remove_pod_sandbox(id);
-            remove.push(start.elapsed());
-            for e in [stopped.err(), removed.err()].into_iter().flatten() {
-                failures += 1;
-                eprintln!("  {}: {e}", s.label);
-            }
-        }
-        if failures > 0 {
-            println!("  {}: {failures} failed CRI calls", s.label);
-        }
-        res.insert(s.label, (median(run), median(stop), median(remove)));
+        nodes.push(node);
     }
-    report_time("RunPodSandbox", res["ours"].0, res["reference"].0);
-    report_time("StopPodSandbox", res["ours"].1, res["reference"].1);
-    report_time("RemovePodSandbox", res["ours"].2, res["reference"].2);
+    let mut times: Vec<[Vec<Duration>; 3]> = suites.iter().map(|_| Default::default()).collect();
+    let mut ids: Vec<Vec<String>> = suites.iter().map(|_| Vec::new()).collect();
+    let mut failures = vec![0; suites.len()];
+    let mut timed = |k: usize, phase: usize, call: &mut dyn FnMut() -> Result<(), CriError>| {
+        let start = Instant::now();
+        match call() {
+            Ok(()) => times[k][phase].push(start.elapsed()),
+            Err(e) => {
+                failures[k] += 1;
+                eprintln!("  {}: {e}", suites[k].label);
+            }
+        }
+    };
+    for i in 0..n {
+        for (k, node) in nodes.iter_mut().enumerate() {
+            let config = node.pod_config(&format!("bench{i}"));
+            timed(k, 0, &mut || {
+                ids[k].push(node.cri().run_pod_sandbox(config.clone())?);
+                Ok(())
+            });
+        }
+    }
+    for i in 0..n {
+        for (k, node) in nodes.iter_mut().enumerate() {
+            let Some(id) = ids[k].get(i) else { continue };
+            timed(k, 1, &mut || node.cri().stop_pod_sandbox(id));
+            timed(k, 2, &mut || node.cri().remove_pod_sandbox(id));
+        }
+    }
+    for (k, s) in suites.iter().enumerate() {
+        if failures[k] > 0 {
+            println!("  {}: {} failed CRI calls", s.label, failures[k]);
+        }
+    }
+    let medians: Vec<Vec<Duration>> = times
+        .into_iter()
+        .map(|phases| phases.into_iter().map(median).collect())
+        .collect();
+    for (phase, call) in ["RunPodSandbox", "StopPodSandbox", "RemovePodSandbox"]
+        .iter()
+        .enumerate()
+    {
+        report_time(call, medians[0][phase], medians[1][phase]);
+    }
 }
 
 fn main() {
