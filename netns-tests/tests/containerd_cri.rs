@@ -203,6 +203,14 @@ fn assert_pod_gone(node: &CriNode, pod: &Pod, others: usize) {
         "netns files left in {:?}",
         node.netns_dir()
     );
+    // Our firewall's record of the attachment (the reference keeps none).
+    let records = node
+        .host()
+        .private_files(&format!("/run/cni/firewall/{POD_NET}"));
+    assert!(
+        !records.iter().any(|r| r.contains(&pod.id)),
+        "firewall records left: {records:?}"
+    );
     // And nothing of it ever reached the real host's libcni cache.
     let real_cache: Vec<String> = std::fs::read_dir("/var/lib/cni/results")
         .map(|d| {
@@ -241,7 +249,14 @@ fn node_state(node: &CriNode) -> Value {
                 .collect()
         })
         .unwrap_or_default();
-    json!({"links": links, "firewall": firewall, "cache": cache, "leases": leases, "netns": netns})
+    let mut records = node
+        .host()
+        .private_files(&format!("/run/cni/firewall/{POD_NET}"));
+    records.sort();
+    json!({
+        "links": links, "firewall": firewall, "cache": cache, "leases": leases, "netns": netns,
+        "firewall_records": records,
+    })
 }
 
 /// An iptables-save / nft line without its packet and byte counters.
@@ -351,10 +366,8 @@ fn network_ready_follows_the_conf_dir_and_the_first_conflist_is_used() {
 #[test]
 fn three_pods_ping_each_other_and_stop_remove_leaves_nothing() {
     require_root!();
-    let mut node = skip_unless!(
-        ready_node(suite_under_test()),
-        "containerd node unavailable"
-    );
+    let suite = suite_under_test();
+    let mut node = skip_unless!(ready_node(suite), "containerd node unavailable");
     let pods = run_pods(&mut node, &["alpha", "beta", "gamma"]);
     let ips: Vec<&str> = pods.iter().map(|p| p.ip.as_str()).collect();
     assert!(ips.iter().all(|ip| in_pod_subnet(ip)), "{ips:?}");
@@ -362,6 +375,14 @@ fn three_pods_ping_each_other_and_stop_remove_leaves_nothing() {
         ips[0] != ips[1] && ips[1] != ips[2] && ips[0] != ips[2],
         "{ips:?}"
     );
+    if suite == Suite::Ours {
+        // Our firewall records each attachment (what lets a DEL without prevResult clean up);
+        // assert_pod_gone checks that the records go with the pods.
+        let records = node
+            .host()
+            .private_files(&format!("/run/cni/firewall/{POD_NET}"));
+        assert_eq!(records.len(), pods.len(), "{records:?}");
+    }
     assert_ready(&mut node, &pods);
     for pod in &pods {
         // containerd ran loopback as its own network; tuning ran in the chain.
@@ -668,17 +689,17 @@ fn a_failed_run_pod_sandbox_leaves_nothing() {
         }
     }
     let state = node_state(&node);
-    let links = state["links"].as_array().cloned().unwrap_or_default();
-    assert!(
-        links
-            .iter()
-            .all(|l| !l.as_str().unwrap_or_default().starts_with("veth")
-                && !l.as_str().unwrap_or_default().starts_with("bwp")),
-        "{state}"
-    );
+    let pod_links = node
+        .host()
+        .link_names()
+        .into_iter()
+        .filter(|l| l.starts_with("veth") || l.starts_with("bwp"))
+        .count();
+    assert_eq!(pod_links, 0, "{state}");
     assert_eq!(state["leases"], json!([]), "{state}");
     assert_eq!(state["cache"], json!([]), "{state}");
     assert_eq!(state["netns"], json!([]), "{state}");
+    assert_eq!(state["firewall_records"], json!([]), "{state}");
     let rules = node.host().firewall_dump();
     let mut left: Vec<&str> = rules
         .lines()
