@@ -13,6 +13,7 @@ pub mod exec;
 pub mod ipmasq;
 pub mod iptables;
 pub mod naming;
+pub mod nf_tables;
 pub mod nftables;
 /// Batched changes via iptables-restore (added for portmap/firewall).
 pub mod restore;
