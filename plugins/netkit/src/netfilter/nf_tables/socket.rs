@@ -477,11 +477,13 @@ impl Socket {
         })
     }
 
-    /// The rules of one chain, in order; `None` when the table or chain does not exist.
-    pub fn rules(&mut self, family: Family, table: &str, chain: &str) -> Result<Option<Vec<Rule>>> {
+    /// The rules of one chain, in order (none when the table or chain does not exist: the
+    /// kernel answers such a dump with nothing; use [`Socket::chain`] to tell them apart).
+    pub fn rules(&mut self, family: Family, table: &str, chain: &str) -> Result<Vec<Rule>> {
         let mut w = Writer::new();
         Rule::encode_id(table, chain, None, &mut w);
         self.dump(msg_type::GETRULE, family as u8, &w.buf, Rule::decode)
+            .map(Option::unwrap_or_default)
             .map_err(|e| {
                 e.context(format!(
                     "failed to list nf_tables chain {} {table} {chain}",
