@@ -10,6 +10,7 @@
 //! portmap and firewall plugins.
 
 pub mod exec;
+pub mod host;
 pub mod ipmasq;
 pub mod iptables;
 pub mod naming;
@@ -18,5 +19,6 @@ pub mod nftables;
 /// Batched changes via iptables-restore (added for portmap/firewall).
 pub mod restore;
 pub mod spoofcheck;
+pub mod xt_cleanup;
 
 pub use exec::{Error, Result};

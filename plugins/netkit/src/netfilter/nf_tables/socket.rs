@@ -521,6 +521,13 @@ impl Socket {
         })
     }
 
+    /// Asks the kernel for the ruleset generation: fails when nf_tables is unavailable.
+    pub fn probe(&mut self) -> Result<()> {
+        self.get(msg_type::GETGEN, 0, NLM_F_ACK, &[], &mut |_| {})
+            .map(|_| ())
+            .map_err(|e| e.context("nf_tables is not available"))
+    }
+
     /// Whether a table exists.
     pub fn table_exists(&mut self, family: Family, name: &str) -> Result<bool> {
         let mut w = Writer::new();
