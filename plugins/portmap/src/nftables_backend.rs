@@ -118,9 +118,11 @@ pub fn parse_conditions(tokens: &[String], v6: bool) -> Result<Vec<Expr>, CniErr
                 out.extend(build::ifname(input, op, name));
                 i += 1;
             }
-            other => return Err(bad(format!(
+            other => {
+                return Err(bad(format!(
                 "unsupported condition {other:?} (supported: ip/ip6 saddr/daddr, iifname, oifname)"
-            ))),
+            )))
+            }
         }
     }
     Ok(out)

@@ -30,3 +30,20 @@ pub fn nft_family(family: Family) -> super::nf_tables::Family {
         Family::V6 => super::nf_tables::Family::Ip6,
     }
 }
+
+/// Whether the host's `iptables` command is iptables-legacy (a symlink resolution, no run).
+pub fn iptables_is_legacy() -> bool {
+    super::exec::find_tool("iptables")
+        .and_then(|p| std::fs::canonicalize(p).ok())
+        .and_then(|p| {
+            p.file_name()
+                .map(|n| n.to_string_lossy().contains("legacy"))
+        })
+        .unwrap_or(false)
+}
+
+/// Whether iptables rules of `table` belong in nf_tables (iptables-nft) here: the kernel has
+/// nf_tables, the `iptables` command is not the legacy one, and no legacy `table` is in use.
+pub fn iptables_uses_nf_tables(family: Family, table: &str) -> bool {
+    !iptables_is_legacy() && !legacy_table_in_use(family, table) && has_nf_tables()
+}
