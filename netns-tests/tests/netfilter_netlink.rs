@@ -30,8 +30,15 @@ fn conflist(name: &str, bridge: &str, subnet: &str, leases: &TempDir) -> Value {
 }
 
 const TOOLS: &[&str] = &[
-    "nft", "iptables", "ip6tables", "iptables-restore", "ip6tables-restore", "iptables-save",
-    "xtables-nft-multi", "xtables-legacy-multi", "conntrack",
+    "nft",
+    "iptables",
+    "ip6tables",
+    "iptables-restore",
+    "ip6tables-restore",
+    "iptables-save",
+    "xtables-nft-multi",
+    "xtables-legacy-multi",
+    "conntrack",
 ];
 
 #[test]
@@ -47,13 +54,26 @@ fn add_and_del_exec_only_plugins() {
     let cache = TempDir::new("nlx-cache");
     let trace = TempDir::new("nlx-trace");
     let conf = ConfDir::new();
-    conf.write_json("10-nlx.conflist", &conflist("nlxnet", "cni-nlx0", "10.232.10.0/24", &leases));
-    let tool = Cnitool::new(&conf, plugins(), cache.path())
-        .env("CAP_ARGS", r#"{"portMappings":[{"hostPort":18095,"containerPort":80,"protocol":"tcp"}]}"#);
+    conf.write_json(
+        "10-nlx.conflist",
+        &conflist("nlxnet", "cni-nlx0", "10.232.10.0/24", &leases),
+    );
+    let tool = Cnitool::new(&conf, plugins(), cache.path()).env(
+        "CAP_ARGS",
+        r#"{"portMappings":[{"hostPort":18095,"containerPort":80,"protocol":"tcp"}]}"#,
+    );
     for verb in ["add", "del"] {
         let out_file = trace.join(format!("{verb}.trace"));
         let out = host
-            .command(&["strace", "-f", "-qq", "-e", "trace=execve", "-o", out_file.to_str().unwrap()])
+            .command(&[
+                "strace",
+                "-f",
+                "-qq",
+                "-e",
+                "trace=execve",
+                "-o",
+                out_file.to_str().unwrap(),
+            ])
             .arg(our_binary("cnitool"))
             .args([verb, "nlxnet", pod.path_str()])
             .env("NETCONFPATH", &tool.netconf)
@@ -62,7 +82,11 @@ fn add_and_del_exec_only_plugins() {
             .env("CAP_ARGS", &tool.env[0].1)
             .output()
             .unwrap();
-        assert!(out.status.success(), "{verb}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{verb}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let text = std::fs::read_to_string(&out_file).unwrap();
         let execs: Vec<String> = text
             .lines()
@@ -104,8 +128,16 @@ fn load_foreign_rules(ns: &Netns, rules: usize) {
         .stdin(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    assert!(child.wait().unwrap().success(), "iptables-restore of {rules} rules");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    assert!(
+        child.wait().unwrap().success(),
+        "iptables-restore of {rules} rules"
+    );
 }
 
 fn busybox() -> bool {
@@ -127,7 +159,19 @@ fn masquerade_and_hostport_work_next_to_20000_foreign_rules() {
     for ns in [&host, &outside, &pod] {
         ns.exec_ok(&["ip", "link", "set", "lo", "up"]);
     }
-    host.exec_ok(&["ip", "link", "add", "uplink", "type", "veth", "peer", "name", "wan", "netns", outside.name()]);
+    host.exec_ok(&[
+        "ip",
+        "link",
+        "add",
+        "uplink",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "wan",
+        "netns",
+        outside.name(),
+    ]);
     host.exec_ok(&["ip", "addr", "add", "192.168.232.1/30", "dev", "uplink"]);
     host.exec_ok(&["ip", "link", "set", "uplink", "up"]);
     outside.exec_ok(&["ip", "addr", "add", "192.168.232.2/30", "dev", "wan"]);
@@ -137,12 +181,25 @@ fn masquerade_and_hostport_work_next_to_20000_foreign_rules() {
     let leases = TempDir::new("nls-leases");
     let cache = TempDir::new("nls-cache");
     let conf = ConfDir::new();
-    conf.write_json("10-nls.conflist", &conflist("nlsnet", "cni-nls0", "10.232.11.0/24", &leases));
+    conf.write_json(
+        "10-nls.conflist",
+        &conflist("nlsnet", "cni-nls0", "10.232.11.0/24", &leases),
+    );
     let tool = Cnitool::new(&conf, plugins(), cache.path())
         .in_netns(&host)
-        .env("CAP_ARGS", r#"{"portMappings":[{"hostPort":18096,"containerPort":80,"protocol":"tcp"}]}"#);
-    let result: Value = serde_json::from_str(&tool.run_ok(&["add", "nlsnet", pod.path_str()])).unwrap();
-    let ip = result["ips"][0]["address"].as_str().unwrap().split('/').next().unwrap().to_string();
+        .env(
+            "CAP_ARGS",
+            r#"{"portMappings":[{"hostPort":18096,"containerPort":80,"protocol":"tcp"}]}"#,
+        );
+    let result: Value =
+        serde_json::from_str(&tool.run_ok(&["add", "nlsnet", pod.path_str()])).unwrap();
+    let ip = result["ips"][0]["address"]
+        .as_str()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
 
     // Masquerade: the outside has no route to the pod subnet.
     pod.exec_ok(&["ping", "-c", "1", "-W", "2", "192.168.232.2"]);
@@ -150,7 +207,15 @@ fn masquerade_and_hostport_work_next_to_20000_foreign_rules() {
     let root = TempDir::new("nls-www");
     std::fs::write(root.join("index.html"), "nls-ok").unwrap();
     let mut httpd = pod
-        .command(&["busybox", "httpd", "-f", "-p", "80", "-h", root.path().to_str().unwrap()])
+        .command(&[
+            "busybox",
+            "httpd",
+            "-f",
+            "-p",
+            "80",
+            "-h",
+            root.path().to_str().unwrap(),
+        ])
         .spawn()
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
@@ -187,6 +252,10 @@ fn masquerade_and_hostport_work_next_to_20000_foreign_rules() {
     }
     let nat = host.exec_ok(&["iptables-save", "-t", "nat"]);
     assert!(!nat.contains("CNI-"), "iptables leftovers");
-    assert_eq!(nat.matches("-j DNAT").count(), 10_000, "foreign rules untouched");
+    assert_eq!(
+        nat.matches("-j DNAT").count(),
+        10_000,
+        "foreign rules untouched"
+    );
     let _ = Command::new("true").status();
 }

@@ -757,8 +757,16 @@ fn netfilter_scale(o: &Opts) {
             res.insert(s.label, (median(a), median(d)));
         }
         if res.len() == 2 {
-            report_time(&format!("ADD, {rules} foreign nat rules"), res["ours"].0, res["reference"].0);
-            report_time(&format!("DEL, {rules} foreign nat rules"), res["ours"].1, res["reference"].1);
+            report_time(
+                &format!("ADD, {rules} foreign nat rules"),
+                res["ours"].0,
+                res["reference"].0,
+            );
+            report_time(
+                &format!("DEL, {rules} foreign nat rules"),
+                res["ours"].1,
+                res["reference"].1,
+            );
             table.push((rules, res["ours"]));
         }
     }
