@@ -20,7 +20,7 @@ use crate::conf::{NetworkConfigList, PluginConf};
 use crate::error::{codes, CniError};
 use crate::invoke::{self, ExecArgs, PluginInfo};
 use crate::result::{convert, CniResult};
-use crate::validate;
+use crate::{gojson, validate};
 
 /// Everything about one attachment except the network configuration.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -464,8 +464,7 @@ fn to_bytes(conf: &Map<String, Value>) -> Result<Vec<u8>, CniError> {
 /// Validates a plugin's result and re-emits it in its own version (as libcni does by decoding
 /// it into the typed result of that version).
 fn normalize_result(raw: &Value) -> Result<Value, CniError> {
-    let version = raw
-        .get("cniVersion")
+    let version = gojson::get_in(raw, "cniVersion")
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();

@@ -8,8 +8,10 @@
 
 pub mod args;
 pub mod error;
+pub mod gojson;
 pub mod result;
 pub mod skel;
+pub mod statefile;
 pub mod validate;
 pub mod version;
 

@@ -179,19 +179,26 @@ fn mutate(conf: &mut Value, rng: &mut Rng) {
 
 /// Pins every directory `plugin` could write to inside `scratch`, whatever a mutation did to
 /// the config (its `type` included: the binary, not the config, decides what is written).
+/// Keys are matched as the plugins match them (Go's case folding, the last one wins), so
+/// every variant of a key is replaced.
 fn pin_paths(conf: &mut Value, plugin: &str, scratch: &Path) {
+    fn pin(m: &mut serde_json::Map<String, Value>, key: &str, value: Value) {
+        m.retain(|k, _| !libcni::gojson::fold_eq(k, key));
+        m.insert(key.into(), value);
+    }
     let Value::Object(m) = conf else { return };
     let dir = |name: &str| json!(scratch.join(name));
-    if let Some(Value::Object(ipam)) = m.get_mut("ipam") {
-        ipam.insert("dataDir".into(), dir("ipam"));
+    for (key, value) in m.iter_mut() {
+        if let (true, Value::Object(ipam)) = (libcni::gojson::fold_eq(key, "ipam"), value) {
+            pin(ipam, "dataDir", dir("ipam"));
+        }
     }
     match plugin {
-        "tuning" => {
-            m.insert("dataDir".into(), dir("tuning"));
-        }
+        "tuning" => pin(m, "dataDir", dir("tuning")),
+        "firewall" => pin(m, "dataDir", dir("firewall")),
         "vxlan" => {
-            m.insert("stateDir".into(), dir("vxlan"));
-            m.remove("lockFile");
+            pin(m, "stateDir", dir("vxlan"));
+            m.retain(|k, _| !libcni::gojson::fold_eq(k, "lockFile"));
         }
         _ => {}
     }
@@ -211,7 +218,7 @@ fn to_stdin(conf: &Value, plugin: &str, scratch: &Path, rng: &mut Rng) -> Vec<u8
         2 => bytes = vec![0xff, 0xfe, 0x00, b'{'],
         _ => return bytes,
     }
-    match serde_json::from_slice::<Value>(&bytes) {
+    match libcni::gojson::parse(&bytes) {
         Ok(mut still_json) => {
             pin_paths(&mut still_json, plugin, scratch);
             still_json.to_string().into_bytes()

@@ -172,7 +172,7 @@ fn parse_mapping(m: RawMapping) -> Result<PortMapping, CniError> {
 
 /// Parses and validates the request config.
 pub fn parse(config: &serde_json::Map<String, serde_json::Value>) -> Result<PortMapConf, CniError> {
-    let raw: RawConf = serde_json::from_value(serde_json::Value::Object(config.clone()))
+    let raw: RawConf = libcni::gojson::from_map(config)
         .map_err(|e| CniError::decode(format!("failed to parse portmap configuration: {e}")))?;
 
     let mappings = raw
@@ -351,6 +351,41 @@ mod tests {
         assert_eq!(c.mappings[1].host_ip, Some("127.0.0.1".parse().unwrap()));
         assert_eq!(c.mappings[2].protocol, Protocol::Tcp);
         assert_eq!(c.mappings[2].host_ip, None);
+    }
+
+    #[test]
+    fn runtime_shapes_containerd_crio_podman() {
+        // containerd 1.6 (go-cni PortMapping without JSON tags).
+        let c = conf(
+            json!({"name":"k8s-pod-network","type":"portmap","runtimeConfig":{"portMappings":[
+            {"HostPort":18080,"ContainerPort":8080,"Protocol":"tcp","HostIP":""},
+            {"HostPort":5353,"ContainerPort":53,"Protocol":"udp","HostIP":"127.0.0.1"}]}}),
+        )
+        .unwrap();
+        assert_eq!(c.mappings.len(), 2);
+        assert_eq!(
+            (
+                c.mappings[0].host_port,
+                c.mappings[0].container_port,
+                c.mappings[0].protocol,
+                c.mappings[0].host_ip
+            ),
+            (18080, 8080, Protocol::Tcp, None)
+        );
+        assert_eq!(c.mappings[1].protocol, Protocol::Udp);
+        assert_eq!(c.mappings[1].host_ip, Some("127.0.0.1".parse().unwrap()));
+        // CRI-O (ocicni) and podman: the CONVENTIONS.md names.
+        for runtime in [
+            json!({"portMappings":[{"hostPort":8080,"containerPort":80,"protocol":"tcp","hostIP":""}]}),
+            json!({"portMappings":[{"hostPort":8080,"containerPort":80,"protocol":"tcp"}]}),
+        ] {
+            let c =
+                conf(json!({"name":"podman","type":"portmap","runtimeConfig":runtime})).unwrap();
+            assert_eq!(
+                (c.mappings[0].host_port, c.mappings[0].container_port),
+                (8080, 80)
+            );
+        }
     }
 
     #[test]

@@ -114,8 +114,8 @@ impl OverlayConfig {
     /// Parses the plugin's config object (other keys such as `type`, `name` or `prevResult`
     /// are ignored).
     pub fn from_map(map: &Map<String, Value>) -> Result<OverlayConfig, Error> {
-        let raw: RawConfig = serde_json::from_value(Value::Object(map.clone()))
-            .map_err(|e| Error::Config(e.to_string()))?;
+        let raw: RawConfig =
+            libcni::gojson::from_map(map).map_err(|e| Error::Config(e.to_string()))?;
         let network = raw.network.ok_or_else(|| {
             Error::Config("\"network\" (the cluster pod network) is required".into())
         })?;
@@ -190,8 +190,8 @@ impl OverlayConfig {
     /// Parses a config from JSON text: a single plugin config, or a conflist whose `plugins`
     /// array holds a `"type": "vxlan"` entry (what `vxlan sync <file>` accepts).
     pub fn from_json_text(text: &str) -> Result<OverlayConfig, Error> {
-        let v: Value =
-            serde_json::from_str(text).map_err(|e| Error::Config(format!("not JSON: {e}")))?;
+        let v: Value = libcni::gojson::parse(text.as_bytes())
+            .map_err(|e| Error::Config(format!("not JSON: {e}")))?;
         let Value::Object(map) = v else {
             return Err(Error::Config("config is not a JSON object".into()));
         };
@@ -199,7 +199,10 @@ impl OverlayConfig {
             let entry = plugins
                 .iter()
                 .find_map(|p| match p {
-                    Value::Object(m) if m.get("type").and_then(Value::as_str) == Some("vxlan") => {
+                    Value::Object(m)
+                        if libcni::gojson::get(m, "type").and_then(Value::as_str)
+                            == Some("vxlan") =>
+                    {
                         Some(m)
                     }
                     _ => None,
