@@ -9,7 +9,7 @@ impl Rng {
         Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
     }
 
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -17,11 +17,11 @@ impl Rng {
     }
 
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+        (self.next_u64() % n as u64) as usize
     }
 
     pub fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
+        self.next_u64() % 100 < percent
     }
 
     pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
@@ -31,7 +31,7 @@ impl Rng {
     /// Log-uniform in `[lo, hi)`: as many draws per decade of short delays as of long ones.
     pub fn log_uniform(&mut self, lo: u64, hi: u64) -> u64 {
         let (lo, hi) = ((lo.max(1)) as f64, (hi.max(lo + 1)) as f64);
-        let unit = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
+        let unit = (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
         (lo * (hi / lo).powf(unit)) as u64
     }
 }

@@ -181,7 +181,7 @@ fn to_stdin(conf: &Value, plugin: &str, scratch: &Path, rng: &mut Rng) -> Vec<u8
         0 if !bytes.is_empty() => bytes.truncate(rng.below(bytes.len())),
         1 if !bytes.is_empty() => {
             let i = rng.below(bytes.len());
-            bytes[i] = rng.next() as u8;
+            bytes[i] = rng.next_u64() as u8;
         }
         2 => bytes = vec![0xff, 0xfe, 0x00, b'{'],
         _ => return bytes,
