@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use crate::attach_lock::AttachmentLock;
 use crate::cache::{CacheEntry, CacheError, CachedRecord, ResultCache};
 use crate::conf::{build_plugin_config, inject_conf, version_at_least, ConfError};
 use crate::conf::{NetworkConfigList, PluginConf};
@@ -99,6 +100,7 @@ impl CniConfig {
                 list.name
             )));
         }
+        let _lock = self.lock(list, rt);
         let mut prev: Option<Value> = None;
         for plugin in &list.plugins {
             let result = self
@@ -180,6 +182,7 @@ impl CniConfig {
         if list.disable_check {
             return Ok(());
         }
+        let _lock = self.lock(list, rt);
         let cached = self.network_list_cached_result(list, rt).map_err(|e| {
             CniError::new(
                 e.code,
@@ -204,6 +207,7 @@ impl CniConfig {
         list: &NetworkConfigList,
         rt: &RuntimeConf,
     ) -> Result<(), CniError> {
+        let lock = self.lock(list, rt);
         let cached = if version_at_least(&list.cni_version, "0.4.0") {
             match self.network_list_cached_result(list, rt) {
                 Ok(result) => result,
@@ -225,7 +229,13 @@ impl CniConfig {
         let _ = self
             .cache()
             .remove(&list.name, &rt.container_id, &rt.ifname);
+        lock.remove();
         Ok(())
+    }
+
+    /// The attachment's lock, held for a whole list operation ([`crate::attach_lock`]).
+    fn lock(&self, list: &NetworkConfigList, rt: &RuntimeConf) -> AttachmentLock {
+        AttachmentLock::acquire(&self.cache_dir, &list.name, &rt.container_id, &rt.ifname)
     }
 
     fn run_without_result(

@@ -47,10 +47,7 @@ fn status_reports_a_missing_masquerade_tool() {
     let (ok, out) = status(&config("iptables"), true);
     assert!(!ok, "STATUS must fail without the iptables tool");
     assert_eq!(out["code"], 50, "{out}");
-    assert!(
-        out["msg"].as_str().unwrap().contains("iptables"),
-        "{out}"
-    );
+    assert!(out["msg"].as_str().unwrap().contains("iptables"), "{out}");
     let (ok, out) = status(&config("nftables"), true);
     assert!(ok, "nftables over netlink needs no tool: {out}");
 }
