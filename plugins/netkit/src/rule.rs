@@ -72,7 +72,8 @@ impl Rule {
         }
         if let Some(dst) = self.dst {
             msg.header.dst_len = dst.prefix();
-            msg.attributes.push(RuleAttribute::Destination(dst.network()));
+            msg.attributes
+                .push(RuleAttribute::Destination(dst.network()));
         }
         if let Some(p) = self.priority {
             msg.attributes.push(RuleAttribute::Priority(p));

@@ -70,7 +70,8 @@ mod tests {
         0x09, 0, 0x03, 0, b'v', b'r', b'f', b'x', 0, 0, 0, 0, // IFLA_IFNAME
         0x18, 0, 0x12, 0, // IFLA_LINKINFO
         0x07, 0, 0x01, 0, b'v', b'r', b'f', 0, // IFLA_INFO_KIND "vrf"
-        0x0c, 0, 0x02, 0, 0x08, 0, 0x01, 0, 0x0a, 0, 0, 0, // IFLA_INFO_DATA { IFLA_VRF_TABLE 10 }
+        0x0c, 0, 0x02, 0, 0x08, 0, 0x01, 0, 0x0a, 0, 0,
+        0, // IFLA_INFO_DATA { IFLA_VRF_TABLE 10 }
     ];
 
     #[test]
@@ -97,9 +98,10 @@ mod tests {
         ]));
         assert_eq!(table_of(&Link::from_message(msg)), Some(1001));
         let mut veth = LinkMessage::default();
-        veth.attributes.push(LinkAttribute::LinkInfo(vec![LinkInfo::Kind(
-            netlink_packet_route::link::InfoKind::Veth,
-        )]));
+        veth.attributes
+            .push(LinkAttribute::LinkInfo(vec![LinkInfo::Kind(
+                netlink_packet_route::link::InfoKind::Veth,
+            )]));
         assert_eq!(table_of(&Link::from_message(veth)), None);
     }
 }
