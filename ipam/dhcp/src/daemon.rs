@@ -87,14 +87,17 @@ pub fn parse_flags(argv: &[String]) -> Result<Flags, String> {
     Ok(f)
 }
 
+/// The lease of one attachment, if held; its lock serialises calls for that attachment.
+type Slot = Arc<Mutex<Option<Arc<Lease>>>>;
+
 struct Daemon {
     flags: Flags,
     /// One slot per client id; the slot's lock serialises calls for one attachment.
-    leases: Mutex<HashMap<String, Arc<Mutex<Option<Arc<Lease>>>>>>,
+    leases: Mutex<HashMap<String, Slot>>,
 }
 
 impl Daemon {
-    fn slot(&self, id: &str) -> Arc<Mutex<Option<Arc<Lease>>>> {
+    fn slot(&self, id: &str) -> Slot {
         let mut map = self.leases.lock().unwrap_or_else(|e| e.into_inner());
         Arc::clone(map.entry(id.to_string()).or_default())
     }
