@@ -400,6 +400,9 @@ pub struct Cnitool {
     pub cache_dir: PathBuf,
     pub host_netns: Option<String>,
     pub env: Vec<(String, String)>,
+    /// A command the whole invocation runs under (e.g. `nsenter -t PID -m --` to see a
+    /// private mount namespace).
+    pub prefix: Vec<String>,
 }
 
 impl Cnitool {
@@ -410,7 +413,14 @@ impl Cnitool {
             cache_dir: cache_dir.to_path_buf(),
             host_netns: None,
             env: Vec::new(),
+            prefix: Vec::new(),
         }
+    }
+
+    /// Runs every invocation under `argv` (see [`Cnitool::prefix`]).
+    pub fn under(mut self, argv: &[String]) -> Cnitool {
+        self.prefix = argv.to_vec();
+        self
     }
 
     /// Runs cnitool inside `ns` (`ip netns exec`), so host-side objects land there.
@@ -494,14 +504,13 @@ pub fn lease_files(store: &Path) -> Vec<String> {
 /// Runs our `cnitool` (built on demand) as described by `tool`.
 pub fn run_cnitool(tool: &Cnitool, args: &[&str]) -> Output {
     let binary = our_binary("cnitool");
-    let mut cmd = match &tool.host_netns {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns]).arg(&binary);
-            c
-        }
-        None => Command::new(&binary),
-    };
+    let mut argv: Vec<std::ffi::OsString> = tool.prefix.iter().map(Into::into).collect();
+    if let Some(ns) = &tool.host_netns {
+        argv.extend(["ip", "netns", "exec", ns.as_str()].map(Into::into));
+    }
+    argv.push(binary.into_os_string());
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..]);
     let cni_path = tool
         .cni_path
         .iter()
