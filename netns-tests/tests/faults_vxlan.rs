@@ -161,12 +161,15 @@ fn killed_passes_converge() {
     assert!(sync(&fresh, &conf).status.success());
     let (got, want) = (overlay(&ns), overlay(&fresh));
     let entries = want["neigh"].as_array().map_or(0, Vec::len);
-    assert_eq!(entries, present.len(), "the fresh node must hold one neighbour per peer");
+    assert_eq!(
+        entries,
+        present.len(),
+        "the fresh node must hold one neighbour per peer"
+    );
     assert_eq!(want["fdb"].as_array().map_or(0, Vec::len), entries);
     assert_eq!(want["routes"].as_array().map_or(0, Vec::len), entries);
     assert_eq!(
-        got,
-        want,
+        got, want,
         "after {rounds} killed passes (seed {seed:#x}) the overlay differs from a fresh node's"
     );
     eprintln!("faults_vxlan: {rounds} passes killed, {hits} while running, converged");
