@@ -186,9 +186,17 @@ impl PrivateHost {
             "leftover cache entries: {cache:?}"
         );
         let rules = self.firewall_dump();
+        // An address as a word of a rule: `10.0.0.2/32`, `dnat to 10.0.0.2:80`, `[fd00::2]:80`.
+        let v4 = ip.contains('.');
         let ip_word = |line: &str| {
-            line.split(|c: char| !(c.is_ascii_hexdigit() || c == '.' || c == ':'))
-                .any(|w| w == ip)
+            line.split(|c: char| {
+                if v4 {
+                    !(c.is_ascii_digit() || c == '.')
+                } else {
+                    !(c.is_ascii_hexdigit() || c == ':')
+                }
+            })
+            .any(|w| w == ip)
         };
         let leftovers: Vec<&str> = rules
             .lines()
