@@ -53,8 +53,10 @@ impl LeaseAttrs {
         }
     }
 
+    /// Decodes a stored value with Go's leniency (flanneld wrote it with encoding/json, and
+    /// reads ours the same way).
     pub fn parse(bytes: &[u8]) -> Result<LeaseAttrs, serde_json::Error> {
-        serde_json::from_slice(bytes)
+        libcni::gojson::from_slice(bytes)
     }
 
     pub fn to_json(&self) -> String {
@@ -68,7 +70,7 @@ impl LeaseAttrs {
             return None;
         }
         match &self.backend_data {
-            Some(v) => serde_json::from_value(v.clone()).ok(),
+            Some(v) => libcni::gojson::from_value(v).ok(),
             None => Some(VxlanBackendData {
                 vni: 0,
                 vtep_mac: None,
@@ -100,6 +102,21 @@ mod tests {
         let d = a.vxlan_data().unwrap();
         assert_eq!(d.vni, 1);
         assert_eq!(d.vtep_mac.as_deref(), Some("c6:d2:32:6f:8f:44"));
+    }
+
+    #[test]
+    fn reads_leases_as_go_does() {
+        let a = LeaseAttrs::parse(
+            br#"{"publicip":"10.0.0.9","backendtype":"vxlan","backenddata":{"vni":1,"vtepmac":"0e:00:00:00:00:01"},"PublicIPv6":null}"#,
+        )
+        .unwrap();
+        assert_eq!(a.public_ip, "10.0.0.9".parse::<Ipv4Addr>().unwrap());
+        assert_eq!(a.public_ipv6, None);
+        let d = a.vxlan_data().unwrap();
+        assert_eq!(
+            (d.vni, d.vtep_mac.as_deref()),
+            (1, Some("0e:00:00:00:00:01"))
+        );
     }
 
     #[test]

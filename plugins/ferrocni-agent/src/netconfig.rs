@@ -40,7 +40,8 @@ impl Backend {
     }
 }
 
-// Unknown keys are ignored, as flannel (Go encoding/json) does.
+// Decoded with `libcni::gojson`, as flanneld (Go encoding/json) decodes it: keys match
+// case-insensitively (`"network"` works), `null` is no value, unknown keys are ignored.
 #[derive(Deserialize)]
 struct RawConfig {
     #[serde(rename = "Network")]
@@ -88,8 +89,8 @@ fn bad(key: &str, msg: impl Into<String>) -> AgentError {
 impl NetConfig {
     /// Parses and validates the JSON stored at `key` (only used in error messages).
     pub fn parse(key: &str, bytes: &[u8]) -> Result<NetConfig, AgentError> {
-        let raw: RawConfig =
-            serde_json::from_slice(bytes).map_err(|e| bad(key, format!("invalid JSON: {e}")))?;
+        let raw: RawConfig = libcni::gojson::from_slice(bytes)
+            .map_err(|e| bad(key, format!("invalid JSON: {e}")))?;
         if raw.enable_ipv4 == Some(false) || raw.enable_ipv6 == Some(true) {
             return Err(bad(
                 key,
@@ -229,7 +230,7 @@ fn parse_backend(
     let Some(map) = backend else {
         return Err(bad(key, "\"Backend\" is missing (flannel's default \"udp\" is not supported; use {\"Type\":\"vxlan\"})"));
     };
-    let ty = match map.get("Type") {
+    let ty = match libcni::gojson::get(&map, "Type") {
         Some(serde_json::Value::String(s)) => s.clone(),
         Some(_) => return Err(bad(key, "\"Backend.Type\" must be a string")),
         None => "udp".to_string(),
@@ -240,7 +241,7 @@ fn parse_backend(
             format!("backend type {ty:?} is not supported by ferrocni-agent (only \"vxlan\")"),
         ));
     }
-    let raw: RawVxlan = serde_json::from_value(serde_json::Value::Object(map))
+    let raw: RawVxlan = libcni::gojson::from_value(&serde_json::Value::Object(map))
         .map_err(|e| bad(key, format!("\"Backend\": {e}")))?;
     if raw.gbp || raw.learning {
         return Err(bad(key, "\"Backend\": GBP and Learning are not supported"));
@@ -325,6 +326,21 @@ mod tests {
                 mtu: None
             }
         );
+    }
+
+    #[test]
+    fn decoded_as_flanneld_decodes_it() {
+        // Go's encoding/json: keys match case-insensitively, the last duplicate wins, null is
+        // no value.
+        let c = parse(
+            r#"{"network":"10.9.0.0/16","NETWORK":"10.244.0.0/16","subnetlen":25,"SubnetMin":null,
+               "backend":{"type":"vxlan","vni":7,"directRouting":true}}"#,
+        )
+        .unwrap();
+        assert_eq!(c.network.to_string(), "10.244.0.0/16");
+        assert_eq!(c.subnet_len, 25);
+        assert_eq!(c.subnet_min, "10.244.0.128".parse::<Ipv4Addr>().unwrap());
+        assert_eq!((c.backend.vni, c.backend.direct_routing), (7, true));
     }
 
     #[test]
