@@ -112,7 +112,9 @@ fn lease_attrs(
     net: &NetConfig,
     subnet: ipnetwork::Ipv4Network,
 ) -> LeaseAttrs {
-    let mac = netkit::link::format_mac(&vxlan::mac::vtep_mac(subnet.network()));
+    let mac = netkit::link::format_mac(&vxlan::mac::vtep_mac(std::net::IpAddr::V4(
+        subnet.network(),
+    )));
     LeaseAttrs::vxlan(public_ip, net.backend.vni, Some(mac))
 }
 
