@@ -30,7 +30,9 @@
 //! * Isolation: the "host" side of a plugin runs in a [`Netns`] too (run cnitool through
 //!   [`Cnitool::in_netns`]); caches, IPAM data dirs and configs live in [`TempDir`]s.
 
+pub mod chain;
 pub mod cluster;
+pub mod rng;
 
 use std::collections::HashMap;
 use std::fs;

@@ -19,7 +19,7 @@ use netns_tests::{
     our_binary, reference_plugin_dir, require_root, skip_unless, workspace_root, Cnitool, ConfDir,
     Netns, TempDir,
 };
-use serde_json::Value;
+use serde_json::{json, Value};
 
 /// Every plugin a podman network (or our hand-written one) may name.
 const PLUGINS: &[&str] = &[
@@ -731,6 +731,10 @@ fn podman_conflists_pass_check_through_cnitool() {
             Value::String(leases.path().display().to_string());
         // A host running firewalld would otherwise get these addresses in its real zone.
         conflist["plugins"][2]["backend"] = Value::String("iptables".into());
+        // Firewall records and tuning backups stay out of the real /run/cni too.
+        let state = TempDir::new("podman-state");
+        conflist["plugins"][2]["dataDir"] = json!(state.join("firewall"));
+        conflist["plugins"][3]["dataDir"] = json!(state.join("tuning"));
         let conf = ConfDir::new();
         conf.write_json("10-podman.conflist", &conflist);
         let cache = TempDir::new("podman-cache");
