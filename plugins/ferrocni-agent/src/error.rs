@@ -1,7 +1,7 @@
 //! Everything the agent can fail on, each message naming the object involved.
 
-use ipnetwork::Ipv4Network;
-use std::net::Ipv4Addr;
+use ipnetwork::{Ipv4Network, Ipv6Network};
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
@@ -23,6 +23,13 @@ pub enum AgentError {
         network: Ipv4Network,
         min: Ipv4Addr,
         max: Ipv4Addr,
+        len: u8,
+    },
+    #[error("IPv6 subnet space exhausted: no free /{len} left in {min}..{max} of {network}")]
+    Ipv6SubnetsExhausted {
+        network: Ipv6Network,
+        min: Ipv6Addr,
+        max: Ipv6Addr,
         len: u8,
     },
     #[error("could not acquire a subnet lease after {attempts} attempts (other nodes kept taking the chosen subnets)")]

@@ -6,6 +6,7 @@ use serde::Deserialize;
 use std::net::Ipv4Addr;
 
 use crate::error::AgentError;
+use crate::netconfig_v6::Ipv6Config;
 
 /// flannel's kernel-default VXLAN port (the `vxlan` module's `udp_port`).
 pub const DEFAULT_VXLAN_PORT: u16 = 8472;
@@ -18,6 +19,8 @@ pub struct NetConfig {
     pub subnet_len: u8,
     pub subnet_min: Ipv4Addr,
     pub subnet_max: Ipv4Addr,
+    /// The IPv6 overlay, when `EnableIPv6` is set (dual-stack).
+    pub ipv6: Option<Ipv6Config>,
     pub backend: Backend,
 }
 
@@ -54,11 +57,18 @@ struct RawConfig {
     subnet_max: Option<String>,
     #[serde(rename = "Backend")]
     backend: Option<serde_json::Map<String, serde_json::Value>>,
-    // IPv6 overlay is not handled by this agent; these are checked so it says so.
     #[serde(rename = "EnableIPv4", default)]
     enable_ipv4: Option<bool>,
     #[serde(rename = "EnableIPv6", default)]
     enable_ipv6: Option<bool>,
+    #[serde(rename = "IPv6Network")]
+    ipv6_network: Option<String>,
+    #[serde(rename = "IPv6SubnetLen", default)]
+    ipv6_subnet_len: u8,
+    #[serde(rename = "IPv6SubnetMin")]
+    ipv6_subnet_min: Option<String>,
+    #[serde(rename = "IPv6SubnetMax")]
+    ipv6_subnet_max: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -91,12 +101,24 @@ impl NetConfig {
     pub fn parse(key: &str, bytes: &[u8]) -> Result<NetConfig, AgentError> {
         let raw: RawConfig = libcni::gojson::from_slice(bytes)
             .map_err(|e| bad(key, format!("invalid JSON: {e}")))?;
-        if raw.enable_ipv4 == Some(false) || raw.enable_ipv6 == Some(true) {
+        if raw.enable_ipv4 == Some(false) {
             return Err(bad(
                 key,
-                "only IPv4 networks are supported (EnableIPv4=true, EnableIPv6=false)",
+                "IPv6-only networks (EnableIPv4=false) are not supported; use dual-stack (EnableIPv6=true with a Network)",
             ));
         }
+        // As flanneld: IPv6Network alone does nothing without EnableIPv6.
+        let ipv6 = if raw.enable_ipv6 == Some(true) {
+            Some(Ipv6Config::parse(
+                key,
+                raw.ipv6_network.as_deref(),
+                raw.ipv6_subnet_len,
+                raw.ipv6_subnet_min.as_deref(),
+                raw.ipv6_subnet_max.as_deref(),
+            )?)
+        } else {
+            None
+        };
         let network_s = raw
             .network
             .ok_or_else(|| bad(key, "\"Network\" is missing"))?;
@@ -170,6 +192,7 @@ impl NetConfig {
             subnet_len,
             subnet_min,
             subnet_max,
+            ipv6,
             backend,
         })
     }
@@ -326,6 +349,36 @@ mod tests {
                 mtu: None
             }
         );
+    }
+
+    #[test]
+    fn dual_stack() {
+        let c = parse(
+            r#"{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}"#,
+        )
+        .unwrap();
+        let v6 = c.ipv6.unwrap();
+        assert_eq!(v6.network.to_string(), "fd00:10:244::/56");
+        assert_eq!(v6.subnet_len, 64);
+        // Without EnableIPv6 the IPv6 fields are ignored, as flanneld ignores them.
+        let c = parse(
+            r#"{"Network":"10.244.0.0/16","IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}"#,
+        )
+        .unwrap();
+        assert!(c.ipv6.is_none());
+        for (cfg, needle) in [
+            (
+                r#"{"Network":"10.244.0.0/16","EnableIPv6":true,"Backend":{"Type":"vxlan"}}"#,
+                "IPv6Network",
+            ),
+            (
+                r#"{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fd00::/56","Backend":{"Type":"vxlan"}}"#,
+                "IPv6-only",
+            ),
+        ] {
+            let err = parse(cfg).unwrap_err().to_string();
+            assert!(err.contains(needle), "{cfg}: {err}");
+        }
     }
 
     #[test]
