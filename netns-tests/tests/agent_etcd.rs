@@ -8,13 +8,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use netns_tests::cluster::{nth, ping, wait_until, Node, Pod, Underlay};
+use netns_tests::cluster::{nth, ping, udp_source_seen, wait_until, Node, Pod, Underlay};
 use netns_tests::{
-    our_bin_dir, our_binary, reference_plugin_dir, require_root, Cnitool, ConfDir, Netns, TempDir,
+    lease_files, our_bin_dir, our_binary, reference_plugin_dir, require_root, Cnitool, ConfDir,
+    Netns, TempDir,
 };
 
 const PREFIX: &str = "/coreos.com/network";
 const CONFIG: &str = r#"{"Network":"10.244.0.0/16","SubnetMin":"10.244.1.0","SubnetMax":"10.244.20.0","Backend":{"Type":"vxlan"}}"#;
+/// A dual-stack network config, in flanneld's schema.
+const DUAL_STACK_CONFIG: &str = r#"{"Network":"10.244.0.0/16","SubnetMin":"10.244.1.0","SubnetMax":"10.244.20.0","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}"#;
+/// kube-flannel's conflist (Documentation/kube-flannel.yml), byte for byte.
+const KUBE_FLANNEL_CONFLIST: &str = r#"{"name":"cbr0","cniVersion":"0.3.1","plugins":[{"type":"flannel","delegate":{"hairpinMode":true,"isDefaultGateway":true}},{"type":"portmap","capabilities":{"portMappings":true}}]}"#;
 /// The example template shipped in conflist-examples.
 const TEMPLATE: &str = include_str!("../../conflist-examples/agent-podnet.conflist.template");
 /// Bound on every convergence wait: the agents react to a watch event within milliseconds.
@@ -1067,4 +1072,151 @@ fn agent_relists_when_its_watch_is_compacted() {
         "the lease written while the watch lagged was not programmed:\n{}",
         agent.log()
     );
+}
+
+/// A kube-flannel node with the daemon swapped: the agent writes subnet.env (dual-stack,
+/// `--ip-masq`), kube-flannel's unchanged conflist runs through cnitool with our `flannel`
+/// meta-plugin delegating to our bridge + host-local. Pods get an address of each family
+/// from the node's lease, reach each other across nodes over both families without NAT, and
+/// DEL works once subnet.env is gone (the delegate config saved at ADD is used).
+#[test]
+fn kube_flannel_conflist_on_dual_stack_agent_nodes() {
+    require_root!();
+    if !have_etcd() {
+        return;
+    }
+    let files = TempDir::new("agent-flannel");
+    let underlay = Underlay::new("agf");
+    let etcd = Etcd::start(&underlay, 1);
+    etcd.put(&format!("{PREFIX}/config"), DUAL_STACK_CONFIG);
+    let nodes: Vec<Node> = (1..=2).map(|i| underlay.add_node(i)).collect();
+    let mut agents: Vec<Agent> = nodes
+        .iter()
+        .map(|n| {
+            let ip6 = format!("--public-ipv6={}", n.ip6);
+            Agent::new(n, &etcd, files.path(), &["--ip-masq", &ip6])
+        })
+        .collect();
+    agents.iter_mut().for_each(Agent::start);
+    let mut pods = Vec::new();
+    for (node, agent) in nodes.iter().zip(&agents) {
+        let subnet = agent.wait_for_subnet();
+        let env = agent.subnet_env().unwrap();
+        assert!(
+            env.contains("FLANNEL_IPV6_NETWORK=fd00:10:244::/56\n"),
+            "{env}"
+        );
+        assert!(env.contains("FLANNEL_IPMASQ=true\n"), "{env}");
+        // One MTU for both families: the IPv6 device's (1500 - 70 over the IPv6 underlay).
+        assert!(env.contains("FLANNEL_MTU=1430\n"), "{env}");
+        let subnet6 = env
+            .lines()
+            .find_map(|l| l.strip_prefix("FLANNEL_IPV6_SUBNET="))
+            .expect("FLANNEL_IPV6_SUBNET")
+            .replace("::1/64", "::/64");
+        // The lease key and value carry both families, in flannel's format.
+        let key = format!("{}&{}", lease_key(&subnet), subnet6.replace('/', "-"));
+        let value = etcd.get(&key).unwrap_or_else(|| panic!("no lease {key}"));
+        let mac6 = mac_of(node, "flannel-v6.1");
+        assert!(
+            value.contains(&format!(r#""PublicIPv6":"{}""#, node.ip6))
+                && value.contains(&format!(
+                    r#""BackendV6Data":{{"VNI":1,"VtepMAC":"{mac6}"}}"#
+                )),
+            "{value}"
+        );
+
+        let data = files.join(format!("flannel-data{}", node.index));
+        let mut conf: serde_json::Value = serde_json::from_str(KUBE_FLANNEL_CONFLIST).unwrap();
+        // Only the paths change, to keep the test away from the host's /run and /var/lib.
+        conf["plugins"][0]["subnetFile"] =
+            agent.dir.join("subnet.env").display().to_string().into();
+        conf["plugins"][0]["dataDir"] = data.display().to_string().into();
+        let ipam_dir = files.join(format!("ipam{}", node.index));
+        conf["plugins"][0]["ipam"] = serde_json::json!({"dataDir": ipam_dir});
+        let confdir = ConfDir::new();
+        confdir.write_json("10-flannel.conflist", &conf);
+        let cache = TempDir::new("agent-flannel-cache");
+        let tool = Cnitool::new(&confdir, vec![our_bin_dir()], cache.path()).in_netns(&node.ns);
+        for plugin in ["flannel", "bridge", "host-local", "portmap"] {
+            our_binary(plugin);
+        }
+        let pod = Netns::new("agfpod");
+        let out = tool.run_ok(&["add", "cbr0", pod.path_str()]);
+        let result: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let ips: Vec<String> = result["ips"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| {
+                i["address"]
+                    .as_str()
+                    .unwrap()
+                    .split('/')
+                    .next()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(ips.len(), 2, "{out}");
+        let (v4, v6) = (ips[0].clone(), ips[1].clone());
+        assert!(
+            v4.starts_with(&subnet[..subnet.len() - 4]),
+            "{v4} not in {subnet}"
+        );
+        assert!(
+            v6.starts_with(subnet6.trim_end_matches("::/64")),
+            "{v6} not in {subnet6}"
+        );
+        // The delegate flannel built, saved for DEL: flanneld masquerades, so the bridge does not.
+        let saved: serde_json::Value = serde_json::from_str(
+            &fs::read_to_string(data.join(Cnitool::container_id(pod.path_str()))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(saved["type"], "bridge");
+        assert_eq!(saved["name"], "cbr0");
+        assert_eq!(saved["ipMasq"], false);
+        assert_eq!(saved["isGateway"], true);
+        assert_eq!(saved["mtu"], 1430);
+        assert_eq!(saved["ipam"]["ranges"][1][0]["subnet"], subnet6.as_str());
+        pods.push((pod, v4, v6, tool, confdir, cache, ipam_dir, data));
+    }
+    for (a, b) in [(0, 1), (1, 0)] {
+        let (from, to) = (&pods[a], &pods[b]);
+        for ip in [&to.1, &to.2] {
+            assert!(
+                wait_until(CONVERGE, || ping(&from.0, ip)),
+                "pod {} cannot reach {ip}",
+                from.1
+            );
+        }
+        // No NAT between pods: the receiver sees the sender pod's own addresses.
+        assert_eq!(
+            udp_source_seen(&to.0, &from.0, &to.1).map(|a| a.to_string()),
+            Some(from.1.clone())
+        );
+        assert_eq!(
+            udp_source_seen(&to.0, &from.0, &to.2).map(|a| a.to_string()),
+            Some(from.2.clone())
+        );
+    }
+
+    // The daemon gone and its file with it: DEL still cleans up, from the saved config.
+    for a in &mut agents {
+        a.stop();
+        fs::remove_file(a.dir.join("subnet.env")).unwrap();
+    }
+    for (pod, _, _, tool, _, _, ipam_dir, data) in &pods {
+        tool.run_ok(&["del", "cbr0", pod.path_str()]);
+        assert!(pod.link("eth0").is_none(), "eth0 left in the pod");
+        let leases = lease_files(&ipam_dir.join("cbr0"));
+        assert!(leases.is_empty(), "addresses still allocated: {leases:?}");
+        let left: Vec<_> = fs::read_dir(data).unwrap().collect();
+        assert!(
+            left.is_empty(),
+            "saved delegate config not removed: {left:?}"
+        );
+        // A second DEL (nothing saved any more) succeeds too.
+        tool.run_ok(&["del", "cbr0", pod.path_str()]);
+    }
 }
