@@ -14,6 +14,7 @@ use crate::files::write_atomic;
 use crate::key::SubnetKey;
 use crate::lease::LeaseAttrs;
 use crate::log;
+use crate::masquerade::{self, Change, MasqFamily};
 use crate::membership::{Event, Membership};
 use crate::netconfig::NetConfig;
 use crate::node_addr;
@@ -48,6 +49,10 @@ pub struct Agent {
     own: OwnLease,
     timing: LeaseTiming,
     members: Membership,
+    /// `<prefix>/config` was found missing at the last resync: no masquerade rules then.
+    config_gone: bool,
+    /// The network config was seen changed in etcd (said once; applied at the next start).
+    config_changed: bool,
 }
 
 pub async fn run(opts: Options) -> Result<(), AgentError> {
@@ -125,6 +130,8 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         own,
         timing,
         members: Membership::new(own_key),
+        config_gone: false,
+        config_changed: false,
     };
     agent.take_snapshot(snap)?;
     let first = agent.reconcile().await;
@@ -239,11 +246,80 @@ impl Agent {
                 ),
             }
         }
+        if let Err(e) = self.reconcile_masquerade().await {
+            failure.get_or_insert(e);
+        }
         if let Some(e) = failure {
             return Err(e);
         }
         self.publish_macs(&macs).await;
         self.write_node_files(mtu.unwrap_or(FALLBACK_MTU))
+    }
+
+    /// The masquerade rules flanneld's `--ip-masq` keeps: one set per family of the lease,
+    /// none without `--ip-masq` or while the network config is gone from etcd.
+    fn masquerade_wanted(&self) -> Vec<MasqFamily> {
+        if !self.opts.ip_masq || self.config_gone {
+            return Vec::new();
+        }
+        let mut want = vec![MasqFamily {
+            network: self.net.network.into(),
+            pods: self.own.key.v4.into(),
+        }];
+        if let (Some(v6), Some(pods)) = (&self.net.ipv6, self.own.key.v6) {
+            want.push(MasqFamily {
+                network: v6.network.into(),
+                pods: pods.into(),
+            });
+        }
+        want
+    }
+
+    async fn reconcile_masquerade(&mut self) -> Result<(), AgentError> {
+        let want = self.masquerade_wanted();
+        let changes = tokio::task::spawn_blocking(move || masquerade::reconcile(&want))
+            .await
+            .map_err(|e| AgentError::Masquerade(format!("reconcile thread failed: {e}")))??;
+        for (change, table) in changes
+            .iter()
+            .zip([masquerade::TABLE_V4, masquerade::TABLE_V6])
+        {
+            match change {
+                Change::Written => {
+                    log!("masquerade: wrote table {table} (flanneld --ip-masq rules)")
+                }
+                Change::Removed => log!("masquerade: removed table {table}"),
+                Change::Unchanged | Change::Absent => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads `<prefix>/config` again (periodic resync). flanneld reads it once, at start; so
+    /// does the agent for everything but one thing: while the config is gone from etcd, the
+    /// masquerade rules are removed (by the reconcile that follows every resync).
+    async fn check_config(&mut self) {
+        let gone = match self.store.config().await {
+            Ok(net) => {
+                if net != self.net && !self.config_changed {
+                    log!("the network config in etcd changed; restart the agent to apply it");
+                    self.config_changed = true;
+                }
+                false
+            }
+            Err(AgentError::ConfigMissing { key }) => {
+                if !self.config_gone {
+                    log!("network config {key} is gone from etcd: removing the masquerade rules");
+                }
+                true
+            }
+            // Unreachable or unreadable: keep what we have.
+            Err(_) => self.config_gone,
+        };
+        if self.config_gone && !gone {
+            log!("network config is back in etcd");
+        }
+        self.config_gone = gone;
     }
 
     /// Rewrites our lease when a device's MAC differs from the one it advertises.
@@ -512,6 +588,7 @@ impl Agent {
                     }
                     _ = sleep_until(next_resync) => {
                         next_resync = Instant::now() + self.opts.resync_interval;
+                        self.check_config().await;
                         let relisted = match self.relist().await {
                             Ok(()) => true,
                             Err(e @ AgentError::LeaseRevoked { .. }) => return Err(e),

@@ -46,6 +46,8 @@ pub enum AgentError {
     Template { path: PathBuf, msg: String },
     #[error("overlay reconcile failed: {0}")]
     Reconcile(String),
+    #[error("masquerade rules (--ip-masq): {0}")]
+    Masquerade(String),
 }
 
 impl AgentError {

@@ -8,6 +8,7 @@ mod files;
 mod key;
 mod lease;
 mod log;
+mod masquerade;
 mod membership;
 mod netconfig;
 mod netconfig_v6;
