@@ -221,21 +221,22 @@ impl NetConfig {
         taken: &[Ipv4Network],
         seed: u64,
     ) -> Result<Ipv4Network, AgentError> {
-        let free: Vec<Ipv4Network> = self
+        let free = self
             .candidate_subnets()
-            .filter(|sn| !taken.iter().any(|t| overlaps(*t, *sn)))
-            .take(100)
-            .collect();
-        if free.is_empty() {
-            return Err(AgentError::SubnetsExhausted {
-                network: self.network,
-                min: self.subnet_min,
-                max: self.subnet_max,
-                len: self.subnet_len,
-            });
-        }
-        Ok(free[(seed % free.len() as u64) as usize])
+            .filter(|sn| !taken.iter().any(|t| overlaps(*t, *sn)));
+        pick_seeded(free, seed).ok_or(AgentError::SubnetsExhausted {
+            network: self.network,
+            min: self.subnet_min,
+            max: self.subnet_max,
+            len: self.subnet_len,
+        })
     }
+}
+
+/// One of the first 100 of `free` chosen by `seed` (flannel picks at random among them).
+pub fn pick_seeded<T: Copy>(free: impl Iterator<Item = T>, seed: u64) -> Option<T> {
+    let free: Vec<T> = free.take(100).collect();
+    (!free.is_empty()).then(|| free[(seed % free.len() as u64) as usize])
 }
 
 fn subnet_size(len: u8) -> u32 {

@@ -6,6 +6,7 @@ use ipnetwork::Ipv6Network;
 use std::net::Ipv6Addr;
 
 use crate::error::AgentError;
+use crate::netconfig::pick_seeded;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ipv6Config {
@@ -136,20 +137,15 @@ impl Ipv6Config {
         taken: &[Ipv6Network],
         seed: u64,
     ) -> Result<Ipv6Network, AgentError> {
-        let free: Vec<Ipv6Network> = self
+        let free = self
             .candidate_subnets()
-            .filter(|sn| !taken.iter().any(|t| overlaps(*t, *sn)))
-            .take(100)
-            .collect();
-        if free.is_empty() {
-            return Err(AgentError::Ipv6SubnetsExhausted {
-                network: self.network,
-                min: self.subnet_min,
-                max: self.subnet_max,
-                len: self.subnet_len,
-            });
-        }
-        Ok(free[(seed % free.len() as u64) as usize])
+            .filter(|sn| !taken.iter().any(|t| overlaps(*t, *sn)));
+        pick_seeded(free, seed).ok_or(AgentError::Ipv6SubnetsExhausted {
+            network: self.network,
+            min: self.subnet_min,
+            max: self.subnet_max,
+            len: self.subnet_len,
+        })
     }
 }
 
