@@ -161,6 +161,13 @@ fn pin_paths(conf: &mut Value, plugin: &str, scratch: &Path) {
             pin(ipam, "dataDir", dir("ipam"));
         }
     }
+    for (key, value) in m.iter_mut() {
+        if let (true, Value::Object(ipam)) = (libcni::gojson::fold_eq(key, "ipam"), value) {
+            if plugin == "dhcp" {
+                pin(ipam, "daemonSocketPath", dir("dhcp.sock"));
+            }
+        }
+    }
     match plugin {
         "tuning" => pin(m, "dataDir", dir("tuning")),
         "flannel" => {
@@ -448,6 +455,26 @@ fn base_configs(scratch: &Path, prev: &Value) -> Vec<(&'static str, Value)> {
                    "subnetFile": scratch.join(FLANNEL_SUBNET_ENV), "dataDir": scratch.join("flannel"),
                    "ipam": {"dataDir": scratch.join("ipam")},
                    "delegate": {"bridge": "fzbr0", "hairpinMode": true, "isDefaultGateway": true}}),
+        ),
+        (
+            "static",
+            json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": "bridge",
+                   "ipam": {"type": "static",
+                            "addresses": [{"address": "10.199.2.5/24", "gateway": "10.199.2.1"},
+                                          {"address": "fd99:2::5/64"}],
+                            "routes": [{"dst": "0.0.0.0/0"}],
+                            "dns": {"nameservers": ["10.199.2.53"]}}}),
+        ),
+        (
+            "dhcp",
+            json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": "bridge",
+                   "ipam": {"type": "dhcp", "daemonSocketPath": scratch.join("dhcp.sock"),
+                            "request": [{"skipDefault": false, "option": "subnet-mask"}]}}),
+        ),
+        ("sbr", chained("sbr", json!({"table": 150}))),
+        (
+            "vrf",
+            chained("vrf", json!({"vrfname": "fzvrf0", "table": 1001})),
         ),
         (
             "vxlan",

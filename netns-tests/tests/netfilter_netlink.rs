@@ -24,7 +24,8 @@ fn conflist(name: &str, bridge: &str, subnet: &str, leases: &TempDir) -> Value {
               "macspoofchk": true,
               "ipam": { "type": "host-local", "dataDir": leases.path(), "ranges": [[{ "subnet": subnet }]] } },
             { "type": "portmap", "capabilities": { "portMappings": true } },
-            { "type": "firewall" }
+            // Its records stay out of the real /run/cni.
+            { "type": "firewall", "dataDir": leases.join("firewall") }
         ]
     })
 }

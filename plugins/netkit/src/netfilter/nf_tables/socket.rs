@@ -371,20 +371,19 @@ impl Socket {
                     }
                     continue;
                 }
-                let Some(index) = m.seq.checked_sub(first + 1) else {
-                    continue;
-                };
+                // Sequence numbers wrap: the op's index is the wrapped distance from `first`.
+                let index = m.seq.wrapping_sub(first).wrapping_sub(1);
                 if index as usize >= batch.len() {
                     continue;
                 }
                 if m.kind == NLMSG_ERROR {
                     let (errno, ext) = error_of(&m)?;
-                    if errno != 0 && failure.as_ref().is_none_or(|f| m.seq < f.0) {
-                        failure = Some((m.seq, errno, ext));
+                    if errno != 0 && failure.as_ref().is_none_or(|f| index < f.0) {
+                        failure = Some((index, errno, ext));
                     }
                 } else if m.kind == nft_type(msg_type::NEWRULE) {
                     if let Some(rule) = nf_body(&m).and_then(|(f, a)| Rule::decode(f, a)) {
-                        echoed.push((m.seq, rule));
+                        echoed.push((index, rule));
                     }
                 }
             }
@@ -392,15 +391,15 @@ impl Socket {
                 break;
             }
         }
-        if let Some((seq, errno, ext_ack)) = failure {
-            let what = &batch.ops[(seq - first - 1) as usize].what;
+        if let Some((index, errno, ext_ack)) = failure {
+            let what = &batch.ops[index as usize].what;
             return Err(Error::Kernel {
                 context: format!("nf_tables transaction refused at `{what}`"),
                 errno,
                 ext_ack,
             });
         }
-        echoed.sort_by_key(|(seq, _)| *seq);
+        echoed.sort_by_key(|(index, _)| *index);
         Ok(echoed.into_iter().map(|(_, r)| r).collect())
     }
 
