@@ -7,7 +7,7 @@ use ipnetwork::IpNetwork;
 
 use super::expr::{
     ct_key, meta_key, CmpOp, Expr, NatType, PayloadBase, Verdict, FIB_F_DADDR, FIB_RESULT_ADDRTYPE,
-    NAT_RANGE_PROTO_SPECIFIED, REG_1, REG_2,
+    NAT_RANGE_PROTO_RANDOM_FULLY, NAT_RANGE_PROTO_SPECIFIED, REG_1, REG_2,
 };
 
 /// `NFPROTO_IPV4` / `NFPROTO_IPV6`.
@@ -202,6 +202,29 @@ pub fn dnat(ip: IpAddr, port: u16) -> Vec<Expr> {
 /// `masquerade`.
 pub fn masquerade() -> Vec<Expr> {
     vec![Expr::Masq]
+}
+
+/// `masquerade fully-random` (iptables `MASQUERADE --random-fully`).
+pub fn masquerade_fully_random() -> Vec<Expr> {
+    vec![Expr::MasqFlags(NAT_RANGE_PROTO_RANDOM_FULLY)]
+}
+
+/// `meta mark & BITS == BITS` (iptables `-m mark --mark BITS/BITS`): every bit of `bits` set.
+pub fn mark_has(bits: u32) -> Vec<Expr> {
+    let data = bits.to_ne_bytes().to_vec();
+    vec![
+        Expr::Meta {
+            key: meta_key::MARK,
+            dreg: REG_1,
+        },
+        Expr::Bitwise {
+            sreg: REG_1,
+            dreg: REG_1,
+            mask: data.clone(),
+            xor: vec![0; 4],
+        },
+        cmp(CmpOp::Eq, data),
+    ]
 }
 
 /// A verdict statement.

@@ -27,6 +27,7 @@ pub enum CmpOp {
 
 /// Meta keys we use (`enum nft_meta_keys`).
 pub mod meta_key {
+    pub const MARK: u32 = 3;
     pub const IIFNAME: u32 = 6;
     pub const OIFNAME: u32 = 7;
     pub const NFPROTO: u32 = 15;
@@ -87,6 +88,8 @@ pub enum NatType {
 
 /// `NF_NAT_RANGE_PROTO_SPECIFIED`: the rule gives a port.
 pub const NAT_RANGE_PROTO_SPECIFIED: u32 = 0x2;
+/// `NF_NAT_RANGE_PROTO_RANDOM_FULLY`: `masquerade fully-random` (iptables `--random-fully`).
+pub const NAT_RANGE_PROTO_RANDOM_FULLY: u32 = 0x10;
 
 /// `fib` flags and results.
 pub const FIB_F_DADDR: u32 = 2;
@@ -141,6 +144,8 @@ pub enum Expr {
         flags: u32,
     },
     Masq,
+    /// `masquerade` with `NF_NAT_RANGE_*` flags (`fully-random`...).
+    MasqFlags(u32),
     Counter {
         bytes: u64,
         packets: u64,
@@ -189,7 +194,7 @@ impl Expr {
             Expr::Fib { .. } => "fib",
             Expr::ImmediateData { .. } | Expr::Verdict(_) => "immediate",
             Expr::Nat { .. } => "nat",
-            Expr::Masq => "masq",
+            Expr::Masq | Expr::MasqFlags(_) => "masq",
             Expr::Counter { .. } => "counter",
             Expr::Match { .. } => "match",
             Expr::Target { .. } => "target",
@@ -274,6 +279,9 @@ impl Expr {
                 }
             }
             Expr::Masq => {}
+            Expr::MasqFlags(flags) => {
+                d.be32(1, *flags);
+            }
             Expr::Counter { bytes, packets } => {
                 d.be64(1, *bytes).be64(2, *packets);
             }
@@ -380,6 +388,8 @@ fn decode_data(name: &str, data: &[u8]) -> Option<Expr> {
             flags: u32_of(&a, 7).unwrap_or(0),
         },
         "masq" if data.is_empty() => Expr::Masq,
+        // Flags only (no port-range registers).
+        "masq" if a.get(2).is_none() && a.get(3).is_none() => Expr::MasqFlags(u32_of(&a, 1)?),
         "counter" => Expr::Counter {
             bytes: a.get(1)?.be64()?,
             packets: a.get(2)?.be64()?,
@@ -466,6 +476,11 @@ mod tests {
                 flags: NAT_RANGE_PROTO_SPECIFIED,
             },
             Expr::Masq,
+            Expr::MasqFlags(NAT_RANGE_PROTO_RANDOM_FULLY),
+            Expr::Meta {
+                key: meta_key::MARK,
+                dreg: REG_1,
+            },
             Expr::Counter {
                 bytes: 1,
                 packets: 2,
