@@ -32,6 +32,9 @@
 
 pub mod chain;
 pub mod cluster;
+pub mod containerd;
+pub mod cri;
+pub mod private_host;
 pub mod rng;
 
 use std::collections::HashMap;
@@ -277,16 +280,7 @@ impl Netns {
     /// Runs `argv` inside the namespace, panics (with its stderr) unless it succeeds, and
     /// returns its stdout.
     pub fn exec_ok(&self, argv: &[&str]) -> String {
-        let out = self.exec(argv);
-        assert!(
-            out.status.success(),
-            "{argv:?} in netns {} failed ({}): {}{}",
-            self.name,
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        success_stdout(&format!("{argv:?} in netns {}", self.name), self.exec(argv))
     }
 
     /// Runs `argv` (an `ip -j ...` command) inside the namespace and parses its JSON output.
@@ -464,6 +458,30 @@ impl Cnitool {
             Self::container_id(netns_path)
         ))
     }
+}
+
+/// Every plugin a container engine's network (podman's, the containerd node's) may name.
+pub const ENGINE_PLUGINS: &[&str] = &[
+    "bridge",
+    "host-local",
+    "portmap",
+    "firewall",
+    "tuning",
+    "bandwidth",
+    "loopback",
+];
+
+/// Panics with `what`, the exit status and the output unless `out` is a success; returns
+/// stdout.
+pub fn success_stdout(what: &str, out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Runs `cmd` (a plugin, typically) with `stdin` written to it, stdout and stderr captured.

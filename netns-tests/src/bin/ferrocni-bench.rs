@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use netns_tests::containerd::{self, CriNode};
+use netns_tests::cri::CriError;
 use netns_tests::{lease_files, Netns, TempDir};
 
 struct Opts {
@@ -18,6 +20,7 @@ struct Opts {
     pods: usize,
     concurrent: usize,
     scale_pods: usize,
+    cri_pods: usize,
     sections: Vec<String>,
 }
 
@@ -28,6 +31,7 @@ fn parse_opts() -> Opts {
         pods: 50,
         concurrent: 50,
         scale_pods: 1000,
+        cri_pods: 20,
         sections: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
@@ -54,6 +58,11 @@ fn parse_opts() -> Opts {
                     .parse()
                     .unwrap_or_else(|_| usage("--scale-pods needs a number"))
             }
+            "--cri-pods" => {
+                o.cri_pods = val()
+                    .parse()
+                    .unwrap_or_else(|_| usage("--cri-pods needs a number"))
+            }
             "--only" => o.sections = val().split(',').map(str::to_string).collect(),
             "-h" | "--help" => usage(""),
             other => usage(&format!("unknown argument {other}")),
@@ -68,7 +77,8 @@ fn usage(msg: &str) -> ! {
     }
     eprintln!(
         "usage: ferrocni-bench [--ours DIR] [--reference DIR] [--pods N] [--concurrent N] [--scale-pods N]\n\
-         \x20                     [--only sizes,exec,loopback,bridge,rss,concurrent,bandwidth,hostlocal,scale,vxlan,netfilter]"
+         \x20                     [--cri-pods N]\n\
+         \x20                     [--only sizes,exec,loopback,bridge,rss,concurrent,bandwidth,hostlocal,scale,vxlan,netfilter,cri]"
     );
     std::process::exit(2)
 }
@@ -868,6 +878,83 @@ fn vxlan(o: &Opts) {
     );
 }
 
+/// Pods through a private containerd's CRI, as kubelet runs them (the pod network of
+/// `containerd::pod_network_conflist`: bridge, host-local, portmap, firewall, tuning, bandwidth,
+/// plus containerd's own loopback network): RunPodSandbox of `cri_pods` pods, then
+/// StopPodSandbox (the first DEL) and RemovePodSandbox (the second) of each. One containerd per
+/// suite, both running; the calls alternate between them so load drifts hit both alike.
+fn cri(o: &Opts) {
+    let n = o.cri_pods;
+    println!("\n## containerd CRI: {n} pods, RunPodSandbox then StopPodSandbox + RemovePodSandbox (median per pod)");
+    if let Some(why) = containerd::missing_tools() {
+        println!("  skipped: {why}");
+        return;
+    }
+    let suites = suites(o);
+    let mut nodes = Vec::new();
+    for s in &suites {
+        let mut node = CriNode::start(s.dir);
+        node.write_conflist(
+            "10-bench.conflist",
+            &containerd::pod_network_conflist("bench-cri", "10.83.0.0/16"),
+        );
+        if !node.wait_network_ready(true, Duration::from_secs(15)) {
+            println!("  {}: NetworkReady never became true", s.label);
+            return;
+        }
+        // One pod first, untimed: the first exec of every binary, containerd's first sandbox.
+        let warmup = node.pod_config("warmup");
+        if let Ok(id) = node.cri().run_pod_sandbox(warmup) {
+            let _ = node.stop_and_remove(&id);
+        }
+        nodes.push(node);
+    }
+    let mut times: Vec<[Vec<Duration>; 3]> = suites.iter().map(|_| Default::default()).collect();
+    let mut ids: Vec<Vec<String>> = suites.iter().map(|_| Vec::new()).collect();
+    let mut failures = vec![0; suites.len()];
+    let mut timed = |k: usize, phase: usize, call: &mut dyn FnMut() -> Result<(), CriError>| {
+        let start = Instant::now();
+        match call() {
+            Ok(()) => times[k][phase].push(start.elapsed()),
+            Err(e) => {
+                failures[k] += 1;
+                eprintln!("  {}: {e}", suites[k].label);
+            }
+        }
+    };
+    for i in 0..n {
+        for (k, node) in nodes.iter_mut().enumerate() {
+            let config = node.pod_config(&format!("bench{i}"));
+            timed(k, 0, &mut || {
+                ids[k].push(node.cri().run_pod_sandbox(config.clone())?);
+                Ok(())
+            });
+        }
+    }
+    for i in 0..n {
+        for (k, node) in nodes.iter_mut().enumerate() {
+            let Some(id) = ids[k].get(i) else { continue };
+            timed(k, 1, &mut || node.cri().stop_pod_sandbox(id));
+            timed(k, 2, &mut || node.cri().remove_pod_sandbox(id));
+        }
+    }
+    for (k, s) in suites.iter().enumerate() {
+        if failures[k] > 0 {
+            println!("  {}: {} failed CRI calls", s.label, failures[k]);
+        }
+    }
+    let medians: Vec<Vec<Duration>> = times
+        .into_iter()
+        .map(|phases| phases.into_iter().map(median).collect())
+        .collect();
+    for (phase, call) in ["RunPodSandbox", "StopPodSandbox", "RemovePodSandbox"]
+        .iter()
+        .enumerate()
+    {
+        report_time(call, medians[0][phase], medians[1][phase]);
+    }
+}
+
 fn main() {
     let o = parse_opts();
     // SAFETY: getuid has no preconditions.
@@ -924,5 +1011,8 @@ fn main() {
     }
     if want("netfilter") {
         netfilter_scale(&o);
+    }
+    if want("cri") {
+        cri(&o);
     }
 }
