@@ -10,14 +10,18 @@ pub mod addr;
 pub mod bridge_port;
 pub mod error;
 pub mod link;
+pub mod link_kinds;
+pub mod link_move;
 pub mod neigh;
 pub mod netfilter;
 pub mod netlink;
 pub mod netns;
 pub mod route;
 pub mod sysctl;
+pub mod tap;
 pub mod tc;
 pub mod testutil;
+pub mod uplink;
 pub mod vxlan_link;
 
 pub use addr::{Address, AddressOptions, Family};
