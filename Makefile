@@ -10,9 +10,10 @@ STATIC_RUSTFLAGS := $(RUSTFLAGS) -C target-feature=+crt-static
 # The agent is a daemon, not exec'd per pod: it stays dynamic (it resolves host names via NSS).
 RELEASE   := target/release
 AGENT     := ferrocni-agent
-# Every binary the suite ships (plugin binaries are named exactly as their CNI `type`).
+# Every binary the suite ships (plugin binaries are named exactly as their CNI `type`; netkit and
+# attach are libraries).
 PLUGINS   := $(shell awk -F'"' '/^name = /{print $$2; nextfile}' plugins/*/Cargo.toml ipam/*/Cargo.toml \
-	       | grep -v -e '^netkit$$' -e '^$(AGENT)$$')
+	       | grep -v -e '^netkit$$' -e '^attach$$' -e '^$(AGENT)$$')
 BINS      := $(PLUGINS) cnitool
 
 .PHONY: all build install test test-release test-unit lint bench clean

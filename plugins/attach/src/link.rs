@@ -1,0 +1,102 @@
+//! The container link: created under a temporary name and renamed (a kernel quirk makes a
+//! name clash in the creating namespace possible otherwise), found, deleted.
+
+use std::io::Read;
+
+use libcni::error::CniError;
+use libcni::result::Interface;
+use netkit::{Link, Netns, Socket};
+
+use crate::errors::{kernel, kernel_ctx};
+
+/// Attempts at a free temporary name.
+const TEMP_NAME_ATTEMPTS: usize = 4;
+
+/// A random `veth%08x` name, the reference's temporary and host-side link names.
+pub fn random_veth_name() -> Result<String, CniError> {
+    let mut b = [0u8; 4];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .map_err(|e| CniError::internal(format!("failed to generate a random link name: {e}")))?;
+    Ok(format!("veth{:08x}", u32::from_ne_bytes(b)))
+}
+
+/// Creates a link with `create(temporary name)` (which must make it appear in the netns of
+/// `cont`), renames it to `ifname` there and returns it. A rename failure deletes the link.
+/// `kind` words the errors like the reference ("failed to create macvlan: ...").
+pub fn create_renamed(
+    cont: &mut Socket,
+    ifname: &str,
+    kind: &str,
+    mut create: impl FnMut(&str) -> netkit::Result<()>,
+) -> Result<Link, CniError> {
+    let mut attempt = 0;
+    let tmp = loop {
+        let tmp = random_veth_name()?;
+        match create(&tmp) {
+            Ok(()) => break tmp,
+            Err(e) if e.is_exists() && attempt + 1 < TEMP_NAME_ATTEMPTS => attempt += 1,
+            Err(e) => return Err(kernel_ctx(e, format!("failed to create {kind}"))),
+        }
+    };
+    let link = cont
+        .link_by_name(&tmp)
+        .map_err(|e| kernel_ctx(e, format!("failed to find the new {kind}")))?;
+    if let Err(e) = cont.set_link_name(link.index, ifname) {
+        let _ = cont.delete_link(link.index);
+        return Err(kernel_ctx(
+            e,
+            format!("failed to rename {kind} to {ifname:?}"),
+        ));
+    }
+    cont.link_by_name(ifname)
+        .map_err(|e| kernel_ctx(e, format!("failed to refetch {kind} {ifname:?}")))
+}
+
+/// The result's entry for a container link.
+pub fn container_interface(link: &Link, sandbox: &str) -> Interface {
+    Interface {
+        name: link.name.clone(),
+        mac: link.mac_string(),
+        sandbox: sandbox.to_string(),
+        ..Default::default()
+    }
+}
+
+/// Registers the deletion of the container link `ifname` as an undo step.
+pub fn undo_delete(rollback: &mut crate::rollback::Rollback, netns: &Netns, ifname: &str) {
+    let path = netns.path().to_path_buf();
+    let name = ifname.to_string();
+    rollback.push(format!("delete {ifname}"), move || {
+        let ns = Netns::open(&path).map_err(|e| e.to_string())?;
+        Socket::open_in(&ns)
+            .and_then(|mut s| s.delete_link_by_name(&name))
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    });
+}
+
+/// DEL of the container link: an empty CNI_NETNS, a netns that is gone or a link that is gone
+/// are all fine.
+pub fn delete_in_netns(netns_path: &str, ifname: &str) -> Result<(), CniError> {
+    if netns_path.is_empty() {
+        return Ok(());
+    }
+    let ns = match Netns::open(netns_path) {
+        Ok(ns) => ns,
+        Err(e) if e.is_netns_not_found() => return Ok(()),
+        Err(e) => return Err(kernel(e)),
+    };
+    Socket::open_in(&ns)
+        .and_then(|mut s| s.delete_link_by_name(ifname))
+        .map(|_| ())
+        .map_err(kernel)
+}
+
+/// Opens the container netns of an ADD or CHECK ("failed to open netns ..." otherwise).
+pub fn open_netns(path: &str) -> Result<(Netns, Socket), CniError> {
+    let ns =
+        Netns::open(path).map_err(|e| kernel_ctx(e, format!("failed to open netns {path:?}")))?;
+    let sock = Socket::open_in(&ns).map_err(kernel)?;
+    Ok((ns, sock))
+}
