@@ -450,6 +450,13 @@ fn base_configs(scratch: &Path, prev: &Value) -> Vec<(&'static str, Value)> {
             ),
         ),
         (
+            "ptp",
+            json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": "ptp", "ipMasq": true, "mtu": 1400,
+                   "ipam": {"type": "host-local", "dataDir": scratch.join("ipam"),
+                            "ranges": [[{"subnet": "10.199.2.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]},
+                   "dns": {"nameservers": ["10.199.2.53"]}}),
+        ),
+        (
             "vxlan",
             chained(
                 "vxlan",

@@ -90,21 +90,7 @@ pub fn decode_error(e: impl std::fmt::Display) -> CniError {
 mod tests {
     use super::*;
 
-    fn args(config: Value, cni_args: &str) -> CmdArgs {
-        let stdin = config.to_string().into_bytes();
-        CmdArgs {
-            command: libcni::skel::Command::Add,
-            container_id: "c".into(),
-            netns: String::new(),
-            ifname: "eth0".into(),
-            args: cni_args.into(),
-            path: Vec::new(),
-            stdin,
-            config: config.as_object().cloned().unwrap_or_default(),
-            cni_version: "1.0.0".into(),
-            network_name: "n".into(),
-        }
-    }
+    use crate::testing::cmd_args as args;
 
     #[test]
     fn dns_set_like_go() {

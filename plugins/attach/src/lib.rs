@@ -10,3 +10,4 @@ pub mod errors;
 pub mod ipam;
 pub mod link;
 pub mod rollback;
+pub mod testing;

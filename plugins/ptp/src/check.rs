@@ -1,0 +1,96 @@
+//! CHECK: the container veth, its addresses and routes as recorded in prevResult (as the
+//! reference), plus what the reference leaves out: the host end is its peer, holds the
+//! gateway addresses and the host routes, and the masquerade rules exist.
+
+use attach::errors::kernel;
+use attach::{check, ipam, link};
+use ipnetwork::IpNetwork;
+use libcni::error::CniError;
+use libcni::skel::CmdArgs;
+use netkit::netfilter::ipmasq::{self, Backend};
+use netkit::{Family, Socket};
+
+use crate::config::NetConf;
+
+fn fail(msg: impl Into<String>) -> CniError {
+    CniError::internal(msg)
+}
+
+pub fn check(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
+    let (_netns, mut cont) = link::open_netns(&args.netns)?;
+    ipam::call_if_set(args, &conf.ipam_type, "CHECK")?;
+    let prev = check::prev_result(args, "ptp: Required prevResult missing")?;
+    let intf = check::container_interface(&prev, args)?;
+    let cont_link = check::container_link(&mut cont, &intf)?;
+    if !cont_link.is_kind("veth") {
+        return Err(fail(format!(
+            "Error: Container interface {} not of type veth/p2p",
+            cont_link.name
+        )));
+    }
+    check::interface_ips(&mut cont, &cont_link, &prev.ips)?;
+    check::routes(&mut cont, &prev.routes)?;
+
+    // The host end: a host interface of prevResult that is the container end's peer.
+    let peer = cont_link.link.ok_or_else(|| {
+        fail(format!(
+            "container interface {} has no veth peer",
+            cont_link.name
+        ))
+    })?;
+    let mut host = Socket::new().map_err(kernel)?;
+    let host_veth = prev
+        .interfaces
+        .iter()
+        .filter(|i| i.sandbox.is_empty())
+        .filter_map(|i| host.find_link(&i.name).ok().flatten())
+        .find(|l| l.index == peer && l.is_kind("veth"))
+        .ok_or_else(|| {
+            fail(format!(
+                "ptp: host end of {} not found among prevResult's host interfaces",
+                args.ifname
+            ))
+        })?;
+    let addrs = host
+        .addresses(Some(host_veth.index), Family::Any)
+        .map_err(kernel)?;
+    let routes = host
+        .routes(Family::Any, Some(netkit::route::TABLE_MAIN))
+        .map_err(kernel)?;
+    for ip in &prev.ips {
+        if let Some(gw) = ip.gateway {
+            if !addrs.iter().any(|a| a.ip() == gw) {
+                return Err(fail(format!(
+                    "ptp: gateway {gw} is not on the host end {}",
+                    host_veth.name
+                )));
+            }
+        }
+        let to_container = IpNetwork::from(ip.address.ip());
+        if !routes
+            .iter()
+            .any(|r| r.dst_network() == to_container && r.oif == Some(host_veth.index))
+        {
+            return Err(fail(format!(
+                "ptp: no host route to {} via {}",
+                ip.address.ip(),
+                host_veth.name
+            )));
+        }
+    }
+    if conf.ip_masq && !prev.ips.is_empty() {
+        let backend = conf
+            .ip_masq_backend
+            .unwrap_or_else(Backend::default_for_host);
+        let addrs: Vec<IpNetwork> = prev.ips.iter().map(|i| i.address).collect();
+        ipmasq::verify(
+            backend,
+            &addrs,
+            &conf.network,
+            &args.ifname,
+            &args.container_id,
+        )
+        .map_err(|e| fail(e.to_string()))?;
+    }
+    Ok(())
+}
