@@ -457,6 +457,13 @@ fn base_configs(scratch: &Path, prev: &Value) -> Vec<(&'static str, Value)> {
                    "dns": {"nameservers": ["10.199.2.53"]}}),
         ),
         (
+            "macvlan",
+            json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": "macvlan", "master": "fzbr0",
+                   "mode": "bridge", "mtu": 1400, "mac": "02:99:00:00:00:01", "bcqueuelen": 100,
+                   "ipam": {"type": "host-local", "dataDir": scratch.join("ipam"),
+                            "ranges": [[{"subnet": "10.199.3.0/24"}]]}}),
+        ),
+        (
             "vxlan",
             chained(
                 "vxlan",

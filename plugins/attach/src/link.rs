@@ -21,19 +21,20 @@ pub fn random_veth_name() -> Result<String, CniError> {
     Ok(format!("veth{:08x}", u32::from_ne_bytes(b)))
 }
 
-/// Creates a link with `create(temporary name)` (which must make it appear in the netns of
-/// `cont`), renames it to `ifname` there and returns it. A rename failure deletes the link.
+/// Creates a link with `create(cont, temporary name)` (which must make it appear in the netns
+/// of `cont`, either through `cont` or from elsewhere), renames it to `ifname` there and
+/// returns it. A rename failure deletes the link.
 /// `kind` words the errors like the reference ("failed to create macvlan: ...").
 pub fn create_renamed(
     cont: &mut Socket,
     ifname: &str,
     kind: &str,
-    mut create: impl FnMut(&str) -> netkit::Result<()>,
+    mut create: impl FnMut(&mut Socket, &str) -> netkit::Result<()>,
 ) -> Result<Link, CniError> {
     let mut attempt = 0;
     let tmp = loop {
         let tmp = random_veth_name()?;
-        match create(&tmp) {
+        match create(cont, &tmp) {
             Ok(()) => break tmp,
             Err(e) if e.is_exists() && attempt + 1 < TEMP_NAME_ATTEMPTS => attempt += 1,
             Err(e) => return Err(kernel_ctx(e, format!("failed to create {kind}"))),
@@ -99,4 +100,29 @@ pub fn open_netns(path: &str) -> Result<(Netns, Socket), CniError> {
         Netns::open(path).map_err(|e| kernel_ctx(e, format!("failed to open netns {path:?}")))?;
     let sock = Socket::open_in(&ns).map_err(kernel)?;
     Ok((ns, sock))
+}
+
+/// The parent of a macvlan, ipvlan or vlan link: `name`, or the interface of the default
+/// route when `name` is empty, looked up through `sock` (the host's, or the container's for
+/// `linkInContainer`).
+pub fn master(sock: &mut Socket, name: &str) -> Result<Link, CniError> {
+    if name.is_empty() {
+        return sock
+            .default_route_link()
+            .map_err(kernel)?
+            .ok_or_else(|| CniError::internal("no default route interface found"));
+    }
+    sock.link_by_name(name)
+        .map_err(|e| kernel_ctx(e, format!("failed to lookup master {name:?}")))
+}
+
+/// A child link's MTU may not exceed its parent's.
+pub fn check_mtu(mtu: Option<u32>, master: &Link) -> Result<(), CniError> {
+    match mtu {
+        Some(m) if m > master.mtu => Err(CniError::invalid_config(format!(
+            "invalid MTU {m}, must be [0, master MTU({})]",
+            master.mtu
+        ))),
+        _ => Ok(()),
+    }
 }

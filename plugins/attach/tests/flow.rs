@@ -78,7 +78,7 @@ fn macvlan_from_ipam_result_checks_and_deletes() {
     let (pod_ns, mut cont) = link::open_netns(&args.netns).unwrap();
 
     let result: CniResult = rollback::guarded("test", |rb| {
-        let l = link::create_renamed(&mut cont, &args.ifname, "macvlan", |tmp| {
+        let l = link::create_renamed(&mut cont, &args.ifname, "macvlan", |_, tmp| {
             h.create_macvlan(&MacvlanSpec {
                 base: NewLinkBase {
                     name: tmp,
@@ -151,7 +151,7 @@ fn failed_add_rolls_back_link_and_lease() {
     let args = cmd_args(pod.path(), path, json!({"cniVersion":"1.0.0","name":"n"}));
     let (pod_ns, mut cont) = link::open_netns(&args.netns).unwrap();
     let e = rollback::guarded("test", |rb| {
-        let l = link::create_renamed(&mut cont, &args.ifname, "veth", |tmp| {
+        let l = link::create_renamed(&mut cont, &args.ifname, "veth", |_, tmp| {
             cont_veth(&pod_ns, tmp)
         })?;
         link::undo_delete(rb, &pod_ns, &args.ifname);
@@ -185,8 +185,8 @@ fn rename_clash_deletes_the_new_link() {
     let (pod_ns, mut cont) = link::open_netns(pod.path().to_str().unwrap()).unwrap();
     cont_veth(&pod_ns, "net1").unwrap();
     let before = cont.links().unwrap().len();
-    let e =
-        link::create_renamed(&mut cont, "net1", "veth", |tmp| cont_veth(&pod_ns, tmp)).unwrap_err();
+    let e = link::create_renamed(&mut cont, "net1", "veth", |_, tmp| cont_veth(&pod_ns, tmp))
+        .unwrap_err();
     assert!(
         e.msg.starts_with("failed to rename veth to \"net1\""),
         "{}",

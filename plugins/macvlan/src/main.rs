@@ -1,0 +1,137 @@
+//! The `macvlan` CNI plugin: a macvlan link on a host interface (the master), renamed to
+//! `CNI_IFNAME` inside the container, addressed by IPAM or left layer 2.
+
+mod config;
+
+use attach::errors::{kernel, Failures};
+use attach::rollback::{self, Rollback};
+use attach::{check, configure, ipam, link};
+use libcni::error::CniError;
+use libcni::result::CniResult;
+use libcni::skel::{CmdArgs, Plugin};
+use netkit::link_kinds::{macvlan_mode, MacvlanSpec, NewLinkBase};
+use netkit::{Link, Socket};
+
+use config::NetConf;
+
+struct Macvlan;
+
+/// The master, looked up where it lives, with the MTU checked against it.
+fn master(conf: &NetConf, host: &mut Socket, cont: &mut Socket) -> Result<Link, CniError> {
+    let sock = if conf.link_in_container { cont } else { host };
+    let m = link::master(sock, &conf.master)?;
+    link::check_mtu(conf.mtu, &m)?;
+    Ok(m)
+}
+
+fn add_steps(args: &CmdArgs, conf: &NetConf, rb: &mut Rollback) -> Result<CniResult, CniError> {
+    let mut host = Socket::new().map_err(kernel)?;
+    let (netns, mut cont) = link::open_netns(&args.netns)?;
+    let parent = master(conf, &mut host, &mut cont)?;
+    let created = link::create_renamed(&mut cont, &args.ifname, "macvlan", |cont, tmp| {
+        let spec = MacvlanSpec {
+            base: NewLinkBase {
+                name: tmp,
+                parent: Some(parent.index),
+                netns: (!conf.link_in_container).then_some(&netns),
+                mtu: conf.mtu,
+                mac: conf.mac,
+            },
+            mode: conf.mode,
+            bc_queue_len: conf.bc_queue_len,
+        };
+        if conf.link_in_container {
+            cont.create_macvlan(&spec)
+        } else {
+            host.create_macvlan(&spec)
+        }
+    })?;
+    link::undo_delete(rb, &netns, &args.ifname);
+
+    let mut result = CniResult {
+        cni_version: libcni::version::CURRENT.to_string(),
+        interfaces: vec![link::container_interface(&created, &args.netns)],
+        ..Default::default()
+    };
+    if conf.is_layer3() {
+        let ipam_result = ipam::add_for_interface(args, &conf.ipam_type, 0, rb)?;
+        result.ips = ipam_result.ips;
+        result.routes = ipam_result.routes;
+        configure::announce_addresses(&netns, &args.ifname, true);
+        configure::configure_iface(&netns, &mut cont, &args.ifname, &result)?;
+    } else {
+        cont.set_link_up(created.index).map_err(|e| {
+            attach::errors::kernel_ctx(e, format!("failed to set {:?} UP", args.ifname))
+        })?;
+    }
+    // As the reference: the config's DNS, not IPAM's.
+    result.dns = conf.dns.clone();
+    Ok(result)
+}
+
+impl Plugin for Macvlan {
+    fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
+        let conf = config::load(args)?;
+        rollback::guarded("macvlan", |rb| {
+            let r = add_steps(args, &conf, rb)?;
+            r.to_value(&args.cni_version)?;
+            Ok(r)
+        })
+    }
+
+    fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
+        let conf = config::load(args)?;
+        let mut failures = Failures::default();
+        failures.note(link::delete_in_netns(&args.netns, &args.ifname));
+        failures.note(ipam::call_if_set(args, &conf.ipam_type, "DEL"));
+        failures.finish("macvlan")
+    }
+
+    fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
+        let conf = config::load(args)?;
+        let mut host = Socket::new().map_err(kernel)?;
+        let (_netns, mut cont) = link::open_netns(&args.netns)?;
+        ipam::call_if_set(args, &conf.ipam_type, "CHECK")?;
+        let prev = check::prev_result(args, "Required prevResult missing")?;
+        let intf = check::container_interface(&prev, args)?;
+        master(&conf, &mut host, &mut cont)?;
+        let l = check::container_link(&mut cont, &intf)?;
+        let Some(mode) = macvlan_mode(&l) else {
+            return Err(CniError::internal(format!(
+                "Error: Container interface {} not of type macvlan",
+                l.name
+            )));
+        };
+        if mode != conf.mode {
+            return Err(CniError::internal(format!(
+                "Container macvlan mode {} does not match expected value: {}",
+                config::mode_name(mode),
+                config::mode_name(conf.mode)
+            )));
+        }
+        check::interface_ips(&mut cont, &l, &prev.ips)?;
+        check::routes(&mut cont, &prev.routes)
+    }
+
+    fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
+        let conf = config::load(args)?;
+        ipam::call_if_set(args, &conf.ipam_type, "GC")
+    }
+
+    fn status(&self, args: &CmdArgs) -> Result<(), CniError> {
+        let conf = config::load(args)?;
+        ipam::call_if_set(args, &conf.ipam_type, "STATUS")?;
+        // An ADD would fail without its master (one in the container is checked by ADD).
+        if !conf.link_in_container {
+            let mut host = Socket::new().map_err(kernel)?;
+            if let Err(e) = link::master(&mut host, &conf.master) {
+                return Err(CniError::not_available(format!("macvlan: {}", e.msg)));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn main() {
+    libcni::skel::run(&Macvlan, "CNI macvlan plugin (ferrocni)");
+}
