@@ -464,6 +464,13 @@ fn base_configs(scratch: &Path, prev: &Value) -> Vec<(&'static str, Value)> {
                             "ranges": [[{"subnet": "10.199.3.0/24"}]]}}),
         ),
         (
+            "ipvlan",
+            json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": "ipvlan", "master": "fzbr0",
+                   "mode": "l3s", "flag": "private", "mtu": 1400,
+                   "ipam": {"type": "host-local", "dataDir": scratch.join("ipam"),
+                            "ranges": [[{"subnet": "10.199.4.0/24"}]]}}),
+        ),
+        (
             "vxlan",
             chained(
                 "vxlan",

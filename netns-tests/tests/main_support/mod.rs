@@ -325,3 +325,98 @@ pub fn run_example(file: &str, setup: impl Fn(&Netns)) -> Value {
     assert!(left.is_empty(), "{file}: leases left: {left:?}");
     result
 }
+
+/// Whether `strace` is installed (the by-message tests need it).
+pub fn have_strace() -> bool {
+    Command::new("strace")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Runs `argv` under `strace` inside `ns` (with `env` and `stdin`) and returns the bytes of
+/// the first RTM_NEWLINK request with NLM_F_CREATE it sent (iproute2 sends a probe first),
+/// normalised (sequence number, the name in
+/// `IFLA_IFNAME` and the netns fd number zeroed), and the command's stdout.
+pub fn first_newlink(
+    ns: &Netns,
+    argv: &[&str],
+    env: &[(&str, &str)],
+    stdin: &[u8],
+) -> (Option<Vec<u8>>, String) {
+    let mut cmd = Command::new("ip");
+    cmd.args([
+        "netns",
+        "exec",
+        ns.name(),
+        "strace",
+        "-f",
+        "-qq",
+        "-e",
+        "trace=sendmsg,sendto",
+        "-e",
+        "write=all",
+        "-o",
+        "/dev/stderr",
+    ])
+    .args(argv);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = run_with_stdin(&mut cmd, stdin);
+    let trace = text(&out.stderr);
+    let mut requests: Vec<Vec<u8>> = Vec::new();
+    let mut inside = false;
+    for line in trace.lines() {
+        let line = line.trim_start();
+        let line = match line.strip_prefix("[pid") {
+            Some(rest) => rest
+                .split_once(']')
+                .map(|(_, r)| r.trim_start())
+                .unwrap_or(rest),
+            None => line,
+        };
+        if line.contains("RTM_NEWLINK") {
+            inside = true;
+            requests.push(Vec::new());
+            continue;
+        }
+        if let (true, Some(bytes)) = (inside, requests.last_mut()) {
+            if let Some(dump) = line.strip_prefix("| ") {
+                // "00000  4c 00 .. 00  00 .. 00  ascii |": 16 hex columns in fixed positions
+                // after the offset, then the ASCII rendering.
+                let hex = dump.get(5..dump.len().min(5 + 2 + 49)).unwrap_or_default();
+                bytes.extend(
+                    hex.split_whitespace()
+                        .filter_map(|t| u8::from_str_radix(t, 16).ok()),
+                );
+            } else if !line.starts_with('*') {
+                inside = false;
+            }
+        }
+    }
+    const NLM_F_CREATE: u16 = 0x400;
+    let create = requests
+        .into_iter()
+        .find(|b| b.len() >= 8 && u16::from_ne_bytes([b[6], b[7]]) & NLM_F_CREATE != 0);
+    (create.map(normalize_newlink), text(&out.stdout))
+}
+
+fn normalize_newlink(mut b: Vec<u8>) -> Vec<u8> {
+    if b.len() >= 12 {
+        b[8..12].fill(0);
+    }
+    let mut off = 32;
+    while off + 4 <= b.len() {
+        let len = u16::from_ne_bytes([b[off], b[off + 1]]) as usize;
+        let kind = u16::from_ne_bytes([b[off + 2], b[off + 3]]);
+        if len < 4 || off + len > b.len() {
+            break;
+        }
+        if kind == 3 || kind == 28 {
+            b[off + 4..off + len].fill(0);
+        }
+        off += (len + 3) & !3;
+    }
+    b
+}

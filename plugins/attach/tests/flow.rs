@@ -5,48 +5,23 @@ use std::path::Path;
 
 use attach::{check, configure, ipam, link, rollback};
 use libcni::result::CniResult;
-use libcni::skel::{CmdArgs, Command};
+use libcni::skel::CmdArgs;
 use netkit::link::VethSpec;
 use netkit::link_kinds::{MacvlanSpec, NewLinkBase};
 use netkit::packet_route::link::MacVlanMode;
 use netns_tests::{require_root, Netns, TempDir};
 use serde_json::{json, Value};
 
-/// An IPAM plugin that answers ADD with `result` and logs `<verb> <container>` lines.
 fn fake_ipam(dir: &TempDir, result: &Value) -> String {
-    let script = format!(
-        "#!/bin/sh\ncat >/dev/null\necho \"$CNI_COMMAND $CNI_CONTAINERID $CNI_IFNAME\" >> {log}\n\
-         if [ \"$CNI_COMMAND\" = ADD ]; then echo '{result}'; fi\n",
-        log = dir.join("calls").display(),
-    );
-    let path = dir.join("fake-ipam");
-    std::fs::write(&path, script).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    dir.path().display().to_string()
+    attach::testing::fake_ipam(dir.path(), result)
 }
 
 fn calls(dir: &TempDir) -> Vec<String> {
-    std::fs::read_to_string(dir.join("calls"))
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_string)
-        .collect()
+    attach::testing::ipam_calls(dir.path())
 }
 
 fn cmd_args(netns: &Path, path: String, config: Value) -> CmdArgs {
-    CmdArgs {
-        command: Command::Add,
-        container_id: "ctr1".into(),
-        netns: netns.display().to_string(),
-        ifname: "net1".into(),
-        args: String::new(),
-        path: vec![path],
-        stdin: config.to_string().into_bytes(),
-        config: config.as_object().cloned().unwrap_or_default(),
-        cni_version: "1.0.0".into(),
-        network_name: "n".into(),
-    }
+    attach::testing::cmd_args_in(netns, &path, config)
 }
 
 const IPAM_RESULT: &str = r#"{"cniVersion":"1.0.0","ips":[{"address":"10.5.0.7/24","gateway":"10.5.0.1"},{"address":"fd05::7/64"}],"routes":[{"dst":"0.0.0.0/0"},{"dst":"10.6.0.0/16","gw":"10.5.0.9"}]}"#;
