@@ -471,6 +471,13 @@ fn base_configs(scratch: &Path, prev: &Value) -> Vec<(&'static str, Value)> {
                             "ranges": [[{"subnet": "10.199.4.0/24"}]]}}),
         ),
         (
+            "vlan",
+            json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": "vlan", "master": "fzbr0",
+                   "vlanId": 42, "mtu": 1400,
+                   "ipam": {"type": "host-local", "dataDir": scratch.join("ipam"),
+                            "ranges": [[{"subnet": "10.199.5.0/24"}]]}}),
+        ),
+        (
             "vxlan",
             chained(
                 "vxlan",

@@ -104,49 +104,22 @@ fn request_matches_iproute2() {
             extra["mtu"] = json!(m);
         }
         let c = iv_conf("1.0.0", &ipam, extra);
-        let bin = ours.bin.display().to_string();
-        let env = [
-            ("CNI_COMMAND", "ADD"),
-            ("CNI_CONTAINERID", "msgpod"),
-            ("CNI_NETNS", pod.path_str()),
-            ("CNI_IFNAME", "eth0"),
-            ("CNI_PATH", ours.cni_path.as_str()),
-        ];
-        let (ours_req, stdout) = first_newlink(&host, &[&bin], &env, c.to_string().as_bytes());
-        let ours_req =
-            ours_req.unwrap_or_else(|| panic!("no RTM_NEWLINK from our ipvlan: {stdout}"));
-        let mut argv = vec![
-            "ip",
-            "link",
-            "add",
-            "link",
-            "uplink0",
-            "name",
-            "veth00000000",
-        ];
         let mtu_text = mtu.map(|m| m.to_string()).unwrap_or_default();
+        let mut ip_args = vec!["link", "uplink0", "name", "veth00000000"];
         if mtu.is_some() {
-            argv.extend(["mtu", mtu_text.as_str()]);
+            ip_args.extend(["mtu", mtu_text.as_str()]);
         }
-        argv.extend(["netns", pod.name(), "type", "ipvlan", "mode", mode]);
+        ip_args.extend(["netns", pod.name(), "type", "ipvlan", "mode", mode]);
         if !flag.is_empty() {
-            argv.push(flag);
+            ip_args.push(flag);
         }
-        let (ip_req, _) = first_newlink(&host, &argv, &[], b"");
-        assert_eq!(
-            Some(ours_req),
-            ip_req,
-            "{mode} {flag}: our request differs from `{}`",
-            argv.join(" ")
-        );
+        let out = assert_request_matches_iproute2(&host, &pod, &ours, "msgpod", &c, &ip_args);
         let a = Attachment::new(&ours, &host, "msgpod", &pod);
         if driver {
-            pod.exec(&["ip", "link", "del", "veth00000000"]);
-            let r: Value = serde_json::from_str(&stdout).unwrap();
-            a.del(&c, Some(&r));
+            a.del(&c, Some(&out));
         } else {
             // Refused by the kernel: a spec error, and nothing is left behind.
-            let e: Value = serde_json::from_str(&stdout).unwrap();
+            let e = out;
             assert_eq!(e["code"], 999, "{e}");
             assert!(
                 e["msg"]

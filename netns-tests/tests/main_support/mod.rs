@@ -41,6 +41,15 @@ pub fn reference(plugin: &str) -> Option<Impl> {
     })
 }
 
+/// The host-local of `imp`'s CNI_PATH, run directly (to hold a lease as an ADD would).
+pub fn host_local_of(imp: &Impl) -> Impl {
+    Impl {
+        label: "host-local",
+        bin: Path::new(&imp.cni_path).join("host-local"),
+        cni_path: imp.cni_path.clone(),
+    }
+}
+
 /// One attachment: who runs, in which host netns, for which container netns and interface.
 pub struct Attachment<'a> {
     pub imp: Impl,
@@ -419,4 +428,41 @@ fn normalize_newlink(mut b: Vec<u8>) -> Vec<u8> {
         off += (len + 3) & !3;
     }
     b
+}
+
+/// ADD of `conf` by `imp` for container `cid` in `pod`, run under strace in `host`, and
+/// `ip link add <ip_args>` under strace in `host`: the two link creation requests (normalised,
+/// see [`first_newlink`]) must be identical. Returns the plugin's stdout (its result or error).
+/// The link iproute2 may have created is deleted again.
+pub fn assert_request_matches_iproute2(
+    host: &Netns,
+    pod: &Netns,
+    imp: &Impl,
+    cid: &str,
+    conf: &Value,
+    ip_args: &[&str],
+) -> Value {
+    let bin = imp.bin.display().to_string();
+    let env = [
+        ("CNI_COMMAND", "ADD"),
+        ("CNI_CONTAINERID", cid),
+        ("CNI_NETNS", pod.path_str()),
+        ("CNI_IFNAME", "eth0"),
+        ("CNI_PATH", imp.cni_path.as_str()),
+    ];
+    let (ours, stdout) = first_newlink(host, &[&bin], &env, conf.to_string().as_bytes());
+    let ours = ours.unwrap_or_else(|| panic!("no RTM_NEWLINK from {bin}: {stdout}"));
+    let mut argv = vec!["ip", "link", "add"];
+    argv.extend(ip_args);
+    let (iproute2, _) = first_newlink(host, &argv, &[], b"");
+    assert_eq!(
+        Some(ours),
+        iproute2,
+        "the request differs from `{}`",
+        argv.join(" ")
+    );
+    for ns in [host, pod] {
+        ns.exec(&["ip", "link", "del", "veth00000000"]);
+    }
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("bad plugin output ({e}): {stdout}"))
 }
