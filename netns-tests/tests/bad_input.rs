@@ -478,6 +478,12 @@ fn base_configs(scratch: &Path, prev: &Value) -> Vec<(&'static str, Value)> {
                             "ranges": [[{"subnet": "10.199.5.0/24"}]]}}),
         ),
         (
+            "dummy",
+            json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": "dummy",
+                   "ipam": {"type": "host-local", "dataDir": scratch.join("ipam"),
+                            "ranges": [[{"subnet": "10.199.6.0/24"}]]}}),
+        ),
+        (
             "vxlan",
             chained(
                 "vxlan",
