@@ -484,6 +484,13 @@ fn base_configs(scratch: &Path, prev: &Value) -> Vec<(&'static str, Value)> {
                             "ranges": [[{"subnet": "10.199.6.0/24"}]]}}),
         ),
         (
+            "tap",
+            json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": "tap", "multiQueue": true,
+                   "mtu": 1400, "mac": "02:99:00:00:00:02", "owner": 64000, "group": 64001,
+                   "ipam": {"type": "host-local", "dataDir": scratch.join("ipam"),
+                            "ranges": [[{"subnet": "10.199.7.0/24"}]]}}),
+        ),
+        (
             "vxlan",
             chained(
                 "vxlan",
