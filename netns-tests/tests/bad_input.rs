@@ -195,6 +195,7 @@ fn pin_paths(conf: &mut Value, plugin: &str, scratch: &Path) {
     }
     match plugin {
         "tuning" => pin(m, "dataDir", dir("tuning")),
+        "host-device" => pin(m, "dataDir", dir("host-device")),
         "firewall" => pin(m, "dataDir", dir("firewall")),
         "vxlan" => {
             pin(m, "stateDir", dir("vxlan"));
@@ -491,6 +492,13 @@ fn base_configs(scratch: &Path, prev: &Value) -> Vec<(&'static str, Value)> {
                             "ranges": [[{"subnet": "10.199.7.0/24"}]]}}),
         ),
         (
+            "host-device",
+            json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": "host-device", "device": "fzhd0",
+                   "dataDir": scratch.join("host-device"),
+                   "ipam": {"type": "host-local", "dataDir": scratch.join("ipam"),
+                            "ranges": [[{"subnet": "10.199.8.0/24"}]]}}),
+        ),
+        (
             "vxlan",
             chained(
                 "vxlan",
@@ -521,6 +529,10 @@ fn mutated_configs_and_environments_never_crash_a_plugin() {
     let pod = Netns::new("fuzz-pod");
     let scratch = TempDir::new("fuzz");
     let prev = attach(&host, &pod, scratch.path());
+    // The device host-device's configs name.
+    host.exec_ok(&[
+        "ip", "link", "add", "fzhd0", "type", "veth", "peer", "name", "fzhd0p",
+    ]);
 
     let mut failures = Vec::new();
     let mut outcomes = Map::new();

@@ -307,9 +307,13 @@ pub fn run_example(file: &str, setup: impl Fn(&Netns)) -> Value {
     let mut list: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     let name = list["name"].as_str().unwrap().to_string();
     let ipam = TempDir::new("ex-ipam");
+    let state = TempDir::new("ex-state");
     for p in list["plugins"].as_array_mut().unwrap() {
         if p.get("ipam").is_some_and(|i| i.get("type").is_some()) {
             p["ipam"]["dataDir"] = json!(ipam.path());
+        }
+        if p["type"] == "host-device" {
+            p["dataDir"] = json!(state.path());
         }
     }
     let host = Netns::new("ex-host");
