@@ -66,6 +66,85 @@ pub fn add_for_interface(
     Ok(result)
 }
 
+/// [`add_for_interface`] running while `work` does (on this thread: it may enter
+/// namespaces) what does not depend on the addresses, typically creating the link: the IPAM
+/// plugin's exec and file locking overlap the kernel work. The IPAM DEL undo is registered
+/// whenever IPAM succeeded, also when `work` failed.
+pub fn add_alongside<T>(
+    args: &CmdArgs,
+    ipam_type: &str,
+    iface: usize,
+    rollback: &mut Rollback,
+    work: impl FnOnce(&mut Rollback) -> Result<T, CniError>,
+) -> Result<(T, CniResult), CniError> {
+    let (worked, ipam) = std::thread::scope(|scope| {
+        // Spawned from this thread, the delegate runs in its netns (the host's).
+        let delegate = scope.spawn(|| add(args, ipam_type));
+        let worked = work(rollback);
+        let ipam = delegate
+            .join()
+            .unwrap_or_else(|_| Err(CniError::internal("IPAM delegation failed")));
+        (worked, ipam)
+    });
+    let mut result = match ipam {
+        Ok(r) => {
+            let undo_args = args.clone();
+            let undo_type = ipam_type.to_string();
+            rollback.push(format!("IPAM DEL ({ipam_type})"), move || {
+                call(&undo_args, &undo_type, "DEL").map_err(|e| e.to_string())
+            });
+            r
+        }
+        Err(e) => {
+            worked?;
+            return Err(e);
+        }
+    };
+    let worked = worked?;
+    if result.ips.is_empty() {
+        return Err(CniError::internal("IPAM plugin returned missing IP config"));
+    }
+    for ip in &mut result.ips {
+        ip.interface = Some(iface);
+    }
+    Ok((worked, result))
+}
+
+/// [`add_alongside`] when an IPAM plugin is configured, `work` alone otherwise.
+pub fn add_alongside_if_set<T>(
+    args: &CmdArgs,
+    ipam_type: &str,
+    iface: usize,
+    rollback: &mut Rollback,
+    work: impl FnOnce(&mut Rollback) -> Result<T, CniError>,
+) -> Result<(T, Option<CniResult>), CniError> {
+    if ipam_type.is_empty() {
+        return Ok((work(rollback)?, None));
+    }
+    add_alongside(args, ipam_type, iface, rollback, work).map(|(t, r)| (t, Some(r)))
+}
+
+/// IPAM `command` (typically DEL) when an IPAM plugin is configured, running while `work`
+/// does; both outcomes are returned.
+pub fn call_alongside<T>(
+    args: &CmdArgs,
+    ipam_type: &str,
+    command: &str,
+    work: impl FnOnce() -> T,
+) -> (Result<(), CniError>, T) {
+    if ipam_type.is_empty() {
+        return (Ok(()), work());
+    }
+    std::thread::scope(|scope| {
+        let delegate = scope.spawn(|| call(args, ipam_type, command));
+        let worked = work();
+        let ipam = delegate
+            .join()
+            .unwrap_or_else(|_| Err(CniError::internal("IPAM delegation failed")));
+        (ipam, worked)
+    })
+}
+
 /// The verb passed on when an IPAM plugin is configured; nothing otherwise.
 pub fn call_if_set(args: &CmdArgs, ipam_type: &str, command: &str) -> Result<(), CniError> {
     if ipam_type.is_empty() {

@@ -57,19 +57,20 @@ fn add_steps(
 ) -> Result<CniResult, CniError> {
     let mut host = Socket::new().map_err(kernel)?;
     let (netns, mut cont) = link::open_netns(&args.netns)?;
-    // Born under its final name: nothing on the host shares the container's names.
-    let base = NewLinkBase {
-        name: &args.ifname,
-        netns: Some(&netns),
-        ..Default::default()
-    };
-    host.create_link(message(base))
-        .map_err(|e| kernel_ctx(e, "failed to create dummy"))?;
-    link::undo_delete(rb, &netns, &args.ifname);
-    let created = cont
-        .link_by_name(&args.ifname)
-        .map_err(|e| kernel_ctx(e, format!("failed to fetch dummy {:?}", args.ifname)))?;
-    let mut result = ipam::add_for_interface(args, ipam_type, 0, rb)?;
+    // Born under its final name (nothing on the host shares the container's names), while
+    // IPAM runs.
+    let (created, mut result) = ipam::add_alongside(args, ipam_type, 0, rb, |rb| {
+        let base = NewLinkBase {
+            name: &args.ifname,
+            netns: Some(&netns),
+            ..Default::default()
+        };
+        host.create_link(message(base))
+            .map_err(|e| kernel_ctx(e, "failed to create dummy"))?;
+        link::undo_delete(rb, &netns, &args.ifname);
+        cont.link_by_name(&args.ifname)
+            .map_err(|e| kernel_ctx(e, format!("failed to fetch dummy {:?}", args.ifname)))
+    })?;
     result.cni_version = libcni::version::CURRENT.to_string();
     result.interfaces = vec![link::container_interface(&created, &args.netns)];
     configure::configure_iface(&netns, &mut cont, &args.ifname, &result)?;
@@ -85,8 +86,11 @@ impl Plugin for Dummy {
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
         let ipam_type = load(args)?;
         let mut failures = Failures::default();
-        failures.note(link::delete_in_netns(&args.netns, &args.ifname));
-        failures.note(ipam::call(args, &ipam_type, "DEL"));
+        let (ipam, link) = ipam::call_alongside(args, &ipam_type, "DEL", || {
+            link::delete_in_netns(&args.netns, &args.ifname)
+        });
+        failures.note(link);
+        failures.note(ipam);
         failures.finish("dummy")
     }
 
@@ -179,7 +183,7 @@ mod tests {
         );
         let guard = netkit::Netns::open(host.path()).unwrap().enter().unwrap();
         let r = add_with(&args, "fake-ipam", &ifb_stand_in).unwrap();
-        // A second ADD into the same netns and ifname fails at creation: no IPAM call.
+        // A second ADD into the same netns and ifname fails at creation.
         let e = add_with(&args, "fake-ipam", &ifb_stand_in).unwrap_err();
         drop(guard);
         assert_eq!(r.dns.nameservers, ["10.7.2.53"]);
@@ -190,7 +194,11 @@ mod tests {
         assert!(pod.addresses("net1").contains(&"10.7.2.5/32".to_string()));
         assert!(pod.link_is_up("net1"));
         assert!(e.msg.starts_with("failed to create dummy"), "{}", e.msg);
-        assert_eq!(ipam_calls(dir.path()), ["ADD ctr1 net1"]);
+        // IPAM ran alongside the link creation: its lease is released again.
+        assert_eq!(
+            ipam_calls(dir.path()),
+            ["ADD ctr1 net1", "ADD ctr1 net1", "DEL ctr1 net1"]
+        );
 
         // IPAM returns no IP: the new link goes and the lease is released.
         let empty = TempDir::new("dm-ut-empty");

@@ -30,40 +30,42 @@ fn add_steps(args: &CmdArgs, conf: &NetConf, rb: &mut Rollback) -> Result<CniRes
         // Bound to a userspace driver: no netdev to move, nothing to address (as the reference).
         return Ok(result);
     }
-    let host_ns = Netns::current().map_err(kernel)?;
-    let mut host = Socket::new().map_err(kernel)?;
-    let dev = find::host_link(&mut host, &Sysfs::system(), &conf.selector)?;
-    let owner = state::Owner {
-        network: conf.network.clone(),
-        container_id: args.container_id.clone(),
-        ifname: args.ifname.clone(),
-    };
-    let backup = state::capture(&mut host, &dev, owner)?;
-    let file = state::path(&conf.data_dir, &args.container_id, &args.ifname);
-    state::save(&file, &backup)?;
-    let undo_file = file.clone();
-    rb.push("remove the saved state", move || {
-        state::remove(&undo_file).map_err(|e| e.msg)
-    });
+    // IPAM (when set) runs while the device is found, saved and moved.
+    let (moved, ipam_result) = ipam::add_alongside_if_set(args, &conf.ipam_type, 0, rb, |rb| {
+        let host_ns = Netns::current().map_err(kernel)?;
+        let mut host = Socket::new().map_err(kernel)?;
+        let dev = find::host_link(&mut host, &Sysfs::system(), &conf.selector)?;
+        let owner = state::Owner {
+            network: conf.network.clone(),
+            container_id: args.container_id.clone(),
+            ifname: args.ifname.clone(),
+        };
+        let backup = state::capture(&mut host, &dev, owner)?;
+        let file = state::path(&conf.data_dir, &args.container_id, &args.ifname);
+        state::save(&file, &backup)?;
+        let undo_file = file.clone();
+        rb.push("remove the saved state", move || {
+            state::remove(&undo_file).map_err(|e| e.msg)
+        });
 
-    {
-        // Registered first: a move that fails half-way is undone by move_in itself, and this
-        // then gives the device its state back.
-        let (netns_path, ifname, backup) =
-            (args.netns.clone(), args.ifname.clone(), backup.clone());
-        rb.push(
-            format!("give {} back to the host", backup.device),
-            move || {
-                give_back(&netns_path, &ifname, &backup)
-                    .map(|_| ())
-                    .map_err(|e| e.msg)
-            },
-        );
-    }
-    let moved = moves::move_in(&mut host, &host_ns, &mut cont, &netns, &dev, &args.ifname)?;
+        {
+            // Registered first: a move that fails half-way is undone by move_in itself, and this
+            // then gives the device its state back.
+            let (netns_path, ifname, backup) =
+                (args.netns.clone(), args.ifname.clone(), backup.clone());
+            rb.push(
+                format!("give {} back to the host", backup.device),
+                move || {
+                    give_back(&netns_path, &ifname, &backup)
+                        .map(|_| ())
+                        .map_err(|e| e.msg)
+                },
+            );
+        }
+        moves::move_in(&mut host, &host_ns, &mut cont, &netns, &dev, &args.ifname)
+    })?;
     result.interfaces = vec![link::container_interface(&moved, &args.netns)];
-    if !conf.ipam_type.is_empty() {
-        let ipam_result = ipam::add_for_interface(args, &conf.ipam_type, 0, rb)?;
+    if let Some(ipam_result) = ipam_result {
         result.ips = ipam_result.ips;
         result.routes = ipam_result.routes;
         configure::configure_iface(&netns, &mut cont, &args.ifname, &result)?;
@@ -141,7 +143,11 @@ impl Plugin for HostDevice {
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = config::load_lenient(args)?;
         let mut failures = Failures::default();
-        if !conf.dpdk {
+        // IPAM releases while the device goes back.
+        let (ipam, ()) = ipam::call_alongside(args, &conf.ipam_type, "DEL", || {
+            if conf.dpdk {
+                return;
+            }
             let file = state::path(&conf.data_dir, &args.container_id, &args.ifname);
             match state::load(&file) {
                 Some(backup) => {
@@ -157,8 +163,8 @@ impl Plugin for HostDevice {
                     failures.note(give_back_by_alias(&args.netns, &args.ifname));
                 }
             }
-        }
-        failures.note(ipam::call_if_set(args, &conf.ipam_type, "DEL"));
+        });
+        failures.note(ipam);
         failures.finish("host-device")
     }
 

@@ -49,31 +49,35 @@ fn add_steps(
     let mut host = Socket::new().map_err(kernel)?;
     let (netns, mut cont) = link::open_netns(&args.netns)?;
     let parent = master(conf, &mut host, &mut cont)?;
-    let created = link::create_renamed(&mut cont, &args.ifname, "ipvlan", |cont, tmp| {
-        let base = NewLinkBase {
-            name: tmp,
-            parent: Some(parent.index),
-            netns: (!conf.link_in_container).then_some(&netns),
-            mtu: conf.mtu,
-            mac: None,
-        };
-        let sock = if conf.link_in_container {
-            cont
-        } else {
-            &mut host
-        };
-        sock.create_link(message(base))
-    })?;
-    link::undo_delete(rb, &netns, &args.ifname);
+    let mut make_link = |rb: &mut Rollback| {
+        let created = link::create_renamed(&mut cont, &args.ifname, "ipvlan", |cont, tmp| {
+            let base = NewLinkBase {
+                name: tmp,
+                parent: Some(parent.index),
+                netns: (!conf.link_in_container).then_some(&netns),
+                mtu: conf.mtu,
+                mac: None,
+            };
+            let sock = if conf.link_in_container {
+                cont
+            } else {
+                &mut host
+            };
+            sock.create_link(message(base))
+        })?;
+        link::undo_delete(rb, &netns, &args.ifname);
+        Ok(created)
+    };
 
-    // Chained without IPAM: the IPs of prevResult go on the link.
+    // Chained without IPAM: the IPs of prevResult go on the link. Otherwise IPAM runs while
+    // the link is made.
     let chained = conf
         .prev
         .as_ref()
         .filter(|p| conf.ipam_type.is_empty() && !p.ips.is_empty());
-    let mut result = match chained {
-        Some(prev) => prev.clone(),
-        None => ipam::add_for_interface(args, &conf.ipam_type, 0, rb)?,
+    let (created, mut result) = match chained {
+        Some(prev) => (make_link(rb)?, prev.clone()),
+        None => ipam::add_alongside(args, &conf.ipam_type, 0, rb, make_link)?,
     };
     for ip in &mut result.ips {
         ip.interface = Some(0);
@@ -98,8 +102,11 @@ impl Plugin for Ipvlan {
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = config::load(args)?;
         let mut failures = Failures::default();
-        failures.note(link::delete_in_netns(&args.netns, &args.ifname));
-        failures.note(ipam::call_if_set(args, &conf.ipam_type, "DEL"));
+        let (ipam, link) = ipam::call_alongside(args, &conf.ipam_type, "DEL", || {
+            link::delete_in_netns(&args.netns, &args.ifname)
+        });
+        failures.note(link);
+        failures.note(ipam);
         failures.finish("ipvlan")
     }
 

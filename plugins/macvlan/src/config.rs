@@ -36,12 +36,6 @@ pub struct NetConf {
     pub dns: Dns,
 }
 
-impl NetConf {
-    pub fn is_layer3(&self) -> bool {
-        !self.ipam_type.is_empty()
-    }
-}
-
 /// The reference's mode names ("" is bridge).
 pub fn mode_from_str(s: &str) -> Result<MacVlanMode, CniError> {
     match s {
@@ -107,7 +101,9 @@ mod tests {
     fn defaults() {
         let c = load_json(json!({"type": "macvlan"}), "").unwrap();
         assert_eq!((c.master.as_str(), c.mode), ("", MacVlanMode::Bridge));
-        assert!(c.mtu.is_none() && c.mac.is_none() && !c.link_in_container && !c.is_layer3());
+        assert!(
+            c.mtu.is_none() && c.mac.is_none() && !c.link_in_container && c.ipam_type.is_empty()
+        );
         assert!(c.bc_queue_len.is_none());
     }
 
@@ -123,7 +119,7 @@ mod tests {
             (c.mode, c.mtu, c.bc_queue_len),
             (MacVlanMode::Passthrough, Some(1400), Some(500))
         );
-        assert!(c.link_in_container && c.is_layer3());
+        assert!(c.link_in_container && c.ipam_type == "host-local");
         assert_eq!(mode_name(c.mode), "passthru");
     }
 

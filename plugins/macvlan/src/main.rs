@@ -28,33 +28,37 @@ fn add_steps(args: &CmdArgs, conf: &NetConf, rb: &mut Rollback) -> Result<CniRes
     let mut host = Socket::new().map_err(kernel)?;
     let (netns, mut cont) = link::open_netns(&args.netns)?;
     let parent = master(conf, &mut host, &mut cont)?;
-    let created = link::create_renamed(&mut cont, &args.ifname, "macvlan", |cont, tmp| {
-        let spec = MacvlanSpec {
-            base: NewLinkBase {
-                name: tmp,
-                parent: Some(parent.index),
-                netns: (!conf.link_in_container).then_some(&netns),
-                mtu: conf.mtu,
-                mac: conf.mac,
-            },
-            mode: conf.mode,
-            bc_queue_len: conf.bc_queue_len,
-        };
-        if conf.link_in_container {
-            cont.create_macvlan(&spec)
-        } else {
-            host.create_macvlan(&spec)
-        }
-    })?;
-    link::undo_delete(rb, &netns, &args.ifname);
+    let make_link = |rb: &mut Rollback| {
+        let created = link::create_renamed(&mut cont, &args.ifname, "macvlan", |cont, tmp| {
+            let spec = MacvlanSpec {
+                base: NewLinkBase {
+                    name: tmp,
+                    parent: Some(parent.index),
+                    netns: (!conf.link_in_container).then_some(&netns),
+                    mtu: conf.mtu,
+                    mac: conf.mac,
+                },
+                mode: conf.mode,
+                bc_queue_len: conf.bc_queue_len,
+            };
+            if conf.link_in_container {
+                cont.create_macvlan(&spec)
+            } else {
+                host.create_macvlan(&spec)
+            }
+        })?;
+        link::undo_delete(rb, &netns, &args.ifname);
+        Ok(created)
+    };
+    let (created, ipam_result) =
+        ipam::add_alongside_if_set(args, &conf.ipam_type, 0, rb, make_link)?;
 
     let mut result = CniResult {
         cni_version: libcni::version::CURRENT.to_string(),
         interfaces: vec![link::container_interface(&created, &args.netns)],
         ..Default::default()
     };
-    if conf.is_layer3() {
-        let ipam_result = ipam::add_for_interface(args, &conf.ipam_type, 0, rb)?;
+    if let Some(ipam_result) = ipam_result {
         result.ips = ipam_result.ips;
         result.routes = ipam_result.routes;
         configure::announce_addresses(&netns, &args.ifname, true);
@@ -81,9 +85,12 @@ impl Plugin for Macvlan {
 
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = config::load(args)?;
+        let (ipam, link) = ipam::call_alongside(args, &conf.ipam_type, "DEL", || {
+            link::delete_in_netns(&args.netns, &args.ifname)
+        });
         let mut failures = Failures::default();
-        failures.note(link::delete_in_netns(&args.netns, &args.ifname));
-        failures.note(ipam::call_if_set(args, &conf.ipam_type, "DEL"));
+        failures.note(link);
+        failures.note(ipam);
         failures.finish("macvlan")
     }
 

@@ -1,5 +1,5 @@
-//! ADD: IPAM, a veth pair (container end born in the netns), the container addressed and
-//! routed via its gateway, the gateway address and a host route on the host end, masquerade.
+//! ADD: IPAM alongside a veth pair (container end born in the netns), the container addressed
+//! and routed via its gateway, the gateway address and a host route on the host end, masquerade.
 //! A failure undoes every step.
 
 use std::net::IpAddr;
@@ -35,11 +35,13 @@ fn add_steps(args: &CmdArgs, conf: &NetConf, rb: &mut Rollback) -> Result<CniRes
     let mut host = Socket::new().map_err(kernel)?;
     let (netns, mut cont) = link::open_netns(&args.netns)?;
 
-    let ipam_result = ipam::add_for_interface(args, &conf.ipam_type, CONTAINER_IF, rb)?;
+    // IPAM runs while the veth pair is made.
+    let ((host_veth, cont_veth), ipam_result) =
+        ipam::add_alongside(args, &conf.ipam_type, CONTAINER_IF, rb, |rb| {
+            setup_veth(&mut host, &mut cont, &netns, args, conf, rb)
+        })?;
     let gateways = gateways(&ipam_result.ips)?;
     enable_forwarding(&ipam_result.ips)?;
-
-    let (host_veth, cont_veth) = setup_veth(&mut host, &mut cont, &netns, args, conf, rb)?;
     let mut result = CniResult {
         cni_version: libcni::version::CURRENT.to_string(),
         interfaces: vec![

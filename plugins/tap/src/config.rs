@@ -41,10 +41,6 @@ pub struct NetConf {
 }
 
 impl NetConf {
-    pub fn is_layer3(&self) -> bool {
-        !self.ipam_type.is_empty()
-    }
-
     /// The reference creates the tap through netlink with IFF_VNET_HDR (and, unless
     /// multi-queue, without IFF_NO_PI) when both owner and group are given, and with
     /// `ip tuntap add` (IFF_NO_PI) otherwise; the device flags follow the same rule.
@@ -97,7 +93,7 @@ mod tests {
     fn fields() {
         let c = load_json(json!({"type": "tap"}), "").unwrap();
         assert!(
-            !c.multi_queue && c.mtu.is_none() && c.mac.is_none() && !c.vnet_hdr() && !c.is_layer3()
+            !c.multi_queue && c.mtu.is_none() && c.mac.is_none() && !c.vnet_hdr() && c.ipam_type.is_empty()
         );
         let c = load_json(
             json!({"multiQueue": true, "mtu": 1400, "mac": "02:00:00:00:00:09",
@@ -106,7 +102,7 @@ mod tests {
             "",
         )
         .unwrap();
-        assert!(c.multi_queue && c.vnet_hdr() && c.is_layer3());
+        assert!(c.multi_queue && c.vnet_hdr() && !c.ipam_type.is_empty());
         assert_eq!(
             (c.mtu, c.owner, c.group, c.bridge.as_str()),
             (Some(1400), Some(1000), Some(0), "br0")

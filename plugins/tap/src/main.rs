@@ -25,53 +25,55 @@ fn add_steps(args: &CmdArgs, conf: &NetConf, rb: &mut Rollback) -> Result<CniRes
             conf.selinux_context
         );
     }
-    let created = link::create_renamed(&mut cont, &args.ifname, "tap", |_, tmp| {
-        let vnet_hdr = conf.vnet_hdr();
-        create_tap(
-            &netns,
-            &TapSpec {
-                name: tmp,
-                multi_queue: conf.multi_queue,
-                vnet_hdr,
-                packet_info: vnet_hdr && !conf.multi_queue,
-                owner: conf.owner,
-                group: conf.group,
-            },
-        )
-    })?;
-    link::undo_delete(rb, &netns, &args.ifname);
-    let index = created.index;
-    if let Some(mtu) = conf.mtu {
-        cont.set_link_mtu(index, mtu).map_err(kernel)?;
-    }
-    if let Some(mac) = conf.mac {
-        cont.set_link_mac(index, &mac).map_err(kernel)?;
-    }
-    if !conf.bridge.is_empty() {
-        let br = cont
-            .link_by_name(&conf.bridge)
-            .map_err(|e| kernel_ctx(e, format!("failed to get bridge {}", conf.bridge)))?;
-        cont.set_link_master(index, br.index).map_err(|e| {
-            kernel_ctx(
-                e,
-                format!(
-                    "failed to set tap {} as a port of bridge {}",
-                    args.ifname, conf.bridge
-                ),
+    // IPAM (when set) runs while the tap is made and set up.
+    let (tap, ipam_result) = ipam::add_alongside_if_set(args, &conf.ipam_type, 0, rb, |rb| {
+        let created = link::create_renamed(&mut cont, &args.ifname, "tap", |_, tmp| {
+            let vnet_hdr = conf.vnet_hdr();
+            create_tap(
+                &netns,
+                &TapSpec {
+                    name: tmp,
+                    multi_queue: conf.multi_queue,
+                    vnet_hdr,
+                    packet_info: vnet_hdr && !conf.multi_queue,
+                    owner: conf.owner,
+                    group: conf.group,
+                },
             )
         })?;
-    }
-    cont.set_link_up(index)
-        .map_err(|e| kernel_ctx(e, "failed to set tap interface up"))?;
-    let tap = cont.link_by_index(index).map_err(kernel)?;
+        link::undo_delete(rb, &netns, &args.ifname);
+        let index = created.index;
+        if let Some(mtu) = conf.mtu {
+            cont.set_link_mtu(index, mtu).map_err(kernel)?;
+        }
+        if let Some(mac) = conf.mac {
+            cont.set_link_mac(index, &mac).map_err(kernel)?;
+        }
+        if !conf.bridge.is_empty() {
+            let br = cont
+                .link_by_name(&conf.bridge)
+                .map_err(|e| kernel_ctx(e, format!("failed to get bridge {}", conf.bridge)))?;
+            cont.set_link_master(index, br.index).map_err(|e| {
+                kernel_ctx(
+                    e,
+                    format!(
+                        "failed to set tap {} as a port of bridge {}",
+                        args.ifname, conf.bridge
+                    ),
+                )
+            })?;
+        }
+        cont.set_link_up(index)
+            .map_err(|e| kernel_ctx(e, "failed to set tap interface up"))?;
+        cont.link_by_index(index).map_err(kernel)
+    })?;
 
     let mut result = CniResult {
         cni_version: libcni::version::CURRENT.to_string(),
         interfaces: vec![link::container_interface(&tap, &args.netns)],
         ..Default::default()
     };
-    if conf.is_layer3() {
-        let ipam_result = ipam::add_for_interface(args, &conf.ipam_type, 0, rb)?;
+    if let Some(ipam_result) = ipam_result {
         result.ips = ipam_result.ips;
         result.routes = ipam_result.routes;
         configure::announce_addresses(&netns, &args.ifname, false);
@@ -106,8 +108,11 @@ impl Plugin for Tap {
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = config::load(args)?;
         let mut failures = Failures::default();
-        failures.note(link::delete_in_netns(&args.netns, &args.ifname));
-        failures.note(ipam::call_if_set(args, &conf.ipam_type, "DEL"));
+        let (ipam, link) = ipam::call_alongside(args, &conf.ipam_type, "DEL", || {
+            link::delete_in_netns(&args.netns, &args.ifname)
+        });
+        failures.note(link);
+        failures.note(ipam);
         failures.finish("tap")
     }
 

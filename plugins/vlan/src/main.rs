@@ -48,24 +48,26 @@ fn add_steps(
     let mut host = Socket::new().map_err(kernel)?;
     let (netns, mut cont) = link::open_netns(&args.netns)?;
     let parent = master(conf, &mut host, &mut cont)?;
-    let created = link::create_renamed(&mut cont, &args.ifname, "vlan", |cont, tmp| {
-        let base = NewLinkBase {
-            name: tmp,
-            parent: Some(parent.index),
-            netns: (!conf.link_in_container).then_some(&netns),
-            mtu: conf.mtu,
-            mac: None,
-        };
-        let sock = if conf.link_in_container {
-            cont
-        } else {
-            &mut host
-        };
-        sock.create_link(message(base))
+    // IPAM runs while the link is made.
+    let (created, mut result) = ipam::add_alongside(args, &conf.ipam_type, 0, rb, |rb| {
+        let created = link::create_renamed(&mut cont, &args.ifname, "vlan", |cont, tmp| {
+            let base = NewLinkBase {
+                name: tmp,
+                parent: Some(parent.index),
+                netns: (!conf.link_in_container).then_some(&netns),
+                mtu: conf.mtu,
+                mac: None,
+            };
+            let sock = if conf.link_in_container {
+                cont
+            } else {
+                &mut host
+            };
+            sock.create_link(message(base))
+        })?;
+        link::undo_delete(rb, &netns, &args.ifname);
+        Ok(created)
     })?;
-    link::undo_delete(rb, &netns, &args.ifname);
-
-    let mut result = ipam::add_for_interface(args, &conf.ipam_type, 0, rb)?;
     result.cni_version = libcni::version::CURRENT.to_string();
     result.interfaces = vec![link::container_interface(&created, &args.netns)];
     configure::announce_addresses(&netns, &args.ifname, true);
@@ -84,8 +86,11 @@ impl Plugin for Vlan {
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = config::load(args)?;
         let mut failures = Failures::default();
-        failures.note(link::delete_in_netns(&args.netns, &args.ifname));
-        failures.note(ipam::call_if_set(args, &conf.ipam_type, "DEL"));
+        let (ipam, link) = ipam::call_alongside(args, &conf.ipam_type, "DEL", || {
+            link::delete_in_netns(&args.netns, &args.ifname)
+        });
+        failures.note(link);
+        failures.note(ipam);
         failures.finish("vlan")
     }
 
@@ -218,7 +223,11 @@ mod tests {
             "{}",
             e.msg
         );
-        assert_eq!(ipam_calls(dir.path()), ["ADD ctr1 net1"]);
+        // IPAM ran alongside the link creation: its lease is released again.
+        assert_eq!(
+            ipam_calls(dir.path()),
+            ["ADD ctr1 net1", "ADD ctr1 net1", "DEL ctr1 net1"]
+        );
         assert_eq!(
             pod.exec_ok(&["ip", "-o", "link"]).lines().count(),
             2,
