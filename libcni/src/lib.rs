@@ -16,6 +16,7 @@ pub mod validate;
 pub mod version;
 
 pub mod api;
+pub mod attach_lock;
 pub mod cache;
 pub mod conf;
 pub mod invoke;

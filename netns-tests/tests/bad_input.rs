@@ -14,6 +14,7 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use netns_tests::rng::{env_u64, Rng};
 use netns_tests::{our_bin_dir, our_binary, require_root, Netns, TempDir};
 use serde_json::{json, Map, Value};
 
@@ -23,39 +24,6 @@ const DEFAULT_CASES: u64 = 60;
 /// Error codes the spec defines (CNI 1.1.0, "Error"): 1–7, 11, 50, 51.
 const SPEC_CODES: &[u64] = &[1, 2, 3, 4, 5, 6, 7, 11, 50, 51];
 const DEFAULT_SEED: u64 = 0x5eed_cafe_f00d_0001;
-
-/// xorshift64*: tiny, deterministic, good enough to pick mutations.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
-}
-
-fn env_u64(key: &str) -> Option<u64> {
-    let v = std::env::var(key).ok()?;
-    let v = v.trim();
-    match v.strip_prefix("0x") {
-        Some(hex) => u64::from_str_radix(hex, 16).ok(),
-        None => v.parse().ok(),
-    }
-}
 
 /// A value of some unexpected shape. Strings never start with `/`, so a mutated path stays
 /// inside the run's working directory (a temp dir).
@@ -193,6 +161,13 @@ fn pin_paths(conf: &mut Value, plugin: &str, scratch: &Path) {
             pin(ipam, "dataDir", dir("ipam"));
         }
     }
+    for (key, value) in m.iter_mut() {
+        if let (true, Value::Object(ipam)) = (libcni::gojson::fold_eq(key, "ipam"), value) {
+            if plugin == "dhcp" {
+                pin(ipam, "daemonSocketPath", dir("dhcp.sock"));
+            }
+        }
+    }
     match plugin {
         "tuning" => pin(m, "dataDir", dir("tuning")),
         "host-device" => pin(m, "dataDir", dir("host-device")),
@@ -214,7 +189,7 @@ fn to_stdin(conf: &Value, plugin: &str, scratch: &Path, rng: &mut Rng) -> Vec<u8
         0 if !bytes.is_empty() => bytes.truncate(rng.below(bytes.len())),
         1 if !bytes.is_empty() => {
             let i = rng.below(bytes.len());
-            bytes[i] = rng.next() as u8;
+            bytes[i] = rng.next_u64() as u8;
         }
         2 => bytes = vec![0xff, 0xfe, 0x00, b'{'],
         _ => return bytes,
@@ -454,8 +429,8 @@ fn base_configs(scratch: &Path, prev: &Value) -> Vec<(&'static str, Value)> {
             "ptp",
             json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": "ptp", "ipMasq": true, "mtu": 1400,
                    "ipam": {"type": "host-local", "dataDir": scratch.join("ipam"),
-                            "ranges": [[{"subnet": "10.199.2.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]},
-                   "dns": {"nameservers": ["10.199.2.53"]}}),
+                            "ranges": [[{"subnet": "10.199.12.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]},
+                   "dns": {"nameservers": ["10.199.12.53"]}}),
         ),
         (
             "macvlan",
@@ -499,6 +474,26 @@ fn base_configs(scratch: &Path, prev: &Value) -> Vec<(&'static str, Value)> {
                             "ranges": [[{"subnet": "10.199.8.0/24"}]]}}),
         ),
         (
+            "static",
+            json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": "bridge",
+                   "ipam": {"type": "static",
+                            "addresses": [{"address": "10.199.2.5/24", "gateway": "10.199.2.1"},
+                                          {"address": "fd99:2::5/64"}],
+                            "routes": [{"dst": "0.0.0.0/0"}],
+                            "dns": {"nameservers": ["10.199.2.53"]}}}),
+        ),
+        (
+            "dhcp",
+            json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": "bridge",
+                   "ipam": {"type": "dhcp", "daemonSocketPath": scratch.join("dhcp.sock"),
+                            "request": [{"skipDefault": false, "option": "subnet-mask"}]}}),
+        ),
+        ("sbr", chained("sbr", json!({"table": 150}))),
+        (
+            "vrf",
+            chained("vrf", json!({"vrfname": "fzvrf0", "table": 1001})),
+        ),
+        (
             "vxlan",
             chained(
                 "vxlan",
@@ -522,7 +517,7 @@ fn mutated_configs_and_environments_never_crash_a_plugin() {
     let cases = env_u64("FERROCNI_FUZZ_CASES").unwrap_or(DEFAULT_CASES);
     eprintln!("bad input: seed {seed:#x}, {cases} cases per plugin (FERROCNI_FUZZ_SEED to replay)");
     // Spread nearby seeds apart; xorshift needs a non-zero state.
-    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut rng = Rng::new(seed);
 
     let state_before = default_state();
     let host = Netns::new("fuzz-host");

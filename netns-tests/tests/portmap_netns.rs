@@ -109,7 +109,7 @@ fn portmap_iptables_forwards_hairpins_checks_and_cleans_up() {
     let leases = TempDir::new("pm-leases");
     let cache = TempDir::new("pm-cache");
     let conf = ConfDir::new();
-    let portmap = json!({ "type": "portmap", "capabilities": { "portMappings": true } });
+    let portmap = json!({ "type": "portmap", "backend": "iptables", "capabilities": { "portMappings": true } });
     conf.write_json(
         "10-pm.conflist",
         &conflist("pmnet", "cni-pm0", "10.231.20.0/24", &leases, portmap),
@@ -303,7 +303,7 @@ fn portmap_cleans_up_after_the_reference_plugin() {
             "interfaces": [{ "name": "eth0", "sandbox": pod.path_str() }],
             "ips": [{ "address": "10.231.22.5/24", "interface": 0 }] }
     });
-    let run = |binary: std::path::PathBuf, command: &str| {
+    let run_with = |binary: std::path::PathBuf, command: &str, config: &Value| {
         let mut cmd = host.command(&[binary.to_str().unwrap()]);
         cmd.env("CNI_COMMAND", command)
             .env("CNI_CONTAINERID", "refcid")
@@ -317,7 +317,10 @@ fn portmap_cleans_up_after_the_reference_plugin() {
             String::from_utf8_lossy(&out.stdout)
         );
     };
+    let run = |binary: std::path::PathBuf, command: &str| run_with(binary, command, &config);
     let ours = our_binary("portmap");
+    // With the reference's iptables rules present, our default backend sticks to iptables
+    // for this network (CHECK finds them), and DEL removes them over netlink.
     run(reference.join("portmap"), "ADD");
     let theirs = host.exec_ok(&["iptables-save", "-t", "nat"]);
     run(ours.clone(), "CHECK");
@@ -326,7 +329,9 @@ fn portmap_cleans_up_after_the_reference_plugin() {
         .exec_ok(&["iptables-save", "-t", "nat"])
         .contains("CNI-DN-"));
     // And the rule sets are identical.
-    run(ours, "ADD");
+    let mut iptables_config = config.clone();
+    iptables_config["backend"] = json!("iptables");
+    run_with(ours, "ADD", &iptables_config);
     let mine = host.exec_ok(&["iptables-save", "-t", "nat"]);
     let strip = |s: &str| {
         s.lines()
@@ -350,7 +355,7 @@ fn portmap_gc_removes_stale_attachments_only() {
     let pod = Netns::new("pmgc-pod");
     let run = |network: &str, cid: &str, command: &str, extra: Value| {
         let mut config = json!({
-            "cniVersion": "1.1.0", "name": network, "type": "portmap",
+            "cniVersion": "1.1.0", "name": network, "type": "portmap", "backend": "iptables",
             "runtimeConfig": serde_json::from_str::<Value>(MAPPINGS).unwrap(),
             "prevResult": { "cniVersion": "1.1.0",
                 "interfaces": [{ "name": "eth0", "sandbox": pod.path_str() }],

@@ -68,7 +68,7 @@ fn usage(msg: &str) -> ! {
     }
     eprintln!(
         "usage: ferrocni-bench [--ours DIR] [--reference DIR] [--pods N] [--concurrent N] [--scale-pods N]\n\
-         \x20                     [--only sizes,exec,loopback,bridge,rss,concurrent,bandwidth,ptp,macvlan,ipvlan,hostlocal,scale,vxlan]"
+         \x20                     [--only sizes,exec,loopback,bridge,rss,concurrent,bandwidth,ptp,macvlan,ipvlan,hostlocal,scale,vxlan,netfilter]"
     );
     std::process::exit(2)
 }
@@ -361,6 +361,22 @@ impl Net {
             ("NETCONFPATH", self.confdir.path().display().to_string()),
             ("CNI_PATH", suite_dir.display().to_string()),
             ("CNI_CACHE_DIR", self.cache.path().display().to_string()),
+        ];
+        run(
+            &o.ours.join("cnitool"),
+            &[verb, &self.name, netns],
+            &env,
+            b"",
+        )
+    }
+
+    /// Like [`Net::cnitool`] with `CAP_ARGS` (runtime config such as port mappings).
+    fn cnitool_caps(&self, o: &Opts, suite_dir: &Path, verb: &str, netns: &str, caps: &str) -> Run {
+        let env = vec![
+            ("NETCONFPATH", self.confdir.path().display().to_string()),
+            ("CNI_PATH", suite_dir.display().to_string()),
+            ("CNI_CACHE_DIR", self.cache.path().display().to_string()),
+            ("CAP_ARGS", caps.to_string()),
         ];
         run(
             &o.ours.join("cnitool"),
@@ -709,6 +725,111 @@ fn scale(o: &Opts) {
     report_time(&format!("DEL, {n} pods"), res["ours"].2, res["reference"].2);
 }
 
+/// kube-proxy-like nat rules for the bench host: `KUBE-SERVICES` jumped from PREROUTING and
+/// OUTPUT, holding one jump per service, and one DNAT chain per service (two rules per
+/// service in all), loaded with one iptables-restore.
+fn load_foreign_nat_rules(rules: usize) -> bool {
+    if rules == 0 {
+        return true;
+    }
+    let services = rules / 2;
+    let mut text = String::from("*nat\n:KUBE-SERVICES - [0:0]\n");
+    for i in 0..services {
+        text.push_str(&format!(":KUBE-SVC-{i:06} - [0:0]\n"));
+    }
+    text.push_str("-A PREROUTING -j KUBE-SERVICES\n-A OUTPUT -j KUBE-SERVICES\n");
+    for i in 0..services {
+        let (a, b) = (i / 250, i % 250 + 1);
+        text.push_str(&format!(
+            "-A KUBE-SERVICES -d 10.96.{a}.{b}/32 -p tcp --dport 80 -j KUBE-SVC-{i:06}\n\
+             -A KUBE-SVC-{i:06} -p tcp -j DNAT --to-destination 10.244.{a}.{b}:8080\n"
+        ));
+    }
+    text.push_str("COMMIT\n");
+    let mut child = match Command::new("iptables-restore")
+        .arg("--noflush")
+        .stdin(Stdio::piped())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            println!("  cannot run iptables-restore: {e}");
+            return false;
+        }
+    };
+    if let Some(mut si) = child.stdin.take() {
+        let _ = si.write_all(text.as_bytes());
+    }
+    child.wait().map(|s| s.success()).unwrap_or(false)
+}
+
+/// bridge (ipMasq) + host-local + portmap (one hostPort) ADD/DEL with 0, 2,000 and 20,000
+/// foreign nat rules on the node; ours (default backend: nftables over netlink) and the
+/// reference (iptables) in the same host netns.
+fn netfilter_scale(o: &Opts) {
+    println!("\n## bridge ipMasq + host-local + portmap with foreign (kube-proxy-like) nat rules");
+    let mut table = Vec::new();
+    for (rules, pods) in [(0usize, 10usize), (2000, 10), (20000, 5)] {
+        let lab = Lab::new(&format!("nf{rules}"), pods);
+        if !load_foreign_nat_rules(rules) {
+            println!("  could not load {rules} nat rules");
+            continue;
+        }
+        let mut res = BTreeMap::new();
+        for (k, s) in suites(o).iter().enumerate() {
+            let chain = format!(
+                r#"[{{"type":"bridge","bridge":"fcn{k}","isGateway":true,"ipMasq":true,
+                    "ipam":{{"type":"host-local","dataDir":"@DATADIR@","ranges":[[{{"subnet":"10.{}.0.0/16"}}]]}}}},
+                   {{"type":"portmap","capabilities":{{"portMappings":true}}}}]"#,
+                90 + k
+            );
+            let net = Net::new(&format!("nf{rules}-{}", s.label), &chain);
+            let caps = format!(
+                r#"{{"portMappings":[{{"hostPort":{},"containerPort":80,"protocol":"tcp"}}]}}"#,
+                18080 + k
+            );
+            let (mut a, mut d) = (Vec::new(), Vec::new());
+            let mut failures = 0;
+            for p in &lab.pods {
+                let r = net.cnitool_caps(o, s.dir, "add", p.path_str(), &caps);
+                failures += usize::from(!r.ok);
+                a.push(r.elapsed);
+            }
+            for p in &lab.pods {
+                let r = net.cnitool_caps(o, s.dir, "del", p.path_str(), &caps);
+                failures += usize::from(!r.ok);
+                d.push(r.elapsed);
+            }
+            if failures > 0 || net.leases() != 0 {
+                println!("  {} at {rules} rules: {failures} failed calls", s.label);
+            }
+            res.insert(s.label, (median(a), median(d)));
+        }
+        if res.len() == 2 {
+            report_time(
+                &format!("ADD, {rules} foreign nat rules"),
+                res["ours"].0,
+                res["reference"].0,
+            );
+            report_time(
+                &format!("DEL, {rules} foreign nat rules"),
+                res["ours"].1,
+                res["reference"].1,
+            );
+            table.push((rules, res["ours"]));
+        }
+    }
+    if let (Some(zero), Some(big)) = (table.first(), table.last()) {
+        let growth = |a: Duration, b: Duration| b.as_secs_f64() / a.as_secs_f64().max(1e-9);
+        println!(
+            "  ours at {} rules vs 0: ADD {:.2}x, DEL {:.2}x (goal <= 1.5x)",
+            big.0,
+            growth(zero.1 .0, big.1 .0),
+            growth(zero.1 .1, big.1 .1)
+        );
+    }
+}
+
 /// The vxlan plugin's reconcile benchmark (there is no reference vxlan plugin), and the ADD
 /// latency the vxlan plugin adds to a bridge + host-local chain with 10 peers.
 fn vxlan(o: &Opts) {
@@ -876,5 +997,8 @@ fn main() {
     }
     if want("vxlan") {
         vxlan(&o);
+    }
+    if want("netfilter") {
+        netfilter_scale(&o);
     }
 }

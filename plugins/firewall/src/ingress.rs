@@ -114,26 +114,6 @@ pub fn rules_for(bridge: &str, isolated: bool) -> Vec<(&'static str, Option<u32>
 }
 
 fn setup_family(ipt: &Iptables, bridge: &str, isolated: bool) -> Result<(), CniError> {
-    // Fast path: one listing shows everything already in place (the usual case after the
-    // first container of a bridge).
-    if let Ok(listing) = netkit::netfilter::restore::list_table(ipt.family(), FILTER) {
-        let present: std::collections::HashSet<&str> = listing.lines().collect();
-        let quoted = |r: &[String]| {
-            r.iter()
-                .map(|a| netkit::netfilter::restore::quote(a))
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
-        let complete = [STAGE1, STAGE2]
-            .iter()
-            .all(|c| present.contains(format!("-N {c}").as_str()))
-            && rules_for(bridge, isolated).iter().all(|(chain, _, rule)| {
-                present.contains(format!("-A {chain} {}", quoted(rule)).as_str())
-            });
-        if complete {
-            return Ok(());
-        }
-    }
     for chain in [STAGE1, STAGE2] {
         ipt.ensure_chain(FILTER, chain).map_err(nf)?;
     }

@@ -11,8 +11,16 @@
 use std::net::IpAddr;
 
 use libcni::CniError;
+use netkit::netfilter::host;
 use netkit::netfilter::iptables::{Family, Iptables};
 use netkit::netfilter::restore;
+
+use crate::netlink_backend;
+
+/// Whether this family's rules go over netlink (iptables-nft host) rather than the tool.
+fn over_netlink(v6: bool) -> bool {
+    host::iptables_uses_nf_tables(family_of(v6), FILTER)
+}
 
 const FILTER: &str = "filter";
 const FORWARD: &str = "FORWARD";
@@ -115,17 +123,41 @@ fn setup_chains(ipt: &Iptables, admin_chain: &str) -> Result<(), CniError> {
     Ok(())
 }
 
-/// How `iptables -S` prints a rule of `chain` (fast-path presence test only).
-fn listed(chain: &str, rule: &[String]) -> String {
-    let args: Vec<String> = rule.iter().map(|a| restore::quote(a)).collect();
-    format!("-A {chain} {}", args.join(" "))
+/// ADD: per family with addresses, ensure the chains and jumps and append the address rules:
+/// over netlink on iptables-nft hosts (one transaction per family), with the tool elsewhere.
+/// On failure the rules added by this call are removed again.
+pub fn add(ips: &[IpAddr], admin_chain: &str) -> Result<(), CniError> {
+    let mut done = Vec::new();
+    for v6 in [false, true] {
+        let addrs = of_family(ips, v6);
+        if addrs.is_empty() || !over_netlink(v6) {
+            continue;
+        }
+        if let Err(e) = netlink_backend::add(&addrs, v6, admin_chain) {
+            for v6 in done {
+                let _ = netlink_backend::del(&of_family(ips, v6), v6);
+            }
+            return Err(e);
+        }
+        done.push(v6);
+    }
+    let rest: Vec<IpAddr> = ips
+        .iter()
+        .copied()
+        .filter(|ip| !done.contains(&ip.is_ipv6()))
+        .collect();
+    if rest.is_empty() {
+        return Ok(());
+    }
+    add_with_tool(&rest, admin_chain).inspect_err(|_| {
+        for v6 in &done {
+            let _ = netlink_backend::del(&of_family(ips, *v6), *v6);
+        }
+    })
 }
 
-/// ADD: per family with addresses, ensure the chains and append the address rules. Usually
-/// two execs per family: one listing of the filter table and one `iptables-restore
-/// --noflush` appending the missing address rules atomically. On failure the rules added by
-/// this call are removed again.
-pub fn add(ips: &[IpAddr], admin_chain: &str) -> Result<(), CniError> {
+/// ADD with the iptables tool (legacy hosts), exact-rule operations only.
+fn add_with_tool(ips: &[IpAddr], admin_chain: &str) -> Result<(), CniError> {
     require_tools()?;
     let mut added: Vec<(Iptables, Vec<Vec<String>>)> = Vec::new();
     let result = (|| {
@@ -135,22 +167,13 @@ pub fn add(ips: &[IpAddr], admin_chain: &str) -> Result<(), CniError> {
                 continue;
             }
             let ipt = Iptables::new(family_of(v6));
-            let listing = restore::list_table(ipt.family(), FILTER).map_err(nf)?;
-            let present: std::collections::HashSet<&str> = listing.lines().collect();
-            let shared = [
-                format!("-N {PRIV_CHAIN}"),
-                format!("-N {admin_chain}"),
-                listed(FORWARD, &forward_jump()),
-                listed(PRIV_CHAIN, &admin_jump(admin_chain)),
-            ];
-            if !shared.iter().all(|l| present.contains(l.as_str())) {
-                setup_chains(&ipt, admin_chain)?;
+            setup_chains(&ipt, admin_chain)?;
+            let mut missing = Vec::new();
+            for rule in addrs.into_iter().flat_map(address_rules) {
+                if !ipt.exists(FILTER, PRIV_CHAIN, &refs(&rule)).map_err(nf)? {
+                    missing.push(rule);
+                }
             }
-            let missing: Vec<Vec<String>> = addrs
-                .into_iter()
-                .flat_map(address_rules)
-                .filter(|r| !present.contains(listed(PRIV_CHAIN, r).as_str()))
-                .collect();
             let mut script = restore::Script::new(FILTER);
             for rule in &missing {
                 script.append(PRIV_CHAIN, &refs(rule));
@@ -179,6 +202,12 @@ pub fn del(ips: &[IpAddr]) {
         if addrs.is_empty() {
             continue;
         }
+        if over_netlink(v6) {
+            if let Err(e) = netlink_backend::del(&addrs, v6) {
+                eprintln!("firewall: {e}");
+            }
+            continue;
+        }
         let ipt = Iptables::new(family_of(v6));
         for rule in addrs.into_iter().flat_map(address_rules) {
             match ipt.delete_rule(FILTER, PRIV_CHAIN, &refs(&rule)) {
@@ -192,12 +221,16 @@ pub fn del(ips: &[IpAddr]) {
 
 /// CHECK: chains, jumps and address rules exist for every family the container has.
 pub fn check(ips: &[IpAddr], admin_chain: &str) -> Result<(), CniError> {
-    require_tools()?;
     for v6 in [false, true] {
         let addrs = of_family(ips, v6);
         if addrs.is_empty() {
             continue;
         }
+        if over_netlink(v6) {
+            netlink_backend::check(&addrs, v6, admin_chain)?;
+            continue;
+        }
+        require_tools()?;
         let ipt = Iptables::new(family_of(v6));
         for chain in [PRIV_CHAIN, admin_chain] {
             if !ipt.chain_exists(FILTER, chain).map_err(nf)? {
@@ -233,18 +266,6 @@ pub fn check(ips: &[IpAddr], admin_chain: &str) -> Result<(), CniError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn listed_forms() {
-        assert_eq!(
-            listed(PRIV_CHAIN, &address_rules("10.0.0.5".parse().unwrap())[0]),
-            "-A CNI-FORWARD -d 10.0.0.5/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"
-        );
-        assert_eq!(
-            listed(FORWARD, &forward_jump()),
-            "-A FORWARD -m comment --comment \"CNI firewall plugin rules\" -j CNI-FORWARD"
-        );
-    }
 
     #[test]
     fn reference_rules() {

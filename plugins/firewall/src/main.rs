@@ -6,6 +6,7 @@ mod config;
 mod firewalld;
 mod ingress;
 mod iptables_backend;
+mod netlink_backend;
 mod record;
 
 use std::net::IpAddr;

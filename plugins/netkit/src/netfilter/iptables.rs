@@ -112,9 +112,18 @@ impl Iptables {
         ))
     }
 
-    /// Whether `chain` exists in `table`.
+    /// Whether `chain` exists in `table` (a listing of that chain alone).
     pub fn chain_exists(&self, table: &str, chain: &str) -> Result<bool> {
-        Ok(self.list_chains(table)?.iter().any(|c| c == chain))
+        let ctx = format!("failed to look up {} chain {table}/{chain}", self.tool());
+        let args = ["-t", table, "-S", chain];
+        let out = self.exec(&args, &ctx)?;
+        if out.success {
+            return Ok(true);
+        }
+        if exec::is_not_found_text(&out.stderr) || out.stderr.contains("incompatible") {
+            return Ok(false);
+        }
+        Err(exec::failed(self.tool(), &args, &out, &ctx))
     }
 
     /// Names of the user and builtin chains of `table`.

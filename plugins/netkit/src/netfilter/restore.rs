@@ -140,21 +140,6 @@ impl Script {
     }
 }
 
-/// `iptables -t <table> -S` for the whole table: one exec to learn every chain (`-N` lines)
-/// and rule (`-A` lines) in the normalized form iptables prints.
-pub fn list_table(family: Family, table: &str) -> Result<String> {
-    let t = match family {
-        Family::V4 => "iptables",
-        Family::V6 => "ip6tables",
-    };
-    exec::run_ok(
-        t,
-        &["-w", LOCK_WAIT_SECS, "-t", table, "-S"],
-        None,
-        &format!("failed to list {t} table {table}"),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,262 @@
+//! The nftables backends over netlink end to end: no netfilter tool is executed on ADD or DEL
+//! (strace), and with 20,000 foreign (kube-proxy-like) nat rules on the node masquerade and
+//! hostPort DNAT still work and DEL leaves no per-pod rule behind.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use netns_tests::{our_bin_dir, our_binary, require_root, Cnitool, ConfDir, Netns, TempDir};
+use serde_json::{json, Value};
+
+fn plugins() -> Vec<std::path::PathBuf> {
+    for p in ["bridge", "host-local", "portmap", "firewall", "cnitool"] {
+        our_binary(p);
+    }
+    vec![our_bin_dir()]
+}
+
+fn conflist(name: &str, bridge: &str, subnet: &str, leases: &TempDir) -> Value {
+    json!({
+        "cniVersion": "1.0.0",
+        "name": name,
+        "plugins": [
+            { "type": "bridge", "bridge": bridge, "isDefaultGateway": true, "ipMasq": true,
+              "macspoofchk": true,
+              "ipam": { "type": "host-local", "dataDir": leases.path(), "ranges": [[{ "subnet": subnet }]] } },
+            { "type": "portmap", "capabilities": { "portMappings": true } },
+            // Its records stay out of the real /run/cni.
+            { "type": "firewall", "dataDir": leases.join("firewall") }
+        ]
+    })
+}
+
+const TOOLS: &[&str] = &[
+    "nft",
+    "iptables",
+    "ip6tables",
+    "iptables-restore",
+    "ip6tables-restore",
+    "iptables-save",
+    "xtables-nft-multi",
+    "xtables-legacy-multi",
+    "conntrack",
+];
+
+#[test]
+fn add_and_del_exec_only_plugins() {
+    require_root!();
+    if !std::path::Path::new("/usr/bin/strace").is_file() {
+        eprintln!("skipping: strace not installed");
+        return;
+    }
+    let host = Netns::new("nlx-host");
+    let pod = Netns::new("nlx-pod");
+    let leases = TempDir::new("nlx-leases");
+    let cache = TempDir::new("nlx-cache");
+    let trace = TempDir::new("nlx-trace");
+    let conf = ConfDir::new();
+    conf.write_json(
+        "10-nlx.conflist",
+        &conflist("nlxnet", "cni-nlx0", "10.232.10.0/24", &leases),
+    );
+    let tool = Cnitool::new(&conf, plugins(), cache.path()).env(
+        "CAP_ARGS",
+        r#"{"portMappings":[{"hostPort":18095,"containerPort":80,"protocol":"tcp"}]}"#,
+    );
+    for verb in ["add", "del"] {
+        let out_file = trace.join(format!("{verb}.trace"));
+        let out = host
+            .command(&[
+                "strace",
+                "-f",
+                "-qq",
+                "-e",
+                "trace=execve",
+                "-o",
+                out_file.to_str().unwrap(),
+            ])
+            .arg(our_binary("cnitool"))
+            .args([verb, "nlxnet", pod.path_str()])
+            .env("NETCONFPATH", &tool.netconf)
+            .env("CNI_PATH", our_bin_dir())
+            .env("CNI_CACHE_DIR", &tool.cache_dir)
+            .env("CAP_ARGS", &tool.env[0].1)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{verb}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = std::fs::read_to_string(&out_file).unwrap();
+        let execs: Vec<String> = text
+            .lines()
+            .filter(|l| l.contains("execve(\"") && !l.contains("= -1"))
+            .filter_map(|l| l.split('"').nth(1))
+            .map(|p| p.rsplit('/').next().unwrap_or(p).to_string())
+            .collect();
+        for e in &execs {
+            assert!(
+                ["cnitool", "bridge", "host-local", "portmap", "firewall"].contains(&e.as_str()),
+                "{verb} executed {e}: {execs:?}"
+            );
+            assert!(!TOOLS.contains(&e.as_str()));
+        }
+        assert!(execs.iter().any(|e| e == "portmap") && execs.iter().any(|e| e == "firewall"));
+    }
+    let rs = host.exec_ok(&["nft", "list", "ruleset"]);
+    assert!(!rs.contains("10.232.10.2"), "{rs}");
+}
+
+/// Loads kube-proxy-like nat rules (KUBE-SERVICES jumps plus one DNAT chain per service).
+fn load_foreign_rules(ns: &Netns, rules: usize) {
+    let services = rules / 2;
+    let mut text = String::from("*nat\n:KUBE-SERVICES - [0:0]\n");
+    for i in 0..services {
+        text.push_str(&format!(":KUBE-SVC-{i:06} - [0:0]\n"));
+    }
+    text.push_str("-A PREROUTING -j KUBE-SERVICES\n-A OUTPUT -j KUBE-SERVICES\n");
+    for i in 0..services {
+        let (a, b) = (i / 250, i % 250 + 1);
+        text.push_str(&format!(
+            "-A KUBE-SERVICES -d 10.96.{a}.{b}/32 -p tcp --dport 80 -j KUBE-SVC-{i:06}\n\
+             -A KUBE-SVC-{i:06} -p tcp -j DNAT --to-destination 10.244.{a}.{b}:8080\n"
+        ));
+    }
+    text.push_str("COMMIT\n");
+    let mut child = ns
+        .command(&["iptables-restore", "--noflush"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    assert!(
+        child.wait().unwrap().success(),
+        "iptables-restore of {rules} rules"
+    );
+}
+
+fn busybox() -> bool {
+    ["/bin/busybox", "/usr/bin/busybox"]
+        .iter()
+        .any(|p| std::path::Path::new(p).is_file())
+}
+
+#[test]
+fn masquerade_and_hostport_work_next_to_20000_foreign_rules() {
+    require_root!();
+    if !busybox() {
+        eprintln!("skipping: busybox not installed");
+        return;
+    }
+    let host = Netns::new("nls-host");
+    let outside = Netns::new("nls-out");
+    let pod = Netns::new("nls-pod");
+    for ns in [&host, &outside, &pod] {
+        ns.exec_ok(&["ip", "link", "set", "lo", "up"]);
+    }
+    host.exec_ok(&[
+        "ip",
+        "link",
+        "add",
+        "uplink",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "wan",
+        "netns",
+        outside.name(),
+    ]);
+    host.exec_ok(&["ip", "addr", "add", "192.168.232.1/30", "dev", "uplink"]);
+    host.exec_ok(&["ip", "link", "set", "uplink", "up"]);
+    outside.exec_ok(&["ip", "addr", "add", "192.168.232.2/30", "dev", "wan"]);
+    outside.exec_ok(&["ip", "link", "set", "wan", "up"]);
+    load_foreign_rules(&host, 20_000);
+
+    let leases = TempDir::new("nls-leases");
+    let cache = TempDir::new("nls-cache");
+    let conf = ConfDir::new();
+    conf.write_json(
+        "10-nls.conflist",
+        &conflist("nlsnet", "cni-nls0", "10.232.11.0/24", &leases),
+    );
+    let tool = Cnitool::new(&conf, plugins(), cache.path())
+        .in_netns(&host)
+        .env(
+            "CAP_ARGS",
+            r#"{"portMappings":[{"hostPort":18096,"containerPort":80,"protocol":"tcp"}]}"#,
+        );
+    let result: Value =
+        serde_json::from_str(&tool.run_ok(&["add", "nlsnet", pod.path_str()])).unwrap();
+    let ip = result["ips"][0]["address"]
+        .as_str()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+
+    // Masquerade: the outside has no route to the pod subnet.
+    pod.exec_ok(&["ping", "-c", "1", "-W", "2", "192.168.232.2"]);
+    // hostPort: from 127.0.0.1 on the host and from another netns.
+    let root = TempDir::new("nls-www");
+    std::fs::write(root.join("index.html"), "nls-ok").unwrap();
+    let mut httpd = pod
+        .command(&[
+            "busybox",
+            "httpd",
+            "-f",
+            "-p",
+            "80",
+            "-h",
+            root.path().to_str().unwrap(),
+        ])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let fetch = |ns: &Netns, url: &str| {
+        let out = ns.exec(&["timeout", "10", "busybox", "wget", "-q", "-O", "-", url]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let local = fetch(&host, "http://127.0.0.1:18096/");
+    let remote = fetch(&outside, "http://192.168.232.1:18096/");
+    let _ = httpd.kill();
+    let _ = httpd.wait();
+    assert_eq!(local, "nls-ok", "hostPort from 127.0.0.1");
+    assert_eq!(remote, "nls-ok", "hostPort from another netns");
+    tool.run_ok(&["check", "nlsnet", pod.path_str()]);
+
+    tool.run_ok(&["del", "nlsnet", pod.path_str()]);
+    let cid = Cnitool::container_id(pod.path_str());
+    let ours = |family: &str, table: &str| {
+        let out = host.exec(&["nft", "list", "table", family, table]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    for (family, table) in [
+        ("inet", "cni_plugins_masquerade"),
+        ("ip", "cni_hostport"),
+        ("ip6", "cni_hostport"),
+        ("bridge", "nat"),
+        ("ip", "filter"),
+    ] {
+        let text = ours(family, table);
+        assert!(
+            !text.contains(&ip) && !text.contains(&cid),
+            "per-pod leftovers in {family} {table}:\n{text}"
+        );
+    }
+    let nat = host.exec_ok(&["iptables-save", "-t", "nat"]);
+    assert!(!nat.contains("CNI-"), "iptables leftovers");
+    assert_eq!(
+        nat.matches("-j DNAT").count(),
+        10_000,
+        "foreign rules untouched"
+    );
+    let _ = Command::new("true").status();
+}

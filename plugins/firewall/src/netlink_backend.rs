@@ -1,0 +1,194 @@
+//! The iptables backend's rules written over netlink, for hosts whose iptables is
+//! iptables-nft: the rules go into `ip filter` / `ip6 filter` (where iptables-nft keeps the
+//! host's FORWARD policy, so they take effect) exactly as iptables-nft would write them,
+//! so `iptables -S` shows them and iptables (or the reference plugin) can check and delete
+//! them, and we theirs. Only FORWARD, CNI-FORWARD and the admin chain are ever read.
+
+use std::net::IpAddr;
+
+use libcni::CniError;
+use netkit::netfilter::nf_tables::{xt, Batch, Family, Hook, Rule, Socket, Verdict};
+
+use crate::iptables_backend::PRIV_CHAIN;
+
+const FILTER: &str = xt::FILTER;
+const FORWARD: &str = "FORWARD";
+const ATTEMPTS: usize = 5;
+/// The errno of "rule vanished" (a concurrent DEL got there first).
+const ENOENT: i32 = 2;
+
+fn nf(e: netkit::netfilter::Error) -> CniError {
+    CniError::internal(e.to_string())
+}
+
+fn family(v6: bool) -> Family {
+    if v6 {
+        Family::Ip6
+    } else {
+        Family::Ip
+    }
+}
+
+fn forward_jump(fam: Family) -> Rule {
+    xt::rule(
+        fam,
+        FILTER,
+        FORWARD,
+        vec![xt::comment_match("CNI firewall plugin rules")],
+        Verdict::Jump(PRIV_CHAIN.into()),
+    )
+}
+
+fn admin_jump(fam: Family, admin_chain: &str) -> Rule {
+    xt::rule(
+        fam,
+        FILTER,
+        PRIV_CHAIN,
+        vec![xt::comment_match("CNI firewall plugin admin overrides")],
+        Verdict::Jump(admin_chain.into()),
+    )
+}
+
+/// `-d IP -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT` and `-s IP -j ACCEPT`.
+pub fn address_rules(ip: IpAddr) -> Vec<Rule> {
+    let fam = family(ip.is_ipv6());
+    let mut established = xt::host(false, ip);
+    established.push(xt::ctstate_match(
+        xt::CT_STATE_RELATED | xt::CT_STATE_ESTABLISHED,
+    ));
+    vec![
+        xt::rule(fam, FILTER, PRIV_CHAIN, established, Verdict::Accept),
+        xt::rule(fam, FILTER, PRIV_CHAIN, xt::host(true, ip), Verdict::Accept),
+    ]
+}
+
+fn contains(rules: &[Rule], want: &Rule) -> bool {
+    rules.iter().any(|r| xt::same_rule(r, want))
+}
+
+/// Deletes all but the first copy of `want` in `rules` (two ADDs racing to insert a shared
+/// jump both see it missing; the second copy is removed here).
+fn dedup(b: &mut Batch, rules: &[Rule], want: &Rule) {
+    let mut copies = rules.iter().filter(|r| xt::same_rule(r, want));
+    copies.next();
+    for extra in copies {
+        if let Some(h) = extra.handle {
+            b.delete_rule(want.family, FILTER, &want.chain, h);
+        }
+    }
+}
+
+/// ADD for one family: the chains and jumps (when missing) and the address rules.
+pub fn add(ips: &[IpAddr], v6: bool, admin_chain: &str) -> Result<(), CniError> {
+    let fam = family(v6);
+    let mut sock = Socket::new().map_err(nf)?;
+    let mut b = Batch::new();
+    xt::ensure_builtin(
+        &mut b,
+        fam,
+        FILTER,
+        FORWARD,
+        "filter",
+        Hook::Forward,
+        xt::PRIO_FILTER,
+    );
+    xt::ensure_chain(&mut b, fam, FILTER, PRIV_CHAIN);
+    xt::ensure_chain(&mut b, fam, FILTER, admin_chain);
+    let forward = sock.rules(fam, FILTER, FORWARD).map_err(nf)?;
+    let private = sock.rules(fam, FILTER, PRIV_CHAIN).map_err(nf)?;
+    let (fj, aj) = (forward_jump(fam), admin_jump(fam, admin_chain));
+    if !contains(&forward, &fj) {
+        b.insert_rule(&fj);
+    }
+    if !contains(&private, &aj) {
+        b.insert_rule(&aj);
+    }
+    for rule in ips.iter().flat_map(|ip| address_rules(*ip)) {
+        if !contains(&private, &rule) {
+            b.add_rule(&rule);
+        }
+    }
+    sock.commit(&b).map_err(|e| {
+        CniError::internal(format!("failed to add the container's firewall rules: {e}"))
+    })?;
+    // A concurrent ADD may have inserted the same jump meanwhile: keep one.
+    let mut fix = Batch::new();
+    dedup(
+        &mut fix,
+        &sock.rules(fam, FILTER, FORWARD).map_err(nf)?,
+        &fj,
+    );
+    dedup(
+        &mut fix,
+        &sock.rules(fam, FILTER, PRIV_CHAIN).map_err(nf)?,
+        &aj,
+    );
+    if let Err(e) = sock.commit(&fix) {
+        if !matches!(e.errno(), Some(ENOENT)) {
+            return Err(nf(e));
+        }
+    }
+    Ok(())
+}
+
+/// DEL for one family: the address rules (every copy); missing ones are fine.
+pub fn del(ips: &[IpAddr], v6: bool) -> Result<(), CniError> {
+    let fam = family(v6);
+    let Ok(mut sock) = Socket::new() else {
+        return Ok(());
+    };
+    let wanted: Vec<Rule> = ips.iter().flat_map(|ip| address_rules(*ip)).collect();
+    for _ in 0..ATTEMPTS {
+        let mut b = Batch::new();
+        for r in sock.rules(fam, FILTER, PRIV_CHAIN).map_err(nf)? {
+            if wanted.iter().any(|w| xt::same_rule(&r, w)) {
+                if let Some(h) = r.handle {
+                    b.delete_rule(fam, FILTER, PRIV_CHAIN, h);
+                }
+            }
+        }
+        match sock.commit(&b) {
+            Ok(_) => return Ok(()),
+            Err(e) if matches!(e.errno(), Some(ENOENT)) => continue,
+            Err(e) => return Err(nf(e)),
+        }
+    }
+    Err(CniError::internal(
+        "failed to delete the container's firewall rules: kept racing with concurrent changes",
+    ))
+}
+
+/// CHECK for one family.
+pub fn check(ips: &[IpAddr], v6: bool, admin_chain: &str) -> Result<(), CniError> {
+    let fam = family(v6);
+    let mut sock = Socket::new().map_err(nf)?;
+    for chain in [PRIV_CHAIN, admin_chain] {
+        if sock.chain(fam, FILTER, chain).map_err(nf)?.is_none() {
+            return Err(CniError::internal(format!(
+                "iptables chain {} {FILTER}/{chain} does not exist",
+                fam.name()
+            )));
+        }
+    }
+    let forward = sock.rules(fam, FILTER, FORWARD).map_err(nf)?;
+    let private = sock.rules(fam, FILTER, PRIV_CHAIN).map_err(nf)?;
+    let mut wanted = vec![
+        (forward_jump(fam), &forward),
+        (admin_jump(fam, admin_chain), &private),
+    ];
+    wanted.extend(
+        ips.iter()
+            .flat_map(|ip| address_rules(*ip))
+            .map(|r| (r, &private)),
+    );
+    for (rule, chain_rules) in wanted {
+        if !contains(chain_rules, &rule) {
+            return Err(CniError::internal(format!(
+                "a firewall rule is missing from {} {FILTER}/{}",
+                fam.name(),
+                rule.chain
+            )));
+        }
+    }
+    Ok(())
+}
