@@ -56,12 +56,10 @@ fn same_result_and_kernel_objects_as_reference() {
             let host = Netns::new("ptp-host");
             let pod = Netns::new("ptp-pod");
             let ipam = TempDir::new("ptp-ipam");
-            let c = ptp_conf(
-                version,
-                &ipam,
-                dual,
-                json!({"dns": {"nameservers": ["10.91.0.53"]}}),
-            );
+            // The reference v1.1.1 always uses iptables (and ignores ipMasqBackend).
+            let extra =
+                json!({"dns": {"nameservers": ["10.91.0.53"]}, "ipMasqBackend": "iptables"});
+            let c = ptp_conf(version, &ipam, dual, extra);
             let a = Attachment::new(imp, &host, "ptppod", &pod);
             let r = a.add(&c);
             let host_veth = r["interfaces"][0]["name"].as_str().unwrap().to_string();
@@ -74,7 +72,11 @@ fn same_result_and_kernel_objects_as_reference() {
                 Attachment::new(&ours, &host, "ptppod", &pod).check(&c, &r);
             }
             a.del(&c, Some(&r));
-            assert!(nat_rules(&host).is_empty(), "{:?}", nat_rules(&host));
+            assert!(
+                masquerade_rules(&host).is_empty(),
+                "{:?}",
+                masquerade_rules(&host)
+            );
             assert!(leases(&ipam).is_empty());
             assert!(links_of_kind(&host, "veth").is_empty());
             seen.push((normalize(r), state));
@@ -124,11 +126,15 @@ fn del_is_idempotent_and_needs_neither_netns_nor_prev_result() {
     let pod = Netns::new("ptp-del-p");
     let a = Attachment::new(&ours, &host, "delpod", &pod);
     a.add(&c);
-    assert!(!nat_rules(&host).is_empty());
+    assert!(!masquerade_rules(&host).is_empty());
     // The runtime removed the netns first: DEL still releases the lease and the rules.
     drop(pod);
     a.del(&c, None);
-    assert!(nat_rules(&host).is_empty(), "{:?}", nat_rules(&host));
+    assert!(
+        masquerade_rules(&host).is_empty(),
+        "{:?}",
+        masquerade_rules(&host)
+    );
     assert!(leases(&ipam).is_empty());
     assert!(links_of_kind(&host, "veth").is_empty());
     a.del(&c, None);
@@ -147,13 +153,13 @@ fn failed_add_leaves_nothing() {
     let ours = ours("ptp");
     let first = Attachment::new(&ours, &host, "rb1", &pod);
     let r = first.add(&c);
-    let rules = nat_rules(&host);
+    let rules = masquerade_rules(&host);
     // Another container into the same netns and ifname: IPAM succeeds, the veth cannot be made.
     let e = Attachment::new(&ours, &host, "rb2", &pod).fails("ADD", &c);
     assert!(e["msg"].as_str().unwrap().contains("already exists"), "{e}");
     assert_eq!(leases(&ipam).len(), 1, "the second lease was not released");
     assert_eq!(links_of_kind(&host, "veth").len(), 1);
-    assert_eq!(nat_rules(&host), rules);
+    assert_eq!(masquerade_rules(&host), rules);
     // A netns that does not exist fails before any IPAM call.
     let mut gone = Attachment::new(&ours, &host, "rb3", &pod);
     gone.netns = "/run/netns/ferrocni-no-such-netns".into();
@@ -202,11 +208,15 @@ fn check_notices_damage_gc_and_status() {
 
     // The pod vanished without DEL: GC with no valid attachment removes its rules and lease.
     drop(pod);
-    assert!(!nat_rules(&host).is_empty());
+    assert!(!masquerade_rules(&host).is_empty());
     let mut gc = c.clone();
     gc["cni.dev/valid-attachments"] = json!([{"containerID": "other", "ifname": "eth0"}]);
     a.ok("GC", &gc, None);
-    assert!(nat_rules(&host).is_empty(), "{:?}", nat_rules(&host));
+    assert!(
+        masquerade_rules(&host).is_empty(),
+        "{:?}",
+        masquerade_rules(&host)
+    );
     assert!(leases(&ipam).is_empty());
 }
 

@@ -258,6 +258,21 @@ pub fn nat_rules(ns: &Netns) -> Vec<String> {
     out
 }
 
+/// Masquerade rules of either backend: [`nat_rules`] plus the per-address rules of the
+/// nftables table `inet cni_plugins_masquerade`.
+pub fn masquerade_rules(ns: &Netns) -> Vec<String> {
+    let mut out = nat_rules(ns);
+    let nft = ns.exec(&["nft", "list", "table", "inet", "cni_plugins_masquerade"]);
+    out.extend(
+        text(&nft.stdout)
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.contains(" saddr "))
+            .map(|l| format!("nft {l}")),
+    );
+    out
+}
+
 /// Names of the links of `kind` in `ns`.
 pub fn links_of_kind(ns: &Netns, kind: &str) -> Vec<String> {
     let v = ns.exec_json(&["ip", "-j", "link", "show", "type", kind]);

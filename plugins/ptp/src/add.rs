@@ -70,7 +70,7 @@ fn add_steps(args: &CmdArgs, conf: &NetConf, rb: &mut Rollback) -> Result<CniRes
     if conf.ip_masq {
         let backend = conf
             .ip_masq_backend
-            .unwrap_or_else(Backend::default_for_host);
+            .unwrap_or_else(|| Backend::default_for(&conf.network));
         let addrs: Vec<IpNetwork> = result.ips.iter().map(|i| i.address).collect();
         let (network, ifname, cid) = (
             conf.network.clone(),

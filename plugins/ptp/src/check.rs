@@ -7,7 +7,7 @@ use attach::{check, ipam, link};
 use ipnetwork::IpNetwork;
 use libcni::error::CniError;
 use libcni::skel::CmdArgs;
-use netkit::netfilter::ipmasq::{self, Backend};
+use netkit::netfilter::ipmasq;
 use netkit::{Family, Socket};
 
 use crate::config::NetConf;
@@ -79,17 +79,18 @@ pub fn check(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
         }
     }
     if conf.ip_masq && !prev.ips.is_empty() {
-        let backend = conf
-            .ip_masq_backend
-            .unwrap_or_else(Backend::default_for_host);
         let addrs: Vec<IpNetwork> = prev.ips.iter().map(|i| i.address).collect();
-        ipmasq::verify(
-            backend,
-            &addrs,
-            &conf.network,
-            &args.ifname,
-            &args.container_id,
-        )
+        // Without a configured backend ADD picked one by what the network had then.
+        match conf.ip_masq_backend {
+            Some(backend) => ipmasq::verify(
+                backend,
+                &addrs,
+                &conf.network,
+                &args.ifname,
+                &args.container_id,
+            ),
+            None => ipmasq::verify_default(&addrs, &conf.network, &args.ifname, &args.container_id),
+        }
         .map_err(|e| fail(e.to_string()))?;
     }
     Ok(())

@@ -38,10 +38,10 @@ impl Plugin for Ptp {
         if conf.ip_masq {
             let backend = conf
                 .ip_masq_backend
-                .unwrap_or_else(Backend::default_for_host);
-            if !backend.is_installed() {
+                .unwrap_or_else(|| Backend::default_for(&conf.network));
+            if !backend.is_available() {
                 return Err(CniError::not_available(format!(
-                    "ptp: ipMasq needs {}, which is not installed",
+                    "ptp: ipMasq needs {}, which is not available",
                     backend.tool()
                 )));
             }

@@ -93,7 +93,11 @@ mod tests {
     fn fields() {
         let c = load_json(json!({"type": "tap"}), "").unwrap();
         assert!(
-            !c.multi_queue && c.mtu.is_none() && c.mac.is_none() && !c.vnet_hdr() && c.ipam_type.is_empty()
+            !c.multi_queue
+                && c.mtu.is_none()
+                && c.mac.is_none()
+                && !c.vnet_hdr()
+                && c.ipam_type.is_empty()
         );
         let c = load_json(
             json!({"multiQueue": true, "mtu": 1400, "mac": "02:00:00:00:00:09",
