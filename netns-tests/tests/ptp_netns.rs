@@ -194,6 +194,9 @@ fn check_notices_damage_gc_and_status() {
             .contains("no host route to 10.91.0.2"),
         "{e}"
     );
+    let host_veth = r["interfaces"][0]["name"].as_str().unwrap();
+    host.exec_ok(&["ip", "route", "add", "10.91.0.2/32", "dev", host_veth, "scope", "host"]);
+    a.check(&c, &r);
     pod.exec_ok(&["ip", "route", "del", "192.168.91.0/24"]);
     let e = a.fails("CHECK", &with_prev(&c, Some(&r)));
     assert!(

@@ -116,3 +116,23 @@ pub fn routes(cont: &mut Socket, expected: &[Route]) -> Result<(), CniError> {
     }
     Ok(())
 }
+
+/// The CHECK every main plugin does: IPAM CHECK (when an IPAM plugin is set), prevResult
+/// (`missing` is the error without one), the container interface of prevResult in
+/// `CNI_NETNS` with its recorded MAC, `link_checks` (the plugin's own: kind, mode, master...),
+/// then every IP with a route to its prefix and every route.
+pub fn attachment(
+    args: &CmdArgs,
+    ipam_type: &str,
+    missing: &str,
+    link_checks: impl FnOnce(&mut Socket, &Link, &CniResult) -> Result<(), CniError>,
+) -> Result<(), CniError> {
+    let (_netns, mut cont) = crate::link::open_netns(&args.netns)?;
+    crate::ipam::call_if_set(args, ipam_type, "CHECK")?;
+    let prev = prev_result(args, missing)?;
+    let intf = container_interface(&prev, args)?;
+    let link = container_link(&mut cont, &intf)?;
+    link_checks(&mut cont, &link, &prev)?;
+    interface_ips(&mut cont, &link, &prev.ips)?;
+    routes(&mut cont, &prev.routes)
+}

@@ -60,6 +60,27 @@ pub fn cni_args_mac(args: &CmdArgs) -> Result<Option<String>, CniError> {
         .map(str::to_string))
 }
 
+/// The container MAC of macvlan and tap: precedence, lowest first, the config's `mac`,
+/// CNI_ARGS `MAC`, `runtimeConfig.mac`.
+pub fn mac_by_precedence(
+    args: &CmdArgs,
+    configured: String,
+    runtime: Option<RuntimeMac>,
+) -> Result<Option<[u8; 6]>, CniError> {
+    let mut text = configured;
+    if let Some(m) = cni_args_mac(args)? {
+        text = m;
+    }
+    if let Some(m) = runtime.map(|r| r.mac).filter(|m| !m.is_empty()) {
+        text = m;
+    }
+    if text.is_empty() {
+        Ok(None)
+    } else {
+        parse_mac(&text).map(Some)
+    }
+}
+
 /// A MAC address from the config or the runtime, as a config error when malformed.
 pub fn parse_mac(text: &str) -> Result<[u8; 6], CniError> {
     netkit::link::parse_mac(text)

@@ -126,3 +126,46 @@ pub fn check_mtu(mtu: Option<u32>, master: &Link) -> Result<(), CniError> {
         _ => Ok(()),
     }
 }
+
+/// The master of a child link (macvlan, ipvlan, vlan), looked up where it lives (the
+/// container with `linkInContainer`), with the child's MTU checked against it.
+pub fn master_checked(
+    host: &mut Socket,
+    cont: &mut Socket,
+    in_container: bool,
+    name: &str,
+    mtu: Option<u32>,
+) -> Result<Link, CniError> {
+    let sock = if in_container { cont } else { host };
+    let m = master(sock, name)?;
+    check_mtu(mtu, &m)?;
+    Ok(m)
+}
+
+/// STATUS of a child-link plugin: not available (code 50) when its master (or, unnamed, a
+/// default route) is missing on the host. A master inside the container is ADD's to check.
+pub fn master_status(plugin: &str, in_container: bool, name: &str) -> Result<(), CniError> {
+    if in_container {
+        return Ok(());
+    }
+    let mut host = Socket::new().map_err(kernel)?;
+    master(&mut host, name)
+        .map(|_| ())
+        .map_err(|e| CniError::not_available(format!("{plugin}: {}", e.msg)))
+}
+
+/// DEL of a plugin whose only objects are the container link and an IPAM lease: both go (at
+/// once), whatever is already gone; the first failure is reported.
+pub fn del_with_ipam(
+    args: &libcni::skel::CmdArgs,
+    ipam_type: &str,
+    plugin: &str,
+) -> Result<(), CniError> {
+    let (ipam, link) = crate::ipam::call_alongside(args, ipam_type, "DEL", || {
+        delete_in_netns(&args.netns, &args.ifname)
+    });
+    let mut failures = crate::errors::Failures::default();
+    failures.note(link);
+    failures.note(ipam);
+    failures.finish(plugin)
+}

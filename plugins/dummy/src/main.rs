@@ -2,7 +2,7 @@
 //! addressed by IPAM (required): an interface that holds addresses without carrying traffic.
 
 use attach::conf::{self, IpamRef};
-use attach::errors::{kernel, kernel_ctx, Failures};
+use attach::errors::{kernel, kernel_ctx};
 use attach::rollback::{self, Rollback};
 use attach::{check, configure, ipam, link};
 use libcni::error::CniError;
@@ -84,34 +84,28 @@ impl Plugin for Dummy {
     }
 
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
-        let ipam_type = load(args)?;
-        let mut failures = Failures::default();
-        let (ipam, link) = ipam::call_alongside(args, &ipam_type, "DEL", || {
-            link::delete_in_netns(&args.netns, &args.ifname)
-        });
-        failures.note(link);
-        failures.note(ipam);
-        failures.finish("dummy")
+        link::del_with_ipam(args, &load(args)?, "dummy")
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
         let ipam_type = load(args)?;
-        let (_netns, mut cont) = link::open_netns(&args.netns)?;
-        ipam::call(args, &ipam_type, "CHECK")?;
-        let prev = check::prev_result(args, "dummy: Required prevResult missing")?;
-        let intf = check::container_interface(&prev, args)?;
-        let l = check::container_link(&mut cont, &intf)?;
-        if !l.is_kind("dummy") {
-            return Err(CniError::internal(format!(
-                "Error: Container interface {} not of type dummy",
-                l.name
-            )));
-        }
-        if !l.is_up() {
-            return Err(CniError::internal(format!("Interface {} is down", l.name)));
-        }
-        check::interface_ips(&mut cont, &l, &prev.ips)?;
-        check::routes(&mut cont, &prev.routes)
+        check::attachment(
+            args,
+            &ipam_type,
+            "dummy: Required prevResult missing",
+            |_, l, _| {
+                if !l.is_kind("dummy") {
+                    return Err(CniError::internal(format!(
+                        "Error: Container interface {} not of type dummy",
+                        l.name
+                    )));
+                }
+                if !l.is_up() {
+                    return Err(CniError::internal(format!("Interface {} is down", l.name)));
+                }
+                Ok(())
+            },
+        )
     }
 
     fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {

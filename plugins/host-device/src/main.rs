@@ -170,16 +170,18 @@ impl Plugin for HostDevice {
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = config::load(args, &Sysfs::system())?;
-        let (_netns, mut cont) = link::open_netns(&args.netns)?;
-        ipam::call_if_set(args, &conf.ipam_type, "CHECK")?;
-        let prev = check::prev_result(args, "Required prevResult missing")?;
         if conf.dpdk {
-            return Ok(());
+            // No netdev: only IPAM and prevResult to check.
+            link::open_netns(&args.netns)?;
+            ipam::call_if_set(args, &conf.ipam_type, "CHECK")?;
+            return check::prev_result(args, "Required prevResult missing").map(|_| ());
         }
-        let intf = check::container_interface(&prev, args)?;
-        let l = check::container_link(&mut cont, &intf)?;
-        check::interface_ips(&mut cont, &l, &prev.ips)?;
-        check::routes(&mut cont, &prev.routes)
+        check::attachment(
+            args,
+            &conf.ipam_type,
+            "Required prevResult missing",
+            |_, _, _| Ok(()),
+        )
     }
 
     /// IPAM GC, then the devices of attachments that are gone without a DEL: found on the host

@@ -64,18 +64,7 @@ pub fn load(args: &CmdArgs) -> Result<NetConf, CniError> {
     if !raw.master.is_empty() {
         conf::ifname("master", &raw.master)?;
     }
-    let mut mac_text = raw.mac;
-    if let Some(m) = conf::cni_args_mac(args)? {
-        mac_text = m;
-    }
-    if let Some(m) = raw.runtime_config.map(|r| r.mac).filter(|m| !m.is_empty()) {
-        mac_text = m;
-    }
-    let mac = if mac_text.is_empty() {
-        None
-    } else {
-        Some(conf::parse_mac(&mac_text)?)
-    };
+    let mac = conf::mac_by_precedence(args, raw.mac, raw.runtime_config)?;
     Ok(NetConf {
         master: raw.master,
         mode: mode_from_str(&raw.mode)?,

@@ -3,7 +3,7 @@
 
 mod config;
 
-use attach::errors::{kernel, Failures};
+use attach::errors::kernel;
 use attach::rollback::{self, Rollback};
 use attach::{check, configure, ipam, link};
 use libcni::error::CniError;
@@ -18,10 +18,7 @@ struct Macvlan;
 
 /// The master, looked up where it lives, with the MTU checked against it.
 fn master(conf: &NetConf, host: &mut Socket, cont: &mut Socket) -> Result<Link, CniError> {
-    let sock = if conf.link_in_container { cont } else { host };
-    let m = link::master(sock, &conf.master)?;
-    link::check_mtu(conf.mtu, &m)?;
-    Ok(m)
+    link::master_checked(host, cont, conf.link_in_container, &conf.master, conf.mtu)
 }
 
 fn add_steps(args: &CmdArgs, conf: &NetConf, rb: &mut Rollback) -> Result<CniResult, CniError> {
@@ -84,40 +81,34 @@ impl Plugin for Macvlan {
     }
 
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
-        let conf = config::load(args)?;
-        let (ipam, link) = ipam::call_alongside(args, &conf.ipam_type, "DEL", || {
-            link::delete_in_netns(&args.netns, &args.ifname)
-        });
-        let mut failures = Failures::default();
-        failures.note(link);
-        failures.note(ipam);
-        failures.finish("macvlan")
+        link::del_with_ipam(args, &config::load(args)?.ipam_type, "macvlan")
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = config::load(args)?;
-        let mut host = Socket::new().map_err(kernel)?;
-        let (_netns, mut cont) = link::open_netns(&args.netns)?;
-        ipam::call_if_set(args, &conf.ipam_type, "CHECK")?;
-        let prev = check::prev_result(args, "Required prevResult missing")?;
-        let intf = check::container_interface(&prev, args)?;
-        master(&conf, &mut host, &mut cont)?;
-        let l = check::container_link(&mut cont, &intf)?;
-        let Some(mode) = macvlan_mode(&l) else {
-            return Err(CniError::internal(format!(
-                "Error: Container interface {} not of type macvlan",
-                l.name
-            )));
-        };
-        if mode != conf.mode {
-            return Err(CniError::internal(format!(
-                "Container macvlan mode {} does not match expected value: {}",
-                config::mode_name(mode),
-                config::mode_name(conf.mode)
-            )));
-        }
-        check::interface_ips(&mut cont, &l, &prev.ips)?;
-        check::routes(&mut cont, &prev.routes)
+        check::attachment(
+            args,
+            &conf.ipam_type,
+            "Required prevResult missing",
+            |cont, l, _| {
+                let mut host = Socket::new().map_err(kernel)?;
+                master(&conf, &mut host, cont)?;
+                let Some(mode) = macvlan_mode(l) else {
+                    return Err(CniError::internal(format!(
+                        "Error: Container interface {} not of type macvlan",
+                        l.name
+                    )));
+                };
+                if mode != conf.mode {
+                    return Err(CniError::internal(format!(
+                        "Container macvlan mode {} does not match expected value: {}",
+                        config::mode_name(mode),
+                        config::mode_name(conf.mode)
+                    )));
+                }
+                Ok(())
+            },
+        )
     }
 
     fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
@@ -128,14 +119,7 @@ impl Plugin for Macvlan {
     fn status(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = config::load(args)?;
         ipam::call_if_set(args, &conf.ipam_type, "STATUS")?;
-        // An ADD would fail without its master (one in the container is checked by ADD).
-        if !conf.link_in_container {
-            let mut host = Socket::new().map_err(kernel)?;
-            if let Err(e) = link::master(&mut host, &conf.master) {
-                return Err(CniError::not_available(format!("macvlan: {}", e.msg)));
-            }
-        }
-        Ok(())
+        link::master_status("macvlan", conf.link_in_container, &conf.master)
     }
 }
 

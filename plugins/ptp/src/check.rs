@@ -2,13 +2,14 @@
 //! reference), plus what the reference leaves out: the host end is its peer, holds the
 //! gateway addresses and the host routes, and the masquerade rules exist.
 
+use attach::check;
 use attach::errors::kernel;
-use attach::{check, ipam, link};
 use ipnetwork::IpNetwork;
 use libcni::error::CniError;
+use libcni::result::CniResult;
 use libcni::skel::CmdArgs;
 use netkit::netfilter::ipmasq;
-use netkit::{Family, Socket};
+use netkit::{Family, Link, Socket};
 
 use crate::config::NetConf;
 
@@ -17,21 +18,30 @@ fn fail(msg: impl Into<String>) -> CniError {
 }
 
 pub fn check(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
-    let (_netns, mut cont) = link::open_netns(&args.netns)?;
-    ipam::call_if_set(args, &conf.ipam_type, "CHECK")?;
-    let prev = check::prev_result(args, "ptp: Required prevResult missing")?;
-    let intf = check::container_interface(&prev, args)?;
-    let cont_link = check::container_link(&mut cont, &intf)?;
-    if !cont_link.is_kind("veth") {
-        return Err(fail(format!(
-            "Error: Container interface {} not of type veth/p2p",
-            cont_link.name
-        )));
-    }
-    check::interface_ips(&mut cont, &cont_link, &prev.ips)?;
-    check::routes(&mut cont, &prev.routes)?;
+    check::attachment(
+        args,
+        &conf.ipam_type,
+        "ptp: Required prevResult missing",
+        |_, cont_link, prev| {
+            if !cont_link.is_kind("veth") {
+                return Err(fail(format!(
+                    "Error: Container interface {} not of type veth/p2p",
+                    cont_link.name
+                )));
+            }
+            check_host_end(args, conf, cont_link, prev)
+        },
+    )
+}
 
-    // The host end: a host interface of prevResult that is the container end's peer.
+/// The host end: a host interface of prevResult that is the container end's peer, with the
+/// gateway addresses and host routes; and the masquerade rules.
+fn check_host_end(
+    args: &CmdArgs,
+    conf: &NetConf,
+    cont_link: &Link,
+    prev: &CniResult,
+) -> Result<(), CniError> {
     let peer = cont_link.link.ok_or_else(|| {
         fail(format!(
             "container interface {} has no veth peer",

@@ -55,18 +55,7 @@ pub fn load(args: &CmdArgs) -> Result<NetConf, CniError> {
     if !raw.bridge.is_empty() {
         conf::ifname("bridge", &raw.bridge)?;
     }
-    let mut mac_text = raw.mac;
-    if let Some(m) = conf::cni_args_mac(args)? {
-        mac_text = m;
-    }
-    if let Some(m) = raw.runtime_config.map(|r| r.mac).filter(|m| !m.is_empty()) {
-        mac_text = m;
-    }
-    let mac = if mac_text.is_empty() {
-        None
-    } else {
-        Some(conf::parse_mac(&mac_text)?)
-    };
+    let mac = conf::mac_by_precedence(args, raw.mac, raw.runtime_config)?;
     Ok(NetConf {
         multi_queue: raw.multi_queue,
         mtu: conf::mtu(raw.mtu)?,

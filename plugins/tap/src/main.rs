@@ -4,7 +4,7 @@
 
 mod config;
 
-use attach::errors::{kernel, kernel_ctx, Failures};
+use attach::errors::{kernel, kernel_ctx};
 use attach::rollback::{self, Rollback};
 use attach::{check, configure, ipam, link};
 use libcni::error::CniError;
@@ -106,26 +106,17 @@ impl Plugin for Tap {
     }
 
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
-        let conf = config::load(args)?;
-        let mut failures = Failures::default();
-        let (ipam, link) = ipam::call_alongside(args, &conf.ipam_type, "DEL", || {
-            link::delete_in_netns(&args.netns, &args.ifname)
-        });
-        failures.note(link);
-        failures.note(ipam);
-        failures.finish("tap")
+        link::del_with_ipam(args, &config::load(args)?.ipam_type, "tap")
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = config::load(args)?;
-        let (_netns, mut cont) = link::open_netns(&args.netns)?;
-        ipam::call_if_set(args, &conf.ipam_type, "CHECK")?;
-        let prev = check::prev_result(args, "Required prevResult missing")?;
-        let intf = check::container_interface(&prev, args)?;
-        let l = check::container_link(&mut cont, &intf)?;
-        check_tap(&l)?;
-        check::interface_ips(&mut cont, &l, &prev.ips)?;
-        check::routes(&mut cont, &prev.routes)
+        check::attachment(
+            args,
+            &conf.ipam_type,
+            "Required prevResult missing",
+            |_, l, _| check_tap(l),
+        )
     }
 
     fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {

@@ -3,7 +3,7 @@
 
 mod config;
 
-use attach::errors::{kernel, Failures};
+use attach::errors::kernel;
 use attach::rollback::{self, Rollback};
 use attach::{check, configure, ipam, link};
 use libcni::error::CniError;
@@ -19,10 +19,7 @@ struct Vlan;
 
 /// The master, looked up where it lives, with the MTU checked against it.
 fn master(conf: &NetConf, host: &mut Socket, cont: &mut Socket) -> Result<Link, CniError> {
-    let sock = if conf.link_in_container { cont } else { host };
-    let m = link::master(sock, &conf.master)?;
-    link::check_mtu(conf.mtu, &m)?;
-    Ok(m)
+    link::master_checked(host, cont, conf.link_in_container, &conf.master, conf.mtu)
 }
 
 /// ADD with the link request built by `message` (the vlan request; tests on a kernel without
@@ -84,28 +81,21 @@ impl Plugin for Vlan {
     }
 
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
-        let conf = config::load(args)?;
-        let mut failures = Failures::default();
-        let (ipam, link) = ipam::call_alongside(args, &conf.ipam_type, "DEL", || {
-            link::delete_in_netns(&args.netns, &args.ifname)
-        });
-        failures.note(link);
-        failures.note(ipam);
-        failures.finish("vlan")
+        link::del_with_ipam(args, &config::load(args)?.ipam_type, "vlan")
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = config::load(args)?;
-        let mut host = Socket::new().map_err(kernel)?;
-        let (_netns, mut cont) = link::open_netns(&args.netns)?;
-        ipam::call_if_set(args, &conf.ipam_type, "CHECK")?;
-        let prev = check::prev_result(args, "vlan: Required prevResult missing")?;
-        let intf = check::container_interface(&prev, args)?;
-        master(&conf, &mut host, &mut cont)?;
-        let l = check::container_link(&mut cont, &intf)?;
-        check_kind(&l, &conf)?;
-        check::interface_ips(&mut cont, &l, &prev.ips)?;
-        check::routes(&mut cont, &prev.routes)
+        check::attachment(
+            args,
+            &conf.ipam_type,
+            "vlan: Required prevResult missing",
+            |cont, l, _| {
+                let mut host = Socket::new().map_err(kernel)?;
+                master(&conf, &mut host, cont)?;
+                check_kind(l, &conf)
+            },
+        )
     }
 
     fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
@@ -116,13 +106,7 @@ impl Plugin for Vlan {
     fn status(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = config::load(args)?;
         ipam::call_if_set(args, &conf.ipam_type, "STATUS")?;
-        if !conf.link_in_container {
-            let mut host = Socket::new().map_err(kernel)?;
-            if let Err(e) = link::master(&mut host, &conf.master) {
-                return Err(CniError::not_available(format!("vlan: {}", e.msg)));
-            }
-        }
-        Ok(())
+        link::master_status("vlan", conf.link_in_container, &conf.master)
     }
 }
 
