@@ -42,7 +42,8 @@ test:
 # the end-to-end tests that run the example conflists of every plugin, pods on a bridge,
 # cnitool and the bad-input fuzzing (where a panic would abort the process).
 RELEASE_TESTS := examples bridge_pods bridge_conflists portmap_netns firewall_netns tuning_netns \
-                 vxlan_plugin cnitool_loopback bad_input
+                 vxlan_plugin cnitool_loopback bad_input ptp_netns macvlan_netns tap_netns \
+                 host_device_netns
 test-release: build
 	tmp=$$(mktemp -d); $(MAKE) --no-print-directory install DESTDIR=$$tmp >/dev/null; st=$$?; \
 	    for b in $(BINS) $(AGENT); do \
