@@ -136,6 +136,11 @@ fn del_is_idempotent_and_needs_neither_netns_nor_prev_result() {
         masquerade_rules(&host)
     );
     assert!(leases(&ipam).is_empty());
+    // The kernel destroys a deleted netns (and the host end with its pair) asynchronously.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !links_of_kind(&host, "veth").is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     assert!(links_of_kind(&host, "veth").is_empty());
     a.del(&c, None);
     let mut no_netns = Attachment::new(&ours, &host, "delpod", &Netns::new("ptp-del-q"));
@@ -195,7 +200,16 @@ fn check_notices_damage_gc_and_status() {
         "{e}"
     );
     let host_veth = r["interfaces"][0]["name"].as_str().unwrap();
-    host.exec_ok(&["ip", "route", "add", "10.91.0.2/32", "dev", host_veth, "scope", "host"]);
+    host.exec_ok(&[
+        "ip",
+        "route",
+        "add",
+        "10.91.0.2/32",
+        "dev",
+        host_veth,
+        "scope",
+        "host",
+    ]);
     a.check(&c, &r);
     pod.exec_ok(&["ip", "route", "del", "192.168.91.0/24"]);
     let e = a.fails("CHECK", &with_prev(&c, Some(&r)));
