@@ -10,9 +10,10 @@ STATIC_RUSTFLAGS := $(RUSTFLAGS) -C target-feature=+crt-static
 # The agent is a daemon, not exec'd per pod: it stays dynamic (it resolves host names via NSS).
 RELEASE   := target/release
 AGENT     := ferrocni-agent
-# Every binary the suite ships (plugin binaries are named exactly as their CNI `type`).
+# Every binary the suite ships (plugin binaries are named exactly as their CNI `type`; netkit and
+# attach are libraries).
 PLUGINS   := $(shell awk -F'"' '/^name = /{print $$2; nextfile}' plugins/*/Cargo.toml ipam/*/Cargo.toml \
-	       | grep -v -e '^netkit$$' -e '^$(AGENT)$$')
+	       | grep -v -e '^netkit$$' -e '^attach$$' -e '^$(AGENT)$$')
 BINS      := $(PLUGINS) cnitool
 
 .PHONY: all build install test test-release test-unit lint bench clean
@@ -41,7 +42,8 @@ test:
 # the end-to-end tests that run the example conflists of every plugin, pods on a bridge,
 # cnitool and the bad-input fuzzing (where a panic would abort the process).
 RELEASE_TESTS := examples bridge_pods bridge_conflists portmap_netns firewall_netns tuning_netns \
-                 vxlan_plugin cnitool_loopback bad_input
+                 vxlan_plugin cnitool_loopback bad_input ptp_netns macvlan_netns tap_netns \
+                 host_device_netns
 test-release: build
 	tmp=$$(mktemp -d); $(MAKE) --no-print-directory install DESTDIR=$$tmp >/dev/null; st=$$?; \
 	    for b in $(BINS) $(AGENT); do \

@@ -186,6 +186,7 @@ fn pin_paths(conf: &mut Value, plugin: &str, scratch: &Path) {
             }
             pin(m, "ipam", ipam);
         }
+        "host-device" => pin(m, "dataDir", dir("host-device")),
         "firewall" => pin(m, "dataDir", dir("firewall")),
         "vxlan" => {
             pin(m, "stateDir", dir("vxlan"));
@@ -457,6 +458,54 @@ fn base_configs(scratch: &Path, prev: &Value) -> Vec<(&'static str, Value)> {
                    "delegate": {"bridge": "fzbr0", "hairpinMode": true, "isDefaultGateway": true}}),
         ),
         (
+            "ptp",
+            json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": "ptp", "ipMasq": true, "mtu": 1400,
+                   "ipam": {"type": "host-local", "dataDir": scratch.join("ipam"),
+                            "ranges": [[{"subnet": "10.199.12.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]},
+                   "dns": {"nameservers": ["10.199.12.53"]}}),
+        ),
+        (
+            "macvlan",
+            json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": "macvlan", "master": "fzbr0",
+                   "mode": "bridge", "mtu": 1400, "mac": "02:99:00:00:00:01", "bcqueuelen": 100,
+                   "ipam": {"type": "host-local", "dataDir": scratch.join("ipam"),
+                            "ranges": [[{"subnet": "10.199.3.0/24"}]]}}),
+        ),
+        (
+            "ipvlan",
+            json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": "ipvlan", "master": "fzbr0",
+                   "mode": "l3s", "flag": "private", "mtu": 1400,
+                   "ipam": {"type": "host-local", "dataDir": scratch.join("ipam"),
+                            "ranges": [[{"subnet": "10.199.4.0/24"}]]}}),
+        ),
+        (
+            "vlan",
+            json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": "vlan", "master": "fzbr0",
+                   "vlanId": 42, "mtu": 1400,
+                   "ipam": {"type": "host-local", "dataDir": scratch.join("ipam"),
+                            "ranges": [[{"subnet": "10.199.5.0/24"}]]}}),
+        ),
+        (
+            "dummy",
+            json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": "dummy",
+                   "ipam": {"type": "host-local", "dataDir": scratch.join("ipam"),
+                            "ranges": [[{"subnet": "10.199.6.0/24"}]]}}),
+        ),
+        (
+            "tap",
+            json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": "tap", "multiQueue": true,
+                   "mtu": 1400, "mac": "02:99:00:00:00:02", "owner": 64000, "group": 64001,
+                   "ipam": {"type": "host-local", "dataDir": scratch.join("ipam"),
+                            "ranges": [[{"subnet": "10.199.7.0/24"}]]}}),
+        ),
+        (
+            "host-device",
+            json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": "host-device", "device": "fzhd0",
+                   "dataDir": scratch.join("host-device"),
+                   "ipam": {"type": "host-local", "dataDir": scratch.join("ipam"),
+                            "ranges": [[{"subnet": "10.199.8.0/24"}]]}}),
+        ),
+        (
             "static",
             json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": "bridge",
                    "ipam": {"type": "static",
@@ -507,6 +556,10 @@ fn mutated_configs_and_environments_never_crash_a_plugin() {
     let pod = Netns::new("fuzz-pod");
     let scratch = TempDir::new("fuzz");
     let prev = attach(&host, &pod, scratch.path());
+    // The device host-device's configs name.
+    host.exec_ok(&[
+        "ip", "link", "add", "fzhd0", "type", "veth", "peer", "name", "fzhd0p",
+    ]);
 
     let mut failures = Vec::new();
     let mut outcomes = Map::new();

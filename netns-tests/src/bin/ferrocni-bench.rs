@@ -78,7 +78,7 @@ fn usage(msg: &str) -> ! {
     eprintln!(
         "usage: ferrocni-bench [--ours DIR] [--reference DIR] [--pods N] [--concurrent N] [--scale-pods N]\n\
          \x20                     [--cri-pods N]\n\
-         \x20                     [--only sizes,exec,loopback,bridge,rss,concurrent,bandwidth,hostlocal,scale,vxlan,netfilter,cri]"
+         \x20                     [--only sizes,exec,loopback,bridge,rss,concurrent,bandwidth,ptp,macvlan,ipvlan,hostlocal,scale,vxlan,netfilter,cri]"
     );
     std::process::exit(2)
 }
@@ -262,6 +262,11 @@ fn sizes(o: &Opts) {
         "portmap",
         "firewall",
         "tuning",
+        "ptp",
+        "macvlan",
+        "ipvlan",
+        "vlan",
+        "host-device",
     ] {
         let (a, b) = (
             std::fs::metadata(o.ours.join(p)),
@@ -403,10 +408,54 @@ const BANDWIDTH_CHAIN: &str = r#"[{"type":"bridge","bridge":"fcb1","isGateway":t
     "ipam":{"type":"host-local","dataDir":"@DATADIR@","ranges":[[{"subnet":"10.78.0.0/16"}]]}},
     {"type":"bandwidth","ingressRate":10000000,"ingressBurst":100000,"egressRate":20000000,"egressBurst":200000}]"#;
 
+const PTP_CHAIN: &str = r#"[{"type":"ptp","ipMasq":false,"mtu":1500,
+    "ipam":{"type":"host-local","dataDir":"@DATADIR@","ranges":[[{"subnet":"10.79.0.0/16"}]],"routes":[{"dst":"0.0.0.0/0"}]}}]"#;
+
+const MACVLAN_CHAIN: &str = r#"[{"type":"macvlan","master":"fcbup0","mode":"bridge",
+    "ipam":{"type":"host-local","dataDir":"@DATADIR@","ranges":[[{"subnet":"10.80.0.0/16"}]]}}]"#;
+
+const IPVLAN_CHAIN: &str = r#"[{"type":"ipvlan","master":"fcbup0","mode":"l2",
+    "ipam":{"type":"host-local","dataDir":"@DATADIR@","ranges":[[{"subnet":"10.81.0.0/16"}]]}}]"#;
+
+/// The parent link of the macvlan and ipvlan runs, in the lab's host netns.
+fn uplink() {
+    sh(&[
+        "ip", "link", "add", "fcbup0", "type", "veth", "peer", "name", "fcbup1",
+    ]);
+    sh(&["ip", "link", "set", "fcbup0", "up"]);
+}
+
+/// Whether this kernel has the ipvlan driver (a scratch netns, its own veth).
+fn kernel_has_ipvlan() -> bool {
+    let ns = Netns::new("fcb-probe");
+    let ip = |args: &[&str]| {
+        let mut v = vec!["ip", "-n", ns.name()];
+        v.extend_from_slice(args);
+        sh(&v)
+    };
+    ip(&["link", "add", "p0", "type", "veth", "peer", "name", "p1"])
+        && ip(&[
+            "link", "add", "link", "p0", "name", "i0", "type", "ipvlan", "mode", "l2",
+        ])
+}
+
 /// Sequential ADD then DEL of `pods` pods per suite; returns medians.
 fn chain_sequential(o: &Opts, tag: &str, chain: &str, pods: usize, title: &str) {
+    chain_sequential_on(o, tag, chain, pods, title, &|| {});
+}
+
+/// [`chain_sequential`] with `setup` run in the lab's host netns first (a master link...).
+fn chain_sequential_on(
+    o: &Opts,
+    tag: &str,
+    chain: &str,
+    pods: usize,
+    title: &str,
+    setup: &dyn Fn(),
+) {
     println!("\n## {title}: {pods} pods sequential through cnitool (median per pod)");
     let lab = Lab::new(tag, pods);
+    setup();
     let pod_ns = &lab.pods;
     let mut add = BTreeMap::new();
     let mut del = BTreeMap::new();
@@ -999,6 +1048,33 @@ fn main() {
             20,
             "bridge + host-local + bandwidth",
         );
+    }
+    if want("ptp") {
+        chain_sequential(&o, "ptp", PTP_CHAIN, o.pods, "ptp + host-local");
+    }
+    if want("macvlan") {
+        chain_sequential_on(
+            &o,
+            "mv",
+            MACVLAN_CHAIN,
+            o.pods,
+            "macvlan + host-local",
+            &uplink,
+        );
+    }
+    if want("ipvlan") {
+        if kernel_has_ipvlan() {
+            chain_sequential_on(
+                &o,
+                "iv",
+                IPVLAN_CHAIN,
+                o.pods,
+                "ipvlan + host-local",
+                &uplink,
+            );
+        } else {
+            println!("\n## ipvlan + host-local: skipped, this kernel has no ipvlan driver");
+        }
     }
     if want("hostlocal") {
         hostlocal(&o);
