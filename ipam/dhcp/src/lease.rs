@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use ipnetwork::Ipv4Network;
 use libcni::result::{CniResult, IpConfig, Route};
+use netkit::packet_route::link::State;
 use netkit::{Netns, Socket};
 
 use crate::client::{self, Bound, Identity};
@@ -90,6 +91,7 @@ fn with_socket<T>(
         nl.set_link_up(link.index)
             .map_err(|e| io::Error::other(e.to_string()))?;
     }
+    wait_until_running(&mut nl, &place.ifname);
     let mut mac = [0u8; 6];
     if link.mac.len() == 6 {
         mac.copy_from_slice(&link.mac);
@@ -98,6 +100,24 @@ fn with_socket<T>(
         .run(|| PacketSocket::open(link.index))
         .map_err(|e| io::Error::other(e.to_string()))??;
     f(&sock, mac)
+}
+
+/// How long a link that was just set up may take to start passing packets.
+const RUNNING_WAIT: Duration = Duration::from_secs(2);
+
+/// Waits (briefly) until the interface really passes packets. Until the kernel's link watch
+/// has seen the carrier (up to a second after the link is set up), its qdisc drops what is
+/// sent: the first DISCOVER would be lost and ADD would wait for the first retransmission.
+/// Gives up quietly: a link that never reports it still gets its DISCOVERs.
+fn wait_until_running(nl: &mut Socket, ifname: &str) {
+    let deadline = Instant::now() + RUNNING_WAIT;
+    while Instant::now() < deadline {
+        match nl.link_by_name(ifname) {
+            Ok(l) if matches!(l.operstate, State::Up | State::Unknown) => return,
+            Ok(_) => std::thread::sleep(Duration::from_millis(5)),
+            Err(_) => return,
+        }
+    }
 }
 
 /// Whether the pod and its interface still exist.

@@ -66,10 +66,19 @@ pub fn add_for_interface(
     Ok(result)
 }
 
+/// IPAM plugins that never touch the container's interface, so they may run while the link is
+/// being created or deleted. Others may need the link: dhcp's daemon sends DISCOVER through it
+/// on ADD and RELEASE on DEL, and an unknown IPAM plugin may do the same. Those run in the
+/// reference's order: link, then IPAM on ADD; IPAM, then link on DEL.
+fn independent_of_the_link(ipam_type: &str) -> bool {
+    matches!(ipam_type, "host-local" | "static")
+}
+
 /// [`add_for_interface`] running while `work` does (on this thread: it may enter
 /// namespaces) what does not depend on the addresses, typically creating the link: the IPAM
-/// plugin's exec and file locking overlap the kernel work. The IPAM DEL undo is registered
-/// whenever IPAM succeeded, also when `work` failed.
+/// plugin's exec and file locking overlap the kernel work. IPAM plugins that may need the link
+/// run after `work` instead. The IPAM DEL undo is registered whenever IPAM succeeded, also
+/// when `work` failed.
 pub fn add_alongside<T>(
     args: &CmdArgs,
     ipam_type: &str,
@@ -77,15 +86,23 @@ pub fn add_alongside<T>(
     rollback: &mut Rollback,
     work: impl FnOnce(&mut Rollback) -> Result<T, CniError>,
 ) -> Result<(T, CniResult), CniError> {
-    let (worked, ipam) = std::thread::scope(|scope| {
-        // Spawned from this thread, the delegate runs in its netns (the host's).
-        let delegate = scope.spawn(|| add(args, ipam_type));
+    let (worked, ipam) = if independent_of_the_link(ipam_type) {
+        std::thread::scope(|scope| {
+            // Spawned from this thread, the delegate runs in its netns (the host's).
+            let delegate = scope.spawn(|| add(args, ipam_type));
+            let worked = work(rollback);
+            let ipam = delegate
+                .join()
+                .unwrap_or_else(|_| Err(CniError::internal("IPAM delegation failed")));
+            (worked, ipam)
+        })
+    } else {
         let worked = work(rollback);
-        let ipam = delegate
-            .join()
-            .unwrap_or_else(|_| Err(CniError::internal("IPAM delegation failed")));
-        (worked, ipam)
-    });
+        match worked {
+            Ok(w) => (Ok(w), add(args, ipam_type)),
+            Err(e) => return Err(e),
+        }
+    };
     let mut result = match ipam {
         Ok(r) => {
             let undo_args = args.clone();
@@ -125,7 +142,7 @@ pub fn add_alongside_if_set<T>(
 }
 
 /// IPAM `command` (typically DEL) when an IPAM plugin is configured, running while `work`
-/// does; both outcomes are returned.
+/// does (or before it, for IPAM plugins that may need the link); both outcomes are returned.
 pub fn call_alongside<T>(
     args: &CmdArgs,
     ipam_type: &str,
@@ -134,6 +151,10 @@ pub fn call_alongside<T>(
 ) -> (Result<(), CniError>, T) {
     if ipam_type.is_empty() {
         return (Ok(()), work());
+    }
+    if !independent_of_the_link(ipam_type) {
+        let ipam = call(args, ipam_type, command);
+        return (ipam, work());
     }
     std::thread::scope(|scope| {
         let delegate = scope.spawn(|| call(args, ipam_type, command));
