@@ -7,12 +7,14 @@
 //! * [`build`]: rule fragments linearized as nft linearizes them (so `nft list ruleset`
 //!   shows our rules, and their comments, as nft would have written them);
 //!   [`xt`]: rules as iptables-nft writes them (so `iptables-nft -S` shows them).
+//! * [`capture`]: our batches against the tools' captured traffic (for unit tests).
 //!
 //! Messages are byte-for-byte those nft/iptables-nft send; the unit tests compare them with
 //! the tools' traffic (captured with `strace -e trace=sendmsg -e write=3`).
 
 pub mod attr;
 pub mod build;
+pub mod capture;
 pub mod expr;
 pub mod msg;
 pub mod socket;
