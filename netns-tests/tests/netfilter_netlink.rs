@@ -1,5 +1,5 @@
 //! The nftables backends over netlink end to end: no netfilter tool is executed on ADD or DEL
-//! (strace), and with 20,000 foreign (kube-proxy-like) nat rules on the node masquerade and
+//! (strace; the firewall with an ingress policy included), and with 20,000 foreign (kube-proxy-like) nat rules on the node masquerade and
 //! hostPort DNAT still work and DEL leaves no per-pod rule behind.
 
 use std::io::Write;
@@ -24,7 +24,7 @@ fn conflist(name: &str, bridge: &str, subnet: &str, leases: &TempDir) -> Value {
               "macspoofchk": true,
               "ipam": { "type": "host-local", "dataDir": leases.path(), "ranges": [[{ "subnet": subnet }]] } },
             { "type": "portmap", "capabilities": { "portMappings": true } },
-            { "type": "firewall" }
+            { "type": "firewall", "ingressPolicy": "same-bridge" }
         ]
     })
 }
@@ -102,6 +102,16 @@ fn add_and_del_exec_only_plugins() {
             assert!(!TOOLS.contains(&e.as_str()));
         }
         assert!(execs.iter().any(|e| e == "portmap") && execs.iter().any(|e| e == "firewall"));
+        if verb == "add" {
+            // The ingress policy went over netlink too, as iptables-nft would have written it.
+            let filter = host.exec_ok(&["iptables-save", "-t", "filter"]);
+            assert!(
+                filter.contains(
+                    "-A CNI-ISOLATION-STAGE-1 -i cni-nlx0 ! -o cni-nlx0 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: same-bridge)\" -j CNI-ISOLATION-STAGE-2"
+                ),
+                "{filter}"
+            );
+        }
     }
     let rs = host.exec_ok(&["nft", "list", "ruleset"]);
     assert!(!rs.contains("10.232.10.2"), "{rs}");
