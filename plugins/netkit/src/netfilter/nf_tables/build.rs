@@ -90,6 +90,7 @@ pub fn addr(field: Addr, op: CmpOp, net: IpNetwork) -> Vec<Expr> {
         Expr::Bitwise {
             sreg: REG_1,
             dreg: REG_1,
+            op: None,
             mask,
             xor: vec![0; full as usize],
         },
@@ -167,6 +168,7 @@ pub fn ct_status_dnat() -> Vec<Expr> {
         Expr::Bitwise {
             sreg: REG_1,
             dreg: REG_1,
+            op: None,
             mask: bit,
             xor: vec![0; 4],
         },
