@@ -119,17 +119,22 @@ impl CniConfig {
             capability_args: rt.capability_args.clone(),
             result: Some(result.clone()),
         };
-        self.cache().write(&entry).map_err(|e| {
+        if let Err(e) = self.cache().write(&entry) {
+            // The runtime gets an error and no result: it may never DEL what every plugin
+            // just set up. Undo it now, with the result as prevResult, as a DEL would.
+            if let Err(undo) = self.del_chain(list, Some(&result), rt) {
+                eprintln!("libcni: undoing the ADD whose result could not be cached: {undo}");
+            }
             let e = CniError::from(e);
-            CniError::new(
+            return Err(CniError::new(
                 e.code,
                 format!(
                     "failed to set network {:?} cached result: {}",
                     list.name, e.msg
                 ),
                 e.details,
-            )
-        })?;
+            ));
+        }
         Ok(result)
     }
 
@@ -222,14 +227,25 @@ impl CniConfig {
         } else {
             None
         };
-        for plugin in list.plugins.iter().rev() {
-            self.run_without_result("DEL", list, plugin, cached.as_ref(), rt)
-                .map_err(|e| wrap_plugin_error(e, plugin, "delete"))?;
-        }
+        self.del_chain(list, cached.as_ref(), rt)?;
         let _ = self
             .cache()
             .remove(&list.name, &rt.container_id, &rt.ifname);
         lock.remove();
+        Ok(())
+    }
+
+    /// Every plugin's DEL, in reverse order, stopping at the first failure.
+    fn del_chain(
+        &self,
+        list: &NetworkConfigList,
+        prev: Option<&Value>,
+        rt: &RuntimeConf,
+    ) -> Result<(), CniError> {
+        for plugin in list.plugins.iter().rev() {
+            self.run_without_result("DEL", list, plugin, prev, rt)
+                .map_err(|e| wrap_plugin_error(e, plugin, "delete"))?;
+        }
         Ok(())
     }
 

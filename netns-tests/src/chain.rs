@@ -50,6 +50,11 @@ pub struct ChainNode {
     pub cni_path: Vec<PathBuf>,
     /// Extra environment for every plugin the node runs.
     pub env: Vec<(String, String)>,
+    /// A command every plugin and cnitool run is wrapped in (a private mount namespace).
+    pub prefix: Vec<String>,
+    /// Where the state directories are seen from this process (`/proc/<pid>/root` of the
+    /// mount namespace the plugins run in), if not here.
+    pub fs_view: Option<PathBuf>,
 }
 
 /// One pod's capability args as containerd sends them (Go field names, MaxUint32 bursts).
@@ -83,6 +88,8 @@ impl ChainNode {
             conf: ConfDir::new(),
             cni_path: cni_path.unwrap_or_else(|| vec![crate::our_bin_dir()]),
             env: Vec::new(),
+            prefix: Vec::new(),
+            fs_view: None,
         };
         node.host.exec_ok(&["ip", "link", "set", "lo", "up"]);
         node.conf
@@ -115,6 +122,15 @@ impl ChainNode {
         })
     }
 
+    /// Rewrites the node's conflist (e.g. to pin a backend).
+    pub fn edit_conflist(&self, edit: impl FnOnce(&mut Value)) {
+        let path = self.conf.path().join("10-k8s.conflist");
+        let mut v: Value =
+            serde_json::from_slice(&std::fs::read(&path).expect("conflist")).expect("JSON");
+        edit(&mut v);
+        self.conf.write_json("10-k8s.conflist", &v);
+    }
+
     pub fn list(&self) -> NetworkConfigList {
         let text = std::fs::read(self.conf.path().join("10-k8s.conflist")).expect("conflist");
         NetworkConfigList::from_bytes(&text).expect("valid conflist")
@@ -124,6 +140,7 @@ impl ChainNode {
     pub fn cnitool(&self, cid: &str, host_port: u16) -> Cnitool {
         let mut tool = Cnitool::new(&self.conf, self.cni_path.clone(), self.cache.path())
             .in_netns(&self.host)
+            .under(&self.prefix)
             .env("CAP_ARGS", &containerd_cap_args(host_port).to_string())
             .env("CNI_ARGS", &containerd_cni_args(cid));
         for (k, v) in &self.env {
@@ -162,7 +179,11 @@ impl ChainNode {
             .collect::<Vec<_>>()
             .join(":");
         let bin = self.cni_path[0].join(plugin_type);
-        let mut cmd = self.host.command(&[bin.to_str().unwrap_or_default()]);
+        let mut argv: Vec<String> = self.prefix.clone();
+        argv.extend(["ip", "netns", "exec", self.host.name()].map(String::from));
+        argv.push(bin.display().to_string());
+        let mut cmd = std::process::Command::new(&argv[0]);
+        cmd.args(&argv[1..]);
         cmd.env("CNI_COMMAND", command)
             .env("CNI_CONTAINERID", cid)
             .env("CNI_NETNS", netns)
@@ -237,9 +258,17 @@ impl ChainNode {
         Inventory {
             links,
             rules,
-            leases: leases_by_owner(&self.leases.join(NETWORK)),
-            state_files: files_under(self.state.path()),
-            cache_files: files_under(&self.cache.join("results")),
+            leases: leases_by_owner(&self.seen(&self.leases.join(NETWORK))),
+            state_files: files_under(&self.seen(self.state.path())),
+            cache_files: files_under(&self.seen(&self.cache.join("results"))),
+        }
+    }
+
+    /// `path` as this process sees the plugins' view of it.
+    pub fn seen(&self, path: &Path) -> PathBuf {
+        match &self.fs_view {
+            Some(root) => root.join(path.strip_prefix("/").unwrap_or(path)),
+            None => path.to_path_buf(),
         }
     }
 }

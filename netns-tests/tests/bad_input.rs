@@ -161,6 +161,13 @@ fn pin_paths(conf: &mut Value, plugin: &str, scratch: &Path) {
             pin(ipam, "dataDir", dir("ipam"));
         }
     }
+    for (key, value) in m.iter_mut() {
+        if let (true, Value::Object(ipam)) = (libcni::gojson::fold_eq(key, "ipam"), value) {
+            if plugin == "dhcp" {
+                pin(ipam, "daemonSocketPath", dir("dhcp.sock"));
+            }
+        }
+    }
     match plugin {
         "tuning" => pin(m, "dataDir", dir("tuning")),
         "firewall" => pin(m, "dataDir", dir("firewall")),
@@ -416,6 +423,26 @@ fn base_configs(scratch: &Path, prev: &Value) -> Vec<(&'static str, Value)> {
                 json!({"mtu": 1300, "promisc": true, "txQLen": 500,
                 "sysctl": {"net.ipv4.conf.IFNAME.arp_filter": "1"}}),
             ),
+        ),
+        (
+            "static",
+            json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": "bridge",
+                   "ipam": {"type": "static",
+                            "addresses": [{"address": "10.199.2.5/24", "gateway": "10.199.2.1"},
+                                          {"address": "fd99:2::5/64"}],
+                            "routes": [{"dst": "0.0.0.0/0"}],
+                            "dns": {"nameservers": ["10.199.2.53"]}}}),
+        ),
+        (
+            "dhcp",
+            json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": "bridge",
+                   "ipam": {"type": "dhcp", "daemonSocketPath": scratch.join("dhcp.sock"),
+                            "request": [{"skipDefault": false, "option": "subnet-mask"}]}}),
+        ),
+        ("sbr", chained("sbr", json!({"table": 150}))),
+        (
+            "vrf",
+            chained("vrf", json!({"vrfname": "fzvrf0", "table": 1001})),
         ),
         (
             "vxlan",

@@ -1,6 +1,7 @@
 //! The nftables backends over netlink end to end: no netfilter tool is executed on ADD or DEL
-//! (strace; the firewall with an ingress policy included), and with 20,000 foreign (kube-proxy-like) nat rules on the node masquerade and
-//! hostPort DNAT still work and DEL leaves no per-pod rule behind.
+//! (strace; the firewall with an ingress policy included), and with 20,000 foreign
+//! (kube-proxy-like) nat rules on the node masquerade and hostPort DNAT still work and DEL
+//! leaves no per-pod rule behind.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -24,7 +25,8 @@ fn conflist(name: &str, bridge: &str, subnet: &str, leases: &TempDir) -> Value {
               "macspoofchk": true,
               "ipam": { "type": "host-local", "dataDir": leases.path(), "ranges": [[{ "subnet": subnet }]] } },
             { "type": "portmap", "capabilities": { "portMappings": true } },
-            { "type": "firewall", "ingressPolicy": "same-bridge" }
+            // Its records stay out of the real /run/cni.
+            { "type": "firewall", "ingressPolicy": "same-bridge", "dataDir": leases.join("firewall") }
         ]
     })
 }
