@@ -32,6 +32,7 @@
 
 pub mod chain;
 pub mod cluster;
+pub mod netfilter;
 pub mod rng;
 
 use std::collections::HashMap;

@@ -3,10 +3,11 @@
 //! (kube-proxy-like) nat rules on the node masquerade and hostPort DNAT still work and DEL
 //! leaves no per-pod rule behind.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-use netns_tests::{our_bin_dir, our_binary, require_root, Cnitool, ConfDir, Netns, TempDir};
+use netns_tests::{
+    netfilter, our_bin_dir, our_binary, require_root, Cnitool, ConfDir, Netns, TempDir,
+};
 use serde_json::{json, Value};
 
 fn plugins() -> Vec<std::path::PathBuf> {
@@ -89,13 +90,7 @@ fn add_and_del_exec_only_plugins() {
             "{verb}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let text = std::fs::read_to_string(&out_file).unwrap();
-        let execs: Vec<String> = text
-            .lines()
-            .filter(|l| l.contains("execve(\"") && !l.contains("= -1"))
-            .filter_map(|l| l.split('"').nth(1))
-            .map(|p| p.rsplit('/').next().unwrap_or(p).to_string())
-            .collect();
+        let execs = netfilter::traced_execs(&std::fs::read_to_string(&out_file).unwrap());
         for e in &execs {
             assert!(
                 ["cnitool", "bridge", "host-local", "portmap", "firewall"].contains(&e.as_str()),
@@ -121,33 +116,8 @@ fn add_and_del_exec_only_plugins() {
 
 /// Loads kube-proxy-like nat rules (KUBE-SERVICES jumps plus one DNAT chain per service).
 fn load_foreign_rules(ns: &Netns, rules: usize) {
-    let services = rules / 2;
-    let mut text = String::from("*nat\n:KUBE-SERVICES - [0:0]\n");
-    for i in 0..services {
-        text.push_str(&format!(":KUBE-SVC-{i:06} - [0:0]\n"));
-    }
-    text.push_str("-A PREROUTING -j KUBE-SERVICES\n-A OUTPUT -j KUBE-SERVICES\n");
-    for i in 0..services {
-        let (a, b) = (i / 250, i % 250 + 1);
-        text.push_str(&format!(
-            "-A KUBE-SERVICES -d 10.96.{a}.{b}/32 -p tcp --dport 80 -j KUBE-SVC-{i:06}\n\
-             -A KUBE-SVC-{i:06} -p tcp -j DNAT --to-destination 10.244.{a}.{b}:8080\n"
-        ));
-    }
-    text.push_str("COMMIT\n");
-    let mut child = ns
-        .command(&["iptables-restore", "--noflush"])
-        .stdin(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
     assert!(
-        child.wait().unwrap().success(),
+        netfilter::load_nat_rules(ns.command(&["iptables-restore", "--noflush"]), rules),
         "iptables-restore of {rules} rules"
     );
 }

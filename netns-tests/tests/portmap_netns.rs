@@ -657,13 +657,7 @@ fn traced_execs(tool: &Cnitool, host: &Netns, verb: &str, net: &str, pod: &Netns
         "{verb}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    std::fs::read_to_string(&file)
-        .unwrap()
-        .lines()
-        .filter(|l| l.contains("execve(\"") && !l.contains("= -1"))
-        .filter_map(|l| l.split('"').nth(1))
-        .map(|p| p.rsplit('/').next().unwrap_or(p).to_string())
-        .collect()
+    netns_tests::netfilter::traced_execs(&std::fs::read_to_string(&file).unwrap())
 }
 
 /// nft-syntax `conditionsV4` decide who may use the host port: a set with a prefix, written
