@@ -25,60 +25,28 @@ fn knob(name: &str, default: usize) -> usize {
 const ALLOWED: &[&str] = &["cnitool", "bridge", "host-local", "portmap", "firewall"];
 const HOST_PORT_BASE: usize = 20000;
 
-/// Runs `cnitool VERB net POD` in `host` under strace; returns the programs it executed.
-fn traced(
-    tool: &Cnitool,
-    host: &Netns,
-    trace: &TempDir,
-    verb: &str,
-    i: usize,
-    pod: &str,
-) -> Vec<String> {
-    let file = trace.join(format!("{verb}-{i}"));
-    let mut cmd = host.command(&[
-        "strace",
-        "-f",
-        "-qq",
-        "--seccomp-bpf",
-        "-e",
-        "trace=execve",
-        "-o",
-        file.to_str().unwrap(),
-    ]);
-    cmd.arg(our_binary("cnitool"))
-        .args([verb, "ccnet", pod])
-        .env("NETCONFPATH", &tool.netconf)
-        .env("CNI_PATH", our_bin_dir())
-        .env("CNI_CACHE_DIR", &tool.cache_dir)
-        .env(
-            "CAP_ARGS",
-            format!(
-                r#"{{"portMappings":[{{"hostPort":{},"containerPort":80,"protocol":"tcp"}}]}}"#,
-                HOST_PORT_BASE + i
-            ),
-        );
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{verb} of pod {i}: {}",
-        String::from_utf8_lossy(&out.stderr)
+/// Runs `cnitool VERB ccnet POD` (pod `i`, hostPort `HOST_PORT_BASE + i`) under strace;
+/// returns the programs it executed.
+fn traced(tool: &Cnitool, trace: &TempDir, verb: &str, i: usize, pod: &str) -> Vec<String> {
+    let caps = format!(
+        r#"{{"portMappings":[{{"hostPort":{},"containerPort":80,"protocol":"tcp"}}]}}"#,
+        HOST_PORT_BASE + i
     );
-    netfilter::traced_execs(&std::fs::read_to_string(&file).unwrap_or_default())
+    let tool = tool.clone().env("CAP_ARGS", &caps);
+    netfilter::traced_cnitool(
+        &tool,
+        &[verb, "ccnet", pod],
+        &trace.join(format!("{verb}-{i}")),
+    )
 }
 
-/// Runs `verb` for every pod at once; returns each pod's stdout-free exec list.
-fn all_at_once(
-    tool: &Cnitool,
-    host: &Netns,
-    trace: &TempDir,
-    verb: &str,
-    pods: &[Netns],
-) -> Vec<Vec<String>> {
+/// Runs `verb` for every pod at once; returns what each run executed.
+fn all_at_once(tool: &Cnitool, trace: &TempDir, verb: &str, pods: &[Netns]) -> Vec<Vec<String>> {
     std::thread::scope(|s| {
         let handles: Vec<_> = pods
             .iter()
             .enumerate()
-            .map(|(i, p)| s.spawn(move || traced(tool, host, trace, verb, i, p.path_str())))
+            .map(|(i, p)| s.spawn(move || traced(tool, trace, verb, i, p.path_str())))
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     })
@@ -139,7 +107,7 @@ fn concurrent_adds_and_dels_next_to_foreign_rules() {
     );
     let tool = Cnitool::new(&conf, vec![our_bin_dir()], cache.path()).in_netns(&host);
 
-    let execs = all_at_once(&tool, &host, &trace, "add", &pods);
+    let execs = all_at_once(&tool, &trace, "add", &pods);
     for (i, e) in execs.iter().enumerate() {
         assert!(
             e.iter().all(|x| ALLOWED.contains(&x.as_str())),
@@ -231,7 +199,7 @@ fn concurrent_adds_and_dels_next_to_foreign_rules() {
         "foreign rules changed by ADD"
     );
 
-    let execs = all_at_once(&tool, &host, &trace, "del", &pods);
+    let execs = all_at_once(&tool, &trace, "del", &pods);
     for (i, e) in execs.iter().enumerate() {
         assert!(
             e.iter().all(|x| ALLOWED.contains(&x.as_str())),

@@ -9,7 +9,8 @@
 use std::path::Path;
 
 use netns_tests::{
-    our_bin_dir, our_binary, reference_plugin_dir, require_root, Cnitool, ConfDir, Netns, TempDir,
+    netfilter, our_bin_dir, our_binary, reference_plugin_dir, require_root, Cnitool, ConfDir,
+    Netns, TempDir,
 };
 use serde_json::{json, Value};
 
@@ -114,15 +115,7 @@ fn legacy_tables_keep_their_network_on_the_iptables_path() {
     let ours = Cnitool::new(&conf, vec![our_bin_dir()], cache.path())
         .in_netns(&host)
         .env("CAP_ARGS", &maps(18091));
-    let result: Value =
-        serde_json::from_str(&ours.run_ok(&["add", "lgnet", our_pod.path_str()])).unwrap();
-    let our_ip = result["ips"][0]["address"]
-        .as_str()
-        .unwrap()
-        .split('/')
-        .next()
-        .unwrap()
-        .to_string();
+    let our_ip = netfilter::first_ip(&ours.run_ok(&["add", "lgnet", our_pod.path_str()]));
     let our_cid = Cnitool::container_id(our_pod.path_str());
     let legacy_nat = save(&host, "iptables-legacy-save", "nat");
     for want in [
@@ -147,15 +140,7 @@ fn legacy_tables_keep_their_network_on_the_iptables_path() {
 
     // A network without legacy state: nftables over netlink for its NAT.
     let fresh = ours.clone().env("CAP_ARGS", &maps(18092));
-    let fresh_result: Value =
-        serde_json::from_str(&fresh.run_ok(&["add", "lgfresh", fresh_pod.path_str()])).unwrap();
-    let fresh_ip = fresh_result["ips"][0]["address"]
-        .as_str()
-        .unwrap()
-        .split('/')
-        .next()
-        .unwrap()
-        .to_string();
+    let fresh_ip = netfilter::first_ip(&fresh.run_ok(&["add", "lgfresh", fresh_pod.path_str()]));
     let nft = host.exec_ok(&["nft", "list", "ruleset"]);
     assert!(
         nft.contains(&format!("ip saddr {fresh_ip} ip daddr != 10.231.41.0/24")),

@@ -61,36 +61,15 @@ fn add_and_del_exec_only_plugins() {
         "10-nlx.conflist",
         &conflist("nlxnet", "cni-nlx0", "10.232.10.0/24", &leases),
     );
-    let tool = Cnitool::new(&conf, plugins(), cache.path()).env(
-        "CAP_ARGS",
-        r#"{"portMappings":[{"hostPort":18095,"containerPort":80,"protocol":"tcp"}]}"#,
-    );
+    let tool = Cnitool::new(&conf, plugins(), cache.path())
+        .in_netns(&host)
+        .env(
+            "CAP_ARGS",
+            r#"{"portMappings":[{"hostPort":18095,"containerPort":80,"protocol":"tcp"}]}"#,
+        );
     for verb in ["add", "del"] {
         let out_file = trace.join(format!("{verb}.trace"));
-        let out = host
-            .command(&[
-                "strace",
-                "-f",
-                "-qq",
-                "-e",
-                "trace=execve",
-                "-o",
-                out_file.to_str().unwrap(),
-            ])
-            .arg(our_binary("cnitool"))
-            .args([verb, "nlxnet", pod.path_str()])
-            .env("NETCONFPATH", &tool.netconf)
-            .env("CNI_PATH", our_bin_dir())
-            .env("CNI_CACHE_DIR", &tool.cache_dir)
-            .env("CAP_ARGS", &tool.env[0].1)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{verb}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let execs = netfilter::traced_execs(&std::fs::read_to_string(&out_file).unwrap());
+        let execs = netfilter::traced_cnitool(&tool, &[verb, "nlxnet", pod.path_str()], &out_file);
         for e in &execs {
             assert!(
                 ["cnitool", "bridge", "host-local", "portmap", "firewall"].contains(&e.as_str()),
@@ -141,23 +120,14 @@ fn masquerade_and_hostport_work_next_to_20000_foreign_rules() {
     for ns in [&host, &outside, &pod] {
         ns.exec_ok(&["ip", "link", "set", "lo", "up"]);
     }
-    host.exec_ok(&[
-        "ip",
-        "link",
-        "add",
+    netfilter::link_outside(
+        &host,
         "uplink",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "wan",
-        "netns",
-        outside.name(),
-    ]);
-    host.exec_ok(&["ip", "addr", "add", "192.168.232.1/30", "dev", "uplink"]);
-    host.exec_ok(&["ip", "link", "set", "uplink", "up"]);
-    outside.exec_ok(&["ip", "addr", "add", "192.168.232.2/30", "dev", "wan"]);
-    outside.exec_ok(&["ip", "link", "set", "wan", "up"]);
+        "192.168.232.1/30",
+        &outside,
+        "192.168.232.2/30",
+        None,
+    );
     load_foreign_rules(&host, 20_000);
 
     let leases = TempDir::new("nls-leases");

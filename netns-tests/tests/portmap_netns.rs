@@ -590,74 +590,26 @@ fn portmap_iptables_options_act_in_the_kernel() {
     plain.run_ok(&["del", "pmonet", client.path_str()]);
 }
 
-/// Two "outside" clients, each behind its own veth into the host netns.
+/// An "outside" client behind its own veth into the host netns, routed through it.
 fn outside_client(host: &Netns, name: &str, host_ip: &str, client_ip: &str) -> Netns {
     let client = Netns::new(name);
     client.exec_ok(&["ip", "link", "set", "lo", "up"]);
     let host_if = format!("pmc{}", &host_ip[host_ip.len() - 1..]);
-    host.exec_ok(&[
-        "ip",
-        "link",
-        "add",
+    netns_tests::netfilter::link_outside(
+        host,
         &host_if,
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "wan",
-        "netns",
-        client.name(),
-    ]);
-    host.exec_ok(&[
-        "ip",
-        "addr",
-        "add",
         &format!("{host_ip}/30"),
-        "dev",
-        &host_if,
-    ]);
-    host.exec_ok(&["ip", "link", "set", &host_if, "up"]);
-    client.exec_ok(&[
-        "ip",
-        "addr",
-        "add",
+        &client,
         &format!("{client_ip}/30"),
-        "dev",
-        "wan",
-    ]);
-    client.exec_ok(&["ip", "link", "set", "wan", "up"]);
-    client.exec_ok(&["ip", "route", "add", "default", "via", host_ip]);
+        Some(host_ip),
+    );
     client
 }
 
 /// The programs cnitool's run of `verb` executed (strace), by file name.
-fn traced_execs(tool: &Cnitool, host: &Netns, verb: &str, net: &str, pod: &Netns) -> Vec<String> {
+fn traced_execs(tool: &Cnitool, verb: &str, net: &str, pod: &Netns) -> Vec<String> {
     let trace = TempDir::new("pmc-trace");
-    let file = trace.join("t");
-    let mut cmd = host.command(&[
-        "strace",
-        "-f",
-        "-qq",
-        "-e",
-        "trace=execve",
-        "-o",
-        file.to_str().unwrap(),
-    ]);
-    cmd.arg(our_binary("cnitool"))
-        .args([verb, net, pod.path_str()])
-        .env("NETCONFPATH", &tool.netconf)
-        .env("CNI_PATH", our_bin_dir())
-        .env("CNI_CACHE_DIR", &tool.cache_dir);
-    for (k, v) in &tool.env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{verb}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    netns_tests::netfilter::traced_execs(&std::fs::read_to_string(&file).unwrap())
+    netns_tests::netfilter::traced_cnitool(tool, &[verb, net, pod.path_str()], &trace.join("t"))
 }
 
 /// nft-syntax `conditionsV4` decide who may use the host port: a set with a prefix, written
@@ -711,7 +663,7 @@ fn portmap_nft_conditions_filter_sources() {
         "dport",
         "18084"
     ]));
-    let execs = traced_execs(&tool, &host, "add", "pmcnet", &web);
+    let execs = traced_execs(&tool, "add", "pmcnet", &web);
     assert!(
         !execs.iter().any(|e| e == "nft" || e.starts_with("xtables")),
         "conditions the plugin encodes ran a tool: {execs:?}"
@@ -738,7 +690,7 @@ fn portmap_nft_conditions_filter_sources() {
         "!=",
         "192.168.241.6"
     ]));
-    let execs = traced_execs(&tool, &host, "add", "pmcnet", &web);
+    let execs = traced_execs(&tool, "add", "pmcnet", &web);
     assert!(execs.iter().any(|e| e == "nft"), "{execs:?}");
     let chain = host.exec_ok(&["nft", "list", "chain", "ip", "cni_hostport", "prerouting"]);
     assert!(

@@ -21,7 +21,7 @@ use libcni::result::CniResult;
 use libcni::CniError;
 use netkit::netfilter::host;
 use netkit::netfilter::iptables::{Family, Iptables};
-use netkit::netfilter::nf_tables::{self as nft, xt, Hook, Socket, Verdict};
+use netkit::netfilter::nf_tables::{self as nft, xt, Socket, Verdict};
 use netkit::netfilter::xt_rules::{self, Place, Wanted};
 
 use crate::config::IngressPolicy;
@@ -210,15 +210,7 @@ fn setup_over_netlink(family: Family, rules: &[PolicyRule]) -> Result<(), CniErr
     let fam = nft_family(family);
     let mut sock = Socket::new().map_err(nf)?;
     let prelude = |b: &mut nft::Batch| {
-        xt::ensure_builtin(
-            b,
-            fam,
-            FILTER,
-            FORWARD,
-            "filter",
-            Hook::Forward,
-            xt::PRIO_FILTER,
-        );
+        crate::netlink_backend::ensure_forward(b, fam);
         for chain in [STAGE1, STAGE2] {
             xt::ensure_chain(b, fam, FILTER, chain);
         }
@@ -348,15 +340,7 @@ mod tests {
         let r = policy_rules("br0", true);
         let ip = nft::Family::Ip;
         let mut forward = Batch::new();
-        xt::ensure_builtin(
-            &mut forward,
-            ip,
-            FILTER,
-            FORWARD,
-            "filter",
-            Hook::Forward,
-            xt::PRIO_FILTER,
-        );
+        crate::netlink_backend::ensure_forward(&mut forward, ip);
         forward.insert_rule(&r[0].nft_rule(ip));
         // The table existed when iptables ran: it sent the builtin chain and the rule.
         let ours = netkit::netfilter::nf_tables::capture::batch_messages(&forward);

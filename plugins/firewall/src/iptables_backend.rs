@@ -203,17 +203,19 @@ fn add_with_tool(ips: &[IpAddr], admin_chain: &str) -> Result<(), CniError> {
     result
 }
 
-/// DEL: remove the address rules; missing rules, chains or tools are fine.
+/// DEL: remove the address rules; missing rules, chains or tools are fine. iptables-nft's
+/// tables are always cleaned over netlink (the ADD may have gone there before a legacy
+/// table appeared), legacy ones with the tool where rules belong there now.
 pub fn del(ips: &[IpAddr]) {
     for v6 in [false, true] {
         let addrs = of_family(ips, v6);
         if addrs.is_empty() {
             continue;
         }
+        if let Err(e) = netlink_backend::del(&addrs, v6) {
+            eprintln!("firewall: {e}");
+        }
         if over_netlink(v6) {
-            if let Err(e) = netlink_backend::del(&addrs, v6) {
-                eprintln!("firewall: {e}");
-            }
             continue;
         }
         let ipt = Iptables::for_table(family_of(v6), FILTER);

@@ -63,6 +63,19 @@ pub fn address_rules(ip: IpAddr) -> Vec<Rule> {
     ]
 }
 
+/// Ensures `filter` and its FORWARD chain as iptables-nft creates them.
+pub fn ensure_forward(b: &mut Batch, fam: Family) {
+    xt::ensure_builtin(
+        b,
+        fam,
+        FILTER,
+        FORWARD,
+        "filter",
+        Hook::Forward,
+        xt::PRIO_FILTER,
+    );
+}
+
 /// The shared jumps (inserted first, as `iptables -I ... 1`) and the address rules
 /// (appended), each kept exactly once.
 fn wanted(fam: Family, ips: &[IpAddr], admin_chain: &str) -> Vec<Wanted> {
@@ -84,15 +97,7 @@ pub fn add(ips: &[IpAddr], v6: bool, admin_chain: &str) -> Result<(), CniError> 
     let fam = family(v6);
     let mut sock = Socket::new().map_err(nf)?;
     let prelude = |b: &mut Batch| {
-        xt::ensure_builtin(
-            b,
-            fam,
-            FILTER,
-            FORWARD,
-            "filter",
-            Hook::Forward,
-            xt::PRIO_FILTER,
-        );
+        ensure_forward(b, fam);
         xt::ensure_chain(b, fam, FILTER, PRIV_CHAIN);
         xt::ensure_chain(b, fam, FILTER, admin_chain);
     };

@@ -27,7 +27,7 @@ pub enum Addr {
     Daddr,
 }
 
-fn cmp(op: CmpOp, data: Vec<u8>) -> Expr {
+pub(crate) fn cmp(op: CmpOp, data: Vec<u8>) -> Expr {
     Expr::Cmp {
         sreg: REG_1,
         op,
@@ -35,7 +35,7 @@ fn cmp(op: CmpOp, data: Vec<u8>) -> Expr {
     }
 }
 
-fn payload(base: PayloadBase, offset: u32, len: u32) -> Expr {
+pub(crate) fn payload(base: PayloadBase, offset: u32, len: u32) -> Expr {
     Expr::Payload {
         dreg: REG_1,
         base,

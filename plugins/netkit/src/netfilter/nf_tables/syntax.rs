@@ -20,6 +20,7 @@
 
 use std::net::IpAddr;
 
+use super::build::{cmp, payload};
 use super::expr::{
     ct_key, meta_key, CmpOp, Expr, PayloadBase, FIB_F_DADDR, FIB_F_SADDR, FIB_RESULT_ADDRTYPE,
     NFT_BITWISE_BOOL, REG_1,
@@ -198,23 +199,6 @@ struct Parser {
     v6: bool,
     l4: L4,
     stmts: Vec<Stmt>,
-}
-
-fn cmp(op: CmpOp, data: Vec<u8>) -> Expr {
-    Expr::Cmp {
-        sreg: REG_1,
-        op,
-        data,
-    }
-}
-
-fn payload(base: PayloadBase, offset: u32, len: u32) -> Expr {
-    Expr::Payload {
-        dreg: REG_1,
-        base,
-        offset,
-        len,
-    }
 }
 
 fn meta(key: u32) -> Expr {
