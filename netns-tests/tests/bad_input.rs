@@ -170,6 +170,22 @@ fn pin_paths(conf: &mut Value, plugin: &str, scratch: &Path) {
     }
     match plugin {
         "tuning" => pin(m, "dataDir", dir("tuning")),
+        "flannel" => {
+            pin(m, "subnetFile", json!(scratch.join(FLANNEL_SUBNET_ENV)));
+            pin(m, "dataDir", dir("flannel"));
+            // flannel hands its `ipam` to host-local: without one (or with a null one) the
+            // delegate would use host-local's default store.
+            let mut ipam = m
+                .iter()
+                .rev()
+                .find(|(k, v)| libcni::gojson::fold_eq(k, "ipam") && v.is_object())
+                .map(|(_, v)| v.clone())
+                .unwrap_or_else(|| json!({}));
+            if let Value::Object(i) = &mut ipam {
+                pin(i, "dataDir", dir("ipam"));
+            }
+            pin(m, "ipam", ipam);
+        }
         "firewall" => pin(m, "dataDir", dir("firewall")),
         "vxlan" => {
             pin(m, "stateDir", dir("vxlan"));
@@ -370,8 +386,17 @@ fn bridge_conf(scratch: &Path) -> Value {
     })
 }
 
+/// The subnet.env the flannel meta-plugin reads (inside the scratch dir).
+const FLANNEL_SUBNET_ENV: &str = "flannel-subnet.env";
+
 /// A valid config per plugin, the starting point of every mutation.
 fn base_configs(scratch: &Path, prev: &Value) -> Vec<(&'static str, Value)> {
+    // flanneld's file for the bridge's subnet, so the delegate joins the same bridge.
+    std::fs::write(
+        scratch.join(FLANNEL_SUBNET_ENV),
+        "FLANNEL_NETWORK=10.199.0.0/16\nFLANNEL_SUBNET=10.199.0.1/24\nFLANNEL_MTU=1400\nFLANNEL_IPMASQ=false\n",
+    )
+    .unwrap();
     let chained = |kind: &str, extra: Value| {
         let mut c =
             json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": kind, "prevResult": prev});
@@ -423,6 +448,13 @@ fn base_configs(scratch: &Path, prev: &Value) -> Vec<(&'static str, Value)> {
                 json!({"mtu": 1300, "promisc": true, "txQLen": 500,
                 "sysctl": {"net.ipv4.conf.IFNAME.arp_filter": "1"}}),
             ),
+        ),
+        (
+            "flannel",
+            json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": "flannel",
+                   "subnetFile": scratch.join(FLANNEL_SUBNET_ENV), "dataDir": scratch.join("flannel"),
+                   "ipam": {"dataDir": scratch.join("ipam")},
+                   "delegate": {"bridge": "fzbr0", "hairpinMode": true, "isDefaultGateway": true}}),
         ),
         (
             "static",

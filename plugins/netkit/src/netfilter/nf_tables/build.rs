@@ -6,8 +6,8 @@ use std::net::IpAddr;
 use ipnetwork::IpNetwork;
 
 use super::expr::{
-    ct_key, meta_key, CmpOp, Expr, NatType, PayloadBase, Verdict, FIB_F_DADDR, FIB_RESULT_ADDRTYPE,
-    NAT_RANGE_PROTO_SPECIFIED, REG_1, REG_2,
+    ct_key, meta_key, BitwiseOp, CmpOp, Expr, NatType, PayloadBase, Verdict, FIB_F_DADDR,
+    FIB_RESULT_ADDRTYPE, NAT_RANGE_PROTO_RANDOM_FULLY, NAT_RANGE_PROTO_SPECIFIED, REG_1, REG_2,
 };
 
 /// `NFPROTO_IPV4` / `NFPROTO_IPV6`.
@@ -90,7 +90,7 @@ pub fn addr(field: Addr, op: CmpOp, net: IpNetwork) -> Vec<Expr> {
         Expr::Bitwise {
             sreg: REG_1,
             dreg: REG_1,
-            op: None,
+            op: BitwiseOp::IMPLIED,
             mask,
             xor: vec![0; full as usize],
         },
@@ -168,7 +168,7 @@ pub fn ct_status_dnat() -> Vec<Expr> {
         Expr::Bitwise {
             sreg: REG_1,
             dreg: REG_1,
-            op: None,
+            op: BitwiseOp::IMPLIED,
             mask: bit,
             xor: vec![0; 4],
         },
@@ -204,6 +204,31 @@ pub fn dnat(ip: IpAddr, port: u16) -> Vec<Expr> {
 /// `masquerade`.
 pub fn masquerade() -> Vec<Expr> {
     vec![Expr::Masq]
+}
+
+/// `masquerade fully-random` (iptables `MASQUERADE --random-fully`).
+pub fn masquerade_fully_random() -> Vec<Expr> {
+    vec![Expr::MasqFlags(NAT_RANGE_PROTO_RANDOM_FULLY)]
+}
+
+/// `meta mark & BITS == BITS` (iptables `-m mark --mark BITS/BITS`): every bit of `bits` set.
+pub fn mark_has(bits: u32) -> Vec<Expr> {
+    let data = bits.to_ne_bytes().to_vec();
+    vec![
+        Expr::Meta {
+            key: meta_key::MARK,
+            dreg: REG_1,
+        },
+        Expr::Bitwise {
+            sreg: REG_1,
+            dreg: REG_1,
+            // nft states the operation for an `&` written in the rule.
+            op: BitwiseOp::STATED_BOOL,
+            mask: data.clone(),
+            xor: vec![0; 4],
+        },
+        cmp(CmpOp::Eq, data),
+    ]
 }
 
 /// A verdict statement.

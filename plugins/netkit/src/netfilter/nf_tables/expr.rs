@@ -108,6 +108,8 @@ pub enum NatType {
 
 /// `NF_NAT_RANGE_PROTO_SPECIFIED`: the rule gives a port.
 pub const NAT_RANGE_PROTO_SPECIFIED: u32 = 0x2;
+/// `NF_NAT_RANGE_PROTO_RANDOM_FULLY`: `masquerade fully-random` (iptables `--random-fully`).
+pub const NAT_RANGE_PROTO_RANDOM_FULLY: u32 = 0x10;
 
 /// `fib` flags and results.
 pub const FIB_F_SADDR: u32 = 1;
@@ -131,9 +133,7 @@ pub enum Expr {
     Bitwise {
         sreg: u32,
         dreg: u32,
-        /// `NFTA_BITWISE_OP`, which nft sends only for an `and` written in the rule (never
-        /// for the masks it derives itself: prefixes, flag tests).
-        op: Option<u32>,
+        op: BitwiseOp,
         mask: Vec<u8>,
         xor: Vec<u8>,
     },
@@ -181,6 +181,8 @@ pub enum Expr {
         flags: u32,
     },
     Masq,
+    /// `masquerade` with `NF_NAT_RANGE_*` flags (`fully-random`...).
+    MasqFlags(u32),
     Counter {
         bytes: u64,
         packets: u64,
@@ -212,6 +214,30 @@ const NFTA_VERDICT_CODE: u16 = 1;
 const NFTA_VERDICT_CHAIN: u16 = 2;
 /// `NFT_BITWISE_BOOL`: `(reg & mask) ^ xor`.
 pub const NFT_BITWISE_BOOL: u32 = 0;
+
+/// `NFTA_BITWISE_OP` of a bitwise expression, as sent: nft states it only for an `and`
+/// written in the rule, never for the masks it derives itself (prefixes, flag tests), and the
+/// kernel takes an absent one as `NFT_BITWISE_BOOL` (and dumps it always). Equality is the
+/// kernel's: absent equals a stated BOOL, so built and dumped rules compare equal.
+#[derive(Debug, Clone, Copy, Eq)]
+pub struct BitwiseOp(pub Option<u32>);
+
+impl BitwiseOp {
+    /// Not sent (what nft does for masks it derives).
+    pub const IMPLIED: BitwiseOp = BitwiseOp(None);
+    /// `NFT_BITWISE_BOOL` stated (what nft does for `and`/`&` in the rule text).
+    pub const STATED_BOOL: BitwiseOp = BitwiseOp(Some(NFT_BITWISE_BOOL));
+
+    fn effective(self) -> u32 {
+        self.0.unwrap_or(NFT_BITWISE_BOOL)
+    }
+}
+
+impl PartialEq for BitwiseOp {
+    fn eq(&self, other: &BitwiseOp) -> bool {
+        self.effective() == other.effective()
+    }
+}
 /// `NFT_LOOKUP_F_INV`: the lookup matches when the key is NOT in the set.
 const NFT_LOOKUP_F_INV: u32 = 1;
 
@@ -235,7 +261,7 @@ impl Expr {
             Expr::Lookup { .. } => "lookup",
             Expr::ImmediateData { .. } | Expr::Verdict(_) => "immediate",
             Expr::Nat { .. } => "nat",
-            Expr::Masq => "masq",
+            Expr::Masq | Expr::MasqFlags(_) => "masq",
             Expr::Counter { .. } => "counter",
             Expr::Match { .. } => "match",
             Expr::Target { .. } => "target",
@@ -274,8 +300,8 @@ impl Expr {
                 xor,
             } => {
                 d.be32(1, *sreg).be32(2, *dreg);
-                if let Some(op) = op {
-                    d.be32(6, *op);
+                if let Some(op) = op.0 {
+                    d.be32(6, op);
                 }
                 d.be32(3, mask.len() as u32);
                 value(d, 4, mask);
@@ -344,6 +370,9 @@ impl Expr {
                 }
             }
             Expr::Masq => {}
+            Expr::MasqFlags(flags) => {
+                d.be32(1, *flags);
+            }
             Expr::Counter { bytes, packets } => {
                 d.be64(1, *bytes).be64(2, *packets);
             }
@@ -408,7 +437,7 @@ fn decode_data(name: &str, data: &[u8]) -> Option<Expr> {
         "bitwise" => Expr::Bitwise {
             sreg: u32_of(&a, 1)?,
             dreg: u32_of(&a, 2)?,
-            op: u32_of(&a, 6),
+            op: BitwiseOp(u32_of(&a, 6)),
             mask: data_value(a.get(4))?,
             xor: data_value(a.get(5))?,
         },
@@ -459,6 +488,8 @@ fn decode_data(name: &str, data: &[u8]) -> Option<Expr> {
             flags: u32_of(&a, 7).unwrap_or(0),
         },
         "masq" if data.is_empty() => Expr::Masq,
+        // Flags only (no port-range registers).
+        "masq" if a.get(2).is_none() && a.get(3).is_none() => Expr::MasqFlags(u32_of(&a, 1)?),
         "counter" => Expr::Counter {
             bytes: a.get(1)?.be64()?,
             packets: a.get(2)?.be64()?,
@@ -512,7 +543,7 @@ mod tests {
             Expr::Bitwise {
                 sreg: REG_1,
                 dreg: REG_1,
-                op: Some(NFT_BITWISE_BOOL),
+                op: BitwiseOp::STATED_BOOL,
                 mask: vec![0xf0, 0, 0, 0],
                 xor: vec![0; 4],
             },
@@ -546,6 +577,11 @@ mod tests {
                 flags: NAT_RANGE_PROTO_SPECIFIED,
             },
             Expr::Masq,
+            Expr::MasqFlags(NAT_RANGE_PROTO_RANDOM_FULLY),
+            Expr::Meta {
+                key: meta_key::MARK,
+                dreg: REG_1,
+            },
             Expr::Counter {
                 bytes: 1,
                 packets: 2,
@@ -579,6 +615,19 @@ mod tests {
         ] {
             round_trip(e);
         }
+    }
+
+    #[test]
+    fn bitwise_op_absent_equals_stated_bool() {
+        let b = |op| Expr::Bitwise {
+            sreg: REG_1,
+            dreg: REG_1,
+            op,
+            mask: vec![1],
+            xor: vec![0],
+        };
+        assert_eq!(b(BitwiseOp::IMPLIED), b(BitwiseOp::STATED_BOOL));
+        assert_ne!(b(BitwiseOp::IMPLIED), b(BitwiseOp(Some(1))));
     }
 
     #[test]

@@ -339,3 +339,57 @@ fn firewall_rules_match_iptables_nft() {
     ));
     assert_same(&b, include_str!("testdata/ipt_iface.hex"));
 }
+
+#[test]
+fn flannel_masquerade_matches_nft() {
+    // What ferrocni-agent sends to replace flannel's `ip flannel-ipv4` masquerade table and
+    // to drop the IPv6 one (testdata/nft_flannel_masq.hex, `nft -f` of the same commands).
+    let (ip, t) = (Family::Ip, "flannel-ipv4");
+    let table = Table::new(ip, t).with_comment("ferrocni-agent: flannel --ip-masq");
+    let cluster = net("10.244.0.0/16");
+    let mut b = Batch::new();
+    b.add_table(&table).delete_table(ip, t).add_table(&table);
+    b.add_chain(
+        &Chain::base(ip, t, "postrtg", "nat", Hook::Postrouting, 100, None)
+            .with_comment("pod traffic leaving the cluster network is masqueraded"),
+    );
+    b.add_rule(
+        &Rule::new(
+            ip,
+            t,
+            "postrtg",
+            build::all([build::mark_has(0x4000), build::verdict(Verdict::Return)]),
+        )
+        .with_comment("masq: kube-proxy marked, it masquerades"),
+    );
+    b.add_rule(
+        &Rule::new(
+            ip,
+            t,
+            "postrtg",
+            build::all([
+                build::addr(Addr::Saddr, CmpOp::Eq, net("10.244.1.0/24")),
+                build::addr(Addr::Daddr, CmpOp::Eq, cluster),
+                build::verdict(Verdict::Return),
+            ]),
+        )
+        .with_comment("masq: pod to cluster, no NAT"),
+    );
+    b.add_rule(
+        &Rule::new(
+            ip,
+            t,
+            "postrtg",
+            build::all([
+                build::addr(Addr::Saddr, CmpOp::Eq, cluster),
+                build::addr(Addr::Daddr, CmpOp::Neq, net("224.0.0.0/4")),
+                build::masquerade_fully_random(),
+            ]),
+        )
+        .with_comment("masq: cluster to outside"),
+    );
+    let ip6 = Family::Ip6;
+    b.add_table(&Table::new(ip6, "flannel-ipv6"))
+        .delete_table(ip6, "flannel-ipv6");
+    assert_same(&b, include_str!("testdata/nft_flannel_masq.hex"));
+}

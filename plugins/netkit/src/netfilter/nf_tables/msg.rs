@@ -14,6 +14,7 @@ pub const NFNL_MSG_BATCH_END: u16 = 0x11;
 pub mod msg_type {
     pub const NEWTABLE: u16 = 0;
     pub const GETTABLE: u16 = 1;
+    pub const DELTABLE: u16 = 2;
     pub const NEWCHAIN: u16 = 3;
     pub const GETCHAIN: u16 = 4;
     pub const DELCHAIN: u16 = 5;

@@ -148,6 +148,16 @@ impl Batch {
         self
     }
 
+    /// `delete table`, with everything in it (it must exist: add it first in the same batch
+    /// to delete whatever is there).
+    pub fn delete_table(&mut self, family: Family, name: &str) -> &mut Self {
+        let mut w = Writer::new();
+        encode_table_id(name, &mut w);
+        let what = format!("delete table {} {name}", family.name());
+        self.push(msg_type::DELTABLE, 0, family, w, what);
+        self
+    }
+
     /// The datagram: BATCH_BEGIN (sequence `first_seq`), the messages, BATCH_END.
     pub fn encode(&self, first_seq: u32) -> Vec<u8> {
         let mut out = Vec::new();

@@ -22,8 +22,8 @@ use std::net::IpAddr;
 
 use super::build::{cmp, payload};
 use super::expr::{
-    ct_key, meta_key, CmpOp, Expr, PayloadBase, FIB_F_DADDR, FIB_F_SADDR, FIB_RESULT_ADDRTYPE,
-    NFT_BITWISE_BOOL, REG_1,
+    ct_key, meta_key, BitwiseOp, CmpOp, Expr, PayloadBase, FIB_F_DADDR, FIB_F_SADDR,
+    FIB_RESULT_ADDRTYPE, REG_1,
 };
 use super::msg::Family;
 use super::set::{interval_elements, key_type, AnonSet, Element, KeyOf, ANON_SET_NAME};
@@ -521,7 +521,7 @@ impl Parser {
                         Expr::Bitwise {
                             sreg: REG_1,
                             dreg: REG_1,
-                            op: None,
+                            op: BitwiseOp::IMPLIED,
                             mask: mask_bytes(net.len(), bits),
                             xor: vec![0; net.len()],
                         },
@@ -777,7 +777,7 @@ impl Parser {
                             sreg: REG_1,
                             dreg: REG_1,
                             // Written by the user: nft states the operation.
-                            op: Some(NFT_BITWISE_BOOL),
+                            op: BitwiseOp::STATED_BOOL,
                             mask: mask.to_ne_bytes().to_vec(),
                             xor: vec![0; 4],
                         },
@@ -826,7 +826,7 @@ impl Parser {
                         Expr::Bitwise {
                             sreg: REG_1,
                             dreg: REG_1,
-                            op: None,
+                            op: BitwiseOp::IMPLIED,
                             mask: bits,
                             xor: vec![0; 4],
                         },
@@ -1158,7 +1158,13 @@ mod tests {
         let (_, e) = exprs("mark 0x10", false);
         assert_eq!(e[1], cmp(CmpOp::Eq, 16u32.to_ne_bytes().to_vec()));
         let (_, e) = exprs("meta mark & 0xff == 1", false);
-        assert!(matches!(&e[1], Expr::Bitwise { op: Some(_), .. }));
+        assert!(matches!(
+            &e[1],
+            Expr::Bitwise {
+                op: BitwiseOp(Some(_)),
+                ..
+            }
+        ));
         let (_, e) = exprs("fib saddr type != local", false);
         assert_eq!(e[1], cmp(CmpOp::Neq, 2u32.to_ne_bytes().to_vec()));
     }
