@@ -35,6 +35,7 @@ pub mod cluster;
 pub mod containerd;
 pub mod cri;
 pub mod private_host;
+pub mod netfilter;
 pub mod rng;
 
 use std::collections::HashMap;

@@ -336,3 +336,144 @@ fn firewall_del_without_prev_result_and_gc() {
     assert!(recorded().is_empty(), "records left: {:?}", recorded());
     assert!(lease_files(&leases.join("fwrec")).is_empty());
 }
+
+/// The filter table as `iptables-save` prints it, counters and comment lines left out.
+fn filter_rules(host: &Netns, tool: &str) -> Vec<String> {
+    host.exec_ok(&[tool, "-t", "filter"])
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| match l.strip_suffix(" [0:0]") {
+            Some(chain) => chain.to_string(),
+            None => l.split(" [").next().unwrap_or(l).to_string(),
+        })
+        .collect()
+}
+
+/// The same same-bridge network through the reference Go plugins and through ours, each in
+/// its own host netns: `iptables-save` / `ip6tables-save` of the filter table are identical
+/// (ours are written over netlink, theirs by iptables-nft).
+#[test]
+fn firewall_same_bridge_rules_equal_the_reference() {
+    require_root!();
+    let Some(reference) = netns_tests::reference_plugin_dir(&["bridge", "host-local", "firewall"])
+    else {
+        return;
+    };
+    let mut saved = Vec::new();
+    for (label, cni_path) in [("ours", plugins()), ("reference", vec![reference])] {
+        let host = Netns::new("fwo-host");
+        let pods = [Netns::new("fwo-a"), Netns::new("fwo-b")];
+        let leases = TempDir::new("fwo-leases");
+        let records = TempDir::new("fwo-records");
+        let cache = TempDir::new("fwo-cache");
+        let conf = ConfDir::new();
+        let policy = json!({"type": "firewall", "backend": "iptables",
+                            "ingressPolicy": "same-bridge", "dataDir": records.path()});
+        conf.write_json(
+            "10-a.conflist",
+            &conflist(
+                "fwoa",
+                "cni-fwoa0",
+                "10.231.34.0/24",
+                &leases,
+                policy.clone(),
+            ),
+        );
+        conf.write_json(
+            "20-b.conflist",
+            &conflist("fwob", "cni-fwob0", "10.231.35.0/24", &leases, policy),
+        );
+        let tool = Cnitool::new(&conf, cni_path, cache.path()).in_netns(&host);
+        tool.run_ok(&["add", "fwoa", pods[0].path_str()]);
+        tool.run_ok(&["add", "fwob", pods[1].path_str()]);
+        saved.push((
+            label,
+            filter_rules(&host, "iptables-save"),
+            filter_rules(&host, "ip6tables-save"),
+        ));
+        tool.run_ok(&["del", "fwoa", pods[0].path_str()]);
+        tool.run_ok(&["del", "fwob", pods[1].path_str()]);
+    }
+    let (ours, theirs) = (&saved[0], &saved[1]);
+    assert_eq!(ours.1, theirs.1, "iptables filter table differs");
+    assert_eq!(ours.2, theirs.2, "ip6tables filter table differs");
+    assert!(
+        ours.1.iter().any(|l| l
+            == "-A CNI-ISOLATION-STAGE-2 -o cni-fwob0 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: same-bridge)\" -j DROP"),
+        "{:#?}",
+        ours.1
+    );
+}
+
+/// On an iptables-nft host the firewall needs no iptables tool at all: with `iptables` and
+/// `ip6tables` hidden (bind-mounted away in a private mount namespace), STATUS is ready and
+/// ADD, CHECK and DEL with an ingress policy work over netlink.
+#[test]
+fn firewall_works_without_iptables_tools() {
+    require_root!();
+    let host = Netns::new("fwt-host");
+    let pod = Netns::new("fwt-pod");
+    let leases = TempDir::new("fwt-leases");
+    let records = TempDir::new("fwt-records");
+    let cache = TempDir::new("fwt-cache");
+    let conf = ConfDir::new();
+    conf.write_json(
+        "10-fwt.conflist",
+        &conflist(
+            "fwtnet",
+            "cni-fwt0",
+            "10.231.36.0/24",
+            &leases,
+            json!({"type": "firewall", "backend": "iptables", "ingressPolicy": "isolated",
+                   "dataDir": records.path()}),
+        ),
+    );
+    // Every iptables-nft command is a link to one multi-call binary: hide it.
+    let Ok(multi) = std::fs::canonicalize("/usr/sbin/iptables") else {
+        eprintln!("skipping: no /usr/sbin/iptables");
+        return;
+    };
+    if multi.to_string_lossy().contains("legacy") {
+        eprintln!("skipping: iptables is iptables-legacy here");
+        return;
+    }
+    let run = |verb: &str| {
+        let script = format!(
+            "mount --bind /dev/null {} && test ! -f /usr/sbin/iptables && test ! -f /usr/sbin/ip6tables && \
+             NETCONFPATH={} CNI_PATH={} CNI_CACHE_DIR={} exec {} {verb} fwtnet {}",
+            multi.display(),
+            conf.path().display(),
+            our_bin_dir().display(),
+            cache.path().display(),
+            our_binary("cnitool").display(),
+            pod.path_str(),
+        );
+        host.command(&[
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .output()
+        .unwrap()
+    };
+    for verb in ["add", "check", "status", "del"] {
+        let out = run(verb);
+        assert!(
+            out.status.success(),
+            "{verb} without iptables tools: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if verb == "add" {
+            let filter = host.exec_ok(&["iptables-save", "-t", "filter"]);
+            assert!(
+                filter.contains("-A CNI-ISOLATION-STAGE-1 -i cni-fwt0 -o cni-fwt0 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: isolated)\" -j DROP"),
+                "{filter}"
+            );
+        }
+    }
+}

@@ -1,11 +1,13 @@
 //! The nftables backends over netlink end to end: no netfilter tool is executed on ADD or DEL
-//! (strace), and with 20,000 foreign (kube-proxy-like) nat rules on the node masquerade and
-//! hostPort DNAT still work and DEL leaves no per-pod rule behind.
+//! (strace; the firewall with an ingress policy included), and with 20,000 foreign
+//! (kube-proxy-like) nat rules on the node masquerade and hostPort DNAT still work and DEL
+//! leaves no per-pod rule behind.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-use netns_tests::{our_bin_dir, our_binary, require_root, Cnitool, ConfDir, Netns, TempDir};
+use netns_tests::{
+    netfilter, our_bin_dir, our_binary, require_root, Cnitool, ConfDir, Netns, TempDir,
+};
 use serde_json::{json, Value};
 
 fn plugins() -> Vec<std::path::PathBuf> {
@@ -25,7 +27,7 @@ fn conflist(name: &str, bridge: &str, subnet: &str, leases: &TempDir) -> Value {
               "ipam": { "type": "host-local", "dataDir": leases.path(), "ranges": [[{ "subnet": subnet }]] } },
             { "type": "portmap", "capabilities": { "portMappings": true } },
             // Its records stay out of the real /run/cni.
-            { "type": "firewall", "dataDir": leases.join("firewall") }
+            { "type": "firewall", "ingressPolicy": "same-bridge", "dataDir": leases.join("firewall") }
         ]
     })
 }
@@ -59,42 +61,15 @@ fn add_and_del_exec_only_plugins() {
         "10-nlx.conflist",
         &conflist("nlxnet", "cni-nlx0", "10.232.10.0/24", &leases),
     );
-    let tool = Cnitool::new(&conf, plugins(), cache.path()).env(
-        "CAP_ARGS",
-        r#"{"portMappings":[{"hostPort":18095,"containerPort":80,"protocol":"tcp"}]}"#,
-    );
+    let tool = Cnitool::new(&conf, plugins(), cache.path())
+        .in_netns(&host)
+        .env(
+            "CAP_ARGS",
+            r#"{"portMappings":[{"hostPort":18095,"containerPort":80,"protocol":"tcp"}]}"#,
+        );
     for verb in ["add", "del"] {
         let out_file = trace.join(format!("{verb}.trace"));
-        let out = host
-            .command(&[
-                "strace",
-                "-f",
-                "-qq",
-                "-e",
-                "trace=execve",
-                "-o",
-                out_file.to_str().unwrap(),
-            ])
-            .arg(our_binary("cnitool"))
-            .args([verb, "nlxnet", pod.path_str()])
-            .env("NETCONFPATH", &tool.netconf)
-            .env("CNI_PATH", our_bin_dir())
-            .env("CNI_CACHE_DIR", &tool.cache_dir)
-            .env("CAP_ARGS", &tool.env[0].1)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{verb}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let text = std::fs::read_to_string(&out_file).unwrap();
-        let execs: Vec<String> = text
-            .lines()
-            .filter(|l| l.contains("execve(\"") && !l.contains("= -1"))
-            .filter_map(|l| l.split('"').nth(1))
-            .map(|p| p.rsplit('/').next().unwrap_or(p).to_string())
-            .collect();
+        let execs = netfilter::traced_cnitool(&tool, &[verb, "nlxnet", pod.path_str()], &out_file);
         for e in &execs {
             assert!(
                 ["cnitool", "bridge", "host-local", "portmap", "firewall"].contains(&e.as_str()),
@@ -103,6 +78,16 @@ fn add_and_del_exec_only_plugins() {
             assert!(!TOOLS.contains(&e.as_str()));
         }
         assert!(execs.iter().any(|e| e == "portmap") && execs.iter().any(|e| e == "firewall"));
+        if verb == "add" {
+            // The ingress policy went over netlink too, as iptables-nft would have written it.
+            let filter = host.exec_ok(&["iptables-save", "-t", "filter"]);
+            assert!(
+                filter.contains(
+                    "-A CNI-ISOLATION-STAGE-1 -i cni-nlx0 ! -o cni-nlx0 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: same-bridge)\" -j CNI-ISOLATION-STAGE-2"
+                ),
+                "{filter}"
+            );
+        }
     }
     let rs = host.exec_ok(&["nft", "list", "ruleset"]);
     assert!(!rs.contains("10.232.10.2"), "{rs}");
@@ -110,33 +95,8 @@ fn add_and_del_exec_only_plugins() {
 
 /// Loads kube-proxy-like nat rules (KUBE-SERVICES jumps plus one DNAT chain per service).
 fn load_foreign_rules(ns: &Netns, rules: usize) {
-    let services = rules / 2;
-    let mut text = String::from("*nat\n:KUBE-SERVICES - [0:0]\n");
-    for i in 0..services {
-        text.push_str(&format!(":KUBE-SVC-{i:06} - [0:0]\n"));
-    }
-    text.push_str("-A PREROUTING -j KUBE-SERVICES\n-A OUTPUT -j KUBE-SERVICES\n");
-    for i in 0..services {
-        let (a, b) = (i / 250, i % 250 + 1);
-        text.push_str(&format!(
-            "-A KUBE-SERVICES -d 10.96.{a}.{b}/32 -p tcp --dport 80 -j KUBE-SVC-{i:06}\n\
-             -A KUBE-SVC-{i:06} -p tcp -j DNAT --to-destination 10.244.{a}.{b}:8080\n"
-        ));
-    }
-    text.push_str("COMMIT\n");
-    let mut child = ns
-        .command(&["iptables-restore", "--noflush"])
-        .stdin(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
     assert!(
-        child.wait().unwrap().success(),
+        netfilter::load_nat_rules(ns.command(&["iptables-restore", "--noflush"]), rules),
         "iptables-restore of {rules} rules"
     );
 }
@@ -160,23 +120,14 @@ fn masquerade_and_hostport_work_next_to_20000_foreign_rules() {
     for ns in [&host, &outside, &pod] {
         ns.exec_ok(&["ip", "link", "set", "lo", "up"]);
     }
-    host.exec_ok(&[
-        "ip",
-        "link",
-        "add",
+    netfilter::link_outside(
+        &host,
         "uplink",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "wan",
-        "netns",
-        outside.name(),
-    ]);
-    host.exec_ok(&["ip", "addr", "add", "192.168.232.1/30", "dev", "uplink"]);
-    host.exec_ok(&["ip", "link", "set", "uplink", "up"]);
-    outside.exec_ok(&["ip", "addr", "add", "192.168.232.2/30", "dev", "wan"]);
-    outside.exec_ok(&["ip", "link", "set", "wan", "up"]);
+        "192.168.232.1/30",
+        &outside,
+        "192.168.232.2/30",
+        None,
+    );
     load_foreign_rules(&host, 20_000);
 
     let leases = TempDir::new("nls-leases");

@@ -735,42 +735,11 @@ fn scale(o: &Opts) {
     report_time(&format!("DEL, {n} pods"), res["ours"].2, res["reference"].2);
 }
 
-/// kube-proxy-like nat rules for the bench host: `KUBE-SERVICES` jumped from PREROUTING and
-/// OUTPUT, holding one jump per service, and one DNAT chain per service (two rules per
-/// service in all), loaded with one iptables-restore.
+/// kube-proxy-like nat rules for the bench host (see [`netns_tests::netfilter`]).
 fn load_foreign_nat_rules(rules: usize) -> bool {
-    if rules == 0 {
-        return true;
-    }
-    let services = rules / 2;
-    let mut text = String::from("*nat\n:KUBE-SERVICES - [0:0]\n");
-    for i in 0..services {
-        text.push_str(&format!(":KUBE-SVC-{i:06} - [0:0]\n"));
-    }
-    text.push_str("-A PREROUTING -j KUBE-SERVICES\n-A OUTPUT -j KUBE-SERVICES\n");
-    for i in 0..services {
-        let (a, b) = (i / 250, i % 250 + 1);
-        text.push_str(&format!(
-            "-A KUBE-SERVICES -d 10.96.{a}.{b}/32 -p tcp --dport 80 -j KUBE-SVC-{i:06}\n\
-             -A KUBE-SVC-{i:06} -p tcp -j DNAT --to-destination 10.244.{a}.{b}:8080\n"
-        ));
-    }
-    text.push_str("COMMIT\n");
-    let mut child = match Command::new("iptables-restore")
-        .arg("--noflush")
-        .stdin(Stdio::piped())
-        .spawn()
-    {
-        Ok(c) => c,
-        Err(e) => {
-            println!("  cannot run iptables-restore: {e}");
-            return false;
-        }
-    };
-    if let Some(mut si) = child.stdin.take() {
-        let _ = si.write_all(text.as_bytes());
-    }
-    child.wait().map(|s| s.success()).unwrap_or(false)
+    let mut cmd = Command::new("iptables-restore");
+    cmd.arg("--noflush");
+    netns_tests::netfilter::load_nat_rules(cmd, rules)
 }
 
 /// bridge (ipMasq) + host-local + portmap (one hostPort) ADD/DEL with 0, 2,000 and 20,000

@@ -101,13 +101,21 @@ fn of_family(ips: &[IpAddr], v6: bool) -> Vec<IpAddr> {
         .collect()
 }
 
-/// The reference needs both tools before doing anything; so do we, with a clear message.
+/// The tools of the families whose rules are not written over netlink (all of them on an
+/// iptables-legacy host, none on an iptables-nft one) must be installed: the reference needs
+/// both tools before doing anything; so do we there, with a clear message.
 pub fn require_tools() -> Result<(), CniError> {
-    for tool in ["iptables", "ip6tables"] {
-        if netkit::netfilter::exec::find_tool(tool).is_none() {
-            return Err(CniError::internal(format!(
-                "could not initialize the firewall iptables backend: the {tool:?} tool is not installed"
-            )));
+    for v6 in [false, true] {
+        if over_netlink(v6) {
+            continue;
+        }
+        let ipt = Iptables::for_table(family_of(v6), FILTER);
+        for tool in [ipt.tool(), ipt.restore_tool()] {
+            if netkit::netfilter::exec::find_tool(tool).is_none() {
+                return Err(CniError::internal(format!(
+                    "could not initialize the firewall iptables backend: the {tool:?} tool is not installed"
+                )));
+            }
         }
     }
     Ok(())
@@ -166,7 +174,7 @@ fn add_with_tool(ips: &[IpAddr], admin_chain: &str) -> Result<(), CniError> {
             if addrs.is_empty() {
                 continue;
             }
-            let ipt = Iptables::new(family_of(v6));
+            let ipt = Iptables::for_table(family_of(v6), FILTER);
             setup_chains(&ipt, admin_chain)?;
             let mut missing = Vec::new();
             for rule in addrs.into_iter().flat_map(address_rules) {
@@ -179,7 +187,7 @@ fn add_with_tool(ips: &[IpAddr], admin_chain: &str) -> Result<(), CniError> {
                 script.append(PRIV_CHAIN, &refs(rule));
             }
             script
-                .apply(ipt.family(), "failed to add the container's firewall rules")
+                .apply(&ipt, "failed to add the container's firewall rules")
                 .map_err(nf)?;
             added.push((ipt, missing));
         }
@@ -195,20 +203,22 @@ fn add_with_tool(ips: &[IpAddr], admin_chain: &str) -> Result<(), CniError> {
     result
 }
 
-/// DEL: remove the address rules; missing rules, chains or tools are fine.
+/// DEL: remove the address rules; missing rules, chains or tools are fine. iptables-nft's
+/// tables are always cleaned over netlink (the ADD may have gone there before a legacy
+/// table appeared), legacy ones with the tool where rules belong there now.
 pub fn del(ips: &[IpAddr]) {
     for v6 in [false, true] {
         let addrs = of_family(ips, v6);
         if addrs.is_empty() {
             continue;
         }
+        if let Err(e) = netlink_backend::del(&addrs, v6) {
+            eprintln!("firewall: {e}");
+        }
         if over_netlink(v6) {
-            if let Err(e) = netlink_backend::del(&addrs, v6) {
-                eprintln!("firewall: {e}");
-            }
             continue;
         }
-        let ipt = Iptables::new(family_of(v6));
+        let ipt = Iptables::for_table(family_of(v6), FILTER);
         for rule in addrs.into_iter().flat_map(address_rules) {
             match ipt.delete_rule(FILTER, PRIV_CHAIN, &refs(&rule)) {
                 Ok(_) => {}
@@ -231,7 +241,7 @@ pub fn check(ips: &[IpAddr], admin_chain: &str) -> Result<(), CniError> {
             continue;
         }
         require_tools()?;
-        let ipt = Iptables::new(family_of(v6));
+        let ipt = Iptables::for_table(family_of(v6), FILTER);
         for chain in [PRIV_CHAIN, admin_chain] {
             if !ipt.chain_exists(FILTER, chain).map_err(nf)? {
                 return Err(CniError::internal(format!(

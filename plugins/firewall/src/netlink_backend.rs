@@ -8,6 +8,7 @@ use std::net::IpAddr;
 
 use libcni::CniError;
 use netkit::netfilter::nf_tables::{xt, Batch, Family, Hook, Rule, Socket, Verdict};
+use netkit::netfilter::xt_rules::{self, Wanted};
 
 use crate::iptables_backend::PRIV_CHAIN;
 
@@ -62,29 +63,10 @@ pub fn address_rules(ip: IpAddr) -> Vec<Rule> {
     ]
 }
 
-fn contains(rules: &[Rule], want: &Rule) -> bool {
-    rules.iter().any(|r| xt::same_rule(r, want))
-}
-
-/// Deletes all but the first copy of `want` in `rules` (two ADDs racing to insert a shared
-/// jump both see it missing; the second copy is removed here).
-fn dedup(b: &mut Batch, rules: &[Rule], want: &Rule) {
-    let mut copies = rules.iter().filter(|r| xt::same_rule(r, want));
-    copies.next();
-    for extra in copies {
-        if let Some(h) = extra.handle {
-            b.delete_rule(want.family, FILTER, &want.chain, h);
-        }
-    }
-}
-
-/// ADD for one family: the chains and jumps (when missing) and the address rules.
-pub fn add(ips: &[IpAddr], v6: bool, admin_chain: &str) -> Result<(), CniError> {
-    let fam = family(v6);
-    let mut sock = Socket::new().map_err(nf)?;
-    let mut b = Batch::new();
+/// Ensures `filter` and its FORWARD chain as iptables-nft creates them.
+pub fn ensure_forward(b: &mut Batch, fam: Family) {
     xt::ensure_builtin(
-        &mut b,
+        b,
         fam,
         FILTER,
         FORWARD,
@@ -92,43 +74,36 @@ pub fn add(ips: &[IpAddr], v6: bool, admin_chain: &str) -> Result<(), CniError> 
         Hook::Forward,
         xt::PRIO_FILTER,
     );
-    xt::ensure_chain(&mut b, fam, FILTER, PRIV_CHAIN);
-    xt::ensure_chain(&mut b, fam, FILTER, admin_chain);
-    let forward = sock.rules(fam, FILTER, FORWARD).map_err(nf)?;
-    let private = sock.rules(fam, FILTER, PRIV_CHAIN).map_err(nf)?;
-    let (fj, aj) = (forward_jump(fam), admin_jump(fam, admin_chain));
-    if !contains(&forward, &fj) {
-        b.insert_rule(&fj);
-    }
-    if !contains(&private, &aj) {
-        b.insert_rule(&aj);
-    }
-    for rule in ips.iter().flat_map(|ip| address_rules(*ip)) {
-        if !contains(&private, &rule) {
-            b.add_rule(&rule);
-        }
-    }
-    sock.commit(&b).map_err(|e| {
+}
+
+/// The shared jumps (inserted first, as `iptables -I ... 1`) and the address rules
+/// (appended), each kept exactly once.
+fn wanted(fam: Family, ips: &[IpAddr], admin_chain: &str) -> Vec<Wanted> {
+    let mut w = vec![
+        Wanted::first(forward_jump(fam)),
+        Wanted::first(admin_jump(fam, admin_chain)),
+    ];
+    w.extend(
+        ips.iter()
+            .flat_map(|ip| address_rules(*ip))
+            .map(Wanted::last),
+    );
+    w
+}
+
+/// ADD for one family: the chains and jumps (when missing) and the address rules, in one
+/// transaction; copies a concurrent ADD added meanwhile are removed again.
+pub fn add(ips: &[IpAddr], v6: bool, admin_chain: &str) -> Result<(), CniError> {
+    let fam = family(v6);
+    let mut sock = Socket::new().map_err(nf)?;
+    let prelude = |b: &mut Batch| {
+        ensure_forward(b, fam);
+        xt::ensure_chain(b, fam, FILTER, PRIV_CHAIN);
+        xt::ensure_chain(b, fam, FILTER, admin_chain);
+    };
+    xt_rules::ensure(&mut sock, prelude, &wanted(fam, ips, admin_chain)).map_err(|e| {
         CniError::internal(format!("failed to add the container's firewall rules: {e}"))
-    })?;
-    // A concurrent ADD may have inserted the same jump meanwhile: keep one.
-    let mut fix = Batch::new();
-    dedup(
-        &mut fix,
-        &sock.rules(fam, FILTER, FORWARD).map_err(nf)?,
-        &fj,
-    );
-    dedup(
-        &mut fix,
-        &sock.rules(fam, FILTER, PRIV_CHAIN).map_err(nf)?,
-        &aj,
-    );
-    if let Err(e) = sock.commit(&fix) {
-        if !matches!(e.errno(), Some(ENOENT)) {
-            return Err(nf(e));
-        }
-    }
-    Ok(())
+    })
 }
 
 /// DEL for one family: the address rules (every copy); missing ones are fine.
@@ -170,25 +145,15 @@ pub fn check(ips: &[IpAddr], v6: bool, admin_chain: &str) -> Result<(), CniError
             )));
         }
     }
-    let forward = sock.rules(fam, FILTER, FORWARD).map_err(nf)?;
-    let private = sock.rules(fam, FILTER, PRIV_CHAIN).map_err(nf)?;
-    let mut wanted = vec![
-        (forward_jump(fam), &forward),
-        (admin_jump(fam, admin_chain), &private),
-    ];
-    wanted.extend(
-        ips.iter()
-            .flat_map(|ip| address_rules(*ip))
-            .map(|r| (r, &private)),
-    );
-    for (rule, chain_rules) in wanted {
-        if !contains(chain_rules, &rule) {
-            return Err(CniError::internal(format!(
-                "a firewall rule is missing from {} {FILTER}/{}",
-                fam.name(),
-                rule.chain
-            )));
-        }
+    if let Some(w) = xt_rules::missing(&mut sock, &wanted(fam, ips, admin_chain))
+        .map_err(nf)?
+        .first()
+    {
+        return Err(CniError::internal(format!(
+            "a firewall rule is missing from {} {FILTER}/{}",
+            fam.name(),
+            w.rule.chain
+        )));
     }
     Ok(())
 }

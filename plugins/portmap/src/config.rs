@@ -110,22 +110,22 @@ pub struct PortMapConf {
 }
 
 /// Conditions in iptables syntax start with an option (`-s`, `! -d`...); anything else is nft.
-fn is_iptables_syntax(conditions: &[String]) -> bool {
+pub fn is_iptables_syntax(conditions: &[String]) -> bool {
     conditions
         .first()
         .is_some_and(|t| t.starts_with('-') || t.starts_with('!'))
 }
 
 /// Characters that would end an nft statement or start a comment: never allowed in a token,
-/// so a condition cannot smuggle another command into the ruleset.
+/// so a condition cannot smuggle another command into the ruleset (the reference passes the
+/// text to nft as it is). Quotes, braces and commas are nft match syntax and fine.
 fn check_condition_tokens(conditions: &[String], field: &str) -> Result<(), CniError> {
     for t in conditions {
-        if t.is_empty()
-            || t.chars()
-                .any(|c| matches!(c, ';' | '\n' | '\r' | '#' | '\0' | '"' | '\''))
+        if t.chars()
+            .any(|c| matches!(c, ';' | '\n' | '\r' | '#' | '\0'))
         {
             return Err(CniError::invalid_config(format!(
-                "invalid token {t:?} in {field}: empty or contains ; # quotes or a line break"
+                "invalid token {t:?} in {field}: contains ; # NUL or a line break"
             )));
         }
     }
@@ -404,10 +404,21 @@ mod tests {
             json!({"backend":"nftables","conditionsV4":["-s","1.2.3.4"]}),
             json!({"backend":"iptables","conditionsV4":["ip","saddr","1.2.3.4"]}),
             json!({"conditionsV4":["ip","saddr","1.2.3.4;","flush","ruleset"]}),
+            json!({"conditionsV4":["ip saddr 1.2.3.4\nflush ruleset"]}),
+            json!({"conditionsV6":["ip6","saddr","fd00::1","#"]}),
         ];
         for b in bad {
             assert!(conf(b.clone()).is_err(), "accepted {b}");
         }
+    }
+
+    #[test]
+    fn accepts_nft_match_syntax() {
+        let c = conf(json!({"conditionsV4": ["iifname", "\"eth*\"", "ip saddr != { 10.0.0.0/8, 192.168.1.1 }"],
+                            "conditionsV6": ["ip6", "saddr", "{fd00::/64,fd01::1}"]}))
+        .unwrap();
+        assert_eq!(c.backend_from_conditions(), Some(Backend::Nftables));
+        assert_eq!(c.conditions(false).len(), 3);
     }
 
     #[test]

@@ -314,11 +314,12 @@ fn truncate_comment(mut c: String) -> String {
 }
 
 fn iptables_for(container: &IpNetwork) -> Iptables {
-    Iptables::new(if container.is_ipv6() {
+    let family = if container.is_ipv6() {
         Family::V6
     } else {
         Family::V4
-    })
+    };
+    Iptables::for_table(family, NAT)
 }
 
 /// The shared chains this configuration needs.
@@ -360,7 +361,7 @@ pub fn forward_ports(
     }
     script
         .apply(
-            ipt.family(),
+            &ipt,
             &format!("failed to set up port forwarding chain {}", chain.name),
         )
         .map_err(nf)
@@ -391,7 +392,7 @@ fn unforward_family(family: Family, network: &str, container_id: &str) -> Result
         }
     }
     if host::legacy_table_in_use(family, NAT) {
-        let ipt = Iptables::new(family);
+        let ipt = Iptables::legacy(family);
         if ipt.is_usable() {
             usable = true;
             for chain in &chains {
@@ -421,7 +422,7 @@ pub fn has_state(network: &str) -> bool {
     }
     [Family::V4, Family::V6].into_iter().any(|family| {
         host::legacy_table_in_use(family, NAT)
-            && Iptables::new(family)
+            && Iptables::legacy(family)
                 .list_rules(NAT, TOP_LEVEL_DNAT_CHAIN)
                 .unwrap_or_default()
                 .iter()
@@ -508,7 +509,7 @@ pub fn gc(network: &str, valid: &[String]) -> Result<(), CniError> {
         if !host::legacy_table_in_use(family, NAT) {
             continue;
         }
-        let ipt = Iptables::new(family);
+        let ipt = Iptables::legacy(family);
         let rules = match ipt.list_rules(NAT, TOP_LEVEL_DNAT_CHAIN) {
             Ok(r) => r,
             Err(e) => {

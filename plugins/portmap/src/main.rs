@@ -151,7 +151,8 @@ impl Plugin for PortMap {
         Ok(())
     }
 
-    /// Ready when the tool of the configured backend (either, when unset) is installed.
+    /// Ready when the tool of the configured backend (either, when unset) is installed, and
+    /// `nft` when the conditions need it.
     fn status(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = config::parse(&args.config)?;
         let have = |t: &str| netkit::netfilter::exec::find_tool(t).is_some();
@@ -160,13 +161,17 @@ impl Plugin for PortMap {
             Some(Backend::Nftables) => host::has_nf_tables(),
             None => host::has_nf_tables() || have("iptables"),
         };
-        if ready {
-            Ok(())
-        } else {
-            Err(CniError::not_available(
+        if !ready {
+            return Err(CniError::not_available(
                 "portmap: neither the kernel's nf_tables nor the iptables tool (as the backend needs) is available",
-            ))
+            ));
         }
+        if nftables_backend::needs_nft_tool(&conf) && !have("nft") {
+            return Err(CniError::not_available(
+                "portmap: the nft tool is needed for conditions in nft syntax this plugin does not encode itself, and it is not installed",
+            ));
+        }
+        Ok(())
     }
 
     /// Removes the iptables port mappings of containers of this network that are no longer

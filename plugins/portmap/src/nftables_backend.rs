@@ -5,14 +5,17 @@
 //! CHECK find them by that comment in those three chains only.
 //!
 //! Everything is written over netlink (netkit's nf_tables layer) in one atomic transaction
-//! per family: no `nft` process runs. `conditionsV4/V6` are nft syntax; the subset they can
-//! use here is parsed by [`parse_conditions`].
+//! per family: no `nft` process runs, except for `conditionsV4/V6` in nft syntax this plugin
+//! does not encode itself (see [`entry_conditions`]): then `nft -f` writes the two entry
+//! rules, and nothing else.
 
 use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
 use libcni::CniError;
 use netkit::netfilter::nf_tables::build::{self, Addr};
+use netkit::netfilter::nf_tables::set::AnonSet;
+use netkit::netfilter::nf_tables::syntax::{Matches, SyntaxError};
 use netkit::netfilter::nf_tables::{
     Batch, Chain, CmpOp, Expr, Family, Hook, Rule, Socket, Table, Verdict,
 };
@@ -52,84 +55,67 @@ fn proto_number(p: Protocol) -> u8 {
     }
 }
 
-/// Parses `conditionsV4/V6` (nft syntax) into expressions. Supported: sequences of
-/// `ip|ip6 saddr|daddr [==|!=] ADDR[/LEN]` and `[meta] iifname|oifname [==|!=] NAME`.
-pub fn parse_conditions(tokens: &[String], v6: bool) -> Result<Vec<Expr>, CniError> {
-    let field = if v6 { "conditionsV6" } else { "conditionsV4" };
-    let bad = |detail: String| CniError::invalid_config(format!("{field}: {detail}"));
-    let mut out = Vec::new();
-    let mut i = 0;
-    let take_op = |i: &mut usize| -> CmpOp {
-        match tokens.get(*i).map(String::as_str) {
-            Some("!=") => {
-                *i += 1;
-                CmpOp::Neq
-            }
-            Some("==") => {
-                *i += 1;
-                CmpOp::Eq
-            }
-            _ => CmpOp::Eq,
-        }
-    };
-    while i < tokens.len() {
-        let word = tokens[i].as_str();
-        match word {
-            "ip" | "ip6" => {
-                if (word == "ip6") != v6 {
-                    return Err(bad(format!("{word} match in the wrong family")));
-                }
-                let addr = match tokens.get(i + 1).map(String::as_str) {
-                    Some("saddr") => Addr::Saddr,
-                    Some("daddr") => Addr::Daddr,
-                    other => return Err(bad(format!("unsupported {word} field {other:?}"))),
-                };
-                i += 2;
-                let op = take_op(&mut i);
-                let value = tokens
-                    .get(i)
-                    .ok_or_else(|| bad(format!("{word} match without an address")))?;
-                let net: IpNetwork = match value.parse::<IpNetwork>() {
-                    Ok(n) => IpNetwork::new(n.network(), n.prefix()).unwrap_or(n),
-                    Err(_) => return Err(bad(format!("invalid address {value:?}"))),
-                };
-                if net.is_ipv6() != v6 {
-                    return Err(bad(format!("address {value} of the wrong family")));
-                }
-                out.extend(build::addr(addr, op, net));
-                i += 1;
-            }
-            "meta" | "iifname" | "oifname" => {
-                if word == "meta" {
-                    i += 1;
-                }
-                let input = match tokens.get(i).map(String::as_str) {
-                    Some("iifname") => true,
-                    Some("oifname") => false,
-                    other => return Err(bad(format!("unsupported meta key {other:?}"))),
-                };
-                i += 1;
-                let op = take_op(&mut i);
-                let name = tokens
-                    .get(i)
-                    .ok_or_else(|| bad("interface match without a name".into()))?;
-                netkit::link::validate_ifname(name)
-                    .map_err(|e| bad(format!("invalid interface name: {e}")))?;
-                out.extend(build::ifname(input, op, name));
-                i += 1;
-            }
-            other => {
-                return Err(bad(format!(
-                "unsupported condition {other:?} (supported: ip/ip6 saddr/daddr, iifname, oifname)"
-            )))
-            }
-        }
-    }
-    Ok(out)
+/// How the entry rules get their `conditionsV4/V6`: encoded here, or, for nft syntax this
+/// plugin does not encode, written by `nft -f` (the one case where the nftables backend
+/// runs a process).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryConditions {
+    Native(Matches),
+    ByNft(String),
 }
 
-/// The shared objects of one family, as the reference (re)creates them on every ADD.
-fn shared_objects(b: &mut Batch, fam: Family, conditions: &[Expr]) {
+/// Parses one family's conditions (tokens joined by spaces, as the reference hands them to
+/// nft). Text nft would refuse is a config error; text it may accept but we do not encode
+/// goes to nft.
+pub fn entry_conditions(tokens: &[String], v6: bool) -> Result<EntryConditions, CniError> {
+    let text = tokens.join(" ");
+    match Matches::parse(&text, v6) {
+        Ok(m) => Ok(EntryConditions::Native(m)),
+        Err(SyntaxError::Unsupported(_)) => Ok(EntryConditions::ByNft(text)),
+        Err(SyntaxError::Invalid(detail)) => Err(CniError::invalid_config(format!(
+            "{}: {detail}",
+            if v6 { "conditionsV6" } else { "conditionsV4" }
+        ))),
+    }
+}
+
+/// Whether some family's conditions are nft syntax that needs the `nft` tool (for STATUS).
+pub fn needs_nft_tool(conf: &PortMapConf) -> bool {
+    [false, true].into_iter().any(|v6| {
+        let c = conf.conditions(v6);
+        !crate::config::is_iptables_syntax(c)
+            && matches!(entry_conditions(c, v6), Ok(EntryConditions::ByNft(_)))
+    })
+}
+
+const ENTRY_CHAINS: [(&str, Hook); 2] =
+    [("prerouting", Hook::Prerouting), ("output", Hook::Output)];
+
+/// The entry rule of `chain`: `[conditions] fib daddr type local jump hostports_all`, with
+/// the anonymous sets its conditions look up.
+fn entry_rule(
+    fam: Family,
+    chain: &str,
+    conditions: &Matches,
+    next_id: &mut u32,
+) -> (Vec<AnonSet>, Rule) {
+    let (sets, exprs) = conditions.instantiate(fam, TABLE, next_id);
+    let rule = Rule::new(
+        fam,
+        TABLE,
+        chain,
+        build::all([
+            exprs,
+            build::fib_daddr_local(),
+            build::verdict(Verdict::Jump(HOSTPORTS_ALL.into())),
+        ]),
+    );
+    (sets, rule)
+}
+
+/// The shared objects of one family, as the reference (re)creates them on every ADD. The
+/// entry rules are rewritten here unless nft writes them (then they stay until it does).
+fn shared_objects(b: &mut Batch, fam: Family, conditions: &EntryConditions) {
     b.add_table(&Table::new(fam, TABLE).with_comment(TABLE_COMMENT))
         .add_chain(&Chain::new(fam, TABLE, HOSTPORTS))
         .add_chain(&Chain::new(fam, TABLE, HOSTIP_HOSTPORTS))
@@ -143,19 +129,17 @@ fn shared_objects(b: &mut Batch, fam: Family, conditions: &[Expr]) {
             build::verdict(Verdict::Jump(target.into())),
         ));
     }
-    for (chain, hook) in [("prerouting", Hook::Prerouting), ("output", Hook::Output)] {
-        b.add_chain(&Chain::base(fam, TABLE, chain, "nat", hook, DSTNAT, None))
-            .flush_chain(fam, TABLE, chain)
-            .add_rule(&Rule::new(
-                fam,
-                TABLE,
-                chain,
-                build::all([
-                    conditions.to_vec(),
-                    build::fib_daddr_local(),
-                    build::verdict(Verdict::Jump(HOSTPORTS_ALL.into())),
-                ]),
-            ));
+    let mut next_id = 1;
+    for (chain, hook) in ENTRY_CHAINS {
+        b.add_chain(&Chain::base(fam, TABLE, chain, "nat", hook, DSTNAT, None));
+        if let EntryConditions::Native(m) = conditions {
+            let (sets, rule) = entry_rule(fam, chain, m, &mut next_id);
+            b.flush_chain(fam, TABLE, chain);
+            for set in &sets {
+                b.add_anon_set(set);
+            }
+            b.add_rule(&rule);
+        }
     }
     b.add_chain(&Chain::base(
         fam,
@@ -166,6 +150,29 @@ fn shared_objects(b: &mut Batch, fam: Family, conditions: &[Expr]) {
         SRCNAT,
         None,
     ));
+}
+
+/// Rewrites both entry rules with `nft -f` in one nft transaction, for conditions only nft
+/// understands.
+fn entry_rules_by_nft(fam: Family, conditions: &str) -> Result<(), CniError> {
+    let mut script = String::new();
+    for (chain, _) in ENTRY_CHAINS {
+        let name = fam.name();
+        script.push_str(&format!(
+            "flush chain {name} {TABLE} {chain}\nadd rule {name} {TABLE} {chain} {conditions} fib daddr type local jump {HOSTPORTS_ALL}\n"
+        ));
+    }
+    netkit::netfilter::exec::run_ok(
+        "nft",
+        &["-f", "-"],
+        Some(script.as_bytes()),
+        &format!(
+            "failed to write the {} portmap entry rules with conditions {conditions:?} (nft syntax this plugin does not encode itself)",
+            fam.name()
+        ),
+    )
+    .map(|_| ())
+    .map_err(|e| CniError::internal(e.to_string()))
 }
 
 /// The per-container rules of one family (each commented with the container ID).
@@ -291,7 +298,7 @@ pub fn forward_ports(
 ) -> Result<(), CniError> {
     let v6 = container.is_ipv6();
     let fam = family(v6);
-    let conditions = parse_conditions(conf.conditions(v6), v6)?;
+    let conditions = entry_conditions(conf.conditions(v6), v6)?;
     let rules = container_rules(conf, container_id, container);
     let mut sock = Socket::new().map_err(nf)?;
     replace_rules(
@@ -305,7 +312,11 @@ pub fn forward_ports(
             }
         },
         "failed to add nftables port mappings",
-    )
+    )?;
+    match &conditions {
+        EntryConditions::ByNft(text) => entry_rules_by_nft(fam, text),
+        EntryConditions::Native(_) => Ok(()),
+    }
 }
 
 /// DEL: both families. A host without nf_tables, or without our tables, has nothing to remove.
@@ -414,24 +425,96 @@ mod tests {
         assert!(r.iter().all(|r| r.family == Family::Ip6));
     }
 
+    fn native(text: &str, v6: bool) -> Matches {
+        match entry_conditions(&toks(text), v6).unwrap() {
+            EntryConditions::Native(m) => m,
+            other => panic!("{text}: {other:?}"),
+        }
+    }
+
     #[test]
     fn conditions() {
-        assert_eq!(
-            parse_conditions(&toks("iifname != eth9"), false).unwrap(),
-            build::ifname(true, CmpOp::Neq, "eth9")
-        );
-        let both = parse_conditions(&toks("ip saddr 10.0.0.0/8 meta oifname br0"), false).unwrap();
-        assert_eq!(both.len(), 4);
+        let m = native("iifname != eth9", false);
+        let (sets, exprs) = m.instantiate(Family::Ip, TABLE, &mut 1);
+        assert!(sets.is_empty());
+        assert_eq!(exprs, build::ifname(true, CmpOp::Neq, "eth9"));
+        native("ip saddr 10.0.0.0/8 meta oifname br0", false);
+        native("ip6 daddr != fd00::/64", true);
+        // Valid nft we do not encode: nft writes the entry rules.
+        for other in [
+            "tcp dport http",
+            "ip ttl 3",
+            "ip saddr localhost",
+            "th dport 80",
+        ] {
+            assert_eq!(
+                entry_conditions(&toks(other), false).unwrap(),
+                EntryConditions::ByNft(other.to_string()),
+                "{other}"
+            );
+        }
+        // What nft refuses too.
         for bad in [
-            "ip saddr",
             "ip6 saddr fd00::1",
             "ip saddr fd00::1",
-            "tcp dport 80",
-            "iifname",
-            "ip ttl 3",
+            "iif no-such-if0",
+            "meta l4proto udp tcp dport 80",
+            "ip saddr 10.0.0.9-10.0.0.1",
         ] {
-            assert!(parse_conditions(&toks(bad), false).is_err(), "{bad}");
+            assert!(entry_conditions(&toks(bad), false).is_err(), "{bad}");
         }
-        assert!(parse_conditions(&toks("ip6 daddr != fd00::/64"), true).is_ok());
+    }
+
+    /// Against nft 1.0.6's traffic for `add rule ip[6] cni_hostport prerouting CONDITIONS fib
+    /// daddr type local jump hostports_all` (testdata/*.txt), captured with strace in a
+    /// scratch netns where `lo` is ifindex 1, as it is in every netns. The set ids are nft's.
+    #[test]
+    fn only_unencoded_nft_conditions_need_the_tool() {
+        let mut c = conf();
+        assert!(!needs_nft_tool(&c));
+        c.conditions_v6 = toks("ip6 hoplimit 1");
+        assert!(needs_nft_tool(&c));
+        c.conditions_v6 = toks("-s fd00::1");
+        assert!(!needs_nft_tool(&c));
+    }
+
+    #[test]
+    fn entry_rules_match_nft() {
+        for (text, v6, first_id, golden) in [
+            (
+                r#"ip saddr != { 192.168.50.2, 10.0.0.0/8 } iifname "eth*" ct state established,related tcp dport { 80, 443 } meta mark and 0xff00 != 0x100"#,
+                false,
+                3,
+                include_str!("../testdata/nft_cond_v4.hex"),
+            ),
+            (
+                r#"ip6 saddr { fd00::/64, fd01::1-fd01::9 } oifname != { "veth0", "veth1" } udp dport 5000-6000 fib saddr type != local meta l4proto { tcp, udp }"#,
+                true,
+                8,
+                include_str!("../testdata/nft_cond_v6.hex"),
+            ),
+            (
+                "iif lo mark 0x10 ct state { new, established } ip daddr 10.1.2.0/23 ip saddr 10.0.0.1-10.0.0.7 tcp sport 1024 tcp dport 8080 ip protocol tcp",
+                false,
+                0x16,
+                include_str!("../testdata/nft_cond_v4b.hex"),
+            ),
+            (
+                "ip daddr != 10.0.0.1-10.0.0.7 meta iifname != eth0 oif lo ct state != invalid fib daddr type { local, broadcast } ip protocol != icmp udp sport != 53 udp dport != 5353",
+                false,
+                0x18,
+                include_str!("../testdata/nft_cond_v4c.hex"),
+            ),
+        ] {
+            let m = native(text, v6);
+            let mut id = first_id;
+            let (sets, rule) = entry_rule(family(v6), "prerouting", &m, &mut id);
+            let mut b = Batch::new();
+            for set in &sets {
+                b.add_anon_set(set);
+            }
+            b.add_rule(&rule);
+            netkit::netfilter::nf_tables::capture::assert_same_messages(&b, golden);
+        }
     }
 }

@@ -106,7 +106,7 @@ fn has_iptables_state(network: &str) -> bool {
     }
     [Family::V4, Family::V6].into_iter().any(|family| {
         host::legacy_table_in_use(family, NAT)
-            && Iptables::new(family)
+            && Iptables::legacy(family)
                 .list_rules(NAT, POSTROUTING)
                 .unwrap_or_default()
                 .iter()
@@ -149,7 +149,7 @@ fn setup_iptables(ipns: &[IpNetwork], network: &str, container_id: &str) -> Resu
         if mine.is_empty() {
             continue;
         }
-        let ipt = Iptables::new(family);
+        let ipt = Iptables::for_table(family, NAT);
         // Fast path: one listing and one transaction. If the transaction is refused for any
         // reason, the step-by-step path runs and reports the precise failure.
         if setup_iptables_batch(&ipt, &mine, network, container_id).is_err() {
@@ -472,7 +472,7 @@ fn teardown_iptables_any(family: Family, chain: &str) -> Result<()> {
         )?;
     }
     if host::legacy_table_in_use(family, NAT) {
-        match teardown_iptables(&Iptables::new(family), chain) {
+        match teardown_iptables(&Iptables::legacy(family), chain) {
             Ok(()) => {}
             Err(e) if e.is_tool_missing() => {}
             Err(e) => return Err(e),
@@ -537,7 +537,7 @@ pub fn verify(
             let chain = naming::chain_name(network, container_id);
             let comment = naming::comment(network, container_id);
             for ipn in ipns {
-                let ipt = Iptables::new(Family::of(&ipn.ip()));
+                let ipt = Iptables::for_table(Family::of(&ipn.ip()), NAT);
                 let src = ipn.ip().to_string();
                 if !ipt.exists(
                     NAT,
@@ -638,7 +638,7 @@ pub fn gc(network: &str, valid: &[(String, String)]) -> Result<()> {
         if !host::legacy_table_in_use(family, NAT) {
             continue;
         }
-        let ipt = Iptables::new(family);
+        let ipt = Iptables::legacy(family);
         let rules = match ipt.list_rules(NAT, POSTROUTING) {
             Ok(r) => r,
             Err(e) if e.is_tool_missing() => continue,

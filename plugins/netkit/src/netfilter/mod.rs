@@ -9,8 +9,9 @@
 //!
 //! Layers: [`nf_tables`] is the netlink layer; [`exec`] runs a tool; [`iptables`] and
 //! [`restore`] are iptables helpers; [`host`] tells what the host uses; [`xt_cleanup`] removes
-//! iptables-nft chains over netlink; [`naming`] derives the reference plugins' object names;
-//! [`ipmasq`] and [`spoofcheck`] are the bridge/ptp features, reusable by other plugins.
+//! iptables-nft chains over netlink and [`xt_rules`] keeps shared iptables-nft rules unique;
+//! [`naming`] derives the reference plugins' object names; [`ipmasq`] and [`spoofcheck`] are
+//! the bridge/ptp features, reusable by other plugins.
 
 pub mod exec;
 pub mod host;
@@ -22,5 +23,6 @@ pub mod nf_tables;
 pub mod restore;
 pub mod spoofcheck;
 pub mod xt_cleanup;
+pub mod xt_rules;
 
 pub use exec::{Error, Result};

@@ -4,17 +4,10 @@
 //! so no argument can start another command.
 
 use super::exec::{self, Result};
-use super::iptables::Family;
+use super::iptables::Iptables;
 
 /// Seconds to wait for the xtables lock.
 const LOCK_WAIT_SECS: &str = "10";
-
-fn tool(family: Family) -> &'static str {
-    match family {
-        Family::V4 => "iptables-restore",
-        Family::V6 => "ip6tables-restore",
-    }
-}
 
 /// Quotes one argument for iptables-restore: plain when it has no special characters, else
 /// in double quotes with `"` and `\` escaped.
@@ -124,14 +117,14 @@ impl Script {
         s
     }
 
-    /// Applies the script atomically; nothing to do when empty.
-    pub fn apply(&self, family: Family, context: &str) -> Result<()> {
+    /// Applies the script atomically with `ipt`'s restore tool; nothing to do when empty.
+    pub fn apply(&self, ipt: &Iptables, context: &str) -> Result<()> {
         if self.is_empty() {
             return Ok(());
         }
         let text = self.text();
         exec::run_ok(
-            tool(family),
+            ipt.restore_tool(),
             &["-w", LOCK_WAIT_SECS, "--noflush"],
             Some(text.as_bytes()),
             context,

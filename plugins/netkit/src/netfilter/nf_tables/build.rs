@@ -6,8 +6,8 @@ use std::net::IpAddr;
 use ipnetwork::IpNetwork;
 
 use super::expr::{
-    ct_key, meta_key, CmpOp, Expr, NatType, PayloadBase, Verdict, FIB_F_DADDR, FIB_RESULT_ADDRTYPE,
-    NAT_RANGE_PROTO_RANDOM_FULLY, NAT_RANGE_PROTO_SPECIFIED, REG_1, REG_2,
+    ct_key, meta_key, BitwiseOp, CmpOp, Expr, NatType, PayloadBase, Verdict, FIB_F_DADDR,
+    FIB_RESULT_ADDRTYPE, NAT_RANGE_PROTO_RANDOM_FULLY, NAT_RANGE_PROTO_SPECIFIED, REG_1, REG_2,
 };
 
 /// `NFPROTO_IPV4` / `NFPROTO_IPV6`.
@@ -27,7 +27,7 @@ pub enum Addr {
     Daddr,
 }
 
-fn cmp(op: CmpOp, data: Vec<u8>) -> Expr {
+pub(crate) fn cmp(op: CmpOp, data: Vec<u8>) -> Expr {
     Expr::Cmp {
         sreg: REG_1,
         op,
@@ -35,7 +35,7 @@ fn cmp(op: CmpOp, data: Vec<u8>) -> Expr {
     }
 }
 
-fn payload(base: PayloadBase, offset: u32, len: u32) -> Expr {
+pub(crate) fn payload(base: PayloadBase, offset: u32, len: u32) -> Expr {
     Expr::Payload {
         dreg: REG_1,
         base,
@@ -90,6 +90,7 @@ pub fn addr(field: Addr, op: CmpOp, net: IpNetwork) -> Vec<Expr> {
         Expr::Bitwise {
             sreg: REG_1,
             dreg: REG_1,
+            op: BitwiseOp::IMPLIED,
             mask,
             xor: vec![0; full as usize],
         },
@@ -167,6 +168,7 @@ pub fn ct_status_dnat() -> Vec<Expr> {
         Expr::Bitwise {
             sreg: REG_1,
             dreg: REG_1,
+            op: BitwiseOp::IMPLIED,
             mask: bit,
             xor: vec![0; 4],
         },
@@ -220,6 +222,8 @@ pub fn mark_has(bits: u32) -> Vec<Expr> {
         Expr::Bitwise {
             sreg: REG_1,
             dreg: REG_1,
+            // nft states the operation for an `&` written in the rule.
+            op: BitwiseOp::STATED_BOOL,
             mask: data.clone(),
             xor: vec![0; 4],
         },

@@ -23,11 +23,31 @@ pub enum PayloadBase {
 pub enum CmpOp {
     Eq = 0,
     Neq = 1,
+    Lt = 2,
+    Lte = 3,
+    Gt = 4,
+    Gte = 5,
+}
+
+impl CmpOp {
+    fn from_u32(v: u32) -> Option<CmpOp> {
+        Some(match v {
+            0 => CmpOp::Eq,
+            1 => CmpOp::Neq,
+            2 => CmpOp::Lt,
+            3 => CmpOp::Lte,
+            4 => CmpOp::Gt,
+            5 => CmpOp::Gte,
+            _ => return None,
+        })
+    }
 }
 
 /// Meta keys we use (`enum nft_meta_keys`).
 pub mod meta_key {
     pub const MARK: u32 = 3;
+    pub const IIF: u32 = 4;
+    pub const OIF: u32 = 5;
     pub const IIFNAME: u32 = 6;
     pub const OIFNAME: u32 = 7;
     pub const NFPROTO: u32 = 15;
@@ -92,6 +112,7 @@ pub const NAT_RANGE_PROTO_SPECIFIED: u32 = 0x2;
 pub const NAT_RANGE_PROTO_RANDOM_FULLY: u32 = 0x10;
 
 /// `fib` flags and results.
+pub const FIB_F_SADDR: u32 = 1;
 pub const FIB_F_DADDR: u32 = 2;
 pub const FIB_RESULT_ADDRTYPE: u32 = 3;
 
@@ -112,6 +133,7 @@ pub enum Expr {
     Bitwise {
         sreg: u32,
         dreg: u32,
+        op: BitwiseOp,
         mask: Vec<u8>,
         xor: Vec<u8>,
     },
@@ -127,6 +149,21 @@ pub enum Expr {
         flags: u32,
         result: u32,
         dreg: u32,
+    },
+    /// `from <= reg <= to` (or its negation): nft's `!= a-b`.
+    Range {
+        sreg: u32,
+        op: CmpOp,
+        from: Vec<u8>,
+        to: Vec<u8>,
+    },
+    /// Membership of a register in a set (an anonymous one is named `__set%d` and found by
+    /// its id within the batch that creates it); `invert` for `!=`.
+    Lookup {
+        sreg: u32,
+        set: String,
+        set_id: Option<u32>,
+        invert: bool,
     },
     /// A value loaded into a data register.
     ImmediateData {
@@ -175,6 +212,34 @@ const NFTA_DATA_VALUE: u16 = 1;
 const NFTA_DATA_VERDICT: u16 = 2;
 const NFTA_VERDICT_CODE: u16 = 1;
 const NFTA_VERDICT_CHAIN: u16 = 2;
+/// `NFT_BITWISE_BOOL`: `(reg & mask) ^ xor`.
+pub const NFT_BITWISE_BOOL: u32 = 0;
+
+/// `NFTA_BITWISE_OP` of a bitwise expression, as sent: nft states it only for an `and`
+/// written in the rule, never for the masks it derives itself (prefixes, flag tests), and the
+/// kernel takes an absent one as `NFT_BITWISE_BOOL` (and dumps it always). Equality is the
+/// kernel's: absent equals a stated BOOL, so built and dumped rules compare equal.
+#[derive(Debug, Clone, Copy, Eq)]
+pub struct BitwiseOp(pub Option<u32>);
+
+impl BitwiseOp {
+    /// Not sent (what nft does for masks it derives).
+    pub const IMPLIED: BitwiseOp = BitwiseOp(None);
+    /// `NFT_BITWISE_BOOL` stated (what nft does for `and`/`&` in the rule text).
+    pub const STATED_BOOL: BitwiseOp = BitwiseOp(Some(NFT_BITWISE_BOOL));
+
+    fn effective(self) -> u32 {
+        self.0.unwrap_or(NFT_BITWISE_BOOL)
+    }
+}
+
+impl PartialEq for BitwiseOp {
+    fn eq(&self, other: &BitwiseOp) -> bool {
+        self.effective() == other.effective()
+    }
+}
+/// `NFT_LOOKUP_F_INV`: the lookup matches when the key is NOT in the set.
+const NFT_LOOKUP_F_INV: u32 = 1;
 
 fn value(w: &mut Writer, kind: u16, data: &[u8]) {
     w.nested(kind, |d| {
@@ -192,6 +257,8 @@ impl Expr {
             Expr::Meta { .. } => "meta",
             Expr::Ct { .. } => "ct",
             Expr::Fib { .. } => "fib",
+            Expr::Range { .. } => "range",
+            Expr::Lookup { .. } => "lookup",
             Expr::ImmediateData { .. } | Expr::Verdict(_) => "immediate",
             Expr::Nat { .. } => "nat",
             Expr::Masq | Expr::MasqFlags(_) => "masq",
@@ -228,10 +295,15 @@ impl Expr {
             Expr::Bitwise {
                 sreg,
                 dreg,
+                op,
                 mask,
                 xor,
             } => {
-                d.be32(1, *sreg).be32(2, *dreg).be32(3, mask.len() as u32);
+                d.be32(1, *sreg).be32(2, *dreg);
+                if let Some(op) = op.0 {
+                    d.be32(6, op);
+                }
+                d.be32(3, mask.len() as u32);
                 value(d, 4, mask);
                 value(d, 5, xor);
             }
@@ -244,6 +316,25 @@ impl Expr {
                 dreg,
             } => {
                 d.be32(3, *flags).be32(2, *result).be32(1, *dreg);
+            }
+            Expr::Range { sreg, op, from, to } => {
+                d.be32(1, *sreg).be32(2, *op as u32);
+                value(d, 3, from);
+                value(d, 4, to);
+            }
+            Expr::Lookup {
+                sreg,
+                set,
+                set_id,
+                invert,
+            } => {
+                d.be32(2, *sreg).string(1, set);
+                if let Some(id) = set_id {
+                    d.be32(4, *id);
+                }
+                if *invert {
+                    d.be32(5, NFT_LOOKUP_F_INV);
+                }
             }
             Expr::ImmediateData { dreg, data } => {
                 d.be32(1, *dreg);
@@ -328,16 +419,25 @@ fn decode_data(name: &str, data: &[u8]) -> Option<Expr> {
         },
         "cmp" => Expr::Cmp {
             sreg: u32_of(&a, 1)?,
-            op: match u32_of(&a, 2)? {
-                0 => CmpOp::Eq,
-                1 => CmpOp::Neq,
-                _ => return None,
-            },
+            op: CmpOp::from_u32(u32_of(&a, 2)?)?,
             data: data_value(a.get(3))?,
+        },
+        "range" => Expr::Range {
+            sreg: u32_of(&a, 1)?,
+            op: CmpOp::from_u32(u32_of(&a, 2)?)?,
+            from: data_value(a.get(3))?,
+            to: data_value(a.get(4))?,
+        },
+        "lookup" => Expr::Lookup {
+            sreg: u32_of(&a, 2)?,
+            set: a.get(1)?.string(),
+            set_id: u32_of(&a, 4),
+            invert: u32_of(&a, 5).unwrap_or(0) & NFT_LOOKUP_F_INV != 0,
         },
         "bitwise" => Expr::Bitwise {
             sreg: u32_of(&a, 1)?,
             dreg: u32_of(&a, 2)?,
+            op: BitwiseOp(u32_of(&a, 6)),
             mask: data_value(a.get(4))?,
             xor: data_value(a.get(5))?,
         },
@@ -443,6 +543,7 @@ mod tests {
             Expr::Bitwise {
                 sreg: REG_1,
                 dreg: REG_1,
+                op: BitwiseOp::STATED_BOOL,
                 mask: vec![0xf0, 0, 0, 0],
                 xor: vec![0; 4],
             },
@@ -490,13 +591,43 @@ mod tests {
                 rev: 0,
                 info: vec![b'a'; 256],
             },
+            Expr::Range {
+                sreg: REG_1,
+                op: CmpOp::Neq,
+                from: vec![0, 1],
+                to: vec![0, 9],
+            },
+            Expr::Lookup {
+                sreg: REG_1,
+                set: "__set%d".into(),
+                set_id: Some(3),
+                invert: true,
+            },
+            Expr::Cmp {
+                sreg: REG_1,
+                op: CmpOp::Gte,
+                data: vec![1],
+            },
             Expr::Other {
-                name: "lookup".into(),
+                name: "quota".into(),
                 data: vec![8, 0, 1, 0, 0, 0, 0, 1],
             },
         ] {
             round_trip(e);
         }
+    }
+
+    #[test]
+    fn bitwise_op_absent_equals_stated_bool() {
+        let b = |op| Expr::Bitwise {
+            sreg: REG_1,
+            dreg: REG_1,
+            op,
+            mask: vec![1],
+            xor: vec![0],
+        };
+        assert_eq!(b(BitwiseOp::IMPLIED), b(BitwiseOp::STATED_BOOL));
+        assert_ne!(b(BitwiseOp::IMPLIED), b(BitwiseOp(Some(1))));
     }
 
     #[test]

@@ -21,6 +21,8 @@ pub mod msg_type {
     pub const NEWRULE: u16 = 6;
     pub const GETRULE: u16 = 7;
     pub const DELRULE: u16 = 8;
+    pub const NEWSET: u16 = 9;
+    pub const NEWSETELEM: u16 = 12;
     pub const GETGEN: u16 = 16;
 }
 
