@@ -34,8 +34,8 @@ pub mod chain;
 pub mod cluster;
 pub mod containerd;
 pub mod cri;
-pub mod private_host;
 pub mod netfilter;
+pub mod private_host;
 pub mod rng;
 
 use std::collections::HashMap;
