@@ -34,7 +34,8 @@ fn choose_backend(conf: &PortMapConf, network: &str) -> Result<Backend, CniError
     if host::has_nf_tables() && !iptables_backend::has_state(network) {
         return Ok(Backend::Nftables);
     }
-    if Iptables::new(Family::V4).is_usable() {
+    // Without nf_tables the rules go to the legacy tables (iptables-legacy).
+    if Iptables::for_table(Family::V4, "nat").is_usable() {
         return Ok(Backend::Iptables);
     }
     if host::has_nf_tables() {
@@ -156,10 +157,11 @@ impl Plugin for PortMap {
     fn status(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = config::parse(&args.config)?;
         let have = |t: &str| netkit::netfilter::exec::find_tool(t).is_some();
+        let iptables = || Iptables::for_table(Family::V4, "nat").is_installed();
         let ready = match conf.backend.or_else(|| conf.backend_from_conditions()) {
-            Some(Backend::Iptables) => have("iptables"),
+            Some(Backend::Iptables) => iptables(),
             Some(Backend::Nftables) => host::has_nf_tables(),
-            None => host::has_nf_tables() || have("iptables"),
+            None => host::has_nf_tables() || iptables(),
         };
         if !ready {
             return Err(CniError::not_available(

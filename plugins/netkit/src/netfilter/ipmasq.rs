@@ -58,11 +58,11 @@ impl Backend {
         }
     }
 
-    /// Whether this backend can work here: iptables needs its tool, nftables the kernel's
-    /// nf_tables.
+    /// Whether this backend can work here: iptables needs the tool of the place its rules
+    /// go (iptables-legacy on a kernel without nf_tables), nftables the kernel's nf_tables.
     pub fn is_available(self) -> bool {
         match self {
-            Backend::Iptables => super::exec::find_tool("iptables").is_some(),
+            Backend::Iptables => Iptables::for_table(Family::V4, NAT).is_installed(),
             Backend::Nftables => host::has_nf_tables(),
         }
     }

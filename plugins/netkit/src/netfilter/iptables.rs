@@ -112,6 +112,11 @@ impl Iptables {
         }
     }
 
+    /// Whether the tool is installed (no run).
+    pub fn is_installed(&self) -> bool {
+        exec::find_tool(self.tool()).is_some()
+    }
+
     /// Whether the tool is installed and can talk to the kernel (reference `SupportsIPTables`).
     pub fn is_usable(&self) -> bool {
         matches!(self.exec(&["-t", "filter", "-S", "INPUT"], "probe"), Ok(o) if o.success)
