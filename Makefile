@@ -42,9 +42,10 @@ static_cargo = t=$$(cat $(TARGET_FILE)); export CARGO_TARGET_DIR=$(STATIC_DIR); 
 # The agent is a daemon, not exec'd per pod: it stays dynamic (it resolves host names via NSS).
 RELEASE   := target/release
 AGENT     := ferrocni-agent
-# Every binary the suite ships (plugin binaries are named exactly as their CNI `type`).
+# Every binary the suite ships (plugin binaries are named exactly as their CNI `type`; netkit and
+# attach are libraries).
 PLUGINS   := $(shell awk -F'"' '/^name = /{print $$2; nextfile}' plugins/*/Cargo.toml ipam/*/Cargo.toml \
-	       | grep -v -e '^netkit$$' -e '^$(AGENT)$$')
+	       | grep -v -e '^netkit$$' -e '^attach$$' -e '^$(AGENT)$$')
 BINS      := $(PLUGINS) cnitool
 # The Debian packages the tests use (one list, shared with .ci/run and the README).
 TEST_PACKAGES := $(shell sed 's/\#.*//' .ci/packages.txt)
@@ -148,7 +149,8 @@ test: test-deps
 # by dpkg into a scratch root, then removed) each run the smoke set. The scratch root's dpkg
 # database is empty, so it knows no libc6 (hence --force-depends).
 RELEASE_TESTS := examples bridge_pods bridge_conflists portmap_netns firewall_netns tuning_netns \
-                 vxlan_plugin cnitool_loopback bad_input
+                 vxlan_plugin cnitool_loopback bad_input ptp_netns macvlan_netns tap_netns \
+                 host_device_netns
 SMOKE = $(CARGO) test -q -p netns-tests $(addprefix --test ,$(RELEASE_TESTS))
 test-release: dist
 	$(CARGO) build -q -p netns-tests --tests

@@ -14,13 +14,14 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use crate::attach_lock::AttachmentLock;
 use crate::cache::{CacheEntry, CacheError, CachedRecord, ResultCache};
 use crate::conf::{build_plugin_config, inject_conf, version_at_least, ConfError};
 use crate::conf::{NetworkConfigList, PluginConf};
 use crate::error::{codes, CniError};
 use crate::invoke::{self, ExecArgs, PluginInfo};
 use crate::result::{convert, CniResult};
-use crate::validate;
+use crate::{gojson, validate};
 
 /// Everything about one attachment except the network configuration.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -99,6 +100,7 @@ impl CniConfig {
                 list.name
             )));
         }
+        let _lock = self.lock(list, rt);
         let mut prev: Option<Value> = None;
         for plugin in &list.plugins {
             let result = self
@@ -117,17 +119,22 @@ impl CniConfig {
             capability_args: rt.capability_args.clone(),
             result: Some(result.clone()),
         };
-        self.cache().write(&entry).map_err(|e| {
+        if let Err(e) = self.cache().write(&entry) {
+            // The runtime gets an error and no result: it may never DEL what every plugin
+            // just set up. Undo it now, with the result as prevResult, as a DEL would.
+            if let Err(undo) = self.del_chain(list, Some(&result), rt) {
+                eprintln!("libcni: undoing the ADD whose result could not be cached: {undo}");
+            }
             let e = CniError::from(e);
-            CniError::new(
+            return Err(CniError::new(
                 e.code,
                 format!(
                     "failed to set network {:?} cached result: {}",
                     list.name, e.msg
                 ),
                 e.details,
-            )
-        })?;
+            ));
+        }
         Ok(result)
     }
 
@@ -180,6 +187,7 @@ impl CniConfig {
         if list.disable_check {
             return Ok(());
         }
+        let _lock = self.lock(list, rt);
         let cached = self.network_list_cached_result(list, rt).map_err(|e| {
             CniError::new(
                 e.code,
@@ -204,6 +212,7 @@ impl CniConfig {
         list: &NetworkConfigList,
         rt: &RuntimeConf,
     ) -> Result<(), CniError> {
+        let lock = self.lock(list, rt);
         let cached = if version_at_least(&list.cni_version, "0.4.0") {
             match self.network_list_cached_result(list, rt) {
                 Ok(result) => result,
@@ -218,14 +227,31 @@ impl CniConfig {
         } else {
             None
         };
-        for plugin in list.plugins.iter().rev() {
-            self.run_without_result("DEL", list, plugin, cached.as_ref(), rt)
-                .map_err(|e| wrap_plugin_error(e, plugin, "delete"))?;
-        }
+        self.del_chain(list, cached.as_ref(), rt)?;
         let _ = self
             .cache()
             .remove(&list.name, &rt.container_id, &rt.ifname);
+        lock.remove();
         Ok(())
+    }
+
+    /// Every plugin's DEL, in reverse order, stopping at the first failure.
+    fn del_chain(
+        &self,
+        list: &NetworkConfigList,
+        prev: Option<&Value>,
+        rt: &RuntimeConf,
+    ) -> Result<(), CniError> {
+        for plugin in list.plugins.iter().rev() {
+            self.run_without_result("DEL", list, plugin, prev, rt)
+                .map_err(|e| wrap_plugin_error(e, plugin, "delete"))?;
+        }
+        Ok(())
+    }
+
+    /// The attachment's lock, held for a whole list operation ([`crate::attach_lock`]).
+    fn lock(&self, list: &NetworkConfigList, rt: &RuntimeConf) -> AttachmentLock {
+        AttachmentLock::acquire(&self.cache_dir, &list.name, &rt.container_id, &rt.ifname)
     }
 
     fn run_without_result(
@@ -464,8 +490,7 @@ fn to_bytes(conf: &Map<String, Value>) -> Result<Vec<u8>, CniError> {
 /// Validates a plugin's result and re-emits it in its own version (as libcni does by decoding
 /// it into the typed result of that version).
 fn normalize_result(raw: &Value) -> Result<Value, CniError> {
-    let version = raw
-        .get("cniVersion")
+    let version = gojson::get_in(raw, "cniVersion")
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();

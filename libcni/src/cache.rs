@@ -12,12 +12,12 @@
 //! absent, and DEL goes on without a prevResult.
 
 use std::fs;
-use std::io::{Read, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Map, Value};
+
+use crate::gojson;
 
 /// The `kind` of the current cache format.
 pub const CACHE_KIND_V1: &str = "cniCacheV1";
@@ -131,17 +131,7 @@ impl ResultCache {
     /// Writes `entry` atomically; returns the file written.
     pub fn write(&self, entry: &CacheEntry) -> Result<PathBuf, CacheError> {
         let path = self.file_path(&entry.network, &entry.container_id, &entry.ifname)?;
-        let dir = self.results_dir();
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir)
-            .map_err(|source| CacheError::Io {
-                op: "create cache directory",
-                path: dir.clone(),
-                source,
-            })?;
-        write_atomically(&dir, &path, &encode_entry(entry))?;
+        write_atomically(&path, &encode_entry(entry))?;
         Ok(path)
     }
 
@@ -285,11 +275,11 @@ pub fn decode_record(bytes: &[u8]) -> Result<CachedRecord, String> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err("file is empty".into());
     }
-    let value: Value = serde_json::from_slice(bytes).map_err(|e| format!("invalid JSON: {e}"))?;
+    let value: Value = gojson::parse(bytes).map_err(|e| format!("invalid JSON: {e}"))?;
     let Value::Object(obj) = value else {
         return Err("not a JSON object".into());
     };
-    if obj.get("kind").and_then(Value::as_str) != Some(CACHE_KIND_V1) {
+    if gojson::get(&obj, "kind").and_then(Value::as_str) != Some(CACHE_KIND_V1) {
         return Ok(CachedRecord::Legacy(Value::Object(obj)));
     }
     decode_v1(&obj).map(|e| CachedRecord::V1(Box::new(e)))
@@ -297,19 +287,19 @@ pub fn decode_record(bytes: &[u8]) -> Result<CachedRecord, String> {
 
 fn decode_v1(obj: &Map<String, Value>) -> Result<CacheEntry, String> {
     let string = |key: &str| -> Result<String, String> {
-        match obj.get(key) {
-            None | Some(Value::Null) => Ok(String::new()),
+        match gojson::get(obj, key) {
+            None => Ok(String::new()),
             Some(Value::String(s)) => Ok(s.clone()),
             Some(_) => Err(format!("{key} is not a string")),
         }
     };
-    let config = match obj.get("config") {
-        None | Some(Value::Null) => Vec::new(),
+    let config = match gojson::get(obj, "config") {
+        None => Vec::new(),
         Some(Value::String(s)) => base64_decode(s).map_err(|e| format!("config: {e}"))?,
         Some(_) => return Err("config is not a base64 string".into()),
     };
-    let cni_args = match obj.get("cniArgs") {
-        None | Some(Value::Null) => Vec::new(),
+    let cni_args = match gojson::get(obj, "cniArgs") {
+        None => Vec::new(),
         Some(Value::Array(items)) => items
             .iter()
             .map(|item| match item.as_array().map(Vec::as_slice) {
@@ -319,13 +309,13 @@ fn decode_v1(obj: &Map<String, Value>) -> Result<CacheEntry, String> {
             .collect::<Result<_, _>>()?,
         Some(_) => return Err("cniArgs is not a list".into()),
     };
-    let capability_args = match obj.get("capabilityArgs") {
-        None | Some(Value::Null) => Map::new(),
+    let capability_args = match gojson::get(obj, "capabilityArgs") {
+        None => Map::new(),
         Some(Value::Object(m)) => m.clone(),
         Some(_) => return Err("capabilityArgs is not an object".into()),
     };
-    let result = match obj.get("result") {
-        None | Some(Value::Null) => None,
+    let result = match gojson::get(obj, "result") {
+        None => None,
         Some(v @ Value::Object(_)) => Some(v.clone()),
         Some(_) => return Err("result is not an object".into()),
     };
@@ -371,41 +361,13 @@ fn read_bounded(path: &Path) -> Result<Option<Vec<u8>>, CacheError> {
     Ok(Some(bytes))
 }
 
-/// Temp file in `dir` (same filesystem) + rename over `path`.
-fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), CacheError> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let file_name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(
-        ".{file_name}.tmp-{}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let io = |op: &'static str, p: &Path| {
-        let p = p.to_path_buf();
-        move |source| CacheError::Io {
-            op,
-            path: p,
-            source,
-        }
-    };
-    let result = (|| {
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(io("create temporary cache file", &tmp))?;
-        file.write_all(bytes)
-            .map_err(io("write temporary cache file", &tmp))?;
-        fs::rename(&tmp, path).map_err(io("rename temporary cache file to", path))
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
+/// Temp file in the same directory + rename over `path`.
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), CacheError> {
+    crate::statefile::write_atomic(path, bytes).map_err(|source| CacheError::Io {
+        op: "write cache file",
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 const BASE64_ALPHABET: &[u8; 64] =

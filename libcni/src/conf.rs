@@ -20,6 +20,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use crate::gojson;
+
 /// The highest spec version this library implements; `cniVersions` entries above it are ignored.
 pub const LIBCNI_SPEC_VERSION: &str = crate::version::CURRENT;
 
@@ -92,9 +94,11 @@ impl PluginConf {
     /// Validates a plugin object: it must carry a non-empty string `type`, and `capabilities`
     /// (when present) must map names to booleans.
     pub fn from_map(raw: Map<String, Value>) -> Result<Self, ConfError> {
-        let plugin_type = match raw.get("type") {
+        // Plugin keys are decoded like Go's types.PluginConf (case-insensitive); list keys
+        // are exact, as libcni reads them from a map.
+        let plugin_type = match gojson::get(&raw, "type") {
             Some(Value::String(t)) if !t.is_empty() => t.clone(),
-            Some(Value::String(_)) | None | Some(Value::Null) => {
+            Some(Value::String(_)) | None => {
                 return Err(ConfError::invalid(
                     "error parsing configuration: missing 'type'",
                 ))
@@ -106,10 +110,12 @@ impl PluginConf {
                 )))
             }
         };
-        match raw.get("capabilities") {
-            None | Some(Value::Null) => {}
+        match gojson::get(&raw, "capabilities") {
+            None => {}
             Some(Value::Object(caps)) => {
-                if let Some((name, _)) = caps.iter().find(|(_, v)| !v.is_boolean()) {
+                // Go's map[string]bool reads null as false.
+                if let Some((name, _)) = caps.iter().find(|(_, v)| !v.is_boolean() && !v.is_null())
+                {
                     return Err(ConfError::invalid(format!(
                         "error parsing configuration: capability \"{name}\" must be a boolean"
                     )));
@@ -127,7 +133,7 @@ impl PluginConf {
 
     /// Parses one plugin object from JSON bytes.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, ConfError> {
-        match serde_json::from_slice::<Value>(bytes) {
+        match gojson::parse(bytes) {
             Ok(Value::Object(map)) => Self::from_map(map),
             Ok(other) => Err(ConfError::invalid(format!(
                 "error parsing configuration: expected a JSON object, got {}",
@@ -141,13 +147,12 @@ impl PluginConf {
 
     /// The plugin-level `name`, if any (only used in error messages; the list name wins).
     pub fn name(&self) -> Option<&str> {
-        self.raw.get("name").and_then(Value::as_str)
+        gojson::get(&self.raw, "name").and_then(Value::as_str)
     }
 
     /// Capabilities enabled (`true`) in this plugin's `capabilities` object.
     pub fn enabled_capabilities(&self) -> impl Iterator<Item = &str> {
-        self.raw
-            .get("capabilities")
+        gojson::get(&self.raw, "capabilities")
             .and_then(Value::as_object)
             .into_iter()
             .flat_map(|caps| caps.iter())
@@ -188,7 +193,7 @@ impl NetworkConfigList {
     /// Parses a configuration list. A list without a `plugins` key is accepted (its plugins
     /// may come from a sub-directory, see [`load_file`]) unless `loadOnlyInlinedPlugins` is set.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, ConfError> {
-        let raw = match serde_json::from_slice::<Value>(bytes) {
+        let raw = match gojson::parse(bytes) {
             Ok(Value::Object(map)) => map,
             Ok(other) => {
                 return Err(ConfError::invalid(format!(
@@ -596,6 +601,8 @@ pub fn inject_conf(
                 "key '{key}' value must not be nil"
             )));
         }
+        // Last in document order, so it wins over any case variant under Go's decoding.
+        out.shift_remove(&key);
         out.insert(key, value);
     }
     Ok(out)
@@ -647,6 +654,7 @@ pub fn build_plugin_config(
     let mut conf = inject_conf(&plugin.raw, inject)?;
     if let Some(caps) = capability_args {
         if let Some(rc) = runtime_config_for(plugin, caps)? {
+            conf.shift_remove("runtimeConfig");
             conf.insert("runtimeConfig".into(), Value::Object(rc));
         }
     }

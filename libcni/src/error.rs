@@ -107,7 +107,7 @@ impl CniError {
 
     /// Parses an error object printed by a plugin (extra keys such as cniVersion ignored).
     pub fn from_json(bytes: &[u8]) -> Option<CniError> {
-        let e: CniError = serde_json::from_slice(bytes).ok()?;
+        let e: CniError = crate::gojson::from_slice(bytes).ok()?;
         Some(e)
     }
 }

@@ -15,6 +15,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use crate::error::{codes, CniError};
+use crate::gojson;
 
 /// How many times a plugin start failing with "text file busy" is retried (1 s apart): the
 /// binary may be being replaced right now.
@@ -182,10 +183,9 @@ pub fn get_version_info(plugin: &Path) -> Result<PluginInfo, CniError> {
 
 /// Decodes a VERSION answer; a 0.2.0 answer may omit `supportedVersions`.
 pub fn decode_version_info(stdout: &[u8]) -> Result<PluginInfo, CniError> {
-    let value: Value = serde_json::from_slice(stdout)
+    let value: Value = gojson::parse(stdout)
         .map_err(|e| CniError::decode(format!("decoding version info: {e}")))?;
-    let cni_version = value
-        .get("cniVersion")
+    let cni_version = gojson::get_in(&value, "cniVersion")
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
@@ -194,7 +194,7 @@ pub fn decode_version_info(stdout: &[u8]) -> Result<PluginInfo, CniError> {
             "decoding version info: missing field cniVersion",
         ));
     }
-    let supported: Vec<String> = match value.get("supportedVersions") {
+    let supported: Vec<String> = match gojson::get_in(&value, "supportedVersions") {
         Some(Value::Array(items)) => items
             .iter()
             .map(|v| {
@@ -203,7 +203,7 @@ pub fn decode_version_info(stdout: &[u8]) -> Result<PluginInfo, CniError> {
                 })
             })
             .collect::<Result<_, _>>()?,
-        None | Some(Value::Null) => Vec::new(),
+        None => Vec::new(),
         Some(_) => {
             return Err(CniError::decode(
                 "decoding version info: supportedVersions must be a list",
@@ -244,9 +244,7 @@ pub fn delegate(plugin_type: &str, command: &str, stdin: &[u8]) -> Result<Option
     if stdout.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
-    Ok(serde_json::from_slice::<Value>(&stdout)
-        .ok()
-        .filter(|v| !v.is_null()))
+    Ok(gojson::parse(&stdout).ok().filter(|v| !v.is_null()))
 }
 
 /// The least a Linux pipe holds (one page, when the user's pipe quota is exhausted).
@@ -329,17 +327,17 @@ fn plugin_error(status: &ExitStatus, stdout: &[u8], stderr: &[u8]) -> CniError {
 /// Parses `{code, msg, details}` leniently: a missing code is reported as 999 (a plugin error
 /// must never look like success), missing texts as empty.
 fn parse_error_json(stdout: &[u8]) -> Result<CniError, String> {
-    let value: Value = serde_json::from_slice(stdout).map_err(|e| e.to_string())?;
+    let value: Value = gojson::parse(stdout).map_err(|e| e.to_string())?;
     let obj = value.as_object().ok_or("not a JSON object")?;
     let text = |key: &str| -> Result<String, String> {
-        match obj.get(key) {
-            None | Some(Value::Null) => Ok(String::new()),
+        match gojson::get(obj, key) {
+            None => Ok(String::new()),
             Some(Value::String(s)) => Ok(s.clone()),
             Some(_) => Err(format!("{key} is not a string")),
         }
     };
-    let code = match obj.get("code") {
-        None | Some(Value::Null) => codes::INTERNAL,
+    let code = match gojson::get(obj, "code") {
+        None => codes::INTERNAL,
         Some(v) => v
             .as_u64()
             .and_then(|c| u32::try_from(c).ok())
@@ -350,7 +348,7 @@ fn parse_error_json(stdout: &[u8]) -> Result<CniError, String> {
 
 /// Plugin stdout of a result-returning verb → result JSON with a `cniVersion`.
 fn fixup_result_version(request: &[u8], stdout: &[u8]) -> Result<Value, CniError> {
-    let value: Value = serde_json::from_slice(stdout)
+    let value: Value = gojson::parse(stdout)
         .map_err(|e| CniError::decode(format!("failed to unmarshal raw result: {e}")))?;
     let mut obj = match value {
         Value::Null => Map::new(),
@@ -361,7 +359,7 @@ fn fixup_result_version(request: &[u8], stdout: &[u8]) -> Result<Value, CniError
             ))
         }
     };
-    if !obj.contains_key("cniVersion") {
+    if gojson::get(&obj, "cniVersion").is_none() {
         obj.insert("cniVersion".into(), request_version(request).into());
     }
     Ok(Value::Object(obj))
@@ -369,10 +367,10 @@ fn fixup_result_version(request: &[u8], stdout: &[u8]) -> Result<Value, CniError
 
 /// The request's `cniVersion` (`0.1.0` when absent, as the Go config decoder says).
 fn request_version(request: &[u8]) -> String {
-    serde_json::from_slice::<Value>(request)
+    gojson::parse(request)
         .ok()
         .and_then(|v| {
-            v.get("cniVersion")
+            gojson::get_in(&v, "cniVersion")
                 .and_then(Value::as_str)
                 .map(str::to_string)
         })

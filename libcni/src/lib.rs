@@ -8,12 +8,15 @@
 
 pub mod args;
 pub mod error;
+pub mod gojson;
 pub mod result;
 pub mod skel;
+pub mod statefile;
 pub mod validate;
 pub mod version;
 
 pub mod api;
+pub mod attach_lock;
 pub mod cache;
 pub mod conf;
 pub mod invoke;

@@ -4,7 +4,7 @@
 //! request's version; a prevResult of any version is read with [`CniResult::from_value`].
 
 use crate::error::{codes, CniError};
-use crate::version;
+use crate::{gojson, version};
 use ipnetwork::IpNetwork;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -366,9 +366,9 @@ impl CniResult {
         let obj = v
             .as_object()
             .ok_or_else(|| CniError::decode("failed to decode CNI result: not a JSON object"))?;
-        let ver = match obj.get("cniVersion") {
+        let ver = match gojson::get(obj, "cniVersion") {
             Some(Value::String(s)) => s.clone(),
-            Some(Value::Null) | None => String::new(),
+            None => String::new(),
             Some(_) => {
                 return Err(CniError::decode(
                     "failed to decode CNI result: cniVersion is not a string",
@@ -376,7 +376,7 @@ impl CniResult {
             }
         };
         let fam = if ver.is_empty() {
-            if obj.contains_key("ip4") || obj.contains_key("ip6") {
+            if gojson::get(obj, "ip4").is_some() || gojson::get(obj, "ip6").is_some() {
                 Family::V020
             } else {
                 Family::V100
@@ -386,7 +386,7 @@ impl CniResult {
         };
         let mut r = match fam {
             Family::V100 => {
-                let w: Wire100 = serde_json::from_value(v.clone()).map_err(decode_err)?;
+                let w: Wire100 = gojson::from_value(v).map_err(decode_err)?;
                 CniResult {
                     cni_version: w.cni_version,
                     interfaces: w.interfaces,
@@ -396,11 +396,11 @@ impl CniResult {
                 }
             }
             Family::V040 => {
-                let w: Wire040 = serde_json::from_value(v.clone()).map_err(decode_err)?;
+                let w: Wire040 = gojson::from_value(v).map_err(decode_err)?;
                 from_040(w)
             }
             Family::V020 => {
-                let w: Wire020 = serde_json::from_value(v.clone()).map_err(decode_err)?;
+                let w: Wire020 = gojson::from_value(v).map_err(decode_err)?;
                 from_020(w)
             }
         };
@@ -417,7 +417,7 @@ impl CniResult {
 
     /// Parses JSON bytes as a result of any version.
     pub fn from_slice(b: &[u8]) -> Result<CniResult, CniError> {
-        let v: Value = serde_json::from_slice(b).map_err(decode_err)?;
+        let v: Value = gojson::parse(b).map_err(decode_err)?;
         Self::from_value(&v)
     }
 

@@ -3,7 +3,7 @@
 
 use crate::error::{codes, to_indented_json, CniError};
 use crate::result::CniResult;
-use crate::{validate, version};
+use crate::{gojson, validate, version};
 use serde_json::{Map, Value};
 use std::io::{Read, Write};
 
@@ -53,8 +53,8 @@ pub struct CmdArgs {
 impl CmdArgs {
     /// prevResult of any version, converted to the current shape.
     pub fn prev_result(&self) -> Result<Option<CniResult>, CniError> {
-        match self.config.get("prevResult") {
-            None | Some(Value::Null) => Ok(None),
+        match gojson::get(&self.config, "prevResult") {
+            None => Ok(None),
             Some(v) => CniResult::from_value(v).map(Some).map_err(|e| {
                 CniError::new(
                     e.code,
@@ -68,18 +68,20 @@ impl CmdArgs {
     /// The (containerID, ifname) pairs of `cni.dev/valid-attachments` (GC), falling back to the
     /// legacy `cni.dev/attachments` key.
     pub fn valid_attachments(&self) -> Result<Vec<(String, String)>, CniError> {
-        let list = match self
-            .config
-            .get("cni.dev/valid-attachments")
-            .or_else(|| self.config.get("cni.dev/attachments"))
+        let list = match gojson::get(&self.config, "cni.dev/valid-attachments")
+            .or_else(|| gojson::get(&self.config, "cni.dev/attachments"))
         {
-            None | Some(Value::Null) => return Ok(Vec::new()),
+            None => return Ok(Vec::new()),
             Some(Value::Array(a)) => a,
             Some(_) => return Err(CniError::decode("cni.dev/valid-attachments must be a list")),
         };
         list.iter()
             .map(|a| {
-                let get = |k: &str| a.get(k).and_then(Value::as_str).map(str::to_string);
+                let get = |k: &str| {
+                    gojson::get_in(a, k)
+                        .and_then(Value::as_str)
+                        .map(str::to_string)
+                };
                 match (get("containerID"), get("ifname")) {
                     (Some(c), Some(i)) => Ok((c, i)),
                     _ => Err(CniError::decode(format!(
@@ -95,9 +97,14 @@ impl CmdArgs {
         crate::args::parse_cni_args(&self.args)
     }
 
-    /// `runtimeConfig.<key>` if present.
+    /// `runtimeConfig.<key>` if present and not null (keys matched as Go does).
     pub fn runtime_config(&self, key: &str) -> Option<&Value> {
-        self.config.get("runtimeConfig").and_then(|r| r.get(key))
+        gojson::get(&self.config, "runtimeConfig").and_then(|r| gojson::get_in(r, key))
+    }
+
+    /// The whole request config decoded into `T` with Go's rules ([`gojson`]).
+    pub fn decode_config<T: serde::de::DeserializeOwned>(&self) -> Result<T, gojson::Error> {
+        gojson::from_map(&self.config)
     }
 }
 
@@ -174,15 +181,15 @@ pub fn read_bounded(r: &mut impl Read) -> Result<Vec<u8>, CniError> {
 }
 
 fn parse_config(stdin: &[u8]) -> Result<(Map<String, Value>, String, String), CniError> {
-    let v: Value = serde_json::from_slice(stdin)
+    let v: Value = gojson::parse(stdin)
         .map_err(|e| CniError::decode(format!("error unmarshall network config: {e}")))?;
     let Value::Object(config) = v else {
         return Err(CniError::decode(
             "error unmarshall network config: not a JSON object",
         ));
     };
-    let name = match config.get("name") {
-        None | Some(Value::Null) => String::new(),
+    let name = match gojson::get(&config, "name") {
+        None => String::new(),
         Some(Value::String(s)) => s.clone(),
         Some(_) => {
             return Err(CniError::decode(
@@ -191,8 +198,8 @@ fn parse_config(stdin: &[u8]) -> Result<(Map<String, Value>, String, String), Cn
         }
     };
     validate::network_name(&name)?;
-    let cni_version = match config.get("cniVersion") {
-        None | Some(Value::Null) => "0.1.0".to_string(),
+    let cni_version = match gojson::get(&config, "cniVersion") {
+        None => "0.1.0".to_string(),
         Some(Value::String(s)) if s.is_empty() => "0.1.0".to_string(),
         Some(Value::String(s)) => s.clone(),
         Some(_) => {

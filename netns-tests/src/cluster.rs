@@ -11,7 +11,8 @@
 //! let pod = a.add_pod("10.244.1.0/24");
 //! ```
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use crate::Netns;
@@ -20,6 +21,9 @@ use crate::Netns;
 /// inside the cluster's own namespaces, so concurrent clusters never see each other).
 pub const UNDERLAY_PREFIX: &str = "172.31.250";
 pub const UNDERLAY_LEN: u8 = 24;
+/// The IPv6 underlay every node also has (dual-stack overlays run over it).
+pub const UNDERLAY6_PREFIX: &str = "fd00:31:250::";
+pub const UNDERLAY6_LEN: u8 = 64;
 
 /// The switch: a netns with bridge `br0`, which also has an underlay address of its own
 /// (`.254`) so services for the cluster (etcd...) can run there.
@@ -40,6 +44,16 @@ impl Underlay {
             "dev",
             "br0",
         ]);
+        ns.exec_ok(&[
+            "ip",
+            "-6",
+            "addr",
+            "add",
+            &format!("{UNDERLAY6_PREFIX}fe/{UNDERLAY6_LEN}"),
+            "dev",
+            "br0",
+            "nodad",
+        ]);
         ns.exec_ok(&["ip", "link", "set", "br0", "up"]);
         Underlay { ns }
     }
@@ -54,8 +68,13 @@ impl Underlay {
         format!("{UNDERLAY_PREFIX}.{index}")
     }
 
-    /// Adds node `index` (1..=250): its netns gets `eth0` with [`Underlay::node_ip`], `lo` up
-    /// and IPv4 forwarding on (it routes for its pods).
+    /// Node `index`'s IPv6 underlay address.
+    pub fn node_ip6(index: u8) -> String {
+        format!("{UNDERLAY6_PREFIX}{index:x}")
+    }
+
+    /// Adds node `index` (1..=250): its netns gets `eth0` with [`Underlay::node_ip`] and
+    /// [`Underlay::node_ip6`], `lo` up and IPv4 and IPv6 forwarding on (it routes for its pods).
     pub fn add_node(&self, index: u8) -> Node {
         assert!(
             (1..=250).contains(&index),
@@ -88,12 +107,24 @@ impl Underlay {
             "dev",
             "eth0",
         ]);
+        ns.exec_ok(&[
+            "ip",
+            "-6",
+            "addr",
+            "add",
+            &format!("{}/{UNDERLAY6_LEN}", Underlay::node_ip6(index)),
+            "dev",
+            "eth0",
+            "nodad",
+        ]);
         ns.exec_ok(&["ip", "link", "set", "eth0", "up"]);
         ns.exec_ok(&["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"]);
+        ns.exec_ok(&["sysctl", "-q", "-w", "net.ipv6.conf.all.forwarding=1"]);
         Node {
             ns,
             index,
             ip,
+            ip6: Underlay::node_ip6(index),
             pods: 0,
         }
     }
@@ -105,6 +136,8 @@ pub struct Node {
     pub index: u8,
     /// Underlay address.
     pub ip: String,
+    /// IPv6 underlay address.
+    pub ip6: String,
     pods: u32,
 }
 
@@ -208,6 +241,48 @@ fn json_array(v: serde_json::Value) -> Vec<serde_json::Value> {
         serde_json::Value::Array(a) => a,
         _ => Vec::new(),
     }
+}
+
+/// The source address `receiver` sees on UDP datagrams that `sender` sends to `to` (an
+/// address of `receiver`): a socket bound inside `receiver` on a thread of its own (setns
+/// affects that thread only) reads what `sender` sends with bash's `/dev/udp`. `None` when
+/// nothing arrives within a few seconds.
+pub fn udp_source_seen(receiver: &Netns, sender: &Netns, to: &str) -> Option<IpAddr> {
+    let ip: IpAddr = to.parse().ok()?;
+    let ns_file = std::fs::File::open(receiver.path()).ok()?;
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let listener = std::thread::spawn(move || -> Option<IpAddr> {
+        // SAFETY: setns(2) on a namespace fd we own, on this short-lived thread only.
+        if unsafe { libc::setns(ns_file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            let _ = ready_tx.send(None);
+            return None;
+        }
+        let sock = UdpSocket::bind(SocketAddr::new(ip, 0)).ok();
+        let port = sock
+            .as_ref()
+            .and_then(|s| s.local_addr().ok())
+            .map(|a| a.port());
+        let _ = ready_tx.send(port);
+        let sock = sock?;
+        sock.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        let mut buf = [0u8; 64];
+        sock.recv_from(&mut buf).ok().map(|(_, from)| from.ip())
+    });
+    let port = ready_rx.recv().ok().flatten()?;
+    let host = match ip {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => v6.to_string(),
+    };
+    let script =
+        format!("for i in 1 2 3 4 5 6 7 8; do echo x > /dev/udp/{host}/{port}; sleep 0.3; done");
+    let mut send = sender.command(&["bash", "-c", &script]);
+    send.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = send.spawn().ok()?;
+    let seen = listener.join().ok().flatten();
+    let _ = child.kill();
+    let _ = child.wait();
+    seen
 }
 
 /// One ICMP echo from `from` to `ip`, waiting at most a second.

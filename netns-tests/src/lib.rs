@@ -30,7 +30,13 @@
 //! * Isolation: the "host" side of a plugin runs in a [`Netns`] too (run cnitool through
 //!   [`Cnitool::in_netns`]); caches, IPAM data dirs and configs live in [`TempDir`]s.
 
+pub mod chain;
 pub mod cluster;
+pub mod containerd;
+pub mod cri;
+pub mod netfilter;
+pub mod private_host;
+pub mod rng;
 
 use std::collections::HashMap;
 use std::fs;
@@ -275,16 +281,7 @@ impl Netns {
     /// Runs `argv` inside the namespace, panics (with its stderr) unless it succeeds, and
     /// returns its stdout.
     pub fn exec_ok(&self, argv: &[&str]) -> String {
-        let out = self.exec(argv);
-        assert!(
-            out.status.success(),
-            "{argv:?} in netns {} failed ({}): {}{}",
-            self.name,
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        success_stdout(&format!("{argv:?} in netns {}", self.name), self.exec(argv))
     }
 
     /// Runs `argv` (an `ip -j ...` command) inside the namespace and parses its JSON output.
@@ -398,6 +395,9 @@ pub struct Cnitool {
     pub cache_dir: PathBuf,
     pub host_netns: Option<String>,
     pub env: Vec<(String, String)>,
+    /// A command the whole invocation runs under (e.g. `nsenter -t PID -m --` to see a
+    /// private mount namespace).
+    pub prefix: Vec<String>,
 }
 
 impl Cnitool {
@@ -408,7 +408,14 @@ impl Cnitool {
             cache_dir: cache_dir.to_path_buf(),
             host_netns: None,
             env: Vec::new(),
+            prefix: Vec::new(),
         }
+    }
+
+    /// Runs every invocation under `argv` (see [`Cnitool::prefix`]).
+    pub fn under(mut self, argv: &[String]) -> Cnitool {
+        self.prefix = argv.to_vec();
+        self
     }
 
     /// Runs cnitool inside `ns` (`ip netns exec`), so host-side objects land there.
@@ -454,6 +461,30 @@ impl Cnitool {
     }
 }
 
+/// Every plugin a container engine's network (podman's, the containerd node's) may name.
+pub const ENGINE_PLUGINS: &[&str] = &[
+    "bridge",
+    "host-local",
+    "portmap",
+    "firewall",
+    "tuning",
+    "bandwidth",
+    "loopback",
+];
+
+/// Panics with `what`, the exit status and the output unless `out` is a success; returns
+/// stdout.
+pub fn success_stdout(what: &str, out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Runs `cmd` (a plugin, typically) with `stdin` written to it, stdout and stderr captured.
 pub fn run_with_stdin(cmd: &mut Command, stdin: &[u8]) -> Output {
     let mut child = cmd
@@ -492,14 +523,13 @@ pub fn lease_files(store: &Path) -> Vec<String> {
 /// Runs our `cnitool` (built on demand) as described by `tool`.
 pub fn run_cnitool(tool: &Cnitool, args: &[&str]) -> Output {
     let binary = our_binary("cnitool");
-    let mut cmd = match &tool.host_netns {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns]).arg(&binary);
-            c
-        }
-        None => Command::new(&binary),
-    };
+    let mut argv: Vec<std::ffi::OsString> = tool.prefix.iter().map(Into::into).collect();
+    if let Some(ns) = &tool.host_netns {
+        argv.extend(["ip", "netns", "exec", ns.as_str()].map(Into::into));
+    }
+    argv.push(binary.into_os_string());
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..]);
     let cni_path = tool
         .cni_path
         .iter()
@@ -518,4 +548,86 @@ pub fn run_cnitool(tool: &Cnitool, args: &[&str]) -> Output {
     }
     cmd.output()
         .unwrap_or_else(|e| panic!("cannot run cnitool {args:?}: {e}"))
+}
+
+/// One direct plugin execution: the binary, the namespace its "host" side runs in, and the
+/// CNI environment. Built with [`PluginCall::new`], run with [`PluginCall::run`].
+pub struct PluginCall<'a> {
+    binary: PathBuf,
+    host: Option<&'a Netns>,
+    env: Vec<(String, String)>,
+}
+
+/// What a plugin printed and whether it exited 0.
+#[derive(Debug)]
+pub struct PluginOutput {
+    pub success: bool,
+    /// stdout parsed as JSON (`Null` when empty or not JSON).
+    pub json: serde_json::Value,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl<'a> PluginCall<'a> {
+    /// `command` on `binary` with container ID `cid`, netns `netns` and interface `ifname`
+    /// (CNI_PATH points nowhere; add it with [`PluginCall::env`] when the plugin delegates).
+    pub fn new(binary: &Path, command: &str, cid: &str, netns: &str, ifname: &str) -> Self {
+        PluginCall {
+            binary: binary.to_path_buf(),
+            host: None,
+            env: vec![
+                ("CNI_COMMAND".into(), command.into()),
+                ("CNI_CONTAINERID".into(), cid.into()),
+                ("CNI_NETNS".into(), netns.into()),
+                ("CNI_IFNAME".into(), ifname.into()),
+                ("CNI_PATH".into(), "/nonexistent".into()),
+            ],
+        }
+    }
+
+    /// Runs the plugin inside `ns` (`ip netns exec`).
+    pub fn in_netns(mut self, ns: &'a Netns) -> Self {
+        self.host = Some(ns);
+        self
+    }
+
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.retain(|(k, _)| k != key);
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Runs the plugin with `config` on stdin.
+    pub fn run(&self, config: &serde_json::Value) -> PluginOutput {
+        let mut cmd = match self.host {
+            Some(ns) => ns.command(&[self.binary.to_str().unwrap_or_default()]),
+            None => Command::new(&self.binary),
+        };
+        cmd.env_remove("CNI_ARGS");
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        let out = run_with_stdin(&mut cmd, config.to_string().as_bytes());
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        PluginOutput {
+            success: out.status.success(),
+            json: serde_json::from_str(&stdout).unwrap_or(serde_json::Value::Null),
+            stdout,
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// [`PluginCall::run`], panicking with the plugin's output unless it succeeds.
+    pub fn run_ok(&self, config: &serde_json::Value) -> serde_json::Value {
+        let out = self.run(config);
+        assert!(
+            out.success,
+            "{} {:?} failed: {}{}",
+            self.binary.display(),
+            self.env,
+            out.stdout,
+            out.stderr
+        );
+        out.json
+    }
 }

@@ -8,13 +8,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use netns_tests::cluster::{nth, ping, wait_until, Node, Pod, Underlay};
+use netns_tests::cluster::{nth, ping, udp_source_seen, wait_until, Node, Pod, Underlay};
 use netns_tests::{
-    our_bin_dir, our_binary, reference_plugin_dir, require_root, Cnitool, ConfDir, Netns, TempDir,
+    lease_files, our_bin_dir, our_binary, reference_plugin_dir, require_root, Cnitool, ConfDir,
+    Netns, TempDir,
 };
 
 const PREFIX: &str = "/coreos.com/network";
 const CONFIG: &str = r#"{"Network":"10.244.0.0/16","SubnetMin":"10.244.1.0","SubnetMax":"10.244.20.0","Backend":{"Type":"vxlan"}}"#;
+/// A dual-stack network config, in flanneld's schema.
+const DUAL_STACK_CONFIG: &str = r#"{"Network":"10.244.0.0/16","SubnetMin":"10.244.1.0","SubnetMax":"10.244.20.0","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}"#;
+/// kube-flannel's conflist (Documentation/kube-flannel.yml), byte for byte.
+const KUBE_FLANNEL_CONFLIST: &str = r#"{"name":"cbr0","cniVersion":"0.3.1","plugins":[{"type":"flannel","delegate":{"hairpinMode":true,"isDefaultGateway":true}},{"type":"portmap","capabilities":{"portMappings":true}}]}"#;
 /// The example template shipped in conflist-examples.
 const TEMPLATE: &str = include_str!("../../conflist-examples/agent-podnet.conflist.template");
 /// Bound on every convergence wait: the agents react to a watch event within milliseconds.
@@ -854,18 +859,24 @@ fn agent_start_up_errors_are_clear() {
     let a2 = Agent::new(&node2, &etcd, files.path(), &[&vxlan_bin]);
     let stderr = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
 
-    // Nobody listening.
+    // Nobody listening: the agent retries for the whole --startup-timeout (not less: the
+    // back-off's last step is cut to the deadline), then says how long it really tried.
     let started = Instant::now();
     let out = a1.once(&[
         "--etcd-endpoints=http://172.31.250.254:1",
-        "--startup-timeout=2",
+        "--startup-timeout=3",
     ]);
+    let took = started.elapsed();
     assert!(!out.status.success());
     assert!(stderr(&out).contains("unreachable"), "{}", stderr(&out));
     assert!(
-        started.elapsed() < Duration::from_secs(15),
-        "took {:?}",
-        started.elapsed()
+        took >= Duration::from_secs(3) && took < Duration::from_secs(5),
+        "took {took:?}"
+    );
+    assert!(
+        stderr(&out).contains("gave up after 3.") && stderr(&out).contains("--startup-timeout 3s"),
+        "{}",
+        stderr(&out)
     );
 
     // No config key, then a bad one.
@@ -1061,4 +1072,386 @@ fn agent_relists_when_its_watch_is_compacted() {
         "the lease written while the watch lagged was not programmed:\n{}",
         agent.log()
     );
+}
+
+/// A pod added with kube-flannel's conflist on a node the agent set up.
+struct FlannelPod {
+    ns: Netns,
+    v4: String,
+    v6: String,
+    tool: Cnitool,
+    _conf: ConfDir,
+    _cache: TempDir,
+    ipam_dir: PathBuf,
+    data_dir: PathBuf,
+}
+
+impl FlannelPod {
+    /// kube-flannel's conflist with only its paths moved into `files` (away from the host's
+    /// /run and /var/lib), run through cnitool in `node` with our plugins.
+    fn add(node: &Node, agent: &Agent, files: &TempDir, name: &str) -> FlannelPod {
+        let data_dir = files.join(format!("flannel-data-{name}"));
+        let ipam_dir = files.join(format!("ipam{}", node.index));
+        let mut conf: serde_json::Value = serde_json::from_str(KUBE_FLANNEL_CONFLIST).unwrap();
+        conf["plugins"][0]["subnetFile"] =
+            agent.dir.join("subnet.env").display().to_string().into();
+        conf["plugins"][0]["dataDir"] = data_dir.display().to_string().into();
+        conf["plugins"][0]["ipam"] = serde_json::json!({ "dataDir": ipam_dir });
+        let confdir = ConfDir::new();
+        confdir.write_json("10-flannel.conflist", &conf);
+        let cache = TempDir::new("agent-flannel-cache");
+        let tool = Cnitool::new(&confdir, vec![our_bin_dir()], cache.path()).in_netns(&node.ns);
+        for plugin in ["flannel", "bridge", "host-local", "portmap"] {
+            our_binary(plugin);
+        }
+        let ns = Netns::new(name);
+        let out = tool.run_ok(&["add", "cbr0", ns.path_str()]);
+        let result: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let ips: Vec<String> = result["ips"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| {
+                let a = i["address"].as_str().unwrap();
+                a.split('/').next().unwrap().to_string()
+            })
+            .collect();
+        assert_eq!(ips.len(), 2, "one address per family expected: {out}");
+        FlannelPod {
+            ns,
+            v4: ips[0].clone(),
+            v6: ips[1].clone(),
+            tool,
+            _conf: confdir,
+            _cache: cache,
+            ipam_dir,
+            data_dir,
+        }
+    }
+
+    /// The delegate config flannel saved for this pod.
+    fn saved(&self) -> serde_json::Value {
+        let path = self
+            .data_dir
+            .join(Cnitool::container_id(self.ns.path_str()));
+        serde_json::from_str(&fs::read_to_string(path).unwrap()).unwrap()
+    }
+}
+
+/// Dual-stack agents with `--ip-masq` on `count` nodes; waits for their subnet.env.
+fn dual_stack_cluster(
+    underlay: &Underlay,
+    etcd: &Etcd,
+    files: &TempDir,
+    count: u8,
+) -> (Vec<Node>, Vec<Agent>) {
+    etcd.put(&format!("{PREFIX}/config"), DUAL_STACK_CONFIG);
+    let nodes: Vec<Node> = (1..=count).map(|i| underlay.add_node(i)).collect();
+    let mut agents: Vec<Agent> = nodes
+        .iter()
+        .map(|n| {
+            let ip6 = format!("--public-ipv6={}", n.ip6);
+            Agent::new(n, etcd, files.path(), &["--ip-masq", &ip6])
+        })
+        .collect();
+    agents.iter_mut().for_each(Agent::start);
+    for a in &agents {
+        a.wait_for_subnet();
+    }
+    (nodes, agents)
+}
+
+/// The source address `to` sees for UDP from `from` (to `to`'s address `addr`); a few tries,
+/// so a lost burst of datagrams is not a wrong answer.
+fn source_seen(from: &Netns, to: &Netns, addr: &str) -> Option<String> {
+    (0..3).find_map(|_| udp_source_seen(to, from, addr).map(|a| a.to_string()))
+}
+
+/// A kube-flannel node with the daemon swapped: the agent writes subnet.env (dual-stack,
+/// `--ip-masq`), kube-flannel's unchanged conflist runs through cnitool with our `flannel`
+/// meta-plugin delegating to our bridge + host-local. Pods get an address of each family
+/// from the node's lease, reach each other across nodes over both families without NAT, and
+/// DEL works once subnet.env is gone (the delegate config saved at ADD is used).
+#[test]
+fn kube_flannel_conflist_on_dual_stack_agent_nodes() {
+    require_root!();
+    if !have_etcd() {
+        return;
+    }
+    let files = TempDir::new("agent-flannel");
+    let underlay = Underlay::new("agf");
+    let etcd = Etcd::start(&underlay, 1);
+    let (nodes, mut agents) = dual_stack_cluster(&underlay, &etcd, &files, 2);
+    let mut pods = Vec::new();
+    for (node, agent) in nodes.iter().zip(&agents) {
+        let subnet = agent.subnet().unwrap();
+        let env = agent.subnet_env().unwrap();
+        assert!(
+            env.contains("FLANNEL_IPV6_NETWORK=fd00:10:244::/56\n"),
+            "{env}"
+        );
+        assert!(env.contains("FLANNEL_IPMASQ=true\n"), "{env}");
+        // One MTU for both families: the IPv6 device's (1500 - 70 over the IPv6 underlay).
+        assert!(env.contains("FLANNEL_MTU=1430\n"), "{env}");
+        let subnet6 = env
+            .lines()
+            .find_map(|l| l.strip_prefix("FLANNEL_IPV6_SUBNET="))
+            .expect("FLANNEL_IPV6_SUBNET")
+            .replace("::1/64", "::/64");
+        // The lease key and value carry both families, in flannel's format.
+        let key = format!("{}&{}", lease_key(&subnet), subnet6.replace('/', "-"));
+        let value = etcd.get(&key).unwrap_or_else(|| panic!("no lease {key}"));
+        let mac6 = mac_of(node, "flannel-v6.1");
+        assert!(
+            value.contains(&format!(r#""PublicIPv6":"{}""#, node.ip6))
+                && value.contains(&format!(
+                    r#""BackendV6Data":{{"VNI":1,"VtepMAC":"{mac6}"}}"#
+                )),
+            "{value}"
+        );
+
+        let pod = FlannelPod::add(node, agent, &files, &format!("agfpod{}", node.index));
+        assert!(
+            pod.v4.starts_with(&subnet[..subnet.len() - 4]),
+            "{} not in {subnet}",
+            pod.v4
+        );
+        assert!(
+            pod.v6.starts_with(subnet6.trim_end_matches("::/64")),
+            "{} not in {subnet6}",
+            pod.v6
+        );
+        // The delegate flannel built, saved for DEL: flanneld masquerades, so the bridge does not.
+        let saved = pod.saved();
+        assert_eq!(saved["type"], "bridge");
+        assert_eq!(saved["name"], "cbr0");
+        assert_eq!(saved["ipMasq"], false);
+        assert_eq!(saved["isGateway"], true);
+        assert_eq!(saved["mtu"], 1430);
+        assert_eq!(saved["ipam"]["ranges"][1][0]["subnet"], subnet6.as_str());
+        pods.push(pod);
+    }
+    for (a, b) in [(0, 1), (1, 0)] {
+        let (from, to) = (&pods[a], &pods[b]);
+        for ip in [&to.v4, &to.v6] {
+            assert!(
+                wait_until(CONVERGE, || ping(&from.ns, ip)),
+                "pod {} cannot reach {ip}",
+                from.v4
+            );
+        }
+        // No NAT between pods: the receiver sees the sender pod's own addresses.
+        assert_eq!(source_seen(&from.ns, &to.ns, &to.v4), Some(from.v4.clone()));
+        assert_eq!(source_seen(&from.ns, &to.ns, &to.v6), Some(from.v6.clone()));
+    }
+
+    // The daemon gone and its file with it: DEL still cleans up, from the saved config.
+    for a in &mut agents {
+        a.stop();
+        fs::remove_file(a.dir.join("subnet.env")).unwrap();
+    }
+    for pod in &pods {
+        pod.tool.run_ok(&["del", "cbr0", pod.ns.path_str()]);
+        assert!(pod.ns.link("eth0").is_none(), "eth0 left in the pod");
+        let leases = lease_files(&pod.ipam_dir.join("cbr0"));
+        assert!(leases.is_empty(), "addresses still allocated: {leases:?}");
+        let left: Vec<_> = fs::read_dir(&pod.data_dir).unwrap().collect();
+        assert!(
+            left.is_empty(),
+            "saved delegate config not removed: {left:?}"
+        );
+        // A second DEL (nothing saved any more) succeeds too.
+        pod.tool.run_ok(&["del", "cbr0", pod.ns.path_str()]);
+    }
+}
+
+/// `nft list table` of a masquerade table in `node`, or `None` when it does not exist.
+fn masq_table(node: &Node, family: &str, table: &str) -> Option<String> {
+    let out = node.ns.exec(&["nft", "-a", "list", "table", family, table]);
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The rule lines of a listing (handles cut off, so listings compare by content).
+fn rule_lines(listing: &str) -> Vec<String> {
+    listing
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.contains("comment \"masq:"))
+        .map(|l| l.split(" # handle").next().unwrap_or(l).to_string())
+        .collect()
+}
+
+/// flanneld's `--ip-masq` on three dual-stack nodes: pod-to-pod traffic keeps the pods'
+/// addresses; pods reach an "outside" host that has no route back to the pod networks only
+/// through the masquerade (seen from the node's address); the rules are nft's view of
+/// flanneld's, exactly one set across restarts, repaired when edited by hand, removed
+/// without `--ip-masq` or while the network config is gone from etcd.
+#[test]
+fn agent_ip_masq_masquerades_only_traffic_leaving_the_cluster() {
+    require_root!();
+    if !have_etcd() {
+        return;
+    }
+    let files = TempDir::new("agent-masq");
+    let underlay = Underlay::new("agq");
+    let etcd = Etcd::start(&underlay, 1);
+    let (nodes, mut agents) = dual_stack_cluster(&underlay, &etcd, &files, 3);
+    // The outside: on the underlay, no route to 10.244.0.0/16 or fd00:10:244::/56.
+    let outside = underlay.add_node(200);
+    let (out4, out6) = (outside.ip.clone(), outside.ip6.clone());
+    let pods: Vec<FlannelPod> = nodes
+        .iter()
+        .zip(&agents)
+        .map(|(n, a)| FlannelPod::add(n, a, &files, &format!("agqpod{}", n.index)))
+        .collect();
+
+    let subnet = agents[0].subnet().unwrap();
+    let listing = masq_table(&nodes[0], "ip", "flannel-ipv4").expect("ip flannel-ipv4");
+    assert!(
+        listing.contains("type nat hook postrouting priority srcnat;"),
+        "{listing}"
+    );
+    let want = [
+        "meta mark & 0x00004000 == 0x00004000 return".to_string(),
+        format!("ip saddr {subnet} ip daddr 10.244.0.0/16 return"),
+        format!("ip saddr 10.244.0.0/16 ip daddr {subnet} return"),
+        format!("ip saddr != 10.244.0.0/16 ip daddr {subnet} return"),
+        "ip saddr 10.244.0.0/16 ip daddr != 224.0.0.0/4 masquerade fully-random".to_string(),
+        "ip saddr != 10.244.0.0/16 ip daddr 10.244.0.0/16 masquerade fully-random".to_string(),
+    ];
+    let rules = rule_lines(&listing);
+    assert_eq!(rules.len(), 6, "{listing}");
+    for (have, want) in rules.iter().zip(&want) {
+        assert!(have.starts_with(want.as_str()), "{have:?} is not {want:?}");
+    }
+    let listing6 = masq_table(&nodes[0], "ip6", "flannel-ipv6").expect("ip6 flannel-ipv6");
+    assert!(
+        listing6
+            .contains("ip6 saddr fd00:10:244::/56 ip6 daddr != ff00::/8 masquerade fully-random"),
+        "{listing6}"
+    );
+
+    // Inside the cluster: no NAT, both families, every pair of nodes.
+    for (a, b) in [(0, 1), (1, 2), (2, 0)] {
+        let (from, to) = (&pods[a], &pods[b]);
+        assert!(wait_until(CONVERGE, || ping(&from.ns, &to.v4)));
+        assert!(wait_until(CONVERGE, || ping(&from.ns, &to.v6)));
+        assert_eq!(source_seen(&from.ns, &to.ns, &to.v4), Some(from.v4.clone()));
+        assert_eq!(source_seen(&from.ns, &to.ns, &to.v6), Some(from.v6.clone()));
+    }
+    // Leaving it: masqueraded to the node's underlay address, so the outside can answer.
+    for (pod, node) in pods.iter().zip(&nodes) {
+        for (ip, to) in [(&pod.v4, &out4), (&pod.v6, &out6)] {
+            assert!(
+                wait_until(CONVERGE, || ping(&pod.ns, to)),
+                "{ip} cannot reach the outside {to}"
+            );
+        }
+        assert_eq!(
+            source_seen(&pod.ns, &outside.ns, &out4),
+            Some(node.ip.clone())
+        );
+        assert_eq!(
+            source_seen(&pod.ns, &outside.ns, &out6),
+            Some(node.ip6.clone())
+        );
+    }
+
+    // Kept like the routes: a rule deleted by hand is back after the next resync, and a pass
+    // with nothing to do rewrites nothing (the handles stay).
+    let handle = listing
+        .lines()
+        .find(|l| l.contains("masq: host to cluster"))
+        .and_then(|l| l.rsplit("# handle ").next())
+        .unwrap()
+        .trim()
+        .to_string();
+    nodes[0].ns.exec_ok(&[
+        "nft",
+        "delete",
+        "rule",
+        "ip",
+        "flannel-ipv4",
+        "postrtg",
+        "handle",
+        &handle,
+    ]);
+    assert!(
+        wait_until(CONVERGE, || masq_table(&nodes[0], "ip", "flannel-ipv4")
+            .is_some_and(|l| rule_lines(&l).len() == 6)),
+        "the deleted rule did not come back:\n{}",
+        agents[0].log()
+    );
+    let settled = masq_table(&nodes[1], "ip", "flannel-ipv4").unwrap();
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(
+        masq_table(&nodes[1], "ip", "flannel-ipv4").unwrap(),
+        settled
+    );
+
+    // Restarts never duplicate them (each start reconciles once before serving).
+    let passes = |a: &Agent| a.log().matches("overlay flannel.1 reconciled").count();
+    for _ in 0..2 {
+        let before = passes(&agents[1]);
+        agents[1].stop();
+        agents[1].start();
+        assert!(wait_until(CONVERGE, || passes(&agents[1]) > before));
+        let l = masq_table(&nodes[1], "ip", "flannel-ipv4").unwrap();
+        assert_eq!(rule_lines(&l), rule_lines(&settled), "{l}");
+    }
+
+    // Without --ip-masq the tables go and the outside is unreachable: the rules were the way out.
+    agents[2].stop();
+    let mut plain = Agent::new(
+        &nodes[2],
+        &etcd,
+        files.path(),
+        &[&format!("--public-ipv6={}", nodes[2].ip6)],
+    );
+    plain.start();
+    assert!(
+        wait_until(CONVERGE, || masq_table(&nodes[2], "ip", "flannel-ipv4")
+            .is_none()
+            && masq_table(&nodes[2], "ip6", "flannel-ipv6").is_none()),
+        "tables left without --ip-masq:\n{}",
+        plain.log()
+    );
+    assert!(plain
+        .subnet_env()
+        .is_some_and(|e| e.contains("FLANNEL_IPMASQ=false")));
+    assert!(
+        !ping(&pods[2].ns, &out4),
+        "reached the outside without masquerade"
+    );
+    assert!(
+        !ping(&pods[2].ns, &out6),
+        "reached the outside without masquerade"
+    );
+    assert!(
+        ping(&pods[2].ns, &pods[0].v4),
+        "pod-to-pod needs no masquerade"
+    );
+    plain.stop();
+
+    // The network config gone from etcd: the rules go (the overlay stays); back: they return.
+    etcd.ctl_ok(&["del", &format!("{PREFIX}/config")]);
+    assert!(
+        wait_until(CONVERGE, || masq_table(&nodes[0], "ip", "flannel-ipv4")
+            .is_none()),
+        "rules kept after the config was deleted:\n{}",
+        agents[0].log()
+    );
+    assert!(ping(&pods[0].ns, &pods[1].v4));
+    etcd.put(&format!("{PREFIX}/config"), DUAL_STACK_CONFIG);
+    assert!(
+        wait_until(CONVERGE, || masq_table(&nodes[0], "ip", "flannel-ipv4")
+            .is_some()),
+        "rules not restored with the config"
+    );
+    assert!(ping(&pods[0].ns, &out4));
+    for pod in &pods {
+        pod.tool.run_ok(&["del", "cbr0", pod.ns.path_str()]);
+    }
 }

@@ -14,6 +14,7 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use netns_tests::rng::{env_u64, Rng};
 use netns_tests::{our_bin_dir, our_binary, require_root, Netns, TempDir};
 use serde_json::{json, Map, Value};
 
@@ -23,39 +24,6 @@ const DEFAULT_CASES: u64 = 60;
 /// Error codes the spec defines (CNI 1.1.0, "Error"): 1–7, 11, 50, 51.
 const SPEC_CODES: &[u64] = &[1, 2, 3, 4, 5, 6, 7, 11, 50, 51];
 const DEFAULT_SEED: u64 = 0x5eed_cafe_f00d_0001;
-
-/// xorshift64*: tiny, deterministic, good enough to pick mutations.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
-}
-
-fn env_u64(key: &str) -> Option<u64> {
-    let v = std::env::var(key).ok()?;
-    let v = v.trim();
-    match v.strip_prefix("0x") {
-        Some(hex) => u64::from_str_radix(hex, 16).ok(),
-        None => v.parse().ok(),
-    }
-}
 
 /// A value of some unexpected shape. Strings never start with `/`, so a mutated path stays
 /// inside the run's working directory (a temp dir).
@@ -179,19 +147,50 @@ fn mutate(conf: &mut Value, rng: &mut Rng) {
 
 /// Pins every directory `plugin` could write to inside `scratch`, whatever a mutation did to
 /// the config (its `type` included: the binary, not the config, decides what is written).
+/// Keys are matched as the plugins match them (Go's case folding, the last one wins), so
+/// every variant of a key is replaced.
 fn pin_paths(conf: &mut Value, plugin: &str, scratch: &Path) {
+    fn pin(m: &mut serde_json::Map<String, Value>, key: &str, value: Value) {
+        m.retain(|k, _| !libcni::gojson::fold_eq(k, key));
+        m.insert(key.into(), value);
+    }
     let Value::Object(m) = conf else { return };
     let dir = |name: &str| json!(scratch.join(name));
-    if let Some(Value::Object(ipam)) = m.get_mut("ipam") {
-        ipam.insert("dataDir".into(), dir("ipam"));
+    for (key, value) in m.iter_mut() {
+        if let (true, Value::Object(ipam)) = (libcni::gojson::fold_eq(key, "ipam"), value) {
+            pin(ipam, "dataDir", dir("ipam"));
+        }
+    }
+    for (key, value) in m.iter_mut() {
+        if let (true, Value::Object(ipam)) = (libcni::gojson::fold_eq(key, "ipam"), value) {
+            if plugin == "dhcp" {
+                pin(ipam, "daemonSocketPath", dir("dhcp.sock"));
+            }
+        }
     }
     match plugin {
-        "tuning" => {
-            m.insert("dataDir".into(), dir("tuning"));
+        "tuning" => pin(m, "dataDir", dir("tuning")),
+        "flannel" => {
+            pin(m, "subnetFile", json!(scratch.join(FLANNEL_SUBNET_ENV)));
+            pin(m, "dataDir", dir("flannel"));
+            // flannel hands its `ipam` to host-local: without one (or with a null one) the
+            // delegate would use host-local's default store.
+            let mut ipam = m
+                .iter()
+                .rev()
+                .find(|(k, v)| libcni::gojson::fold_eq(k, "ipam") && v.is_object())
+                .map(|(_, v)| v.clone())
+                .unwrap_or_else(|| json!({}));
+            if let Value::Object(i) = &mut ipam {
+                pin(i, "dataDir", dir("ipam"));
+            }
+            pin(m, "ipam", ipam);
         }
+        "host-device" => pin(m, "dataDir", dir("host-device")),
+        "firewall" => pin(m, "dataDir", dir("firewall")),
         "vxlan" => {
-            m.insert("stateDir".into(), dir("vxlan"));
-            m.remove("lockFile");
+            pin(m, "stateDir", dir("vxlan"));
+            m.retain(|k, _| !libcni::gojson::fold_eq(k, "lockFile"));
         }
         _ => {}
     }
@@ -206,12 +205,12 @@ fn to_stdin(conf: &Value, plugin: &str, scratch: &Path, rng: &mut Rng) -> Vec<u8
         0 if !bytes.is_empty() => bytes.truncate(rng.below(bytes.len())),
         1 if !bytes.is_empty() => {
             let i = rng.below(bytes.len());
-            bytes[i] = rng.next() as u8;
+            bytes[i] = rng.next_u64() as u8;
         }
         2 => bytes = vec![0xff, 0xfe, 0x00, b'{'],
         _ => return bytes,
     }
-    match serde_json::from_slice::<Value>(&bytes) {
+    match libcni::gojson::parse(&bytes) {
         Ok(mut still_json) => {
             pin_paths(&mut still_json, plugin, scratch);
             still_json.to_string().into_bytes()
@@ -388,8 +387,17 @@ fn bridge_conf(scratch: &Path) -> Value {
     })
 }
 
+/// The subnet.env the flannel meta-plugin reads (inside the scratch dir).
+const FLANNEL_SUBNET_ENV: &str = "flannel-subnet.env";
+
 /// A valid config per plugin, the starting point of every mutation.
 fn base_configs(scratch: &Path, prev: &Value) -> Vec<(&'static str, Value)> {
+    // flanneld's file for the bridge's subnet, so the delegate joins the same bridge.
+    std::fs::write(
+        scratch.join(FLANNEL_SUBNET_ENV),
+        "FLANNEL_NETWORK=10.199.0.0/16\nFLANNEL_SUBNET=10.199.0.1/24\nFLANNEL_MTU=1400\nFLANNEL_IPMASQ=false\n",
+    )
+    .unwrap();
     let chained = |kind: &str, extra: Value| {
         let mut c =
             json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": kind, "prevResult": prev});
@@ -443,6 +451,81 @@ fn base_configs(scratch: &Path, prev: &Value) -> Vec<(&'static str, Value)> {
             ),
         ),
         (
+            "flannel",
+            json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": "flannel",
+                   "subnetFile": scratch.join(FLANNEL_SUBNET_ENV), "dataDir": scratch.join("flannel"),
+                   "ipam": {"dataDir": scratch.join("ipam")},
+                   "delegate": {"bridge": "fzbr0", "hairpinMode": true, "isDefaultGateway": true}}),
+        ),
+        (
+            "ptp",
+            json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": "ptp", "ipMasq": true, "mtu": 1400,
+                   "ipam": {"type": "host-local", "dataDir": scratch.join("ipam"),
+                            "ranges": [[{"subnet": "10.199.12.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]},
+                   "dns": {"nameservers": ["10.199.12.53"]}}),
+        ),
+        (
+            "macvlan",
+            json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": "macvlan", "master": "fzbr0",
+                   "mode": "bridge", "mtu": 1400, "mac": "02:99:00:00:00:01", "bcqueuelen": 100,
+                   "ipam": {"type": "host-local", "dataDir": scratch.join("ipam"),
+                            "ranges": [[{"subnet": "10.199.3.0/24"}]]}}),
+        ),
+        (
+            "ipvlan",
+            json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": "ipvlan", "master": "fzbr0",
+                   "mode": "l3s", "flag": "private", "mtu": 1400,
+                   "ipam": {"type": "host-local", "dataDir": scratch.join("ipam"),
+                            "ranges": [[{"subnet": "10.199.4.0/24"}]]}}),
+        ),
+        (
+            "vlan",
+            json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": "vlan", "master": "fzbr0",
+                   "vlanId": 42, "mtu": 1400,
+                   "ipam": {"type": "host-local", "dataDir": scratch.join("ipam"),
+                            "ranges": [[{"subnet": "10.199.5.0/24"}]]}}),
+        ),
+        (
+            "dummy",
+            json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": "dummy",
+                   "ipam": {"type": "host-local", "dataDir": scratch.join("ipam"),
+                            "ranges": [[{"subnet": "10.199.6.0/24"}]]}}),
+        ),
+        (
+            "tap",
+            json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": "tap", "multiQueue": true,
+                   "mtu": 1400, "mac": "02:99:00:00:00:02", "owner": 64000, "group": 64001,
+                   "ipam": {"type": "host-local", "dataDir": scratch.join("ipam"),
+                            "ranges": [[{"subnet": "10.199.7.0/24"}]]}}),
+        ),
+        (
+            "host-device",
+            json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": "host-device", "device": "fzhd0",
+                   "dataDir": scratch.join("host-device"),
+                   "ipam": {"type": "host-local", "dataDir": scratch.join("ipam"),
+                            "ranges": [[{"subnet": "10.199.8.0/24"}]]}}),
+        ),
+        (
+            "static",
+            json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": "bridge",
+                   "ipam": {"type": "static",
+                            "addresses": [{"address": "10.199.2.5/24", "gateway": "10.199.2.1"},
+                                          {"address": "fd99:2::5/64"}],
+                            "routes": [{"dst": "0.0.0.0/0"}],
+                            "dns": {"nameservers": ["10.199.2.53"]}}}),
+        ),
+        (
+            "dhcp",
+            json!({"cniVersion": "1.1.0", "name": "fuzznet", "type": "bridge",
+                   "ipam": {"type": "dhcp", "daemonSocketPath": scratch.join("dhcp.sock"),
+                            "request": [{"skipDefault": false, "option": "subnet-mask"}]}}),
+        ),
+        ("sbr", chained("sbr", json!({"table": 150}))),
+        (
+            "vrf",
+            chained("vrf", json!({"vrfname": "fzvrf0", "table": 1001})),
+        ),
+        (
             "vxlan",
             chained(
                 "vxlan",
@@ -466,13 +549,17 @@ fn mutated_configs_and_environments_never_crash_a_plugin() {
     let cases = env_u64("FERROCNI_FUZZ_CASES").unwrap_or(DEFAULT_CASES);
     eprintln!("bad input: seed {seed:#x}, {cases} cases per plugin (FERROCNI_FUZZ_SEED to replay)");
     // Spread nearby seeds apart; xorshift needs a non-zero state.
-    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut rng = Rng::new(seed);
 
     let state_before = default_state();
     let host = Netns::new("fuzz-host");
     let pod = Netns::new("fuzz-pod");
     let scratch = TempDir::new("fuzz");
     let prev = attach(&host, &pod, scratch.path());
+    // The device host-device's configs name.
+    host.exec_ok(&[
+        "ip", "link", "add", "fzhd0", "type", "veth", "peer", "name", "fzhd0p",
+    ]);
 
     let mut failures = Vec::new();
     let mut outcomes = Map::new();

@@ -93,6 +93,11 @@ fn same_tc_state_as_the_reference_and_mutual_check() {
         json!({"egressRate": 123_456_789, "egressBurst": 999_999}),
         // A 5 s bucket: more than 2^32 ns of buffer.
         json!({"ingressRate": 80_007, "ingressBurst": 400_000}),
+        // containerd 1.6: Go field names and MaxUint32 bursts (the ingress buffer wraps in
+        // the reference's 32-bit conversion; we install the same qdisc).
+        json!({"capabilities": {"bandwidth": true}, "runtimeConfig": {"bandwidth": {
+            "IngressRate": 10_000_000, "IngressBurst": 4_294_967_295u64,
+            "EgressRate": 20_000_000, "EgressBurst": 4_294_967_295u64}}}),
     ];
     for (n, limits) in cases.iter().enumerate() {
         let cid = format!("bwref-cid-{n}");

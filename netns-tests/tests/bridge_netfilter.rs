@@ -52,7 +52,8 @@ fn masquerade_reaches_outside(backend: &str) {
     let r = a.add(&conf);
     ping_ok(&pod, "192.168.231.2");
     assert!(a.check(&conf, &r).status.success());
-    if backend == "nftables" {
+    // Unset, the backend is nftables (the host netns has no iptables masquerade state).
+    if backend != "iptables" {
         let rs = nft_ruleset(&host);
         assert!(rs.contains("table inet cni_plugins_masquerade"), "{rs}");
         assert!(
@@ -105,7 +106,7 @@ fn masquerade_nftables() {
 }
 
 #[test]
-fn masquerade_default_backend_is_iptables() {
+fn masquerade_default_backend_is_nftables() {
     require_root!();
     masquerade_reaches_outside("");
 }

@@ -65,13 +65,18 @@ fn kernel_objects(host: &Netns, pod: &Netns) -> Value {
     })
 }
 
+/// The reference here (Debian's v1.1.1) knows only iptables masquerading (`ipMasqBackend`
+/// came with v1.6.0 and it ignores the key): ours is pinned to iptables to compare like with
+/// like and to let either clean up after the other. Our default, nftables over netlink, uses
+/// the object names of the reference's own nftables backend (v1.6.0+).
 fn full_conf(version: &str, ipam: &TempDir) -> Value {
     conf(
         version,
         "diffnet",
         Some(ipam),
         json!([[{"subnet": "10.87.0.0/24"}], [{"subnet": "fd87::/64"}]]),
-        json!({"isDefaultGateway": true, "ipMasq": true, "mtu": 1400, "dns": {"nameservers": ["10.87.0.53"], "search": ["example.test"]}}),
+        json!({"isDefaultGateway": true, "ipMasq": true, "ipMasqBackend": "iptables", "mtu": 1400,
+               "dns": {"nameservers": ["10.87.0.53"], "search": ["example.test"]}}),
     )
 }
 

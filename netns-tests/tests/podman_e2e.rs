@@ -10,52 +10,27 @@
 //! The plugin directory handed to podman holds OUR binary for every plugin the workspace
 //! builds, the reference Go plugin otherwise (the test prints which).
 
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::process::{Command, Output};
 
+use netns_tests::private_host::{self, PrivateHost};
 use netns_tests::{
-    our_binary, reference_plugin_dir, require_root, skip_unless, workspace_root, Cnitool, ConfDir,
-    Netns, TempDir,
+    our_binary, reference_plugin_dir, require_root, skip_unless, success_stdout, workspace_root,
+    Cnitool, ConfDir, Netns, TempDir, ENGINE_PLUGINS,
 };
-use serde_json::Value;
+use serde_json::{json, Value};
 
-/// Every plugin a podman network (or our hand-written one) may name.
-const PLUGINS: &[&str] = &[
-    "bridge",
-    "host-local",
-    "portmap",
-    "firewall",
-    "tuning",
-    "bandwidth",
-    "loopback",
-];
 const IMAGE: &str = "localhost/ferrocni-busybox:latest";
 /// The page busybox httpd serves from /www (written by setup.sh).
 const PAGE: &str = "ferrocni-podman-ok";
 
-fn tool_exists(tool: &str) -> bool {
-    let path = std::env::var("PATH").unwrap_or_default();
-    ["/usr/sbin", "/usr/bin", "/sbin", "/bin"]
-        .iter()
-        .map(|d| d.to_string())
-        .chain(path.split(':').map(str::to_string))
-        .any(|d| Path::new(&d).join(tool).is_file())
-}
-
 fn missing_tools() -> Option<String> {
-    let missing: Vec<&str> = [
+    let missing = private_host::missing_tools(&[
         "podman", "runc", "conmon", "busybox", "unshare", "nsenter", "iptables", "ip",
-    ]
-    .into_iter()
-    .filter(|t| !tool_exists(t))
-    .collect();
-    (!missing.is_empty()).then(|| {
-        format!(
-            "missing {missing:?} (apt-get install -y podman runc busybox-static iptables nftables)"
-        )
-    })
+    ])?;
+    Some(format!(
+        "missing {missing:?} (apt-get install -y podman runc busybox-static iptables nftables)"
+    ))
 }
 
 /// Whether the workspace has a package building plugin `name`.
@@ -71,7 +46,7 @@ fn plugin_dir() -> Option<TempDir> {
     let reference = reference_plugin_dir(&[]).unwrap_or_else(|| PathBuf::from("/usr/lib/cni"));
     let mut ours = Vec::new();
     let mut theirs = Vec::new();
-    for name in PLUGINS {
+    for name in ENGINE_PLUGINS {
         let target = if workspace_builds(name) {
             ours.push(*name);
             our_binary(name)
@@ -89,14 +64,9 @@ fn plugin_dir() -> Option<TempDir> {
     Some(dir)
 }
 
-/// Shell run by the holder: private /run and /var/lib, loopback up, then wait forever.
-const HOLDER_SCRIPT: &str =
-    "set -e; mount -t tmpfs ferrocni-run /run; mount -t tmpfs ferrocni-varlib /var/lib; \
-     mkdir -p /run/netns /var/lib/cni; ip link set lo up; touch \"$1\"; exec sleep 86400";
-
 /// Podman in its own namespaces, with private configuration and storage.
 struct Podman {
-    holder: Child,
+    host: PrivateHost,
     work: TempDir,
     _plugins: TempDir,
     /// Containers started by this test (their cgroups name them), for cleanup.
@@ -104,44 +74,6 @@ struct Podman {
     /// A cgroup parent of this test's own (`/ferrocni-podman-<pid>-<n>`): podman's cgroupfs
     /// manager would otherwise leave `libpod_parent/conmon` behind on the host.
     cgroup_parent: String,
-}
-
-static CGROUP_COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-
-/// Removes a cgroup directory tree (children first) in every mounted hierarchy.
-fn remove_cgroup_tree(relative: &str) {
-    let relative = relative.trim_start_matches('/');
-    if relative.is_empty() || relative.contains("..") {
-        return;
-    }
-    fn remove(dir: &Path) {
-        if let Ok(entries) = std::fs::read_dir(dir) {
-            for e in entries.filter_map(Result::ok) {
-                if e.file_type().is_ok_and(|t| t.is_dir()) {
-                    remove(&e.path());
-                }
-            }
-        }
-        let _ = std::fs::remove_dir(dir);
-    }
-    let root = Path::new("/sys/fs/cgroup");
-    let mut hierarchies = vec![root.to_path_buf()];
-    if let Ok(entries) = std::fs::read_dir(root) {
-        hierarchies.extend(entries.filter_map(Result::ok).map(|e| e.path()));
-    }
-    // Killed processes leave their cgroups a moment later: retry briefly.
-    for _ in 0..20 {
-        let left: Vec<PathBuf> = hierarchies
-            .iter()
-            .map(|h| h.join(relative))
-            .filter(|d| d.is_dir())
-            .collect();
-        if left.is_empty() {
-            return;
-        }
-        left.iter().for_each(|d| remove(d));
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 impl Podman {
@@ -162,58 +94,22 @@ impl Podman {
             String::from_utf8_lossy(&out.stderr)
         );
 
-        let ready = work.join("holder-ready");
-        let mut cmd = Command::new("unshare");
-        cmd.args([
-            "--net",
-            "--mount",
-            "--propagation",
-            "private",
-            "--",
-            "sh",
-            "-c",
-            HOLDER_SCRIPT,
-            "holder",
-        ])
-        .arg(&ready);
-        // SAFETY: prctl is async-signal-safe; it makes the holder die with this test thread.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        let holder = cmd.spawn().expect("spawn unshare");
-        let n = CGROUP_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let podman = Podman {
-            holder,
+        let host = PrivateHost::start(work.path());
+        Some(Podman {
+            host,
             work,
             _plugins: plugins,
             containers: Default::default(),
-            cgroup_parent: format!("/ferrocni-podman-{}-{n}", std::process::id()),
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !ready.exists() {
-            assert!(
-                Instant::now() < deadline,
-                "namespace holder did not get ready"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Some(podman)
+            cgroup_parent: private_host::unique_cgroup_parent("ferrocni-podman"),
+        })
     }
 
-    fn pid(&self) -> u32 {
-        self.holder.id()
-    }
-
-    /// `argv` inside the holder's network and mount namespaces, with podman's private config.
+    /// `argv` inside the private host, with podman's private config (killed after 2 minutes).
     fn command(&self, argv: &[&str]) -> Command {
-        let mut cmd = Command::new("nsenter");
-        cmd.arg(format!("--target={}", self.pid()))
-            .args(["--net", "--mount", "--", "timeout", "120"])
-            .args(argv)
-            .env("CONTAINERS_CONF", self.work.join("containers.conf"))
+        let mut timed = vec!["timeout", "120"];
+        timed.extend_from_slice(argv);
+        let mut cmd = self.host.command(&timed);
+        cmd.env("CONTAINERS_CONF", self.work.join("containers.conf"))
             .env("CONTAINERS_STORAGE_CONF", self.work.join("storage.conf"));
         cmd
     }
@@ -225,15 +121,9 @@ impl Podman {
     }
 
     fn exec_ok(&self, argv: &[&str]) -> String {
-        let out = self.exec(argv);
-        assert!(
-            out.status.success(),
-            "{argv:?} failed ({}): {}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
+        success_stdout(&format!("{argv:?}"), self.exec(argv))
+            .trim()
+            .to_string()
     }
 
     fn podman_ok(&self, args: &[&str]) -> String {
@@ -257,91 +147,16 @@ impl Podman {
         self.podman_ok(&["inspect", "--format", &format, container])
     }
 
-    /// A path inside the holder's private mount namespace, seen from here.
-    fn private_path(&self, p: &str) -> PathBuf {
-        PathBuf::from(format!("/proc/{}/root{p}", self.pid()))
-    }
-
     fn netconf(&self) -> PathBuf {
         self.work.join("netconf")
     }
 
-    /// Names of the files in a private directory (empty when it does not exist).
-    fn private_files(&self, dir: &str) -> Vec<String> {
-        std::fs::read_dir(self.private_path(dir))
-            .map(|d| {
-                d.filter_map(Result::ok)
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
     fn link_names(&self) -> Vec<String> {
-        let out = self.exec_ok(&["ip", "-j", "link", "show"]);
-        let links: Value = serde_json::from_str(&out).expect("ip -j link");
-        links
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|l| l["ifname"].as_str().map(str::to_string))
-            .collect()
+        self.host.link_names()
     }
 
-    /// Everything netfilter holds in the holder's netns (iptables and nft views).
-    fn firewall_dump(&self) -> String {
-        let mut text = self.exec_ok(&["iptables-save"]);
-        text.push_str(
-            &self
-                .exec(&["ip6tables-save"])
-                .stdout
-                .iter()
-                .map(|b| *b as char)
-                .collect::<String>(),
-        );
-        if tool_exists("nft") {
-            text.push_str(&String::from_utf8_lossy(
-                &self.exec(&["nft", "list", "ruleset"]).stdout,
-            ));
-        }
-        text
-    }
-
-    /// Asserts that no trace of an attachment with address `ip` and container `id` remains,
-    /// and that `others` attachments (host veths) are still there.
     fn assert_attachment_gone(&self, network: &str, ip: &str, id: &str, others: usize) {
-        let links = self.link_names();
-        let veths = links.iter().filter(|l| l.starts_with("veth")).count();
-        let ifbs = links.iter().filter(|l| l.starts_with("bwp")).count();
-        assert!(veths == others && ifbs == 0, "leftover links: {links:?}");
-        let leases: Vec<String> = self
-            .private_files(&format!("/var/lib/cni/networks/{network}"))
-            .into_iter()
-            .filter(|f| f == ip)
-            .collect();
-        assert!(leases.is_empty(), "leftover leases: {leases:?}");
-        let cache = self.private_files("/var/lib/cni/results");
-        assert!(
-            !cache.iter().any(|f| f.contains(id)),
-            "leftover cache entries: {cache:?}"
-        );
-        let rules = self.firewall_dump();
-        let ip_word = |line: &str| {
-            line.split(|c: char| !(c.is_ascii_hexdigit() || c == '.' || c == ':'))
-                .any(|w| w == ip)
-        };
-        let leftovers: Vec<&str> = rules
-            .lines()
-            .filter(|l| ip_word(l) || l.contains(id))
-            .collect();
-        assert!(
-            leftovers.is_empty(),
-            "leftover rules for {ip}/{id}: {leftovers:#?}"
-        );
-        assert!(
-            !rules.contains("CNI-DN-"),
-            "leftover portmap chain:\n{rules}"
-        );
+        self.host.assert_attachment_gone(network, ip, id, others);
     }
 }
 
@@ -352,32 +167,13 @@ impl Drop for Podman {
             .output();
         // Anything still alive from this test: processes in the holder's mount namespace
         // (conmon) and the containers' processes (cgroups named after their IDs).
-        let holder_mnt = std::fs::read_link(format!("/proc/{}/ns/mnt", self.pid())).ok();
         let ids = self.containers.borrow().clone();
-        if let Ok(procs) = std::fs::read_dir("/proc") {
-            for p in procs.filter_map(Result::ok) {
-                let Ok(pid) = p.file_name().to_string_lossy().parse::<i32>() else {
-                    continue;
-                };
-                if pid as u32 == self.pid() {
-                    continue;
-                }
-                let same_mnt = holder_mnt.is_some()
-                    && std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok() == holder_mnt;
-                let cgroup =
-                    std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-                let ours = ids
-                    .iter()
-                    .any(|id| !id.is_empty() && cgroup.contains(&format!("libpod-{id}")));
-                if same_mnt || ours {
-                    // SAFETY: plain kill(2) on a pid this test started (directly or via podman).
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
-                }
-            }
-        }
-        let _ = self.holder.kill();
-        let _ = self.holder.wait();
-        remove_cgroup_tree(&self.cgroup_parent);
+        self.host.shutdown(|pid| {
+            let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+            ids.iter()
+                .any(|id| !id.is_empty() && cgroup.contains(&format!("libpod-{id}")))
+        });
+        private_host::remove_cgroup_tree(&self.cgroup_parent);
     }
 }
 
@@ -523,10 +319,10 @@ fn podman_network_create_run_ping_publish_and_clean_up() {
         "default network address: {addr}"
     );
 
-    // Our rules carry the reference's names.
-    let rules = podman.firewall_dump();
+    // Our rules carry the reference's names: portmap's nftables backend (our default).
+    let rules = podman.host.firewall_dump();
     assert!(
-        rules.contains("CNI-HOSTPORT-DNAT") && rules.contains("CNI-DN-"),
+        rules.contains("table ip cni_hostport") && rules.contains(&format!("dnat to {web_ip}:80")),
         "{rules}"
     );
     assert!(
@@ -695,9 +491,9 @@ fn podman_isolated_dual_stack_networks() {
         podman.podman_ok(&["exec", "near", "timeout", "10", "wget", "-q", "-O", "-", v6_url]),
         PAGE
     );
-    let rules6 = podman.exec_ok(&["ip6tables-save", "-t", "nat"]);
+    let rules6 = podman.host.firewall_dump();
     assert!(
-        rules6.contains(&format!("--to-destination [{web_ip6}]:80")),
+        rules6.contains(&format!("dnat to [{web_ip6}]:80")),
         "{rules6}"
     );
 
@@ -731,6 +527,10 @@ fn podman_conflists_pass_check_through_cnitool() {
             Value::String(leases.path().display().to_string());
         // A host running firewalld would otherwise get these addresses in its real zone.
         conflist["plugins"][2]["backend"] = Value::String("iptables".into());
+        // Firewall records and tuning backups stay out of the real /run/cni too.
+        let state = TempDir::new("podman-state");
+        conflist["plugins"][2]["dataDir"] = json!(state.join("firewall"));
+        conflist["plugins"][3]["dataDir"] = json!(state.join("tuning"));
         let conf = ConfDir::new();
         conf.write_json("10-podman.conflist", &conflist);
         let cache = TempDir::new("podman-cache");

@@ -109,7 +109,7 @@ fn portmap_iptables_forwards_hairpins_checks_and_cleans_up() {
     let leases = TempDir::new("pm-leases");
     let cache = TempDir::new("pm-cache");
     let conf = ConfDir::new();
-    let portmap = json!({ "type": "portmap", "capabilities": { "portMappings": true } });
+    let portmap = json!({ "type": "portmap", "backend": "iptables", "capabilities": { "portMappings": true } });
     conf.write_json(
         "10-pm.conflist",
         &conflist("pmnet", "cni-pm0", "10.231.20.0/24", &leases, portmap),
@@ -303,7 +303,7 @@ fn portmap_cleans_up_after_the_reference_plugin() {
             "interfaces": [{ "name": "eth0", "sandbox": pod.path_str() }],
             "ips": [{ "address": "10.231.22.5/24", "interface": 0 }] }
     });
-    let run = |binary: std::path::PathBuf, command: &str| {
+    let run_with = |binary: std::path::PathBuf, command: &str, config: &Value| {
         let mut cmd = host.command(&[binary.to_str().unwrap()]);
         cmd.env("CNI_COMMAND", command)
             .env("CNI_CONTAINERID", "refcid")
@@ -317,7 +317,10 @@ fn portmap_cleans_up_after_the_reference_plugin() {
             String::from_utf8_lossy(&out.stdout)
         );
     };
+    let run = |binary: std::path::PathBuf, command: &str| run_with(binary, command, &config);
     let ours = our_binary("portmap");
+    // With the reference's iptables rules present, our default backend sticks to iptables
+    // for this network (CHECK finds them), and DEL removes them over netlink.
     run(reference.join("portmap"), "ADD");
     let theirs = host.exec_ok(&["iptables-save", "-t", "nat"]);
     run(ours.clone(), "CHECK");
@@ -326,7 +329,9 @@ fn portmap_cleans_up_after_the_reference_plugin() {
         .exec_ok(&["iptables-save", "-t", "nat"])
         .contains("CNI-DN-"));
     // And the rule sets are identical.
-    run(ours, "ADD");
+    let mut iptables_config = config.clone();
+    iptables_config["backend"] = json!("iptables");
+    run_with(ours, "ADD", &iptables_config);
     let mine = host.exec_ok(&["iptables-save", "-t", "nat"]);
     let strip = |s: &str| {
         s.lines()
@@ -350,7 +355,7 @@ fn portmap_gc_removes_stale_attachments_only() {
     let pod = Netns::new("pmgc-pod");
     let run = |network: &str, cid: &str, command: &str, extra: Value| {
         let mut config = json!({
-            "cniVersion": "1.1.0", "name": network, "type": "portmap",
+            "cniVersion": "1.1.0", "name": network, "type": "portmap", "backend": "iptables",
             "runtimeConfig": serde_json::from_str::<Value>(MAPPINGS).unwrap(),
             "prevResult": { "cniVersion": "1.1.0",
                 "interfaces": [{ "name": "eth0", "sandbox": pod.path_str() }],
@@ -583,4 +588,118 @@ fn portmap_iptables_options_act_in_the_kernel() {
         "the operator's chain must stay:\n{nat}"
     );
     plain.run_ok(&["del", "pmonet", client.path_str()]);
+}
+
+/// An "outside" client behind its own veth into the host netns, routed through it.
+fn outside_client(host: &Netns, name: &str, host_ip: &str, client_ip: &str) -> Netns {
+    let client = Netns::new(name);
+    client.exec_ok(&["ip", "link", "set", "lo", "up"]);
+    let host_if = format!("pmc{}", &host_ip[host_ip.len() - 1..]);
+    netns_tests::netfilter::link_outside(
+        host,
+        &host_if,
+        &format!("{host_ip}/30"),
+        &client,
+        &format!("{client_ip}/30"),
+        Some(host_ip),
+    );
+    client
+}
+
+/// The programs cnitool's run of `verb` executed (strace), by file name.
+fn traced_execs(tool: &Cnitool, verb: &str, net: &str, pod: &Netns) -> Vec<String> {
+    let trace = TempDir::new("pmc-trace");
+    netns_tests::netfilter::traced_cnitool(tool, &[verb, net, pod.path_str()], &trace.join("t"))
+}
+
+/// nft-syntax `conditionsV4` decide who may use the host port: a set with a prefix, written
+/// over netlink (no process runs), excludes one outside client and not the other; syntax the
+/// plugin does not encode (`ip ttl`) goes through `nft -f` and filters just the same.
+#[test]
+fn portmap_nft_conditions_filter_sources() {
+    require_root!();
+    if !busybox_available() || !std::path::Path::new("/usr/bin/strace").is_file() {
+        eprintln!("skipping: busybox or strace not installed");
+        return;
+    }
+    let host = Netns::new("pmc-host");
+    let web = Netns::new("pmc-web");
+    for ns in [&host, &web] {
+        ns.exec_ok(&["ip", "link", "set", "lo", "up"]);
+    }
+    let a = outside_client(&host, "pmc-a", "192.168.241.1", "192.168.241.2");
+    let b = outside_client(&host, "pmc-b", "192.168.241.5", "192.168.241.6");
+    let leases = TempDir::new("pmc-leases");
+    let cache = TempDir::new("pmc-cache");
+    let conf = ConfDir::new();
+    let write = |conditions: Value| {
+        conf.write_json(
+            "10-pmc.conflist",
+            &conflist(
+                "pmcnet",
+                "cni-pmc0",
+                "10.231.24.0/24",
+                &leases,
+                json!({ "type": "portmap", "capabilities": { "portMappings": true },
+                        "conditionsV4": conditions }),
+            ),
+        );
+    };
+    let tool = Cnitool::new(&conf, plugins(), cache.path())
+        .in_netns(&host)
+        .env(
+            "CAP_ARGS",
+            r#"{"portMappings":[{"hostPort":18084,"containerPort":80,"protocol":"tcp"}]}"#,
+        );
+    let url_a = "http://192.168.241.1:18084/";
+    let url_b = "http://192.168.241.5:18084/";
+
+    write(json!([
+        "ip",
+        "saddr",
+        "!=",
+        "{ 192.168.241.2, 192.168.250.0/24 }",
+        "tcp",
+        "dport",
+        "18084"
+    ]));
+    let execs = traced_execs(&tool, "add", "pmcnet", &web);
+    assert!(
+        !execs.iter().any(|e| e == "nft" || e.starts_with("xtables")),
+        "conditions the plugin encodes ran a tool: {execs:?}"
+    );
+    let _httpd = Httpd::start(&web);
+    let chain = host.exec_ok(&["nft", "list", "chain", "ip", "cni_hostport", "prerouting"]);
+    assert!(
+        chain.contains("ip saddr != { 192.168.241.2, 192.168.250.0/24 } tcp dport 18084 fib daddr type local jump hostports_all"),
+        "{chain}"
+    );
+    assert_eq!(fetch(&a, url_a), None, "excluded client A was forwarded");
+    assert_eq!(fetch(&b, url_b).as_deref(), Some(PAGE), "client B");
+    tool.run_ok(&["check", "pmcnet", web.path_str()]);
+    tool.run_ok(&["del", "pmcnet", web.path_str()]);
+
+    // Not encoded here: nft writes the entry rules; now B is the one kept out.
+    write(json!([
+        "ip",
+        "ttl",
+        "!=",
+        "0",
+        "ip",
+        "saddr",
+        "!=",
+        "192.168.241.6"
+    ]));
+    let execs = traced_execs(&tool, "add", "pmcnet", &web);
+    assert!(execs.iter().any(|e| e == "nft"), "{execs:?}");
+    let chain = host.exec_ok(&["nft", "list", "chain", "ip", "cni_hostport", "prerouting"]);
+    assert!(
+        chain.contains("ip ttl != 0 ip saddr != 192.168.241.6"),
+        "{chain}"
+    );
+    assert_eq!(fetch(&a, url_a).as_deref(), Some(PAGE), "client A");
+    assert_eq!(fetch(&b, url_b), None, "excluded client B was forwarded");
+    tool.run_ok(&["del", "pmcnet", web.path_str()]);
+    let ruleset = host.exec_ok(&["nft", "list", "table", "ip", "cni_hostport"]);
+    assert!(!ruleset.contains("dnat"), "{ruleset}");
 }

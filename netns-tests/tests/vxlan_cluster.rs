@@ -93,6 +93,8 @@ struct Spec {
     routed_third_node: bool,
     /// Nodes talk over IPv6 only (fd00:<ul>::1<i>/64).
     ipv6_underlay: bool,
+    /// The pod network is IPv6 (fd00:<net>:0:<i>::/64 per node, device flannel-v6.1).
+    ipv6_pods: bool,
 }
 
 struct Cluster {
@@ -269,8 +271,21 @@ impl Cluster {
             ip(&ns, &["route", "add", "default", "via", &gw]);
         }
         ns.exec_ok(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+        ns.exec_ok(&["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"]);
 
-        let subnet = format!("10.{}.{i}.0/24", self.net);
+        let (subnet, network, default) = if self.spec.ipv6_pods {
+            (
+                format!("fd00:{}:0:{i}::/64", self.net),
+                format!("fd00:{}::/48", self.net),
+                "::/0",
+            )
+        } else {
+            (
+                format!("10.{}.{i}.0/24", self.net),
+                format!("10.{}.0.0/16", self.net),
+                "0.0.0.0/0",
+            )
+        };
         let ipam = TempDir::new("vx-ipam");
         let cache = TempDir::new("vx-cache");
         let conf = ConfDir::new();
@@ -287,11 +302,11 @@ impl Cluster {
                     "type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "mtu": pod_mtu,
                     "ipam": {
                         "type": "host-local", "dataDir": ipam.path(),
-                        "ranges": [[{"subnet": subnet}]], "routes": [{"dst": "0.0.0.0/0"}]
+                        "ranges": [[{"subnet": subnet}]], "routes": [{"dst": default}]
                     }
                 },
                 {
-                    "type": "vxlan", "network": format!("10.{}.0.0/16", self.net),
+                    "type": "vxlan", "network": network,
                     "peersFile": self.peers_file(), "mode": self.spec.mode, "port": self.spec.port,
                     "lockFile": self.peers.join(format!("node{i}.lock")),
                     "underlayInterface": "eth0"
@@ -326,10 +341,12 @@ impl Cluster {
         let result: Value = serde_json::from_str(&out).unwrap();
         let addr = result["ips"][0]["address"].as_str().unwrap();
         let ip = addr.split('/').next().unwrap().to_string();
-        assert!(
-            ip.starts_with(&format!("10.{}.{}.", self.net, n + 1)),
-            "{ip}"
-        );
+        let prefix = if self.spec.ipv6_pods {
+            format!("fd00:{}:0:{}::", self.net, n + 1)
+        } else {
+            format!("10.{}.{}.", self.net, n + 1)
+        };
+        assert!(ip.starts_with(&prefix), "{ip}");
         self.pods.push(Pod {
             ns: pod,
             node: n,
@@ -486,6 +503,7 @@ fn vxlan_mode_connects_pods_across_nodes_over_udp() {
         port: 4790,
         routed_third_node: false,
         ipv6_underlay: false,
+        ipv6_pods: false,
     }) else {
         return;
     };
@@ -556,6 +574,7 @@ fn host_gw_mode_routes_via_node_addresses_without_a_device() {
         port: 8472,
         routed_third_node: false,
         ipv6_underlay: false,
+        ipv6_pods: false,
     }) else {
         return;
     };
@@ -597,6 +616,7 @@ fn auto_mode_uses_host_gw_on_link_and_vxlan_through_a_router() {
         port: 8472,
         routed_third_node: true,
         ipv6_underlay: false,
+        ipv6_pods: false,
     }) else {
         return;
     };
@@ -637,6 +657,7 @@ fn membership_change_idempotency_and_self_healing() {
         port: 8472,
         routed_third_node: false,
         ipv6_underlay: false,
+        ipv6_pods: false,
     }) else {
         return;
     };
@@ -802,6 +823,7 @@ fn vxlan_over_an_ipv6_underlay() {
         port: 8472,
         routed_third_node: false,
         ipv6_underlay: true,
+        ipv6_pods: false,
     }) else {
         return;
     };
@@ -822,4 +844,73 @@ fn vxlan_over_an_ipv6_underlay() {
     assert!(udp_packets(&n1.ns) > 0);
     // Full-size DF ping: 1430 - 28.
     assert!(ping_df(&c.pods[0], &c.pods[3].ip, 1402));
+}
+
+/// flannel's IPv6 overlay: an IPv6 pod network over an IPv6 underlay, on `flannel-v6.<vni>`
+/// with one /128 VTEP address, IPv6 neighbours, FDB entries to the peers' IPv6 addresses and
+/// onlink IPv6 routes.
+#[test]
+fn ipv6_pod_network_on_a_flannel_v6_device() {
+    require_root!();
+    let Some(mut c) = Cluster::new(Spec {
+        mode: "vxlan",
+        port: 8472,
+        routed_third_node: false,
+        ipv6_underlay: true,
+        ipv6_pods: true,
+    }) else {
+        return;
+    };
+    c.add_two_pods_per_node();
+    c.ping_all_across_nodes();
+    let n1 = &c.nodes[0];
+    assert!(n1.ns.link("flannel.1").is_none(), "no IPv4 device");
+    let d = device_details(&n1.ns, "flannel-v6.1");
+    assert_eq!(d["mtu"], 1430);
+    let vtep = format!("fd00:{}:0:1::", c.net);
+    let addrs = n1.ns.addresses("flannel-v6.1");
+    assert!(addrs.contains(&format!("{vtep}/128")), "{addrs:?}");
+    let n2_vtep = format!("fd00:{}:0:2::", c.net);
+    let neigh = json_of(
+        &n1.ns,
+        &["ip", "-6", "-j", "neigh", "show", "dev", "flannel-v6.1"],
+    );
+    assert!(
+        neigh
+            .iter()
+            .any(|n| n["dst"] == n2_vtep.as_str() && n["state"][0] == "PERMANENT"),
+        "{neigh:?}"
+    );
+    let fdb1 = fdb(&n1.ns, "flannel-v6.1");
+    assert!(
+        fdb1.iter().any(|(_, dst)| *dst == c.nodes[1].ip),
+        "{fdb1:?}"
+    );
+    let routes = json_of(
+        &n1.ns,
+        &[
+            "ip",
+            "-6",
+            "-j",
+            "route",
+            "show",
+            &format!("fd00:{}:0:2::/64", c.net),
+        ],
+    );
+    assert!(
+        routes.iter().any(|r| r["gateway"] == n2_vtep.as_str()
+            && r["dev"] == "flannel-v6.1"
+            && r["flags"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|x| x == "onlink"))),
+        "{routes:?}"
+    );
+    // A second pass changes nothing.
+    let out = c.sync(0);
+    assert!(
+        out.contains("device Unchanged; neigh +0 -0; fdb +0 -0; routes +0 -0"),
+        "{out}"
+    );
+    // Full-size DF ping: 1430 - 48.
+    assert!(ping_df(&c.pods[0], &c.pods[3].ip, 1382));
 }

@@ -1,6 +1,6 @@
 //! The network configuration as host-local reads it: the `ipam` section plus `name`,
 //! `cniVersion`, `runtimeConfig` (`ips`, `ipRanges`) and `args.cni.ips` of the full netconf.
-//! Keys are matched like Go's encoding/json: exact name first, then case-insensitively.
+//! Keys are matched like Go's encoding/json (`libcni::gojson`).
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -38,14 +38,9 @@ fn bad(msg: impl Into<String>) -> IpamError {
     IpamError::InvalidConfig(msg.into())
 }
 
-/// Go-style key lookup; `null` counts as absent.
+/// Go-style key lookup (exact or case-folded, last wins); `null` counts as absent.
 fn field<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
-    let v = obj.get(key).or_else(|| {
-        obj.iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(key))
-            .map(|(_, v)| v)
-    });
-    v.filter(|v| !v.is_null())
+    libcni::gojson::get(obj, key)
 }
 
 fn object<'a>(v: &'a Value, what: &str) -> Result<&'a Map<String, Value>, IpamError> {
@@ -297,6 +292,23 @@ mod tests {
         assert_eq!(c.routes[1].gw.unwrap().to_string(), "10.1.0.9");
         assert_eq!(c.data_dir, PathBuf::from("/tmp/x"));
         assert_eq!(c.resolv_conf.as_deref(), Some("/etc/r"));
+    }
+
+    #[test]
+    fn containerd_ip_ranges_with_go_field_names() {
+        // go-cni's IPRanges struct has no JSON tags, and empty strings for unset fields.
+        let c = load_json(
+            json!({"cniVersion":"1.0.0","name":"n","runtimeConfig":{"ipRanges":[[
+                      {"Subnet":"10.9.0.0/24","RangeStart":"","RangeEnd":"10.9.0.99","Gateway":""}]]},
+                   "IPAM":{"type":"host-local","Ranges":[[{"Subnet":"fd00::/64"}]],"DataDir":"/tmp/y"}}),
+            None,
+        )
+        .unwrap();
+        let first: Vec<String> = c.ranges.iter().map(|s| s.0[0].subnet_string()).collect();
+        assert_eq!(first, ["10.9.0.0/24", "fd00::/64"]);
+        assert_eq!(c.ranges[0].0[0].range_end.to_string(), "10.9.0.99");
+        assert_eq!(c.ranges[0].0[0].gateway.to_string(), "10.9.0.1");
+        assert_eq!(c.data_dir, PathBuf::from("/tmp/y"));
     }
 
     #[test]

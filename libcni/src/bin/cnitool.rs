@@ -194,7 +194,7 @@ fn parse_cap_args(s: &str) -> Result<Map<String, Value>, String> {
     if s.is_empty() {
         return Ok(Map::new());
     }
-    match serde_json::from_str::<Value>(s) {
+    match libcni::gojson::parse(s.as_bytes()) {
         Ok(Value::Object(m)) => Ok(m),
         Ok(_) => Err("CAP_ARGS must be a JSON object".into()),
         Err(e) => Err(format!("failed to parse CAP_ARGS: {e}")),

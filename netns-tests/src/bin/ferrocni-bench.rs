@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use netns_tests::containerd::{self, CriNode};
+use netns_tests::cri::CriError;
 use netns_tests::{lease_files, Netns, TempDir};
 
 struct Opts {
@@ -18,6 +20,7 @@ struct Opts {
     pods: usize,
     concurrent: usize,
     scale_pods: usize,
+    cri_pods: usize,
     sections: Vec<String>,
 }
 
@@ -28,6 +31,7 @@ fn parse_opts() -> Opts {
         pods: 50,
         concurrent: 50,
         scale_pods: 1000,
+        cri_pods: 20,
         sections: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
@@ -54,6 +58,11 @@ fn parse_opts() -> Opts {
                     .parse()
                     .unwrap_or_else(|_| usage("--scale-pods needs a number"))
             }
+            "--cri-pods" => {
+                o.cri_pods = val()
+                    .parse()
+                    .unwrap_or_else(|_| usage("--cri-pods needs a number"))
+            }
             "--only" => o.sections = val().split(',').map(str::to_string).collect(),
             "-h" | "--help" => usage(""),
             other => usage(&format!("unknown argument {other}")),
@@ -68,7 +77,8 @@ fn usage(msg: &str) -> ! {
     }
     eprintln!(
         "usage: ferrocni-bench [--ours DIR] [--reference DIR] [--pods N] [--concurrent N] [--scale-pods N]\n\
-         \x20                     [--only sizes,exec,loopback,bridge,rss,concurrent,bandwidth,hostlocal,scale,vxlan]"
+         \x20                     [--cri-pods N]\n\
+         \x20                     [--only sizes,exec,loopback,bridge,rss,concurrent,bandwidth,ptp,macvlan,ipvlan,hostlocal,scale,vxlan,netfilter,cri]"
     );
     std::process::exit(2)
 }
@@ -270,6 +280,11 @@ fn sizes(o: &Opts, goals: &mut Goals) {
         "portmap",
         "firewall",
         "tuning",
+        "ptp",
+        "macvlan",
+        "ipvlan",
+        "vlan",
+        "host-device",
     ] {
         let (a, b) = (
             std::fs::metadata(o.ours.join(p)),
@@ -385,6 +400,22 @@ impl Net {
         )
     }
 
+    /// Like [`Net::cnitool`] with `CAP_ARGS` (runtime config such as port mappings).
+    fn cnitool_caps(&self, o: &Opts, suite_dir: &Path, verb: &str, netns: &str, caps: &str) -> Run {
+        let env = vec![
+            ("NETCONFPATH", self.confdir.path().display().to_string()),
+            ("CNI_PATH", suite_dir.display().to_string()),
+            ("CNI_CACHE_DIR", self.cache.path().display().to_string()),
+            ("CAP_ARGS", caps.to_string()),
+        ];
+        run(
+            &o.ours.join("cnitool"),
+            &[verb, &self.name, netns],
+            &env,
+            b"",
+        )
+    }
+
     fn leases(&self) -> usize {
         lease_files(&self.data.join(&self.name)).len()
     }
@@ -397,10 +428,54 @@ const BANDWIDTH_CHAIN: &str = r#"[{"type":"bridge","bridge":"fcb1","isGateway":t
     "ipam":{"type":"host-local","dataDir":"@DATADIR@","ranges":[[{"subnet":"10.78.0.0/16"}]]}},
     {"type":"bandwidth","ingressRate":10000000,"ingressBurst":100000,"egressRate":20000000,"egressBurst":200000}]"#;
 
+const PTP_CHAIN: &str = r#"[{"type":"ptp","ipMasq":false,"mtu":1500,
+    "ipam":{"type":"host-local","dataDir":"@DATADIR@","ranges":[[{"subnet":"10.79.0.0/16"}]],"routes":[{"dst":"0.0.0.0/0"}]}}]"#;
+
+const MACVLAN_CHAIN: &str = r#"[{"type":"macvlan","master":"fcbup0","mode":"bridge",
+    "ipam":{"type":"host-local","dataDir":"@DATADIR@","ranges":[[{"subnet":"10.80.0.0/16"}]]}}]"#;
+
+const IPVLAN_CHAIN: &str = r#"[{"type":"ipvlan","master":"fcbup0","mode":"l2",
+    "ipam":{"type":"host-local","dataDir":"@DATADIR@","ranges":[[{"subnet":"10.81.0.0/16"}]]}}]"#;
+
+/// The parent link of the macvlan and ipvlan runs, in the lab's host netns.
+fn uplink() {
+    sh(&[
+        "ip", "link", "add", "fcbup0", "type", "veth", "peer", "name", "fcbup1",
+    ]);
+    sh(&["ip", "link", "set", "fcbup0", "up"]);
+}
+
+/// Whether this kernel has the ipvlan driver (a scratch netns, its own veth).
+fn kernel_has_ipvlan() -> bool {
+    let ns = Netns::new("fcb-probe");
+    let ip = |args: &[&str]| {
+        let mut v = vec!["ip", "-n", ns.name()];
+        v.extend_from_slice(args);
+        sh(&v)
+    };
+    ip(&["link", "add", "p0", "type", "veth", "peer", "name", "p1"])
+        && ip(&[
+            "link", "add", "link", "p0", "name", "i0", "type", "ipvlan", "mode", "l2",
+        ])
+}
+
 /// Sequential ADD then DEL of `pods` pods per suite; returns medians.
 fn chain_sequential(o: &Opts, tag: &str, chain: &str, pods: usize, title: &str) {
+    chain_sequential_on(o, tag, chain, pods, title, &|| {});
+}
+
+/// [`chain_sequential`] with `setup` run in the lab's host netns first (a master link...).
+fn chain_sequential_on(
+    o: &Opts,
+    tag: &str,
+    chain: &str,
+    pods: usize,
+    title: &str,
+    setup: &dyn Fn(),
+) {
     println!("\n## {title}: {pods} pods sequential through cnitool (median per pod)");
     let lab = Lab::new(tag, pods);
+    setup();
     let pod_ns = &lab.pods;
     let mut add = BTreeMap::new();
     let mut del = BTreeMap::new();
@@ -681,6 +756,80 @@ fn scale(o: &Opts) {
     report_time(&format!("DEL, {n} pods"), res["ours"].2, res["reference"].2);
 }
 
+/// kube-proxy-like nat rules for the bench host (see [`netns_tests::netfilter`]).
+fn load_foreign_nat_rules(rules: usize) -> bool {
+    let mut cmd = Command::new("iptables-restore");
+    cmd.arg("--noflush");
+    netns_tests::netfilter::load_nat_rules(cmd, rules)
+}
+
+/// bridge (ipMasq) + host-local + portmap (one hostPort) ADD/DEL with 0, 2,000 and 20,000
+/// foreign nat rules on the node; ours (default backend: nftables over netlink) and the
+/// reference (iptables) in the same host netns.
+fn netfilter_scale(o: &Opts) {
+    println!("\n## bridge ipMasq + host-local + portmap with foreign (kube-proxy-like) nat rules");
+    let mut table = Vec::new();
+    for (rules, pods) in [(0usize, 10usize), (2000, 10), (20000, 5)] {
+        let lab = Lab::new(&format!("nf{rules}"), pods);
+        if !load_foreign_nat_rules(rules) {
+            println!("  could not load {rules} nat rules");
+            continue;
+        }
+        let mut res = BTreeMap::new();
+        for (k, s) in suites(o).iter().enumerate() {
+            let chain = format!(
+                r#"[{{"type":"bridge","bridge":"fcn{k}","isGateway":true,"ipMasq":true,
+                    "ipam":{{"type":"host-local","dataDir":"@DATADIR@","ranges":[[{{"subnet":"10.{}.0.0/16"}}]]}}}},
+                   {{"type":"portmap","capabilities":{{"portMappings":true}}}}]"#,
+                90 + k
+            );
+            let net = Net::new(&format!("nf{rules}-{}", s.label), &chain);
+            let caps = format!(
+                r#"{{"portMappings":[{{"hostPort":{},"containerPort":80,"protocol":"tcp"}}]}}"#,
+                18080 + k
+            );
+            let (mut a, mut d) = (Vec::new(), Vec::new());
+            let mut failures = 0;
+            for p in &lab.pods {
+                let r = net.cnitool_caps(o, s.dir, "add", p.path_str(), &caps);
+                failures += usize::from(!r.ok);
+                a.push(r.elapsed);
+            }
+            for p in &lab.pods {
+                let r = net.cnitool_caps(o, s.dir, "del", p.path_str(), &caps);
+                failures += usize::from(!r.ok);
+                d.push(r.elapsed);
+            }
+            if failures > 0 || net.leases() != 0 {
+                println!("  {} at {rules} rules: {failures} failed calls", s.label);
+            }
+            res.insert(s.label, (median(a), median(d)));
+        }
+        if res.len() == 2 {
+            report_time(
+                &format!("ADD, {rules} foreign nat rules"),
+                res["ours"].0,
+                res["reference"].0,
+            );
+            report_time(
+                &format!("DEL, {rules} foreign nat rules"),
+                res["ours"].1,
+                res["reference"].1,
+            );
+            table.push((rules, res["ours"]));
+        }
+    }
+    if let (Some(zero), Some(big)) = (table.first(), table.last()) {
+        let growth = |a: Duration, b: Duration| b.as_secs_f64() / a.as_secs_f64().max(1e-9);
+        println!(
+            "  ours at {} rules vs 0: ADD {:.2}x, DEL {:.2}x (goal <= 1.5x)",
+            big.0,
+            growth(zero.1 .0, big.1 .0),
+            growth(zero.1 .1, big.1 .1)
+        );
+    }
+}
+
 /// The vxlan plugin's reconcile benchmark (there is no reference vxlan plugin), and the ADD
 /// latency the vxlan plugin adds to a bridge + host-local chain with 10 peers.
 fn vxlan(o: &Opts) {
@@ -835,6 +984,83 @@ impl Goals {
     }
 }
 
+/// Pods through a private containerd's CRI, as kubelet runs them (the pod network of
+/// `containerd::pod_network_conflist`: bridge, host-local, portmap, firewall, tuning, bandwidth,
+/// plus containerd's own loopback network): RunPodSandbox of `cri_pods` pods, then
+/// StopPodSandbox (the first DEL) and RemovePodSandbox (the second) of each. One containerd per
+/// suite, both running; the calls alternate between them so load drifts hit both alike.
+fn cri(o: &Opts) {
+    let n = o.cri_pods;
+    println!("\n## containerd CRI: {n} pods, RunPodSandbox then StopPodSandbox + RemovePodSandbox (median per pod)");
+    if let Some(why) = containerd::missing_tools() {
+        println!("  skipped: {why}");
+        return;
+    }
+    let suites = suites(o);
+    let mut nodes = Vec::new();
+    for s in &suites {
+        let mut node = CriNode::start(s.dir);
+        node.write_conflist(
+            "10-bench.conflist",
+            &containerd::pod_network_conflist("bench-cri", "10.83.0.0/16"),
+        );
+        if !node.wait_network_ready(true, Duration::from_secs(15)) {
+            println!("  {}: NetworkReady never became true", s.label);
+            return;
+        }
+        // One pod first, untimed: the first exec of every binary, containerd's first sandbox.
+        let warmup = node.pod_config("warmup");
+        if let Ok(id) = node.cri().run_pod_sandbox(warmup) {
+            let _ = node.stop_and_remove(&id);
+        }
+        nodes.push(node);
+    }
+    let mut times: Vec<[Vec<Duration>; 3]> = suites.iter().map(|_| Default::default()).collect();
+    let mut ids: Vec<Vec<String>> = suites.iter().map(|_| Vec::new()).collect();
+    let mut failures = vec![0; suites.len()];
+    let mut timed = |k: usize, phase: usize, call: &mut dyn FnMut() -> Result<(), CriError>| {
+        let start = Instant::now();
+        match call() {
+            Ok(()) => times[k][phase].push(start.elapsed()),
+            Err(e) => {
+                failures[k] += 1;
+                eprintln!("  {}: {e}", suites[k].label);
+            }
+        }
+    };
+    for i in 0..n {
+        for (k, node) in nodes.iter_mut().enumerate() {
+            let config = node.pod_config(&format!("bench{i}"));
+            timed(k, 0, &mut || {
+                ids[k].push(node.cri().run_pod_sandbox(config.clone())?);
+                Ok(())
+            });
+        }
+    }
+    for i in 0..n {
+        for (k, node) in nodes.iter_mut().enumerate() {
+            let Some(id) = ids[k].get(i) else { continue };
+            timed(k, 1, &mut || node.cri().stop_pod_sandbox(id));
+            timed(k, 2, &mut || node.cri().remove_pod_sandbox(id));
+        }
+    }
+    for (k, s) in suites.iter().enumerate() {
+        if failures[k] > 0 {
+            println!("  {}: {} failed CRI calls", s.label, failures[k]);
+        }
+    }
+    let medians: Vec<Vec<Duration>> = times
+        .into_iter()
+        .map(|phases| phases.into_iter().map(median).collect())
+        .collect();
+    for (phase, call) in ["RunPodSandbox", "StopPodSandbox", "RemovePodSandbox"]
+        .iter()
+        .enumerate()
+    {
+        report_time(call, medians[0][phase], medians[1][phase]);
+    }
+}
+
 fn main() {
     let o = parse_opts();
     // SAFETY: getuid has no preconditions.
@@ -881,6 +1107,33 @@ fn main() {
             "bridge + host-local + bandwidth",
         );
     }
+    if want("ptp") {
+        chain_sequential(&o, "ptp", PTP_CHAIN, o.pods, "ptp + host-local");
+    }
+    if want("macvlan") {
+        chain_sequential_on(
+            &o,
+            "mv",
+            MACVLAN_CHAIN,
+            o.pods,
+            "macvlan + host-local",
+            &uplink,
+        );
+    }
+    if want("ipvlan") {
+        if kernel_has_ipvlan() {
+            chain_sequential_on(
+                &o,
+                "iv",
+                IPVLAN_CHAIN,
+                o.pods,
+                "ipvlan + host-local",
+                &uplink,
+            );
+        } else {
+            println!("\n## ipvlan + host-local: skipped, this kernel has no ipvlan driver");
+        }
+    }
     if want("hostlocal") {
         hostlocal(&o);
     }
@@ -889,6 +1142,12 @@ fn main() {
     }
     if want("vxlan") {
         vxlan(&o);
+    }
+    if want("netfilter") {
+        netfilter_scale(&o);
+    }
+    if want("cri") {
+        cri(&o);
     }
     goals.print();
 }

@@ -180,6 +180,30 @@ pub fn cni_nat_rules(ns: &Netns) -> Vec<String> {
     out
 }
 
+/// The per-address masquerade entries of either backend: iptables POSTROUTING jumps to a
+/// `CNI-` chain, nftables `masq_checks` rules (one per pod address in both).
+pub fn masquerade_entries(ns: &Netns) -> Vec<String> {
+    let mut out: Vec<String> = cni_nat_rules(ns)
+        .into_iter()
+        .filter(|l| l.contains("-A POSTROUTING") && l.contains("-j CNI-"))
+        .collect();
+    let chain = ns.exec(&[
+        "nft",
+        "list",
+        "chain",
+        "inet",
+        "cni_plugins_masquerade",
+        "masq_checks",
+    ]);
+    out.extend(
+        text(&chain.stdout)
+            .lines()
+            .filter(|l| l.contains("saddr") && l.contains("masquerade"))
+            .map(|l| format!("nft {}", l.trim())),
+    );
+    out
+}
+
 /// `nft list ruleset` text.
 pub fn nft_ruleset(ns: &Netns) -> String {
     text(&ns.exec(&["nft", "list", "ruleset"]).stdout)

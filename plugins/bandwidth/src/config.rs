@@ -2,6 +2,7 @@
 //! validated like the reference (rate and burst set together, burst below 4 GB), plus our
 //! optional `latencyMs`.
 
+use libcni::gojson;
 use serde_json::{Map, Value};
 
 /// The reference's fixed TBF latency, our default.
@@ -59,13 +60,10 @@ impl Config {
     /// The top level wins as soon as it names any of the four limit keys; then
     /// `runtimeConfig.bandwidth` is ignored entirely, as in the reference.
     pub fn from_map(config: &Map<String, Value>) -> Result<Config, ConfigError> {
-        let top_level = LIMIT_KEYS
-            .iter()
-            .any(|k| config.get(*k).is_some_and(|v| !v.is_null()));
-        let runtime = config
-            .get("runtimeConfig")
-            .and_then(|r| r.get("bandwidth"))
-            .filter(|v| !v.is_null());
+        // Keys match as with Go's encoding/json: containerd sends `IngressRate` & co.
+        let top_level = LIMIT_KEYS.iter().any(|k| gojson::get(config, k).is_some());
+        let runtime =
+            gojson::get(config, "runtimeConfig").and_then(|r| gojson::get_in(r, "bandwidth"));
         let limits = if top_level {
             limits_from(config, "")?
         } else if let Some(rt) = runtime {
@@ -77,8 +75,8 @@ impl Config {
         } else {
             Limits::default()
         };
-        let latency_ms = match config.get("latencyMs") {
-            None | Some(Value::Null) => DEFAULT_LATENCY_MS,
+        let latency_ms = match gojson::get(config, "latencyMs") {
+            None => DEFAULT_LATENCY_MS,
             Some(v) => {
                 let ms = v
                     .as_u64()
@@ -98,8 +96,8 @@ impl Config {
 
 fn limits_from(obj: &Map<String, Value>, prefix: &str) -> Result<Limits, ConfigError> {
     let get = |key: &str| -> Result<u64, ConfigError> {
-        match obj.get(key) {
-            None | Some(Value::Null) => Ok(0),
+        match gojson::get(obj, key) {
+            None => Ok(0),
             Some(v) => v.as_u64().ok_or_else(|| ConfigError::BadValue {
                 key: format!("{prefix}{key}"),
                 detail: format!("{v} is not a non-negative integer"),
@@ -182,6 +180,30 @@ mod tests {
                 burst_bits: 800
             })
         );
+    }
+
+    #[test]
+    fn containerd_and_crio_runtime_shapes() {
+        // containerd 1.6: go-cni's BandWidth struct has no JSON tags; bursts are MaxUint32.
+        let c = parse(
+            json!({"name":"k8s","type":"bandwidth","capabilities":{"bandwidth":true},
+            "runtimeConfig":{"bandwidth":{"IngressRate":10000000u64,"IngressBurst":4294967295u64,
+                                          "EgressRate":20000000u64,"EgressBurst":4294967295u64}}}),
+        )
+        .unwrap();
+        assert_eq!(
+            c.limits.ingress,
+            Some(Limit {
+                rate_bits: 10_000_000,
+                burst_bits: 4_294_967_295
+            })
+        );
+        assert_eq!(c.limits.egress.map(|l| l.rate_bits), Some(20_000_000));
+        // CRI-O (ocicni) uses the CONVENTIONS.md names.
+        let c =
+            parse(json!({"runtimeConfig":{"bandwidth":{"ingressRate":1000,"ingressBurst":800}}}))
+                .unwrap();
+        assert_eq!(c.limits.ingress.map(|l| l.burst_bits), Some(800));
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! TBF parameters from a configured rate and burst, computed exactly as the reference
-//! plugin does (same float operations, same truncations), except that values the reference
-//! would silently wrap are refused.
+//! plugin does: the same float operations, the same truncations, and the same 32-bit results
+//! where a value does not fit. containerd sends burst 4294967295 (MaxUint32) with every
+//! bandwidth annotation; the reference's buffer then no longer fits in 32 bits and Go's
+//! conversion wraps it. We install the identical qdisc, so either suite's CHECK accepts the
+//! other's pods and `tc` shows the same numbers.
 
 use netkit::tc::{Tbf, TIME_UNITS_PER_SEC};
 
@@ -15,20 +18,26 @@ pub enum ShapeError {
     BurstTooLow { burst_bits: u64 },
     #[error("burst {burst_bits} bits is too small for rate {rate_bits} bit/s: the bucket would hold less than one psched tick")]
     BurstTooSmallForRate { rate_bits: u64, burst_bits: u64 },
-    #[error(
-        "burst {burst_bits} bits at {rate_bits} bit/s needs a {what} that does not fit in 32 bits"
-    )]
-    Overflow {
-        rate_bits: u64,
-        burst_bits: u64,
-        what: &'static str,
-    },
 }
 
-/// Converts a value computed in f64 to u32 the way Go's `uint32(f)` does for in-range
-/// values (truncation toward zero); out-of-range values are an error instead of garbage.
-fn to_u32(v: f64) -> Option<u32> {
-    (v.is_finite() && (0.0..=f64::from(u32::MAX)).contains(&v)).then_some(v as u32)
+/// Go's `uint32(f)` for a float64, as the reference binary for this architecture computes it.
+/// In range it truncates toward zero. Out of range the Go spec leaves it to the hardware:
+/// on x86-64 Go converts to int64 (CVTTSD2SQ; out of int64 range or NaN gives i64::MIN) and
+/// keeps the low 32 bits; on arm64 FCVTZU saturates (NaN gives 0).
+pub fn go_float_to_u32(v: f64) -> u32 {
+    if cfg!(target_arch = "aarch64") {
+        // `as` saturates and maps NaN to 0, exactly like FCVTZU.
+        v as u32
+    } else {
+        // [-2^63, 2^63) converts; anything else (NaN included) is CVTTSD2SQ's i64::MIN.
+        let limit = -(i64::MIN as f64);
+        let wide = if v >= i64::MIN as f64 && v < limit {
+            v as i64
+        } else {
+            i64::MIN
+        };
+        wide as u32
+    }
 }
 
 /// Microseconds of `latency_ms`, as the reference's `latencyInUsec`.
@@ -36,50 +45,37 @@ pub fn latency_in_usec(latency_ms: u32) -> f64 {
     TIME_UNITS_PER_SEC * (f64::from(latency_ms) / 1000.0)
 }
 
-/// TBF rate (bytes/s), buffer (ticks) and limit (bytes) for `limit`:
-/// - rate = rate_bits / 8, burst = burst_bits / 8 (integer division);
-/// - buffer = ticks(trunc(burst * 1e6 / rate) µs), ticks = trunc(µs * tick_in_usec);
-/// - limit = trunc(rate * latency_µs / 1e6) + burst.
+/// TBF rate (bytes/s), buffer (ticks) and limit (bytes) for `limit`, as the reference:
+/// - rate = rate_bits / 8, burst = uint32(burst_bits / 8) (integer division);
+/// - buffer = uint32(uint32(burst * 1e6 / rate) µs * tick_in_usec) ticks;
+/// - limit = uint32(rate * latency_µs / 1e6) + burst, in 32-bit arithmetic.
 pub fn tbf_for(limit: Limit, latency_ms: u32, tick_in_usec: f64) -> Result<Tbf, ShapeError> {
     let Limit {
         rate_bits,
         burst_bits,
     } = limit;
     let rate = rate_bits / 8;
-    let burst = burst_bits / 8;
     if rate == 0 {
         return Err(ShapeError::RateTooLow { rate_bits });
     }
-    if burst == 0 {
+    if burst_bits / 8 == 0 {
         return Err(ShapeError::BurstTooLow { burst_bits });
     }
-    let overflow = |what| ShapeError::Overflow {
-        rate_bits,
-        burst_bits,
-        what,
-    };
-    let burst32 = u32::try_from(burst).map_err(|_| overflow("burst"))?;
-
-    let buffer_usec = to_u32(f64::from(burst32) * TIME_UNITS_PER_SEC / rate as f64)
-        .ok_or_else(|| overflow("buffer"))?;
-    let buffer = to_u32(f64::from(buffer_usec) * tick_in_usec).ok_or_else(|| overflow("buffer"))?;
+    // Validation keeps burst / 8 below u32::MAX; the truncation is Go's `uint32(burstInBytes)`.
+    let burst = (burst_bits / 8) as u32;
+    let buffer_usec = go_float_to_u32(f64::from(burst) * TIME_UNITS_PER_SEC / rate as f64);
+    let buffer = go_float_to_u32(f64::from(buffer_usec) * tick_in_usec);
     if buffer == 0 {
-        // The kernel rejects an empty bucket with EINVAL; say why up front.
+        // The kernel refuses an empty bucket (EINVAL, the reference's error); say why.
         return Err(ShapeError::BurstTooSmallForRate {
             rate_bits,
             burst_bits,
         });
     }
-
-    let latency = latency_in_usec(latency_ms);
-    let queued = to_u32(rate as f64 * latency / TIME_UNITS_PER_SEC)
-        .ok_or_else(|| overflow("queue limit"))?;
-    let limit = queued
-        .checked_add(burst32)
-        .ok_or_else(|| overflow("queue limit"))?;
+    let queued = go_float_to_u32(rate as f64 * latency_in_usec(latency_ms) / TIME_UNITS_PER_SEC);
     Ok(Tbf {
         rate,
-        limit,
+        limit: queued.wrapping_add(burst),
         buffer,
     })
 }
@@ -156,69 +152,47 @@ mod tests {
 
     #[test]
     fn degenerate_values_are_refused() {
-        assert_eq!(
+        let shape = |rate_bits, burst_bits| {
             tbf_for(
                 Limit {
-                    rate_bits: 7,
-                    burst_bits: 800
+                    rate_bits,
+                    burst_bits,
                 },
                 25,
-                TICK
+                TICK,
             )
-            .unwrap_err(),
+        };
+        assert_eq!(
+            shape(7, 800).unwrap_err(),
             ShapeError::RateTooLow { rate_bits: 7 }
         );
         assert_eq!(
-            tbf_for(
-                Limit {
-                    rate_bits: 800,
-                    burst_bits: 7
-                },
-                25,
-                TICK
-            )
-            .unwrap_err(),
+            shape(800, 7).unwrap_err(),
             ShapeError::BurstTooLow { burst_bits: 7 }
-        );
-        // 4 GB at 1 B/s: 4.29e15 µs does not fit; the reference would send a wrapped value.
-        let e = tbf_for(
-            Limit {
-                rate_bits: 8,
-                burst_bits: 8 * u64::from(u32::MAX - 1),
-            },
-            25,
-            TICK,
-        )
-        .unwrap_err();
-        assert!(
-            matches!(e, ShapeError::Overflow { what: "buffer", .. }),
-            "{e}"
-        );
-        // Huge rate with a long latency: rate * latency overflows the 32-bit limit.
-        let e = tbf_for(
-            Limit {
-                rate_bits: 8_000_000_000_000,
-                burst_bits: 8_000_000,
-            },
-            60_000,
-            TICK,
-        )
-        .unwrap_err();
-        assert!(
-            matches!(
-                e,
-                ShapeError::Overflow {
-                    what: "queue limit",
-                    ..
-                }
-            ),
-            "{e}"
         );
     }
 
     #[test]
+    fn containerd_max_uint32_burst_like_the_reference() {
+        // containerd: 10 Mbit/s ingress, 20 Mbit/s egress, burst 4294967295 bits each.
+        // Observed with the reference on x86-64: "tbf rate 10Mbit burst 193273526b" (the
+        // buffer wrapped) and "rate 20Mbit burst 512Mb" (it fits).
+        let ingress = tbf(10_000_000, 4_294_967_295);
+        assert_eq!(ingress.rate, 1_250_000);
+        assert_eq!(ingress.limit, 31_250 + 536_870_911);
+        let egress = tbf(20_000_000, 4_294_967_295);
+        assert_eq!(egress.buffer, 3_355_443_187);
+        assert_eq!(egress.limit, 62_500 + 536_870_911);
+        if cfg!(target_arch = "x86_64") {
+            // 429496728 µs * 15.625 = 6710886375 ticks, minus 2^32.
+            assert_eq!(ingress.buffer, 2_415_919_079);
+        }
+    }
+
+    #[test]
     fn empty_bucket_is_refused() {
-        // 1000 B at 1.25 GB/s is 0.8 µs, truncated to 0 µs: the kernel would say EINVAL.
+        // 1000 B at 1.25 GB/s is 0.8 µs, truncated to 0: the kernel would say EINVAL (and
+        // does to the reference).
         let e = tbf_for(
             Limit {
                 rate_bits: 10_000_000_000,
@@ -232,13 +206,17 @@ mod tests {
     }
 
     #[test]
-    fn to_u32_bounds() {
-        assert_eq!(to_u32(0.0), Some(0));
-        assert_eq!(to_u32(46.875), Some(46));
-        assert_eq!(to_u32(f64::from(u32::MAX)), Some(u32::MAX));
-        assert_eq!(to_u32(f64::from(u32::MAX) + 1.0), None);
-        assert_eq!(to_u32(-1.0), None);
-        assert_eq!(to_u32(f64::NAN), None);
-        assert_eq!(to_u32(f64::INFINITY), None);
+    fn go_conversion_semantics() {
+        assert_eq!(go_float_to_u32(0.0), 0);
+        assert_eq!(go_float_to_u32(46.875), 46);
+        assert_eq!(go_float_to_u32(f64::from(u32::MAX)), u32::MAX);
+        if cfg!(target_arch = "x86_64") {
+            assert_eq!(go_float_to_u32(f64::from(u32::MAX) + 1.0), 0);
+            assert_eq!(go_float_to_u32(6_710_886_375.0), 2_415_919_079);
+            assert_eq!(go_float_to_u32(-1.0), u32::MAX);
+            assert_eq!(go_float_to_u32(f64::NAN), 0);
+            assert_eq!(go_float_to_u32(f64::INFINITY), 0);
+            assert_eq!(go_float_to_u32(1e30), 0);
+        }
     }
 }

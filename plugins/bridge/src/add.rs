@@ -170,7 +170,7 @@ fn add_steps(
         if conf.ip_masq {
             let backend = conf
                 .ip_masq_backend
-                .unwrap_or_else(Backend::default_for_host);
+                .unwrap_or_else(|| Backend::default_for(&conf.network));
             let addrs: Vec<IpNetwork> = result.ips.iter().map(|i| i.address).collect();
             rollback.push(Undo::Masquerade {
                 network: conf.network.clone(),

@@ -5,7 +5,7 @@ use ipnetwork::IpNetwork;
 use libcni::error::CniError;
 use libcni::result::CniResult;
 use libcni::skel::CmdArgs;
-use netkit::netfilter::ipmasq::{self, Backend};
+use netkit::netfilter::ipmasq;
 use netkit::netfilter::spoofcheck::SpoofChecker;
 use netkit::{Family, Netns, Socket};
 
@@ -127,17 +127,18 @@ pub fn check(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
     check_addressing(&mut cont, cont_link.index, &args.ifname, &prev, cont_pos)?;
 
     if conf.ip_masq && !prev.ips.is_empty() {
-        let backend = conf
-            .ip_masq_backend
-            .unwrap_or_else(Backend::default_for_host);
         let addrs: Vec<IpNetwork> = prev.ips.iter().map(|i| i.address).collect();
-        ipmasq::verify(
-            backend,
-            &addrs,
-            &conf.network,
-            &args.ifname,
-            &args.container_id,
-        )
+        // Without a configured backend ADD picked one by what the network had then.
+        match conf.ip_masq_backend {
+            Some(backend) => ipmasq::verify(
+                backend,
+                &addrs,
+                &conf.network,
+                &args.ifname,
+                &args.container_id,
+            ),
+            None => ipmasq::verify_default(&addrs, &conf.network, &args.ifname, &args.container_id),
+        }
         .map_err(errors::netfilter)?;
     }
     if conf.macspoofchk {

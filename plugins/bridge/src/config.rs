@@ -5,7 +5,6 @@ use libcni::result::Dns;
 use libcni::skel::CmdArgs;
 use netkit::netfilter::ipmasq::Backend;
 use serde::Deserialize;
-use serde_json::Value;
 
 /// Default bridge name.
 pub const DEFAULT_BRIDGE: &str = "cni0";
@@ -132,7 +131,8 @@ fn invalid(msg: impl Into<String>) -> CniError {
 
 /// Parses and validates the configuration of a call (stdin + CNI_ARGS).
 pub fn load(args: &CmdArgs) -> Result<NetConf, CniError> {
-    let raw: RawConf = serde_json::from_value(Value::Object(args.config.clone()))
+    let raw: RawConf = args
+        .decode_config()
         .map_err(|e| CniError::decode(format!("failed to load netconf: {e}")))?;
     from_raw(raw, &args.network_name, &args.args)
 }
@@ -269,10 +269,11 @@ fn collect_trunk(items: Option<&[RawTrunk]>) -> Result<Option<Vec<u16>>, CniErro
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     fn parse(v: Value, cni_args: &str) -> Result<NetConf, CniError> {
         let raw: RawConf =
-            serde_json::from_value(v).map_err(|e| CniError::decode(e.to_string()))?;
+            libcni::gojson::from_value(&v).map_err(|e| CniError::decode(e.to_string()))?;
         from_raw(raw, "net", cni_args)
     }
 

@@ -42,22 +42,22 @@ impl Plugin for Bridge {
         if conf.is_layer3() {
             ipam::call(&conf.ipam_type, "STATUS", &args.stdin)?;
         }
-        // An ADD would fail without the netfilter tool it needs.
+        // An ADD would fail without the netfilter support it needs.
         if conf.ip_masq && conf.is_layer3() {
             let backend = conf
                 .ip_masq_backend
-                .unwrap_or_else(Backend::default_for_host);
-            if !backend.is_installed() {
+                .unwrap_or_else(|| Backend::default_for(&conf.network));
+            if !backend.is_available() {
                 return Err(CniError::not_available(format!(
-                    "bridge: ipMasq needs {}, which is not installed",
+                    "bridge: ipMasq needs {}, which is not available",
                     backend.tool()
                 )));
             }
         }
-        // The spoof check is an nftables `bridge` table.
-        if conf.macspoofchk && !Backend::Nftables.is_installed() {
+        // The spoof check is an nftables `bridge` table, written over netlink.
+        if conf.macspoofchk && !Backend::Nftables.is_available() {
             return Err(CniError::not_available(
-                "bridge: macspoofchk needs nft, which is not installed",
+                "bridge: macspoofchk needs the kernel's nf_tables, which is not available",
             ));
         }
         Ok(())

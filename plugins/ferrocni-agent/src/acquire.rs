@@ -1,11 +1,11 @@
 //! Acquiring and renewing this node's subnet lease, the way flanneld does it: reuse the lease
 //! whose PublicIP is ours, else the subnet from the previous subnet.env if still free, else a
-//! free subnet in `[SubnetMin, SubnetMax]`, created atomically with a TTL.
+//! free subnet in `[SubnetMin, SubnetMax]`, created atomically with a TTL. A dual-stack
+//! network leases an IPv6 subnet with it, in the same key (`10.5.52.0-24&fd00::100-120`).
 
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
-use ipnetwork::Ipv4Network;
 use sha2::{Digest, Sha256};
 
 use crate::error::AgentError;
@@ -13,6 +13,7 @@ use crate::key::SubnetKey;
 use crate::lease::LeaseAttrs;
 use crate::log;
 use crate::netconfig::{overlaps, NetConfig};
+use crate::netconfig_v6;
 use crate::store::{Binding, Snapshot, Store, StoredLease};
 
 const MAX_ATTEMPTS: u32 = 10;
@@ -32,7 +33,7 @@ pub fn plan(
     net: &NetConfig,
     snap: &Snapshot,
     public_ip: Ipv4Addr,
-    previous: Option<Ipv4Network>,
+    previous: Option<SubnetKey>,
     seed: u64,
 ) -> Result<Plan, AgentError> {
     for (key, lease) in &snap.leases {
@@ -41,32 +42,69 @@ pub fn plan(
             continue;
         }
         let reservation = lease.etcd_lease == 0;
-        // A reservation is the operator's choice: any subnet inside the Network is fine.
-        let fits = if reservation {
-            net.network.contains(key.v4.network()) && key.v4.prefix() >= net.network.prefix()
-        } else {
-            net.is_allocatable(key.v4)
-        };
-        if fits {
+        if fits(net, key, reservation) {
             return Ok(Plan::Reuse(*key, lease.clone()));
         }
         if !reservation {
             return Ok(Plan::DropStale(*key, lease.mod_revision));
         }
         log!(
-            "reservation {key} for {public_ip} is outside the Network {}: ignored",
-            net.network
+            "reservation {key} for {public_ip} does not fit the network config ({}{}): ignored",
+            net.network,
+            net.ipv6
+                .as_ref()
+                .map(|v6| format!(", IPv6 {}", v6.network))
+                .unwrap_or_default()
         );
     }
-    let taken: Vec<Ipv4Network> = snap.leases.keys().map(|k| k.v4).collect();
+    let taken: Vec<_> = snap.leases.keys().map(|k| k.v4).collect();
+    let taken_v6: Vec<_> = snap.leases.keys().filter_map(|k| k.v6).collect();
+    // The IPv6 subnet to go with a chosen IPv4 one: the previous one while it is still
+    // allocatable and free, else a free one.
+    let pick_v6 = |prev: Option<ipnetwork::Ipv6Network>| match &net.ipv6 {
+        None => Ok(None),
+        Some(c) => match prev {
+            Some(p)
+                if c.is_allocatable(p)
+                    && !taken_v6.iter().any(|t| netconfig_v6::overlaps(*t, p)) =>
+            {
+                Ok(Some(p))
+            }
+            _ => c.pick_free_subnet(&taken_v6, seed).map(Some),
+        },
+    };
     if let Some(prev) = previous {
-        if net.is_allocatable(prev) && !taken.iter().any(|t| overlaps(*t, prev)) {
-            return Ok(Plan::Create(SubnetKey::v4(prev)));
+        if net.is_allocatable(prev.v4) && !taken.iter().any(|t| overlaps(*t, prev.v4)) {
+            return Ok(Plan::Create(SubnetKey {
+                v4: prev.v4,
+                v6: pick_v6(prev.v6)?,
+            }));
         }
     }
-    Ok(Plan::Create(SubnetKey::v4(
-        net.pick_free_subnet(&taken, seed)?,
-    )))
+    Ok(Plan::Create(SubnetKey {
+        v4: net.pick_free_subnet(&taken, seed)?,
+        v6: pick_v6(None)?,
+    }))
+}
+
+/// Whether a lease key suits the config. A reservation is the operator's choice: any subnet
+/// inside the network is fine. Without IPv6 in the config a key must have no IPv6 subnet,
+/// with it a key must have one (flanneld's `isIPv6SubnetConfigCompat`).
+fn fits(net: &NetConfig, key: &SubnetKey, reservation: bool) -> bool {
+    let v4 = if reservation {
+        net.network.contains(key.v4.network()) && key.v4.prefix() >= net.network.prefix()
+    } else {
+        net.is_allocatable(key.v4)
+    };
+    let v6 = match (&net.ipv6, key.v6) {
+        (None, None) => true,
+        (Some(c), Some(sn)) if reservation => {
+            c.network.contains(sn.network()) && sn.prefix() >= c.network.prefix()
+        }
+        (Some(c), Some(sn)) => c.is_allocatable(sn),
+        _ => false,
+    };
+    v4 && v6
 }
 
 /// The seed spreading nodes over the free list: stable per node, different per attempt.
@@ -111,14 +149,14 @@ impl LeaseTiming {
     }
 }
 
-/// Acquires a lease for `public_ip`; `attrs_for` gives the value to store for a subnet (the
-/// VTEP MAC depends on it).
+/// Acquires a lease for `public_ip`; `attrs_for` gives the value to store for a key (the
+/// VTEP MACs depend on its subnets).
 pub async fn acquire(
     store: &mut Store,
     net: &NetConfig,
     public_ip: Ipv4Addr,
-    attrs_for: &dyn Fn(Ipv4Network) -> LeaseAttrs,
-    previous: Option<Ipv4Network>,
+    attrs_for: &dyn Fn(&SubnetKey) -> LeaseAttrs,
+    previous: Option<SubnetKey>,
     timing: LeaseTiming,
 ) -> Result<OwnLease, AgentError> {
     for attempt in 0..MAX_ATTEMPTS {
@@ -131,7 +169,7 @@ pub async fn acquire(
             seed_for(public_ip, attempt),
         )?;
         let attrs = &match &plan {
-            Plan::Reuse(key, _) | Plan::DropStale(key, _) | Plan::Create(key) => attrs_for(key.v4),
+            Plan::Reuse(key, _) | Plan::DropStale(key, _) | Plan::Create(key) => attrs_for(key),
         };
         match plan {
             Plan::Reuse(key, lease) if lease.etcd_lease == 0 => {
@@ -217,6 +255,7 @@ pub async fn rewrite(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ipnetwork::Ipv4Network;
 
     fn net() -> NetConfig {
         NetConfig::parse(
@@ -280,15 +319,71 @@ mod tests {
         let s = snap(&[("10.10.2.0-24", lease("192.168.5.9", 5))]);
         let prev: Ipv4Network = "10.10.4.0/24".parse().unwrap();
         assert_eq!(
-            plan(&net(), &s, ME, Some(prev), 0).unwrap(),
+            plan(&net(), &s, ME, Some(SubnetKey::v4(prev)), 0).unwrap(),
             Plan::Create(SubnetKey::v4(prev))
         );
         // Taken by someone else: fall back to a free one.
         let taken: Ipv4Network = "10.10.2.0/24".parse().unwrap();
-        match plan(&net(), &s, ME, Some(taken), 0).unwrap() {
+        match plan(&net(), &s, ME, Some(SubnetKey::v4(taken)), 0).unwrap() {
             Plan::Create(k) => assert!(k.v4 != taken && net().is_allocatable(k.v4)),
             other => panic!("{other:?}"),
         }
+    }
+
+    fn dual() -> NetConfig {
+        NetConfig::parse(
+            "k",
+            br#"{"Network":"10.10.0.0/16","SubnetMin":"10.10.1.0","SubnetMax":"10.10.4.0",
+                 "EnableIPv6":true,"IPv6Network":"fd00:10::/56","IPv6SubnetMin":"fd00:10:0:1::","IPv6SubnetMax":"fd00:10:0:3::",
+                 "Backend":{"Type":"vxlan"}}"#,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn dual_stack_leases_carry_both_subnets() {
+        // A fresh node gets a free subnet of each family.
+        let s = snap(&[("10.10.1.0-24&fd00:10:0:1::-64", lease("192.168.5.9", 5))]);
+        let Plan::Create(k) = plan(&dual(), &s, ME, None, 3).unwrap() else {
+            panic!()
+        };
+        assert!(k.v4.to_string() != "10.10.1.0/24" && dual().is_allocatable(k.v4));
+        let v6 = k.v6.expect("an IPv6 subnet");
+        assert_ne!(v6.to_string(), "fd00:10:0:1::/64");
+        // Our dual-stack lease is reused; a v4-only one (IPv6 just enabled) is dropped, as
+        // flanneld does, and the previous IPv4 subnet then comes back with a new IPv6 one.
+        let ours = snap(&[("10.10.3.0-24&fd00:10:0:2::-64", lease("192.168.5.1", 5))]);
+        assert!(matches!(
+            plan(&dual(), &ours, ME, None, 0).unwrap(),
+            Plan::Reuse(..)
+        ));
+        let old = snap(&[("10.10.3.0-24", lease("192.168.5.1", 5))]);
+        assert!(matches!(
+            plan(&dual(), &old, ME, None, 0).unwrap(),
+            Plan::DropStale(..)
+        ));
+        let prev = SubnetKey::parse("10.10.3.0-24").unwrap();
+        let Plan::Create(k) = plan(&dual(), &Snapshot::default(), ME, Some(prev), 0).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(k.v4, prev.v4);
+        assert!(k.v6.is_some());
+        // And a dual-stack lease no longer fits once IPv6 is off again.
+        assert!(matches!(
+            plan(&net(), &ours, ME, None, 0).unwrap(),
+            Plan::DropStale(..)
+        ));
+        // No IPv6 subnet left.
+        let full = snap(&[
+            ("10.10.1.0-24&fd00:10:0:1::-64", lease("192.168.5.7", 5)),
+            ("10.10.2.0-24&fd00:10:0:2::-64", lease("192.168.5.8", 5)),
+            ("10.10.3.0-24&fd00:10:0:3::-64", lease("192.168.5.9", 5)),
+        ]);
+        assert!(matches!(
+            plan(&dual(), &full, ME, None, 0),
+            Err(AgentError::Ipv6SubnetsExhausted { .. })
+        ));
     }
 
     #[test]

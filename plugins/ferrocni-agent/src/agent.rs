@@ -2,23 +2,29 @@
 //! until told to stop. The desired peer set is always the full set of leases known, so a missed
 //! watch event only delays convergence until the next re-list.
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
+use ipnetwork::IpNetwork;
 use tokio::time::{sleep, sleep_until, Instant};
 
 use crate::acquire::{self, LeaseTiming, OwnLease};
 use crate::error::AgentError;
 use crate::etcd::proto::{EventType, WatchResponse};
 use crate::files::write_atomic;
+use crate::key::SubnetKey;
 use crate::lease::LeaseAttrs;
 use crate::log;
+use crate::masquerade::{self, Change, MasqFamily};
 use crate::membership::{Event, Membership};
 use crate::netconfig::NetConfig;
+use crate::node_addr;
 use crate::options::Options;
-use crate::overlay::{Engine, Overlay, OverlaySettings, PeerEntry};
+use crate::overlay::{Engine, IpFamily, Overlay, OverlaySettings, PeerEntry};
+use crate::startup::connect_and_read_config;
 use crate::store::{Binding, Snapshot, Store};
 use crate::subnet_env::{self, SubnetEnv};
-use crate::template::{self, TemplateValues};
+use crate::template::{self, Ipv6Values, TemplateValues};
 
 /// MTU written to subnet.env when the device cannot be read back (flannel's 1500 − 50).
 const FALLBACK_MTU: u32 = 1450;
@@ -26,27 +32,46 @@ const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// Retry delay after a failed reconcile or renewal.
 const RETRY: Duration = Duration::from_secs(2);
 
+/// One overlay (IPv4, or the IPv6 one of a dual-stack network) and the peers it was last
+/// reconciled with.
+struct FamilyOverlay {
+    overlay: Overlay,
+    last_peers: Option<Vec<PeerEntry>>,
+}
+
 pub struct Agent {
     opts: Options,
     store: Store,
     net: NetConfig,
-    overlay: Overlay,
+    /// IPv4 first, then IPv6 on a dual-stack network.
+    overlays: Vec<FamilyOverlay>,
+    /// This node's IPv6 underlay address, on a dual-stack network.
+    public_ipv6: Option<Ipv6Addr>,
     own: OwnLease,
     timing: LeaseTiming,
     members: Membership,
-    /// Peers handed to the last successful reconcile.
-    last_peers: Option<Vec<PeerEntry>>,
+    /// `<prefix>/config` was found missing at the last resync: no masquerade rules then.
+    config_gone: bool,
+    /// The network config was seen changed in etcd (said once; applied at the next start).
+    config_changed: bool,
 }
 
 pub async fn run(opts: Options) -> Result<(), AgentError> {
-    let public_ip = resolve_public_ip(&opts)?;
+    let public_ip = node_addr::public_ip(&opts)?;
     let (mut store, net) = connect_and_read_config(&opts).await?;
     log!(
-        "network {} (/{} subnets in {}..{}), vxlan VNI {} port {}{}",
+        "network {} (/{} subnets in {}..{}){}, vxlan VNI {} port {}{}",
         net.network,
         net.subnet_len,
         net.subnet_min,
         net.subnet_max,
+        net.ipv6
+            .as_ref()
+            .map(|v6| format!(
+                " and {} (/{} subnets in {}..{})",
+                v6.network, v6.subnet_len, v6.subnet_min, v6.subnet_max
+            ))
+            .unwrap_or_default(),
         net.backend.vni,
         net.backend.effective_port(),
         if net.backend.direct_routing {
@@ -55,7 +80,11 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
             ""
         }
     );
-    let settings = OverlaySettings {
+    let public_ipv6 = match net.ipv6 {
+        Some(_) => Some(node_addr::public_ipv6(&opts)?),
+        None => None,
+    };
+    let settings = |public_ip: IpAddr| OverlaySettings {
         engine: match &opts.vxlan_bin {
             Some(bin) => Engine::Exec(bin.clone()),
             None => Engine::Library,
@@ -65,7 +94,16 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         iface: opts.iface.clone(),
         lock_file: opts.vxlan_lock_file.clone(),
     };
-    let overlay = Overlay::new(settings, &net);
+    let mut overlays = vec![FamilyOverlay {
+        overlay: Overlay::new(settings(public_ip.into()), &net, IpFamily::V4),
+        last_peers: None,
+    }];
+    if let Some(ip6) = public_ipv6 {
+        overlays.push(FamilyOverlay {
+            overlay: Overlay::new(settings(ip6.into()), &net, IpFamily::V6),
+            last_peers: None,
+        });
+    }
     let previous = std::fs::read_to_string(&opts.subnet_file)
         .ok()
         .and_then(|s| subnet_env::previous_subnet(&s));
@@ -77,7 +115,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         &mut store,
         &net,
         public_ip,
-        &|subnet| lease_attrs(public_ip, &net, subnet),
+        &|key| lease_attrs(public_ip, public_ipv6, &net, key),
         previous,
         timing,
     )
@@ -88,11 +126,13 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         opts,
         store,
         net,
-        overlay,
+        overlays,
+        public_ipv6,
         own,
         timing,
         members: Membership::new(own_key),
-        last_peers: None,
+        config_gone: false,
+        config_changed: false,
     };
     agent.take_snapshot(snap)?;
     let first = agent.reconcile().await;
@@ -105,84 +145,33 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     agent.serve().await
 }
 
-/// Our lease value for `subnet`. The VTEP MAC is the one the vxlan reconcile gives the device
-/// (derived from the VTEP address), so flanneld peers can program us from the first moment;
-/// [`Agent::publish_mac`] corrects it should the device say otherwise.
+/// The VTEP MAC the vxlan reconcile gives a device whose VTEP is `subnet`'s network address.
+fn derived_mac(subnet: IpNetwork) -> String {
+    netkit::link::format_mac(&vxlan::mac::vtep_mac(subnet.network()))
+}
+
+/// Our lease value for `key`. The VTEP MACs are the ones the vxlan reconcile gives the
+/// devices (derived from the VTEP addresses), so flanneld peers can program us from the first
+/// moment; [`Agent::publish_macs`] corrects them should the devices say otherwise.
 fn lease_attrs(
-    public_ip: std::net::Ipv4Addr,
+    public_ip: Ipv4Addr,
+    public_ipv6: Option<Ipv6Addr>,
     net: &NetConfig,
-    subnet: ipnetwork::Ipv4Network,
+    key: &SubnetKey,
 ) -> LeaseAttrs {
-    let mac = netkit::link::format_mac(&vxlan::mac::vtep_mac(subnet.network()));
-    LeaseAttrs::vxlan(public_ip, net.backend.vni, Some(mac))
-}
-
-fn resolve_public_ip(opts: &Options) -> Result<std::net::Ipv4Addr, AgentError> {
-    if let Some(ip) = opts.public_ip {
-        return Ok(ip);
-    }
-    let Some(iface) = &opts.iface else {
-        return Err(AgentError::Usage(
-            "give --public-ip or --iface (the underlay address or interface)".into(),
-        ));
-    };
-    let lookup = || -> Result<Option<std::net::Ipv4Addr>, netkit::Error> {
-        let mut sock = netkit::Socket::new()?;
-        let link = sock.link_by_name(iface)?;
-        Ok(sock
-            .addresses(Some(link.index), netkit::Family::V4)?
-            .into_iter()
-            .find_map(|a| match a.ip() {
-                std::net::IpAddr::V4(v4) => Some(v4),
-                std::net::IpAddr::V6(_) => None,
-            }))
-    };
-    match lookup() {
-        Ok(Some(ip)) => Ok(ip),
-        Ok(None) => Err(AgentError::Usage(format!(
-            "interface {iface} has no IPv4 address; give --public-ip"
-        ))),
-        Err(e) => Err(AgentError::Usage(format!(
-            "reading the address of --iface {iface}: {e}"
-        ))),
+    let vni = net.backend.vni;
+    let attrs = LeaseAttrs::vxlan(public_ip, vni, Some(derived_mac(key.v4.into())));
+    match (key.v6, public_ipv6) {
+        (Some(sn6), Some(ip6)) => attrs.with_ipv6(ip6, vni, Some(derived_mac(sn6.into()))),
+        _ => attrs,
     }
 }
 
-/// Connects and reads the config, retrying transport failures until the start-up timeout.
-/// A missing or invalid config fails at once: waiting would not fix it.
-async fn connect_and_read_config(opts: &Options) -> Result<(Store, NetConfig), AgentError> {
-    let deadline = Instant::now() + opts.startup_timeout;
-    let mut backoff = Duration::from_millis(250);
-    loop {
-        let attempt = async {
-            let mut store = Store::connect(&opts.etcd_endpoints, &opts.etcd_prefix).await?;
-            let net = store.config().await?;
-            Ok::<_, AgentError>((store, net))
-        };
-        let left = deadline
-            .saturating_duration_since(Instant::now())
-            .max(Duration::from_millis(100));
-        let outcome = match tokio::time::timeout(left, attempt).await {
-            Ok(r) => r,
-            Err(_) => Err(AgentError::etcd("GET config", "no answer in time")),
-        };
-        match outcome {
-            Ok(v) => return Ok(v),
-            Err(e @ (AgentError::ConfigMissing { .. } | AgentError::BadConfig { .. })) => {
-                return Err(e)
-            }
-            Err(e) => {
-                if Instant::now() + backoff > deadline {
-                    return Err(AgentError::Unreachable {
-                        endpoints: opts.etcd_endpoints.join(","),
-                        detail: format!("gave up after {:?}: {e}", opts.startup_timeout),
-                    });
-                }
-                log!("etcd not reachable yet ({e}); retrying in {backoff:?}");
-                sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(2));
-            }
-        }
+/// This node's subnet of one family.
+fn own_subnet(key: &SubnetKey, family: IpFamily) -> Option<IpNetwork> {
+    match family {
+        IpFamily::V4 => Some(key.v4.into()),
+        IpFamily::V6 => key.v6.map(IpNetwork::from),
     }
 }
 
@@ -219,62 +208,171 @@ impl Agent {
         Ok(changed)
     }
 
-    /// Runs the overlay reconcile for the known peers, then publishes our VTEP MAC if the
-    /// lease lacks it and writes subnet.env and the conflist.
+    /// Runs the overlay reconciles (one per family) for the known peers, then publishes our
+    /// VTEP MACs if the lease lacks them and writes subnet.env and the conflist. A failing
+    /// family does not keep the other from being reconciled.
     async fn reconcile(&mut self) -> Result<(), AgentError> {
-        let peers = self.members.peers();
-        let report = self
-            .overlay
-            .sync(&self.net, self.own.key.v4, &peers)
-            .await?;
-        if self.last_peers.as_ref() != Some(&peers) {
-            log!("overlay reconciled with {} peer(s): {report}", peers.len());
-        }
-        self.last_peers = Some(peers);
-        let (mac, mtu) = match self.overlay.device_info() {
-            Some((mac, mtu)) => (Some(mac), mtu),
-            None => {
+        let mut mtu: Option<u32> = None;
+        let mut macs = Vec::new();
+        let mut failure = None;
+        for fo in &mut self.overlays {
+            let family = fo.overlay.family();
+            let Some(subnet) = own_subnet(&self.own.key, family) else {
+                continue;
+            };
+            let peers = self.members.peers(family);
+            let report = match fo.overlay.sync(&self.net, subnet, &peers).await {
+                Ok(r) => r,
+                Err(e) => {
+                    failure.get_or_insert(e);
+                    continue;
+                }
+            };
+            if fo.last_peers.as_ref() != Some(&peers) {
                 log!(
-                    "device {} not found after reconcile; assuming MTU {FALLBACK_MTU}",
-                    self.overlay.device()
+                    "overlay {} reconciled with {} peer(s): {report}",
+                    fo.overlay.device(),
+                    peers.len()
                 );
-                (None, FALLBACK_MTU)
             }
-        };
-        if let Some(mac) = mac {
-            self.publish_mac(mac).await;
+            fo.last_peers = Some(peers);
+            match fo.overlay.device_info() {
+                Some((mac, dev_mtu)) => {
+                    macs.push((family, mac));
+                    // Pods have one MTU for both families: the smaller device's.
+                    mtu = Some(mtu.map_or(dev_mtu, |m| m.min(dev_mtu)));
+                }
+                None => log!(
+                    "device {} not found after reconcile; assuming MTU {FALLBACK_MTU}",
+                    fo.overlay.device()
+                ),
+            }
         }
-        self.write_node_files(mtu)
+        if let Err(e) = self.reconcile_masquerade().await {
+            failure.get_or_insert(e);
+        }
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        self.publish_macs(&macs).await;
+        self.write_node_files(mtu.unwrap_or(FALLBACK_MTU))
     }
 
-    async fn publish_mac(&mut self, mac: String) {
-        let current = self.own.attrs.vxlan_data().and_then(|d| d.vtep_mac);
-        if current.as_deref() == Some(mac.as_str()) {
+    /// The masquerade rules flanneld's `--ip-masq` keeps: one set per family of the lease,
+    /// none without `--ip-masq` or while the network config is gone from etcd.
+    fn masquerade_wanted(&self) -> Vec<MasqFamily> {
+        if !self.opts.ip_masq || self.config_gone {
+            return Vec::new();
+        }
+        let mut want = vec![MasqFamily {
+            network: self.net.network.into(),
+            pods: self.own.key.v4.into(),
+        }];
+        if let (Some(v6), Some(pods)) = (&self.net.ipv6, self.own.key.v6) {
+            want.push(MasqFamily {
+                network: v6.network.into(),
+                pods: pods.into(),
+            });
+        }
+        want
+    }
+
+    async fn reconcile_masquerade(&mut self) -> Result<(), AgentError> {
+        let want = self.masquerade_wanted();
+        let changes = tokio::task::spawn_blocking(move || masquerade::reconcile(&want))
+            .await
+            .map_err(|e| AgentError::Masquerade(format!("reconcile thread failed: {e}")))??;
+        for (change, table) in changes
+            .iter()
+            .zip([masquerade::TABLE_V4, masquerade::TABLE_V6])
+        {
+            match change {
+                Change::Written => {
+                    log!("masquerade: wrote table {table} (flanneld --ip-masq rules)")
+                }
+                Change::Removed => log!("masquerade: removed table {table}"),
+                Change::Unchanged | Change::Absent => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads `<prefix>/config` again (periodic resync). flanneld reads it once, at start; so
+    /// does the agent for everything but one thing: while the config is gone from etcd, the
+    /// masquerade rules are removed (by the reconcile that follows every resync).
+    async fn check_config(&mut self) {
+        let gone = match self.store.config().await {
+            Ok(net) => {
+                if net != self.net && !self.config_changed {
+                    log!("the network config in etcd changed; restart the agent to apply it");
+                    self.config_changed = true;
+                }
+                false
+            }
+            Err(AgentError::ConfigMissing { key }) => {
+                if !self.config_gone {
+                    log!("network config {key} is gone from etcd: removing the masquerade rules");
+                }
+                true
+            }
+            // Unreachable or unreadable: keep what we have.
+            Err(_) => self.config_gone,
+        };
+        if self.config_gone && !gone {
+            log!("network config is back in etcd");
+        }
+        self.config_gone = gone;
+    }
+
+    /// Rewrites our lease when a device's MAC differs from the one it advertises.
+    async fn publish_macs(&mut self, macs: &[(IpFamily, String)]) {
+        let vni = self.net.backend.vni;
+        let mut attrs = self.own.attrs.clone();
+        for (family, mac) in macs {
+            match family {
+                IpFamily::V4 => {
+                    if attrs.vxlan_data().and_then(|d| d.vtep_mac).as_ref() != Some(mac) {
+                        attrs.backend_data =
+                            LeaseAttrs::vxlan(attrs.public_ip, vni, Some(mac.clone())).backend_data;
+                    }
+                }
+                IpFamily::V6 => {
+                    let current = attrs.vxlan_v6_data().and_then(|(_, d)| d.vtep_mac);
+                    if let (true, Some(ip6)) = (current.as_ref() != Some(mac), self.public_ipv6) {
+                        attrs = attrs.with_ipv6(ip6, vni, Some(mac.clone()));
+                    }
+                }
+            }
+        }
+        if attrs == self.own.attrs {
             return;
         }
-        let mut attrs = self.own.attrs.clone();
-        attrs.backend_data =
-            LeaseAttrs::vxlan(attrs.public_ip, self.net.backend.vni, Some(mac.clone()))
-                .backend_data;
         let previous = std::mem::replace(&mut self.own.attrs, attrs);
         let binding = if self.own.etcd_lease == 0 {
             Binding::Reservation
         } else {
             Binding::Existing(self.own.etcd_lease)
         };
+        let shown: Vec<&str> = macs.iter().map(|(_, m)| m.as_str()).collect();
+        let shown = shown.join(", ");
         match acquire::rewrite(&mut self.store, &self.own, binding).await {
-            Ok(_) => log!("published VtepMAC {mac} in lease {}", self.own.key),
+            Ok(_) => log!("published VtepMAC {shown} in lease {}", self.own.key),
             Err(e) => {
-                log!("could not publish VtepMAC {mac}: {e}; will retry");
+                log!("could not publish VtepMAC {shown}: {e}; will retry");
                 self.own.attrs = previous;
             }
         }
     }
 
     fn write_node_files(&self, mtu: u32) -> Result<(), AgentError> {
+        let ipv6 = match (&self.net.ipv6, self.own.key.v6) {
+            (Some(v6), Some(sn6)) => Some((v6.network, sn6)),
+            _ => None,
+        };
         let env = SubnetEnv {
             network: self.net.network,
             subnet: self.own.key.v4,
+            ipv6,
             mtu,
             ipmasq: self.opts.ip_masq,
         };
@@ -286,6 +384,13 @@ impl Agent {
         };
         let text = std::fs::read_to_string(tpl_path)
             .map_err(|e| AgentError::io("reading template", tpl_path, e))?;
+        let peers_file = |family: IpFamily| {
+            self.overlays
+                .iter()
+                .find(|fo| fo.overlay.family() == family)
+                .map(|fo| fo.overlay.peers_path().display().to_string())
+                .unwrap_or_default()
+        };
         let values = TemplateValues {
             subnet: self.own.key.v4,
             network: self.net.network,
@@ -294,8 +399,17 @@ impl Agent {
             vni: self.net.backend.vni,
             port: self.net.backend.effective_port(),
             subnet_file: self.opts.subnet_file.display().to_string(),
-            peers_file: self.overlay.peers_path().display().to_string(),
+            peers_file: peers_file(IpFamily::V4),
             mode: Overlay::mode(&self.net).to_string(),
+            ipv6: match (ipv6, self.public_ipv6) {
+                (Some((network, subnet)), Some(public_ip)) => Some(Ipv6Values {
+                    subnet,
+                    network,
+                    public_ip,
+                    peers_file: peers_file(IpFamily::V6),
+                }),
+                _ => None,
+            },
         };
         let rendered = template::render(&text, &values).map_err(|msg| AgentError::Template {
             path: tpl_path.clone(),
@@ -353,13 +467,14 @@ impl Agent {
         let mut backoff = Duration::from_secs(1);
         loop {
             let public_ip = self.own.attrs.public_ip;
+            let public_ipv6 = self.public_ipv6;
             let net = self.net.clone();
             let result = acquire::acquire(
                 &mut self.store,
                 &self.net,
                 public_ip,
-                &|subnet| lease_attrs(public_ip, &net, subnet),
-                Some(self.own.key.v4),
+                &|key| lease_attrs(public_ip, public_ipv6, &net, key),
+                Some(self.own.key),
                 self.timing,
             )
             .await;
@@ -376,7 +491,9 @@ impl Agent {
                     return Ok(true);
                 }
                 Err(
-                    e @ (AgentError::SubnetsExhausted { .. } | AgentError::LeaseContention { .. }),
+                    e @ (AgentError::SubnetsExhausted { .. }
+                    | AgentError::Ipv6SubnetsExhausted { .. }
+                    | AgentError::LeaseContention { .. }),
                 ) => return Err(e),
                 Err(e) => log!("acquiring a lease failed: {e}; retrying in {backoff:?}"),
             }
@@ -473,6 +590,7 @@ impl Agent {
                     }
                     _ = sleep_until(next_resync) => {
                         next_resync = Instant::now() + self.opts.resync_interval;
+                        self.check_config().await;
                         let relisted = match self.relist().await {
                             Ok(()) => true,
                             Err(e @ AgentError::LeaseRevoked { .. }) => return Err(e),

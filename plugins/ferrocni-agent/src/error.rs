@@ -1,7 +1,7 @@
 //! Everything the agent can fail on, each message naming the object involved.
 
-use ipnetwork::Ipv4Network;
-use std::net::Ipv4Addr;
+use ipnetwork::{Ipv4Network, Ipv6Network};
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +25,13 @@ pub enum AgentError {
         max: Ipv4Addr,
         len: u8,
     },
+    #[error("IPv6 subnet space exhausted: no free /{len} left in {min}..{max} of {network}")]
+    Ipv6SubnetsExhausted {
+        network: Ipv6Network,
+        min: Ipv6Addr,
+        max: Ipv6Addr,
+        len: u8,
+    },
     #[error("could not acquire a subnet lease after {attempts} attempts (other nodes kept taking the chosen subnets)")]
     LeaseContention { attempts: u32 },
     #[error("this node's lease {key} was removed from etcd")]
@@ -39,6 +46,8 @@ pub enum AgentError {
     Template { path: PathBuf, msg: String },
     #[error("overlay reconcile failed: {0}")]
     Reconcile(String),
+    #[error("masquerade rules (--ip-masq): {0}")]
+    Masquerade(String),
 }
 
 impl AgentError {

@@ -13,6 +13,8 @@ pub struct SubnetKey {
 }
 
 impl SubnetKey {
+    /// An IPv4-only key.
+    #[cfg(test)]
     pub fn v4(v4: Ipv4Network) -> SubnetKey {
         SubnetKey { v4, v6: None }
     }

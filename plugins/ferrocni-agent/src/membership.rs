@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use crate::error::AgentError;
 use crate::key::SubnetKey;
 use crate::log;
-use crate::overlay::PeerEntry;
+use crate::overlay::{IpFamily, PeerEntry};
 use crate::store::{self, Snapshot, StoredLease};
 
 /// One watch event, decoded from etcd's.
@@ -90,8 +90,10 @@ impl Membership {
         }
     }
 
-    /// The desired peers: every readable vxlan lease but ours, in a stable order.
-    pub fn peers(&self) -> Vec<PeerEntry> {
+    /// The desired peers of one overlay: every readable vxlan lease but ours, in a stable
+    /// order. The IPv6 overlay takes the leases with an IPv6 subnet, `PublicIPv6` and
+    /// `BackendV6Data` (an IPv4-only flanneld node is an IPv4 peer only).
+    pub fn peers(&self, family: IpFamily) -> Vec<PeerEntry> {
         let mut peers: Vec<PeerEntry> = self
             .known
             .iter()
@@ -99,12 +101,21 @@ impl Membership {
             .filter_map(|(key, lease)| {
                 let attrs = lease.attrs.as_ref()?;
                 // A host-gw or udp flanneld node: nothing a VXLAN overlay can program for it.
-                let data = attrs.vxlan_data()?;
-                Some(PeerEntry {
-                    subnet: key.v4,
-                    ip: attrs.public_ip,
-                    vtep_mac: data.vtep_mac,
-                })
+                match family {
+                    IpFamily::V4 => Some(PeerEntry {
+                        subnet: key.v4.into(),
+                        ip: attrs.public_ip.into(),
+                        vtep_mac: attrs.vxlan_data()?.vtep_mac,
+                    }),
+                    IpFamily::V6 => {
+                        let (ip, data) = attrs.vxlan_v6_data()?;
+                        Some(PeerEntry {
+                            subnet: key.v6?.into(),
+                            ip: ip.into(),
+                            vtep_mac: data.vtep_mac,
+                        })
+                    }
+                }
             })
             .collect();
         peers.sort();
@@ -144,7 +155,10 @@ mod tests {
     #[test]
     fn puts_and_deletes_drive_the_peer_set() {
         let mut m = members();
-        assert!(m.peers().is_empty(), "our own lease is never a peer");
+        assert!(
+            m.peers(IpFamily::V4).is_empty(),
+            "our own lease is never a peer"
+        );
         let a = lease("192.168.0.1", "02:00:00:00:00:01");
         assert!(m
             .apply(
@@ -178,8 +192,9 @@ mod tests {
                 4
             )
             .unwrap());
-        let peers = m.peers();
+        let peers = m.peers(IpFamily::V4);
         assert_eq!(peers.len(), 2);
+        assert!(m.peers(IpFamily::V6).is_empty());
         assert_eq!(peers[0].subnet.to_string(), "10.244.1.0/24");
         assert_eq!(peers[0].ip.to_string(), "192.168.0.1");
         assert_eq!(peers[0].vtep_mac.as_deref(), Some("02:00:00:00:00:01"));
@@ -188,7 +203,7 @@ mod tests {
             !m.apply(A, Event::Delete, 6).unwrap(),
             "deleting twice changes nothing"
         );
-        assert_eq!(m.peers().len(), 1);
+        assert_eq!(m.peers(IpFamily::V4).len(), 1);
         assert_eq!(m.revision, 6);
     }
 
@@ -239,8 +254,40 @@ mod tests {
         assert!(!m
             .apply("/coreos.com/network/subnets/bogus", Event::Delete, 4)
             .unwrap());
-        assert!(m.peers().is_empty());
+        assert!(m.peers(IpFamily::V4).is_empty());
         assert_eq!(m.known.len(), 3, "they still occupy their subnets");
+    }
+
+    #[test]
+    fn dual_stack_leases_are_peers_of_both_overlays() {
+        let mut m = members();
+        let key = "/coreos.com/network/subnets/10.244.1.0-24&fd00:10:244:1::-64";
+        let dual = r#"{"PublicIP":"192.168.0.1","PublicIPv6":"fd00:9::1","BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"02:00:00:00:00:01"},"BackendV6Data":{"VNI":1,"VtepMAC":"02:00:00:00:00:61"}}"#;
+        m.apply(
+            key,
+            Event::Put {
+                value: dual.as_bytes(),
+                etcd_lease: 5,
+            },
+            2,
+        )
+        .unwrap();
+        let v4only = lease("192.168.0.2", "02:00:00:00:00:02");
+        m.apply(
+            B,
+            Event::Put {
+                value: v4only.as_bytes(),
+                etcd_lease: 5,
+            },
+            3,
+        )
+        .unwrap();
+        assert_eq!(m.peers(IpFamily::V4).len(), 2);
+        let v6 = m.peers(IpFamily::V6);
+        assert_eq!(v6.len(), 1);
+        assert_eq!(v6[0].subnet.to_string(), "fd00:10:244:1::/64");
+        assert_eq!(v6[0].ip.to_string(), "fd00:9::1");
+        assert_eq!(v6[0].vtep_mac.as_deref(), Some("02:00:00:00:00:61"));
     }
 
     #[test]

@@ -6,6 +6,7 @@ use serde::Deserialize;
 use std::net::Ipv4Addr;
 
 use crate::error::AgentError;
+use crate::netconfig_v6::Ipv6Config;
 
 /// flannel's kernel-default VXLAN port (the `vxlan` module's `udp_port`).
 pub const DEFAULT_VXLAN_PORT: u16 = 8472;
@@ -18,6 +19,8 @@ pub struct NetConfig {
     pub subnet_len: u8,
     pub subnet_min: Ipv4Addr,
     pub subnet_max: Ipv4Addr,
+    /// The IPv6 overlay, when `EnableIPv6` is set (dual-stack).
+    pub ipv6: Option<Ipv6Config>,
     pub backend: Backend,
 }
 
@@ -40,7 +43,8 @@ impl Backend {
     }
 }
 
-// Unknown keys are ignored, as flannel (Go encoding/json) does.
+// Decoded with `libcni::gojson`, as flanneld (Go encoding/json) decodes it: keys match
+// case-insensitively (`"network"` works), `null` is no value, unknown keys are ignored.
 #[derive(Deserialize)]
 struct RawConfig {
     #[serde(rename = "Network")]
@@ -53,11 +57,18 @@ struct RawConfig {
     subnet_max: Option<String>,
     #[serde(rename = "Backend")]
     backend: Option<serde_json::Map<String, serde_json::Value>>,
-    // IPv6 overlay is not handled by this agent; these are checked so it says so.
     #[serde(rename = "EnableIPv4", default)]
     enable_ipv4: Option<bool>,
     #[serde(rename = "EnableIPv6", default)]
     enable_ipv6: Option<bool>,
+    #[serde(rename = "IPv6Network")]
+    ipv6_network: Option<String>,
+    #[serde(rename = "IPv6SubnetLen", default)]
+    ipv6_subnet_len: u8,
+    #[serde(rename = "IPv6SubnetMin")]
+    ipv6_subnet_min: Option<String>,
+    #[serde(rename = "IPv6SubnetMax")]
+    ipv6_subnet_max: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -88,14 +99,26 @@ fn bad(key: &str, msg: impl Into<String>) -> AgentError {
 impl NetConfig {
     /// Parses and validates the JSON stored at `key` (only used in error messages).
     pub fn parse(key: &str, bytes: &[u8]) -> Result<NetConfig, AgentError> {
-        let raw: RawConfig =
-            serde_json::from_slice(bytes).map_err(|e| bad(key, format!("invalid JSON: {e}")))?;
-        if raw.enable_ipv4 == Some(false) || raw.enable_ipv6 == Some(true) {
+        let raw: RawConfig = libcni::gojson::from_slice(bytes)
+            .map_err(|e| bad(key, format!("invalid JSON: {e}")))?;
+        if raw.enable_ipv4 == Some(false) {
             return Err(bad(
                 key,
-                "only IPv4 networks are supported (EnableIPv4=true, EnableIPv6=false)",
+                "IPv6-only networks (EnableIPv4=false) are not supported; use dual-stack (EnableIPv6=true with a Network)",
             ));
         }
+        // As flanneld: IPv6Network alone does nothing without EnableIPv6.
+        let ipv6 = if raw.enable_ipv6 == Some(true) {
+            Some(Ipv6Config::parse(
+                key,
+                raw.ipv6_network.as_deref(),
+                raw.ipv6_subnet_len,
+                raw.ipv6_subnet_min.as_deref(),
+                raw.ipv6_subnet_max.as_deref(),
+            )?)
+        } else {
+            None
+        };
         let network_s = raw
             .network
             .ok_or_else(|| bad(key, "\"Network\" is missing"))?;
@@ -169,6 +192,7 @@ impl NetConfig {
             subnet_len,
             subnet_min,
             subnet_max,
+            ipv6,
             backend,
         })
     }
@@ -197,21 +221,22 @@ impl NetConfig {
         taken: &[Ipv4Network],
         seed: u64,
     ) -> Result<Ipv4Network, AgentError> {
-        let free: Vec<Ipv4Network> = self
+        let free = self
             .candidate_subnets()
-            .filter(|sn| !taken.iter().any(|t| overlaps(*t, *sn)))
-            .take(100)
-            .collect();
-        if free.is_empty() {
-            return Err(AgentError::SubnetsExhausted {
-                network: self.network,
-                min: self.subnet_min,
-                max: self.subnet_max,
-                len: self.subnet_len,
-            });
-        }
-        Ok(free[(seed % free.len() as u64) as usize])
+            .filter(|sn| !taken.iter().any(|t| overlaps(*t, *sn)));
+        pick_seeded(free, seed).ok_or(AgentError::SubnetsExhausted {
+            network: self.network,
+            min: self.subnet_min,
+            max: self.subnet_max,
+            len: self.subnet_len,
+        })
     }
+}
+
+/// One of the first 100 of `free` chosen by `seed` (flannel picks at random among them).
+pub fn pick_seeded<T: Copy>(free: impl Iterator<Item = T>, seed: u64) -> Option<T> {
+    let free: Vec<T> = free.take(100).collect();
+    (!free.is_empty()).then(|| free[(seed % free.len() as u64) as usize])
 }
 
 fn subnet_size(len: u8) -> u32 {
@@ -229,7 +254,7 @@ fn parse_backend(
     let Some(map) = backend else {
         return Err(bad(key, "\"Backend\" is missing (flannel's default \"udp\" is not supported; use {\"Type\":\"vxlan\"})"));
     };
-    let ty = match map.get("Type") {
+    let ty = match libcni::gojson::get(&map, "Type") {
         Some(serde_json::Value::String(s)) => s.clone(),
         Some(_) => return Err(bad(key, "\"Backend.Type\" must be a string")),
         None => "udp".to_string(),
@@ -240,7 +265,7 @@ fn parse_backend(
             format!("backend type {ty:?} is not supported by ferrocni-agent (only \"vxlan\")"),
         ));
     }
-    let raw: RawVxlan = serde_json::from_value(serde_json::Value::Object(map))
+    let raw: RawVxlan = libcni::gojson::from_value(&serde_json::Value::Object(map))
         .map_err(|e| bad(key, format!("\"Backend\": {e}")))?;
     if raw.gbp || raw.learning {
         return Err(bad(key, "\"Backend\": GBP and Learning are not supported"));
@@ -325,6 +350,51 @@ mod tests {
                 mtu: None
             }
         );
+    }
+
+    #[test]
+    fn dual_stack() {
+        let c = parse(
+            r#"{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}"#,
+        )
+        .unwrap();
+        let v6 = c.ipv6.unwrap();
+        assert_eq!(v6.network.to_string(), "fd00:10:244::/56");
+        assert_eq!(v6.subnet_len, 64);
+        // Without EnableIPv6 the IPv6 fields are ignored, as flanneld ignores them.
+        let c = parse(
+            r#"{"Network":"10.244.0.0/16","IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}"#,
+        )
+        .unwrap();
+        assert!(c.ipv6.is_none());
+        for (cfg, needle) in [
+            (
+                r#"{"Network":"10.244.0.0/16","EnableIPv6":true,"Backend":{"Type":"vxlan"}}"#,
+                "IPv6Network",
+            ),
+            (
+                r#"{"EnableIPv4":false,"EnableIPv6":true,"IPv6Network":"fd00::/56","Backend":{"Type":"vxlan"}}"#,
+                "IPv6-only",
+            ),
+        ] {
+            let err = parse(cfg).unwrap_err().to_string();
+            assert!(err.contains(needle), "{cfg}: {err}");
+        }
+    }
+
+    #[test]
+    fn decoded_as_flanneld_decodes_it() {
+        // Go's encoding/json: keys match case-insensitively, the last duplicate wins, null is
+        // no value.
+        let c = parse(
+            r#"{"network":"10.9.0.0/16","NETWORK":"10.244.0.0/16","subnetlen":25,"SubnetMin":null,
+               "backend":{"type":"vxlan","vni":7,"directRouting":true}}"#,
+        )
+        .unwrap();
+        assert_eq!(c.network.to_string(), "10.244.0.0/16");
+        assert_eq!(c.subnet_len, 25);
+        assert_eq!(c.subnet_min, "10.244.0.128".parse::<Ipv4Addr>().unwrap());
+        assert_eq!((c.backend.vni, c.backend.direct_routing), (7, true));
     }
 
     #[test]

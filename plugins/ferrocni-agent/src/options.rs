@@ -1,6 +1,6 @@
 //! Command-line options (flannel's flag names where one exists).
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -14,6 +14,8 @@ Options:
   --etcd-endpoints URLS          comma-separated (default http://127.0.0.1:2379)
   --etcd-prefix PREFIX           (default /coreos.com/network)
   --public-ip IP                 this node's underlay address (default: first IPv4 of --iface)
+  --public-ipv6 IP               this node's IPv6 underlay address, for a dual-stack network
+                                 (default: first global IPv6 of --iface)
   --iface NAME                   underlay interface
   --subnet-file PATH             (default /run/flannel/subnet.env)
   --ip-masq                      write FLANNEL_IPMASQ=true (default false)
@@ -38,6 +40,7 @@ pub struct Options {
     pub etcd_endpoints: Vec<String>,
     pub etcd_prefix: String,
     pub public_ip: Option<Ipv4Addr>,
+    pub public_ipv6: Option<Ipv6Addr>,
     pub iface: Option<String>,
     pub subnet_file: PathBuf,
     pub ip_masq: bool,
@@ -59,6 +62,7 @@ impl Default for Options {
             etcd_endpoints: vec!["http://127.0.0.1:2379".into()],
             etcd_prefix: "/coreos.com/network".into(),
             public_ip: None,
+            public_ipv6: None,
             iface: None,
             subnet_file: "/run/flannel/subnet.env".into(),
             ip_masq: false,
@@ -128,6 +132,13 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Options>, 
                         .map_err(|e| AgentError::Usage(format!("--public-ip {v:?}: {e}")))?,
                 );
             }
+            "--public-ipv6" => {
+                let v = value(&flag)?;
+                o.public_ipv6 = Some(
+                    v.parse()
+                        .map_err(|e| AgentError::Usage(format!("--public-ipv6 {v:?}: {e}")))?,
+                );
+            }
             "--iface" => o.iface = Some(value(&flag)?),
             "--subnet-file" => o.subnet_file = value(&flag)?.into(),
             "--cni-conf-template" => o.cni_conf_template = Some(value(&flag)?.into()),
@@ -170,6 +181,7 @@ mod tests {
             "--etcd-prefix=/x/net/",
             "--public-ip",
             "192.168.1.5",
+            "--public-ipv6=fd00::5",
             "--once",
             "--subnet-lease-ttl=30",
             "--vxlan-lock-file=/run/x.lock",
@@ -182,6 +194,7 @@ mod tests {
         );
         assert_eq!(o.etcd_prefix, "/x/net");
         assert_eq!(o.public_ip, Some(Ipv4Addr::new(192, 168, 1, 5)));
+        assert_eq!(o.public_ipv6, Some("fd00::5".parse().unwrap()));
         assert!(o.once);
         assert_eq!(o.lease_ttl, 30);
         assert_eq!(o.vxlan_lock_file, Some(PathBuf::from("/run/x.lock")));
@@ -194,6 +207,7 @@ mod tests {
             &["--bogus"][..],
             &["--public-ip"],
             &["--public-ip", "x"],
+            &["--public-ipv6", "10.0.0.1"],
             &["--subnet-lease-ttl", "0"],
             &["--etcd-prefix", "rel"],
             &["--etcd-endpoints", ","],

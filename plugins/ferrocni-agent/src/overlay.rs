@@ -5,17 +5,41 @@
 //! parsed by `OverlayConfig`, peers loaded from the file by `PeerSet::load`, `reconcile`), or by
 //! executing a given `vxlan` binary. A CNI ADD's chained vxlan pass reading the same peers file
 //! programs the same state, and both take the same lock file.
+//!
+//! A dual-stack network has two overlays, as flannel: `flannel.<vni>` for IPv4 pods over the
+//! IPv4 underlay and `flannel-v6.<vni>` for IPv6 pods over the IPv6 underlay, each with its
+//! own files (`overlay-v6.json`, `peers-v6.json`).
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ipnetwork::Ipv4Network;
+use ipnetwork::IpNetwork;
 use serde_json::{json, Value};
 
 use crate::error::AgentError;
 use crate::files::write_atomic;
 use crate::netconfig::{NetConfig, VXLAN_OVERHEAD};
+
+/// Extra outer-header bytes of an IPv6 underlay (40 instead of 20).
+const IPV6_UNDERLAY_EXTRA: u32 = 20;
+
+/// Which half of the cluster network an overlay carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IpFamily {
+    V4,
+    V6,
+}
+
+impl IpFamily {
+    /// File name suffix of this family's state files.
+    fn suffix(self) -> &'static str {
+        match self {
+            IpFamily::V4 => "",
+            IpFamily::V6 => "-v6",
+        }
+    }
+}
 
 /// Bound on one reconcile pass (a healthy one takes milliseconds).
 const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
@@ -23,8 +47,8 @@ const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
 /// One remote node, as the vxlan peers format spells it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct PeerEntry {
-    pub subnet: Ipv4Network,
-    pub ip: Ipv4Addr,
+    pub subnet: IpNetwork,
+    pub ip: IpAddr,
     pub vtep_mac: Option<String>,
 }
 
@@ -57,7 +81,8 @@ pub enum Engine {
 pub struct OverlaySettings {
     pub engine: Engine,
     pub state_dir: PathBuf,
-    pub public_ip: Ipv4Addr,
+    /// This overlay's underlay address (the lease's PublicIP or PublicIPv6).
+    pub public_ip: IpAddr,
     pub iface: Option<String>,
     /// The pass's lock file; `None` leaves the vxlan default.
     pub lock_file: Option<PathBuf>,
@@ -65,22 +90,32 @@ pub struct OverlaySettings {
 
 pub struct Overlay {
     settings: OverlaySettings,
+    family: IpFamily,
     config_path: PathBuf,
     peers_path: PathBuf,
     device: String,
 }
 
 impl Overlay {
-    pub fn new(settings: OverlaySettings, net: &NetConfig) -> Overlay {
-        let config_path = settings.state_dir.join("overlay.json");
-        let peers_path = settings.state_dir.join("peers.json");
-        let device = format!("flannel.{}", net.backend.vni);
+    pub fn new(settings: OverlaySettings, net: &NetConfig, family: IpFamily) -> Overlay {
+        let suffix = family.suffix();
+        let config_path = settings.state_dir.join(format!("overlay{suffix}.json"));
+        let peers_path = settings.state_dir.join(format!("peers{suffix}.json"));
+        let device = match family {
+            IpFamily::V4 => format!("flannel.{}", net.backend.vni),
+            IpFamily::V6 => format!("flannel-v6.{}", net.backend.vni),
+        };
         Overlay {
             settings,
+            family,
             config_path,
             peers_path,
             device,
         }
+    }
+
+    pub fn family(&self) -> IpFamily {
+        self.family
     }
 
     pub fn device(&self) -> &str {
@@ -100,12 +135,16 @@ impl Overlay {
         }
     }
 
-    /// The vxlan plugin config for this node's lease.
-    pub fn config_json(&self, net: &NetConfig, own_subnet: Ipv4Network) -> Value {
+    /// The vxlan plugin config for this node's lease (`own_subnet` of this overlay's family).
+    pub fn config_json(&self, net: &NetConfig, own_subnet: IpNetwork) -> Value {
         let b = &net.backend;
+        let network = match (self.family, &net.ipv6) {
+            (IpFamily::V6, Some(v6)) => v6.network.to_string(),
+            _ => net.network.to_string(),
+        };
         let mut cfg = json!({
             "type": "vxlan",
-            "network": net.network.to_string(),
+            "network": network,
             "subnet": own_subnet.to_string(),
             "peersFile": self.peers_path.display().to_string(),
             "mode": Overlay::mode(net),
@@ -123,9 +162,15 @@ impl Overlay {
         if let Some(iface) = &self.settings.iface {
             cfg["underlayInterface"] = json!(iface);
         }
-        // flannel's Backend.MTU is the underlay MTU to assume; the device gets 50 bytes less.
+        // flannel's Backend.MTU is the underlay MTU to assume; the device gets 50 bytes less
+        // (70 over an IPv6 underlay, where flannel's 50 would make the outer packets too big).
         if let Some(mtu) = b.mtu {
-            cfg["mtu"] = json!(mtu.saturating_sub(VXLAN_OVERHEAD));
+            let extra = if self.settings.public_ip.is_ipv6() {
+                IPV6_UNDERLAY_EXTRA
+            } else {
+                0
+            };
+            cfg["mtu"] = json!(mtu.saturating_sub(VXLAN_OVERHEAD + extra));
         }
         cfg
     }
@@ -135,7 +180,7 @@ impl Overlay {
     pub async fn sync(
         &self,
         net: &NetConfig,
-        own_subnet: Ipv4Network,
+        own_subnet: IpNetwork,
         peers: &[PeerEntry],
     ) -> Result<String, AgentError> {
         let cfg = serde_json::to_string_pretty(&self.config_json(net, own_subnet))
@@ -282,7 +327,7 @@ mod tests {
             lock_file: None,
         };
         let n = net();
-        let o = Overlay::new(settings, &n);
+        let o = Overlay::new(settings, &n, IpFamily::V4);
         let c = o.config_json(&n, "10.244.7.0/24".parse().unwrap());
         assert_eq!(c["device"], "flannel.3");
         assert_eq!(c["vni"], 3);
@@ -297,8 +342,33 @@ mod tests {
             lock_file: Some("/run/x/vxlan.lock".into()),
             ..o.settings.clone()
         };
-        let c = Overlay::new(locked, &n).config_json(&n, "10.244.7.0/24".parse().unwrap());
+        let c = Overlay::new(locked, &n, IpFamily::V4)
+            .config_json(&n, "10.244.7.0/24".parse().unwrap());
         assert_eq!(c["lockFile"], "/run/x/vxlan.lock");
+    }
+
+    #[test]
+    fn ipv6_overlay_has_its_own_device_and_files() {
+        let n = NetConfig::parse(
+            "k",
+            br#"{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan","VNI":3,"MTU":9000}}"#,
+        )
+        .unwrap();
+        let settings = OverlaySettings {
+            engine: Engine::Library,
+            state_dir: "/run/x".into(),
+            public_ip: "fd00:9::1".parse().unwrap(),
+            iface: None,
+            lock_file: None,
+        };
+        let o = Overlay::new(settings, &n, IpFamily::V6);
+        assert_eq!(o.device(), "flannel-v6.3");
+        assert_eq!(o.peers_path(), Path::new("/run/x/peers-v6.json"));
+        let c = o.config_json(&n, "fd00:10:244:7::/64".parse().unwrap());
+        assert_eq!(c["network"], "fd00:10:244::/56");
+        assert_eq!(c["subnet"], "fd00:10:244:7::/64");
+        assert_eq!(c["localIP"], "fd00:9::1");
+        assert_eq!(c["mtu"], 8930, "9000 - 70 over an IPv6 underlay");
     }
 }
 
@@ -341,7 +411,7 @@ mod sync_tests {
             lock_file: None,
         };
 
-        let ok = Overlay::new(settings(fake_vxlan(&dir, 0)), &net);
+        let ok = Overlay::new(settings(fake_vxlan(&dir, 0)), &net, IpFamily::V4);
         let report = ok
             .sync(&net, "10.244.2.0/24".parse().unwrap(), &peers)
             .await
@@ -359,7 +429,7 @@ mod sync_tests {
             json!([{"subnet": "10.244.1.0/24", "ip": "192.168.9.1"}])
         );
 
-        let failing = Overlay::new(settings(fake_vxlan(&dir, 3)), &net);
+        let failing = Overlay::new(settings(fake_vxlan(&dir, 3)), &net, IpFamily::V4);
         let err = failing
             .sync(&net, "10.244.2.0/24".parse().unwrap(), &peers)
             .await
@@ -370,7 +440,7 @@ mod sync_tests {
             "{err}"
         );
 
-        let missing = Overlay::new(settings(dir.join("no-such-vxlan")), &net);
+        let missing = Overlay::new(settings(dir.join("no-such-vxlan")), &net, IpFamily::V4);
         assert!(missing
             .sync(&net, "10.244.2.0/24".parse().unwrap(), &peers)
             .await

@@ -1,38 +1,62 @@
 //! flannel's `subnet.env`, read by flannel's CNI meta-plugin and by our bridge (`subnetFile`).
 
-use ipnetwork::Ipv4Network;
-use std::net::Ipv4Addr;
+use ipnetwork::{Ipv4Network, Ipv6Network};
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use crate::key::SubnetKey;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubnetEnv {
     pub network: Ipv4Network,
     /// The node's leased subnet; written as its first host address (`10.244.1.1/24`), as flannel does.
     pub subnet: Ipv4Network,
+    /// The IPv6 network and the node's IPv6 subnet, on a dual-stack network.
+    pub ipv6: Option<(Ipv6Network, Ipv6Network)>,
     pub mtu: u32,
     pub ipmasq: bool,
 }
 
 impl SubnetEnv {
+    /// flannel's lines, in flannel's order.
     pub fn render(&self) -> String {
         let first = Ipv4Addr::from(u32::from(self.subnet.network()).wrapping_add(1));
-        format!(
-            "FLANNEL_NETWORK={}\nFLANNEL_SUBNET={}/{}\nFLANNEL_MTU={}\nFLANNEL_IPMASQ={}\n",
+        let mut out = format!(
+            "FLANNEL_NETWORK={}\nFLANNEL_SUBNET={}/{}\n",
             self.network,
             first,
-            self.subnet.prefix(),
-            self.mtu,
-            self.ipmasq
-        )
+            self.subnet.prefix()
+        );
+        if let Some((network, subnet)) = self.ipv6 {
+            let first = Ipv6Addr::from(u128::from(subnet.network()).wrapping_add(1));
+            out += &format!(
+                "FLANNEL_IPV6_NETWORK={network}\nFLANNEL_IPV6_SUBNET={first}/{}\n",
+                subnet.prefix()
+            );
+        }
+        out + &format!("FLANNEL_MTU={}\nFLANNEL_IPMASQ={}\n", self.mtu, self.ipmasq)
     }
 }
 
-/// The subnet recorded in an existing subnet.env (`FLANNEL_SUBNET`), normalised to its network.
-/// flanneld falls back to it on restart when no lease matches its PublicIP; so do we.
-pub fn previous_subnet(contents: &str) -> Option<Ipv4Network> {
+fn value<'a>(contents: &'a str, key: &str) -> Option<&'a str> {
     contents.lines().find_map(|line| {
-        let value = line.trim().strip_prefix("FLANNEL_SUBNET=")?;
-        let net: Ipv4Network = value.trim().parse().ok()?;
-        Ipv4Network::new(net.network(), net.prefix()).ok()
+        line.trim()
+            .strip_prefix(key)?
+            .strip_prefix('=')
+            .map(str::trim)
+    })
+}
+
+/// The subnets recorded in an existing subnet.env (`FLANNEL_SUBNET`, `FLANNEL_IPV6_SUBNET`),
+/// normalised to their networks. flanneld falls back to them on restart when no lease
+/// matches its PublicIP; so do we.
+pub fn previous_subnet(contents: &str) -> Option<SubnetKey> {
+    let v4: Ipv4Network = value(contents, "FLANNEL_SUBNET")?.parse().ok()?;
+    let v6 = value(contents, "FLANNEL_IPV6_SUBNET")
+        .and_then(|v| v.parse::<Ipv6Network>().ok())
+        .and_then(|n| Ipv6Network::new(n.network(), n.prefix()).ok());
+    Some(SubnetKey {
+        v4: Ipv4Network::new(v4.network(), v4.prefix()).ok()?,
+        v6,
     })
 }
 
@@ -42,9 +66,10 @@ mod tests {
 
     #[test]
     fn renders_flannel_format() {
-        let env = SubnetEnv {
+        let mut env = SubnetEnv {
             network: "10.244.0.0/16".parse().unwrap(),
             subnet: "10.244.1.0/24".parse().unwrap(),
+            ipv6: None,
             mtu: 1450,
             ipmasq: true,
         };
@@ -54,7 +79,21 @@ mod tests {
         );
         assert_eq!(
             previous_subnet(&env.render()),
-            Some("10.244.1.0/24".parse().unwrap())
+            Some(SubnetKey::v4("10.244.1.0/24".parse().unwrap()))
+        );
+        env.ipv6 = Some((
+            "fd00:10:244::/56".parse().unwrap(),
+            "fd00:10:244:1::/64".parse().unwrap(),
+        ));
+        assert_eq!(
+            env.render(),
+            "FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.1.1/24\n\
+             FLANNEL_IPV6_NETWORK=fd00:10:244::/56\nFLANNEL_IPV6_SUBNET=fd00:10:244:1::1/64\n\
+             FLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n"
+        );
+        assert_eq!(
+            previous_subnet(&env.render()).and_then(|k| k.v6),
+            Some("fd00:10:244:1::/64".parse().unwrap())
         );
     }
 
@@ -63,8 +102,8 @@ mod tests {
         assert_eq!(previous_subnet(""), None);
         assert_eq!(previous_subnet("FLANNEL_SUBNET=garbage\n"), None);
         assert_eq!(
-            previous_subnet("X=1\n FLANNEL_SUBNET=10.1.2.1/26 \n"),
-            Some("10.1.2.0/26".parse().unwrap())
+            previous_subnet("X=1\n FLANNEL_SUBNET=10.1.2.1/26 \nFLANNEL_IPV6_SUBNET=junk\n"),
+            Some(SubnetKey::v4("10.1.2.0/26".parse().unwrap()))
         );
     }
 }

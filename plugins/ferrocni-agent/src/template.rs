@@ -4,8 +4,8 @@
 //! `{{mtu}}`, `{{vni}}` and `{{port}}` are bare numbers (write `"mtu": {{mtu}}`); the others are
 //! text to be placed inside JSON strings. The rendered text must be a JSON object.
 
-use ipnetwork::Ipv4Network;
-use std::net::Ipv4Addr;
+use ipnetwork::{Ipv4Network, Ipv6Network};
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 #[derive(Debug, Clone)]
 pub struct TemplateValues {
@@ -18,9 +18,42 @@ pub struct TemplateValues {
     pub subnet_file: String,
     pub peers_file: String,
     pub mode: String,
+    /// The IPv6 half of a dual-stack lease.
+    pub ipv6: Option<Ipv6Values>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Ipv6Values {
+    pub subnet: Ipv6Network,
+    pub network: Ipv6Network,
+    pub public_ip: Ipv6Addr,
+    pub peers_file: String,
 }
 
 impl TemplateValues {
+    /// The IPv6 placeholders; `None` when `name` is not one.
+    fn lookup_v6(&self, name: &str) -> Option<Result<String, String>> {
+        let get = |v6: &Ipv6Values| -> String {
+            match name {
+                "ipv6Subnet" => v6.subnet.to_string(),
+                "ipv6Network" => v6.network.to_string(),
+                "ipv6Gateway" => {
+                    Ipv6Addr::from(u128::from(v6.subnet.network()).wrapping_add(1)).to_string()
+                }
+                "publicIPv6" => v6.public_ip.to_string(),
+                _ => json_escape(&v6.peers_file),
+            }
+        };
+        if !IPV6_PLACEHOLDERS.contains(&name) {
+            return None;
+        }
+        Some(self.ipv6.as_ref().map(get).ok_or_else(|| {
+            format!(
+                "placeholder {{{{{name}}}}} needs a dual-stack network (EnableIPv6 and IPv6Network in the network config)"
+            )
+        }))
+    }
+
     fn lookup(&self, name: &str) -> Option<String> {
         Some(match name {
             "subnet" => self.subnet.to_string(),
@@ -50,6 +83,17 @@ pub const PLACEHOLDERS: &[&str] = &[
     "vni",
     "port",
     "subnetFile",
+    "peersFile",
+    "mode",
+];
+
+/// The dual-stack ones (an error on an IPv4-only network).
+pub const IPV6_PLACEHOLDERS: &[&str] = &[
+    "ipv6Subnet",
+    "ipv6Network",
+    "ipv6Gateway",
+    "publicIPv6",
+    "ipv6PeersFile",
 ];
 
 fn json_escape(s: &str) -> String {
@@ -65,12 +109,16 @@ pub fn render(template: &str, values: &TemplateValues) -> Result<String, String>
         let after = &rest[start + 2..];
         let end = after.find("}}").ok_or("unterminated \"{{\" placeholder")?;
         let name = after[..end].trim();
-        let value = values.lookup(name).ok_or_else(|| {
-            format!(
-                "unknown placeholder {{{{{name}}}}} (known: {})",
-                PLACEHOLDERS.join(", ")
-            )
-        })?;
+        let value = match values.lookup_v6(name) {
+            Some(v) => v?,
+            None => values.lookup(name).ok_or_else(|| {
+                format!(
+                    "unknown placeholder {{{{{name}}}}} (known: {}, {})",
+                    PLACEHOLDERS.join(", "),
+                    IPV6_PLACEHOLDERS.join(", ")
+                )
+            })?,
+        };
         out.push_str(&value);
         rest = &after[end + 2..];
     }
@@ -112,7 +160,32 @@ mod tests {
             subnet_file: "/run/flannel/subnet.env".into(),
             peers_file: "/run/ferrocni/agent/peers.json".into(),
             mode: "vxlan".into(),
+            ipv6: None,
         }
+    }
+
+    #[test]
+    fn dual_stack_placeholders() {
+        let t = r#"{"ranges":[[{"subnet":"{{subnet}}"}],[{"subnet":"{{ipv6Subnet}}","gateway":"{{ipv6Gateway}}"}]],
+            "dst":"{{ipv6Network}}","localIP":"{{publicIPv6}}","peersFile":"{{ipv6PeersFile}}"}"#;
+        let err = render(t, &values()).unwrap_err();
+        assert!(
+            err.contains("{{ipv6Subnet}} needs a dual-stack network"),
+            "{err}"
+        );
+        let mut v = values();
+        v.ipv6 = Some(Ipv6Values {
+            subnet: "fd00:10:244:3::/64".parse().unwrap(),
+            network: "fd00:10:244::/56".parse().unwrap(),
+            public_ip: "fd00:50::3".parse().unwrap(),
+            peers_file: "/run/ferrocni/agent/peers-v6.json".into(),
+        });
+        let out: serde_json::Value = serde_json::from_str(&render(t, &v).unwrap()).unwrap();
+        assert_eq!(out["ranges"][1][0]["subnet"], "fd00:10:244:3::/64");
+        assert_eq!(out["ranges"][1][0]["gateway"], "fd00:10:244:3::1");
+        assert_eq!(out["dst"], "fd00:10:244::/56");
+        assert_eq!(out["localIP"], "fd00:50::3");
+        assert_eq!(out["peersFile"], "/run/ferrocni/agent/peers-v6.json");
     }
 
     #[test]

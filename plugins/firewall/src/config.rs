@@ -1,5 +1,7 @@
 //! firewall configuration (spec-catalog §4.7).
 
+use std::path::PathBuf;
+
 use libcni::CniError;
 use serde::Deserialize;
 
@@ -10,6 +12,21 @@ pub const DEFAULT_ZONE: &str = "trusted";
 pub enum BackendKind {
     Iptables,
     Firewalld,
+}
+
+impl BackendKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendKind::Iptables => "iptables",
+            BackendKind::Firewalld => "firewalld",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<BackendKind> {
+        [BackendKind::Iptables, BackendKind::Firewalld]
+            .into_iter()
+            .find(|b| b.as_str() == name)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +49,8 @@ struct RawConf {
     zone: Option<String>,
     #[serde(default, rename = "ingressPolicy")]
     ingress_policy: Option<String>,
+    #[serde(default, rename = "dataDir")]
+    data_dir: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +60,8 @@ pub struct FirewallConf {
     pub admin_chain: String,
     pub zone: String,
     pub ingress_policy: IngressPolicy,
+    /// Where the per-attachment records live (ours; the reference keeps none).
+    pub data_dir: PathBuf,
 }
 
 /// iptables chain names: at most 28 characters, no whitespace or quoting.
@@ -64,12 +85,11 @@ fn valid_zone(s: &str) -> bool {
 pub fn parse(
     config: &serde_json::Map<String, serde_json::Value>,
 ) -> Result<FirewallConf, CniError> {
-    let raw: RawConf = serde_json::from_value(serde_json::Value::Object(config.clone()))
+    let raw: RawConf = libcni::gojson::from_map(config)
         .map_err(|e| CniError::decode(format!("failed to parse firewall configuration: {e}")))?;
     let backend = match raw.backend.as_deref() {
         None | Some("") => None,
-        Some("iptables") => Some(BackendKind::Iptables),
-        Some("firewalld") => Some(BackendKind::Firewalld),
+        Some(name) if BackendKind::from_name(name).is_some() => BackendKind::from_name(name),
         Some(other) => {
             return Err(CniError::invalid_config(format!(
                 "unknown firewall backend {other:?}: expected \"iptables\" or \"firewalld\""
@@ -104,11 +124,17 @@ pub fn parse(
             )))
         }
     };
+    let data_dir = PathBuf::from(
+        raw.data_dir
+            .filter(|d| !d.is_empty())
+            .unwrap_or_else(|| crate::record::DEFAULT_DATA_DIR.to_string()),
+    );
     Ok(FirewallConf {
         backend,
         admin_chain,
         zone,
         ingress_policy,
+        data_dir,
     })
 }
 

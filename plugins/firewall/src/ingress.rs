@@ -1,5 +1,5 @@
-//! `ingressPolicy` same-bridge / isolated: per-bridge isolation chains (filter table, both
-//! families), shared by every network and never removed:
+//! `ingressPolicy` same-bridge / isolated: per-bridge isolation chains (filter table, in the
+//! families the container has addresses in), shared by every network and never removed:
 //!
 //! ```text
 //! FORWARD (pos 1):        -j CNI-ISOLATION-STAGE-1
@@ -11,10 +11,18 @@
 //! ```
 //! Every rule carries the comment `CNI firewall plugin rules (ingressPolicy: same-bridge)`;
 //! the intra-bridge drop of `isolated` says `isolated` instead.
+//!
+//! Where the host's iptables is iptables-nft the rules are written over netlink into
+//! `ip filter` / `ip6 filter` exactly as iptables-nft writes them (one transaction per
+//! family, duplicates from concurrent ADDs removed); elsewhere with the iptables tool
+//! (exact-rule `-C`, `-I`, `-A`). One description, [`policy_rules`], feeds both.
 
 use libcni::result::CniResult;
 use libcni::CniError;
+use netkit::netfilter::host;
 use netkit::netfilter::iptables::{Family, Iptables};
+use netkit::netfilter::nf_tables::{self as nft, xt, Socket, Verdict};
+use netkit::netfilter::xt_rules::{self, Place, Wanted};
 
 use crate::config::IngressPolicy;
 
@@ -25,21 +33,116 @@ pub const STAGE2: &str = "CNI-ISOLATION-STAGE-2";
 const SAME_BRIDGE_COMMENT: &str = "CNI firewall plugin rules (ingressPolicy: same-bridge)";
 const ISOLATED_COMMENT: &str = "CNI firewall plugin rules (ingressPolicy: isolated)";
 
-fn nf(e: netkit::netfilter::Error) -> CniError {
-    CniError::internal(e.to_string())
+/// What a policy rule does when it matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    Jump(&'static str),
+    Drop,
+    Return,
 }
 
-/// `iface_args` first, then the comment match, then `target`: the order `iptables -S` prints
-/// (interfaces belong to the rule header), so listed rules can be compared as text.
-fn with_comment(comment: &str, iface_args: &[&str], target: &[&str]) -> Vec<String> {
-    let mut v: Vec<String> = iface_args.iter().map(|s| s.to_string()).collect();
-    v.extend(
-        ["-m", "comment", "--comment", comment]
-            .iter()
-            .map(|s| s.to_string()),
-    );
-    v.extend(target.iter().map(|s| s.to_string()));
-    v
+/// One rule of the policy: `[-i IN] [[!] -o OUT] -m comment --comment C -j TARGET`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyRule {
+    pub chain: &'static str,
+    pub place: Place,
+    pub input: Option<String>,
+    /// The output interface and whether the match is negated (`! -o`).
+    pub output: Option<(bool, String)>,
+    pub comment: &'static str,
+    pub target: Target,
+}
+
+impl PolicyRule {
+    fn new(chain: &'static str, place: Place, target: Target) -> PolicyRule {
+        PolicyRule {
+            chain,
+            place,
+            input: None,
+            output: None,
+            comment: SAME_BRIDGE_COMMENT,
+            target,
+        }
+    }
+
+    fn input(mut self, name: &str) -> Self {
+        self.input = Some(name.to_string());
+        self
+    }
+
+    fn output(mut self, negated: bool, name: &str) -> Self {
+        self.output = Some((negated, name.to_string()));
+        self
+    }
+
+    /// The rule as `iptables` arguments, in the order `iptables -S` prints them (interfaces
+    /// belong to the rule header, then the comment match, then the target), so listed rules
+    /// can be compared as text.
+    pub fn args(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        if let Some(i) = &self.input {
+            v.extend(["-i".to_string(), i.clone()]);
+        }
+        if let Some((negated, o)) = &self.output {
+            if *negated {
+                v.push("!".into());
+            }
+            v.extend(["-o".to_string(), o.clone()]);
+        }
+        v.extend(["-m", "comment", "--comment", self.comment].map(String::from));
+        let target = match self.target {
+            Target::Jump(c) => c,
+            Target::Drop => "DROP",
+            Target::Return => "RETURN",
+        };
+        v.extend(["-j".to_string(), target.to_string()]);
+        v
+    }
+
+    /// The rule as iptables-nft writes it in `family`'s filter table.
+    pub fn nft_rule(&self, family: nft::Family) -> nft::Rule {
+        let mut matches = Vec::new();
+        if let Some(i) = &self.input {
+            matches.extend(xt::iface(true, false, i));
+        }
+        if let Some((negated, o)) = &self.output {
+            matches.extend(xt::iface(false, *negated, o));
+        }
+        matches.push(xt::comment_match(self.comment));
+        let verdict = match self.target {
+            Target::Jump(c) => Verdict::Jump(c.to_string()),
+            Target::Drop => Verdict::Drop,
+            Target::Return => Verdict::Return,
+        };
+        xt::rule(family, FILTER, self.chain, matches, verdict)
+    }
+}
+
+/// The policy's rules for `bridge`, in the order they are ensured: each `First` rule is
+/// inserted at the top of its chain unless it exists anywhere there, each `Last` rule
+/// appended unless it exists (so RETURN stays last).
+pub fn policy_rules(bridge: &str, isolated: bool) -> Vec<PolicyRule> {
+    let mut rules = vec![PolicyRule::new(FORWARD, Place::First, Target::Jump(STAGE1))];
+    if isolated {
+        let mut drop = PolicyRule::new(STAGE1, Place::First, Target::Drop)
+            .input(bridge)
+            .output(false, bridge);
+        drop.comment = ISOLATED_COMMENT;
+        rules.push(drop);
+    }
+    rules.extend([
+        PolicyRule::new(STAGE1, Place::First, Target::Jump(STAGE2))
+            .input(bridge)
+            .output(true, bridge),
+        PolicyRule::new(STAGE1, Place::Last, Target::Return),
+        PolicyRule::new(STAGE2, Place::First, Target::Drop).output(false, bridge),
+        PolicyRule::new(STAGE2, Place::Last, Target::Return),
+    ]);
+    rules
+}
+
+fn nf(e: netkit::netfilter::Error) -> CniError {
+    CniError::internal(e.to_string())
 }
 
 fn refs(v: &[String]) -> Vec<&str> {
@@ -63,124 +166,125 @@ fn bridge_name(result: &CniResult, policy: &str) -> Result<String, CniError> {
     Ok(name)
 }
 
-/// (chain, position (None = append), rule) in the order they must be ensured.
-pub fn rules_for(bridge: &str, isolated: bool) -> Vec<(&'static str, Option<u32>, Vec<String>)> {
-    let mut rules = vec![
-        (
-            FORWARD,
-            Some(1),
-            with_comment(SAME_BRIDGE_COMMENT, &[], &["-j", STAGE1]),
-        ),
-        (
-            STAGE1,
-            Some(1),
-            with_comment(
-                SAME_BRIDGE_COMMENT,
-                &["-i", bridge, "!", "-o", bridge],
-                &["-j", STAGE2],
-            ),
-        ),
-        (
-            STAGE1,
-            None,
-            with_comment(SAME_BRIDGE_COMMENT, &[], &["-j", "RETURN"]),
-        ),
-        (
-            STAGE2,
-            Some(1),
-            with_comment(SAME_BRIDGE_COMMENT, &["-o", bridge], &["-j", "DROP"]),
-        ),
-        (
-            STAGE2,
-            None,
-            with_comment(SAME_BRIDGE_COMMENT, &[], &["-j", "RETURN"]),
-        ),
-    ];
-    if isolated {
-        rules.insert(
-            1,
-            (
-                STAGE1,
-                Some(1),
-                with_comment(
-                    ISOLATED_COMMENT,
-                    &["-i", bridge, "-o", bridge],
-                    &["-j", "DROP"],
-                ),
-            ),
-        );
-    }
-    rules
+/// The bridge and whether intra-bridge traffic is dropped too; `None` for `open`.
+fn policy_of(
+    policy: IngressPolicy,
+    result: &CniResult,
+) -> Result<Option<(String, bool)>, CniError> {
+    let (isolated, name) = match policy {
+        IngressPolicy::Open => return Ok(None),
+        IngressPolicy::SameBridge => (false, "same-bridge"),
+        IngressPolicy::Isolated => (true, "isolated"),
+    };
+    Ok(Some((bridge_name(result, name)?, isolated)))
 }
 
-fn setup_family(ipt: &Iptables, bridge: &str, isolated: bool) -> Result<(), CniError> {
-    // Fast path: one listing shows everything already in place (the usual case after the
-    // first container of a bridge).
-    if let Ok(listing) = netkit::netfilter::restore::list_table(ipt.family(), FILTER) {
-        let present: std::collections::HashSet<&str> = listing.lines().collect();
-        let quoted = |r: &[String]| {
-            r.iter()
-                .map(|a| netkit::netfilter::restore::quote(a))
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
-        let complete = [STAGE1, STAGE2]
-            .iter()
-            .all(|c| present.contains(format!("-N {c}").as_str()))
-            && rules_for(bridge, isolated).iter().all(|(chain, _, rule)| {
-                present.contains(format!("-A {chain} {}", quoted(rule)).as_str())
-            });
-        if complete {
-            return Ok(());
+/// The families of the container's addresses: like the reference, the policy is written
+/// only where the container has an address.
+fn families(result: &CniResult) -> Vec<Family> {
+    let mut out = Vec::new();
+    for ip in &result.ips {
+        let f = Family::of(&ip.address.ip());
+        if !out.contains(&f) {
+            out.push(f);
         }
     }
+    out
+}
+
+fn nft_family(family: Family) -> nft::Family {
+    host::nft_family(family)
+}
+
+fn wanted(family: Family, rules: &[PolicyRule]) -> Vec<Wanted> {
+    rules
+        .iter()
+        .map(|r| Wanted {
+            rule: r.nft_rule(nft_family(family)),
+            place: r.place,
+        })
+        .collect()
+}
+
+fn setup_over_netlink(family: Family, rules: &[PolicyRule]) -> Result<(), CniError> {
+    let fam = nft_family(family);
+    let mut sock = Socket::new().map_err(nf)?;
+    let prelude = |b: &mut nft::Batch| {
+        crate::netlink_backend::ensure_forward(b, fam);
+        for chain in [STAGE1, STAGE2] {
+            xt::ensure_chain(b, fam, FILTER, chain);
+        }
+    };
+    xt_rules::ensure(&mut sock, prelude, &wanted(family, rules)).map_err(|e| {
+        CniError::internal(format!(
+            "failed to set up the ingress policy chains in {} {FILTER}: {e}",
+            fam.name()
+        ))
+    })
+}
+
+fn setup_with_tool(ipt: &Iptables, rules: &[PolicyRule]) -> Result<(), CniError> {
     for chain in [STAGE1, STAGE2] {
         ipt.ensure_chain(FILTER, chain).map_err(nf)?;
     }
-    for (chain, pos, rule) in rules_for(bridge, isolated) {
-        match pos {
-            Some(p) => ipt
-                .insert_unique(FILTER, chain, p, &refs(&rule))
-                .map_err(nf)?,
-            None => {
-                // RETURN must stay last: append only when missing.
-                ipt.append_unique(FILTER, chain, &refs(&rule)).map_err(nf)?
-            }
+    for rule in rules {
+        let args = rule.args();
+        match rule.place {
+            Place::First => ipt.insert_unique(FILTER, rule.chain, 1, &refs(&args)),
+            Place::Last => ipt.append_unique(FILTER, rule.chain, &refs(&args)),
         }
+        .map_err(nf)?;
     }
     Ok(())
 }
 
 /// ADD part of the ingress policy (nothing for `open`).
 pub fn setup(policy: IngressPolicy, result: &CniResult) -> Result<(), CniError> {
-    let (isolated, name) = match policy {
-        IngressPolicy::Open => return Ok(()),
-        IngressPolicy::SameBridge => (false, "same-bridge"),
-        IngressPolicy::Isolated => (true, "isolated"),
+    let Some((bridge, isolated)) = policy_of(policy, result)? else {
+        return Ok(());
     };
-    let bridge = bridge_name(result, name)?;
-    for family in [Family::V4, Family::V6] {
-        setup_family(&Iptables::new(family), &bridge, isolated)?;
+    let rules = policy_rules(&bridge, isolated);
+    for family in families(result) {
+        if host::iptables_uses_nf_tables(family, FILTER) {
+            setup_over_netlink(family, &rules)?;
+        } else {
+            setup_with_tool(&Iptables::for_table(family, FILTER), &rules)?;
+        }
     }
     Ok(())
 }
 
 /// CHECK part of the ingress policy (the reference does not check it; we do).
 pub fn check(policy: IngressPolicy, result: &CniResult) -> Result<(), CniError> {
-    let (isolated, name) = match policy {
-        IngressPolicy::Open => return Ok(()),
-        IngressPolicy::SameBridge => (false, "same-bridge"),
-        IngressPolicy::Isolated => (true, "isolated"),
+    let Some((bridge, isolated)) = policy_of(policy, result)? else {
+        return Ok(());
     };
-    let bridge = bridge_name(result, name)?;
-    for family in [Family::V4, Family::V6] {
-        let ipt = Iptables::new(family);
-        for (chain, _, rule) in rules_for(&bridge, isolated) {
-            if !ipt.exists(FILTER, chain, &refs(&rule)).map_err(nf)? {
+    let rules = policy_rules(&bridge, isolated);
+    for family in families(result) {
+        if host::iptables_uses_nf_tables(family, FILTER) {
+            let fam = nft_family(family);
+            let mut sock = Socket::new().map_err(nf)?;
+            if let Some(w) = xt_rules::missing(&mut sock, &wanted(family, &rules))
+                .map_err(nf)?
+                .first()
+            {
                 return Err(CniError::internal(format!(
-                    "{} rule `{}` not found in {FILTER}/{chain}",
+                    "an ingress policy rule is missing from {} {FILTER}/{}",
+                    fam.name(),
+                    w.rule.chain
+                )));
+            }
+            continue;
+        }
+        let ipt = Iptables::for_table(family, FILTER);
+        for rule in &rules {
+            let args = rule.args();
+            if !ipt.exists(FILTER, rule.chain, &refs(&args)).map_err(nf)? {
+                return Err(CniError::internal(format!(
+                    "{} rule `{}` not found in {FILTER}/{}",
                     ipt.tool(),
-                    rule.join(" ")
+                    args.join(" "),
+                    rule.chain
                 )));
             }
         }
@@ -191,18 +295,23 @@ pub fn check(policy: IngressPolicy, result: &CniResult) -> Result<(), CniError> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use netkit::netfilter::nf_tables::capture::assert_same_messages;
+    use netkit::netfilter::nf_tables::Batch;
 
     #[test]
     fn isolation_rules() {
-        let r = rules_for("cni-podman1", false);
+        let r = policy_rules("cni-podman1", false);
         assert_eq!(r.len(), 5);
         assert_eq!(
-            r[1].2.join(" "),
+            r[1].args().join(" "),
             "-i cni-podman1 ! -o cni-podman1 -m comment --comment CNI firewall plugin rules (ingressPolicy: same-bridge) -j CNI-ISOLATION-STAGE-2"
         );
-        let r = rules_for("br0", true);
+        let r = policy_rules("br0", true);
         assert_eq!(r.len(), 6);
-        assert!(r[1].2.join(" ").starts_with("-i br0 -o br0 -m comment"));
+        assert!(r[1]
+            .args()
+            .join(" ")
+            .starts_with("-i br0 -o br0 -m comment"));
     }
 
     #[test]
@@ -211,6 +320,47 @@ mod tests {
         assert!(
             e.msg.contains("chain \"firewall\" plugin with \"bridge\""),
             "{e}"
+        );
+    }
+
+    fn inserted(rule: &PolicyRule, family: nft::Family) -> Batch {
+        let mut b = Batch::new();
+        match rule.place {
+            Place::First => b.insert_rule(&rule.nft_rule(family)),
+            Place::Last => b.add_rule(&rule.nft_rule(family)),
+        };
+        b
+    }
+
+    /// Against iptables-nft 1.8.9's traffic for the reference's commands
+    /// (`iptables -t filter -I CNI-ISOLATION-STAGE-1 1 -i br0 ! -o br0 -j CNI-ISOLATION-STAGE-2
+    /// -m comment --comment ...` and so on), captured with strace in a scratch netns.
+    #[test]
+    fn rules_match_iptables_nft() {
+        let r = policy_rules("br0", true);
+        let ip = nft::Family::Ip;
+        let mut forward = Batch::new();
+        crate::netlink_backend::ensure_forward(&mut forward, ip);
+        forward.insert_rule(&r[0].nft_rule(ip));
+        // The table existed when iptables ran: it sent the builtin chain and the rule.
+        let ours = netkit::netfilter::nf_tables::capture::batch_messages(&forward);
+        let theirs = netkit::netfilter::nf_tables::capture::messages(
+            &netkit::netfilter::nf_tables::capture::unhex(include_str!(
+                "../testdata/ipt_iso_forward.hex"
+            )),
+        );
+        assert_eq!(ours[1..], theirs[..]);
+        for (rule, golden) in [
+            (&r[1], include_str!("../testdata/ipt_iso_isolated.hex")),
+            (&r[2], include_str!("../testdata/ipt_iso_stage1.hex")),
+            (&r[3], include_str!("../testdata/ipt_iso_stage1_return.hex")),
+            (&r[4], include_str!("../testdata/ipt_iso_stage2.hex")),
+        ] {
+            assert_same_messages(&inserted(rule, ip), golden);
+        }
+        assert_same_messages(
+            &inserted(&r[4], nft::Family::Ip6),
+            include_str!("../testdata/ip6t_iso_stage2.hex"),
         );
     }
 }

@@ -11,8 +11,16 @@
 use std::net::IpAddr;
 
 use libcni::CniError;
+use netkit::netfilter::host;
 use netkit::netfilter::iptables::{Family, Iptables};
 use netkit::netfilter::restore;
+
+use crate::netlink_backend;
+
+/// Whether this family's rules go over netlink (iptables-nft host) rather than the tool.
+fn over_netlink(v6: bool) -> bool {
+    host::iptables_uses_nf_tables(family_of(v6), FILTER)
+}
 
 const FILTER: &str = "filter";
 const FORWARD: &str = "FORWARD";
@@ -93,13 +101,21 @@ fn of_family(ips: &[IpAddr], v6: bool) -> Vec<IpAddr> {
         .collect()
 }
 
-/// The reference needs both tools before doing anything; so do we, with a clear message.
+/// The tools of the families whose rules are not written over netlink (all of them on an
+/// iptables-legacy host, none on an iptables-nft one) must be installed: the reference needs
+/// both tools before doing anything; so do we there, with a clear message.
 pub fn require_tools() -> Result<(), CniError> {
-    for tool in ["iptables", "ip6tables"] {
-        if netkit::netfilter::exec::find_tool(tool).is_none() {
-            return Err(CniError::internal(format!(
-                "could not initialize the firewall iptables backend: the {tool:?} tool is not installed"
-            )));
+    for v6 in [false, true] {
+        if over_netlink(v6) {
+            continue;
+        }
+        let ipt = Iptables::for_table(family_of(v6), FILTER);
+        for tool in [ipt.tool(), ipt.restore_tool()] {
+            if netkit::netfilter::exec::find_tool(tool).is_none() {
+                return Err(CniError::internal(format!(
+                    "could not initialize the firewall iptables backend: the {tool:?} tool is not installed"
+                )));
+            }
         }
     }
     Ok(())
@@ -115,17 +131,41 @@ fn setup_chains(ipt: &Iptables, admin_chain: &str) -> Result<(), CniError> {
     Ok(())
 }
 
-/// How `iptables -S` prints a rule of `chain` (fast-path presence test only).
-fn listed(chain: &str, rule: &[String]) -> String {
-    let args: Vec<String> = rule.iter().map(|a| restore::quote(a)).collect();
-    format!("-A {chain} {}", args.join(" "))
+/// ADD: per family with addresses, ensure the chains and jumps and append the address rules:
+/// over netlink on iptables-nft hosts (one transaction per family), with the tool elsewhere.
+/// On failure the rules added by this call are removed again.
+pub fn add(ips: &[IpAddr], admin_chain: &str) -> Result<(), CniError> {
+    let mut done = Vec::new();
+    for v6 in [false, true] {
+        let addrs = of_family(ips, v6);
+        if addrs.is_empty() || !over_netlink(v6) {
+            continue;
+        }
+        if let Err(e) = netlink_backend::add(&addrs, v6, admin_chain) {
+            for v6 in done {
+                let _ = netlink_backend::del(&of_family(ips, v6), v6);
+            }
+            return Err(e);
+        }
+        done.push(v6);
+    }
+    let rest: Vec<IpAddr> = ips
+        .iter()
+        .copied()
+        .filter(|ip| !done.contains(&ip.is_ipv6()))
+        .collect();
+    if rest.is_empty() {
+        return Ok(());
+    }
+    add_with_tool(&rest, admin_chain).inspect_err(|_| {
+        for v6 in &done {
+            let _ = netlink_backend::del(&of_family(ips, *v6), *v6);
+        }
+    })
 }
 
-/// ADD: per family with addresses, ensure the chains and append the address rules. Usually
-/// two execs per family: one listing of the filter table and one `iptables-restore
-/// --noflush` appending the missing address rules atomically. On failure the rules added by
-/// this call are removed again.
-pub fn add(ips: &[IpAddr], admin_chain: &str) -> Result<(), CniError> {
+/// ADD with the iptables tool (legacy hosts), exact-rule operations only.
+fn add_with_tool(ips: &[IpAddr], admin_chain: &str) -> Result<(), CniError> {
     require_tools()?;
     let mut added: Vec<(Iptables, Vec<Vec<String>>)> = Vec::new();
     let result = (|| {
@@ -134,29 +174,20 @@ pub fn add(ips: &[IpAddr], admin_chain: &str) -> Result<(), CniError> {
             if addrs.is_empty() {
                 continue;
             }
-            let ipt = Iptables::new(family_of(v6));
-            let listing = restore::list_table(ipt.family(), FILTER).map_err(nf)?;
-            let present: std::collections::HashSet<&str> = listing.lines().collect();
-            let shared = [
-                format!("-N {PRIV_CHAIN}"),
-                format!("-N {admin_chain}"),
-                listed(FORWARD, &forward_jump()),
-                listed(PRIV_CHAIN, &admin_jump(admin_chain)),
-            ];
-            if !shared.iter().all(|l| present.contains(l.as_str())) {
-                setup_chains(&ipt, admin_chain)?;
+            let ipt = Iptables::for_table(family_of(v6), FILTER);
+            setup_chains(&ipt, admin_chain)?;
+            let mut missing = Vec::new();
+            for rule in addrs.into_iter().flat_map(address_rules) {
+                if !ipt.exists(FILTER, PRIV_CHAIN, &refs(&rule)).map_err(nf)? {
+                    missing.push(rule);
+                }
             }
-            let missing: Vec<Vec<String>> = addrs
-                .into_iter()
-                .flat_map(address_rules)
-                .filter(|r| !present.contains(listed(PRIV_CHAIN, r).as_str()))
-                .collect();
             let mut script = restore::Script::new(FILTER);
             for rule in &missing {
                 script.append(PRIV_CHAIN, &refs(rule));
             }
             script
-                .apply(ipt.family(), "failed to add the container's firewall rules")
+                .apply(&ipt, "failed to add the container's firewall rules")
                 .map_err(nf)?;
             added.push((ipt, missing));
         }
@@ -172,14 +203,22 @@ pub fn add(ips: &[IpAddr], admin_chain: &str) -> Result<(), CniError> {
     result
 }
 
-/// DEL: remove the address rules; missing rules, chains or tools are fine.
+/// DEL: remove the address rules; missing rules, chains or tools are fine. iptables-nft's
+/// tables are always cleaned over netlink (the ADD may have gone there before a legacy
+/// table appeared), legacy ones with the tool where rules belong there now.
 pub fn del(ips: &[IpAddr]) {
     for v6 in [false, true] {
         let addrs = of_family(ips, v6);
         if addrs.is_empty() {
             continue;
         }
-        let ipt = Iptables::new(family_of(v6));
+        if let Err(e) = netlink_backend::del(&addrs, v6) {
+            eprintln!("firewall: {e}");
+        }
+        if over_netlink(v6) {
+            continue;
+        }
+        let ipt = Iptables::for_table(family_of(v6), FILTER);
         for rule in addrs.into_iter().flat_map(address_rules) {
             match ipt.delete_rule(FILTER, PRIV_CHAIN, &refs(&rule)) {
                 Ok(_) => {}
@@ -192,13 +231,17 @@ pub fn del(ips: &[IpAddr]) {
 
 /// CHECK: chains, jumps and address rules exist for every family the container has.
 pub fn check(ips: &[IpAddr], admin_chain: &str) -> Result<(), CniError> {
-    require_tools()?;
     for v6 in [false, true] {
         let addrs = of_family(ips, v6);
         if addrs.is_empty() {
             continue;
         }
-        let ipt = Iptables::new(family_of(v6));
+        if over_netlink(v6) {
+            netlink_backend::check(&addrs, v6, admin_chain)?;
+            continue;
+        }
+        require_tools()?;
+        let ipt = Iptables::for_table(family_of(v6), FILTER);
         for chain in [PRIV_CHAIN, admin_chain] {
             if !ipt.chain_exists(FILTER, chain).map_err(nf)? {
                 return Err(CniError::internal(format!(
@@ -233,18 +276,6 @@ pub fn check(ips: &[IpAddr], admin_chain: &str) -> Result<(), CniError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn listed_forms() {
-        assert_eq!(
-            listed(PRIV_CHAIN, &address_rules("10.0.0.5".parse().unwrap())[0]),
-            "-A CNI-FORWARD -d 10.0.0.5/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"
-        );
-        assert_eq!(
-            listed(FORWARD, &forward_jump()),
-            "-A FORWARD -m comment --comment \"CNI firewall plugin rules\" -j CNI-FORWARD"
-        );
-    }
 
     #[test]
     fn reference_rules() {

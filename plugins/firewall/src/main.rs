@@ -6,6 +6,8 @@ mod config;
 mod firewalld;
 mod ingress;
 mod iptables_backend;
+mod netlink_backend;
+mod record;
 
 use std::net::IpAddr;
 
@@ -14,6 +16,7 @@ use libcni::skel::{self, CmdArgs, Plugin};
 use libcni::CniError;
 
 use crate::config::{BackendKind, FirewallConf};
+use crate::record::{Record, Records};
 
 struct Firewall;
 
@@ -32,6 +35,25 @@ fn addresses(result: &CniResult) -> Vec<IpAddr> {
     result.ips.iter().map(|ip| ip.address.ip()).collect()
 }
 
+/// Lets `ips` through with the chosen backend. The iptables backend undoes its own rules on
+/// failure; firewalld's zone bindings are undone here.
+fn allow(kind: BackendKind, conf: &FirewallConf, ips: &[IpAddr]) -> Result<(), CniError> {
+    match kind {
+        BackendKind::Iptables => iptables_backend::add(ips, &conf.admin_chain),
+        BackendKind::Firewalld => firewalld::add(ips, &conf.zone).inspect_err(|_| {
+            firewalld::del(ips, &conf.zone);
+        }),
+    }
+}
+
+/// Removes what [`allow`] did; what is already gone is fine (failures are logged).
+fn disallow(kind: BackendKind, ips: &[IpAddr], zone: &str) {
+    match kind {
+        BackendKind::Iptables => iptables_backend::del(ips),
+        BackendKind::Firewalld => firewalld::del(ips, zone),
+    }
+}
+
 impl Plugin for Firewall {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
         let conf = config::parse(&args.config)?;
@@ -40,30 +62,61 @@ impl Plugin for Firewall {
             .ok_or_else(|| CniError::invalid_config("missing prevResult from earlier plugin"))?;
         let ips = addresses(&result);
         let kind = backend(&conf);
-        match kind {
-            BackendKind::Iptables => iptables_backend::add(&ips, &conf.admin_chain)?,
-            BackendKind::Firewalld => firewalld::add(&ips, &conf.zone)?,
-        }
-        if let Err(e) = ingress::setup(conf.ingress_policy, &result) {
-            match kind {
-                BackendKind::Iptables => iptables_backend::del(&ips),
-                BackendKind::Firewalld => firewalld::del(&ips, &conf.zone),
+        let records = Records::new(&conf.data_dir, &args.network_name);
+        // Recorded before the first rule: an ADD killed anywhere leaves what DEL and GC need.
+        records.save(&Record::new(
+            &args.container_id,
+            &args.ifname,
+            kind,
+            &conf.zone,
+            &ips,
+        ))?;
+        let applied = allow(kind, &conf, &ips).and_then(|()| {
+            ingress::setup(conf.ingress_policy, &result).inspect_err(|_| {
+                disallow(kind, &ips, &conf.zone);
+            })
+        });
+        if let Err(e) = applied {
+            if let Err(undo) = records.remove(&args.container_id, &args.ifname) {
+                eprintln!("firewall: {}", undo.msg);
             }
             return Err(e);
         }
         Ok(result)
     }
 
-    /// Without prevResult there is nothing to identify the rules by (as in the reference).
+    /// Removes the rules of the addresses in prevResult and in the attachment's record, so a
+    /// DEL without prevResult (a second DEL, or the DEL after a failed ADD) still cleans up.
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = config::parse(&args.config)?;
-        let Some(result) = args.prev_result()? else {
-            return Ok(());
+        let records = Records::new(&conf.data_dir, &args.network_name);
+        let record = records.load(&args.container_id, &args.ifname);
+        let mut ips = match args.prev_result()? {
+            Some(result) => addresses(&result),
+            None => Vec::new(),
         };
-        let ips = addresses(&result);
-        match backend(&conf) {
-            BackendKind::Iptables => iptables_backend::del(&ips),
-            BackendKind::Firewalld => firewalld::del(&ips, &conf.zone),
+        let (kind, zone) = match &record {
+            Some(r) => {
+                ips.extend(
+                    r.ips
+                        .iter()
+                        .filter(|ip| !ips.contains(ip))
+                        .collect::<Vec<_>>(),
+                );
+                (
+                    r.backend().unwrap_or_else(|| backend(&conf)),
+                    r.zone.clone().unwrap_or_else(|| conf.zone.clone()),
+                )
+            }
+            None => (backend(&conf), conf.zone.clone()),
+        };
+        if !ips.is_empty() {
+            disallow(kind, &ips, &zone);
+        }
+        // A record that cannot be removed (read-only disk) must not make DEL fail for ever:
+        // its rules are gone, and GC or a later DEL removes it.
+        if let Err(e) = records.remove(&args.container_id, &args.ifname) {
+            eprintln!("firewall: {}", e.msg);
         }
         Ok(())
     }
@@ -93,6 +146,41 @@ impl Plugin for Firewall {
         match missing {
             None => Ok(()),
             Some(e) => Err(CniError::not_available(e.msg)),
+        }
+    }
+
+    /// Removes the rules of this network's recorded attachments that are not in
+    /// `cni.dev/valid-attachments` (pods whose DEL never came). An address still recorded by
+    /// a valid attachment keeps its rules.
+    fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
+        let conf = config::parse(&args.config)?;
+        let valid = args.valid_attachments()?;
+        let records = Records::new(&conf.data_dir, &args.network_name);
+        let (live, stale): (Vec<Record>, Vec<Record>) =
+            records.list()?.into_iter().partition(|r| {
+                valid
+                    .iter()
+                    .any(|(cid, ifname)| *cid == r.container_id && *ifname == r.ifname)
+            });
+        let in_use: Vec<IpAddr> = live.iter().flat_map(|r| r.ips.iter().copied()).collect();
+        let mut failures = Vec::new();
+        for r in stale {
+            let ips: Vec<IpAddr> = r
+                .ips
+                .iter()
+                .copied()
+                .filter(|ip| !in_use.contains(ip))
+                .collect();
+            let zone = r.zone.clone().unwrap_or_else(|| conf.zone.clone());
+            disallow(r.backend().unwrap_or_else(|| backend(&conf)), &ips, &zone);
+            if let Err(e) = records.remove(&r.container_id, &r.ifname) {
+                failures.push(e.msg);
+            }
+        }
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(CniError::io(failures.join("; ")))
         }
     }
 }

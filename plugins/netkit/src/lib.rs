@@ -10,14 +10,20 @@ pub mod addr;
 pub mod bridge_port;
 pub mod error;
 pub mod link;
+pub mod link_kinds;
+pub mod link_move;
 pub mod neigh;
 pub mod netfilter;
 pub mod netlink;
 pub mod netns;
 pub mod route;
+pub mod rule;
 pub mod sysctl;
+pub mod tap;
 pub mod tc;
 pub mod testutil;
+pub mod uplink;
+pub mod vrf;
 pub mod vxlan_link;
 
 pub use addr::{Address, AddressOptions, Family};
@@ -26,6 +32,7 @@ pub use link::{BridgeOptions, Link, VethSpec};
 pub use netlink::Socket;
 pub use netns::{Netns, NetnsGuard};
 pub use route::Route;
+pub use rule::Rule;
 
 /// The exact crate versions netkit speaks, so plugins build messages with the same types.
 pub use ipnetwork;

@@ -456,7 +456,7 @@ impl<R: Replies> Reply<R> {
 }
 
 /// Extracts NLMSGERR_ATTR_MSG from an NLMSG_ERROR payload (after the errno field).
-fn error_ext_ack(outer_flags: u16, payload: &[u8]) -> Option<String> {
+pub(crate) fn error_ext_ack(outer_flags: u16, payload: &[u8]) -> Option<String> {
     if outer_flags & NLM_F_ACK_TLVS == 0 {
         return None;
     }
@@ -471,7 +471,7 @@ fn error_ext_ack(outer_flags: u16, payload: &[u8]) -> Option<String> {
 }
 
 /// Walks netlink TLVs looking for the NUL-terminated NLMSGERR_ATTR_MSG string.
-fn ext_ack_message(mut tlvs: &[u8]) -> Option<String> {
+pub(crate) fn ext_ack_message(mut tlvs: &[u8]) -> Option<String> {
     while tlvs.len() >= 4 {
         let len = u16::from_ne_bytes([tlvs[0], tlvs[1]]) as usize;
         let kind = u16::from_ne_bytes([tlvs[2], tlvs[3]]) & 0x3fff;

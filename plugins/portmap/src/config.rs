@@ -110,22 +110,22 @@ pub struct PortMapConf {
 }
 
 /// Conditions in iptables syntax start with an option (`-s`, `! -d`...); anything else is nft.
-fn is_iptables_syntax(conditions: &[String]) -> bool {
+pub fn is_iptables_syntax(conditions: &[String]) -> bool {
     conditions
         .first()
         .is_some_and(|t| t.starts_with('-') || t.starts_with('!'))
 }
 
 /// Characters that would end an nft statement or start a comment: never allowed in a token,
-/// so a condition cannot smuggle another command into the ruleset.
+/// so a condition cannot smuggle another command into the ruleset (the reference passes the
+/// text to nft as it is). Quotes, braces and commas are nft match syntax and fine.
 fn check_condition_tokens(conditions: &[String], field: &str) -> Result<(), CniError> {
     for t in conditions {
-        if t.is_empty()
-            || t.chars()
-                .any(|c| matches!(c, ';' | '\n' | '\r' | '#' | '\0' | '"' | '\''))
+        if t.chars()
+            .any(|c| matches!(c, ';' | '\n' | '\r' | '#' | '\0'))
         {
             return Err(CniError::invalid_config(format!(
-                "invalid token {t:?} in {field}: empty or contains ; # quotes or a line break"
+                "invalid token {t:?} in {field}: contains ; # NUL or a line break"
             )));
         }
     }
@@ -172,7 +172,7 @@ fn parse_mapping(m: RawMapping) -> Result<PortMapping, CniError> {
 
 /// Parses and validates the request config.
 pub fn parse(config: &serde_json::Map<String, serde_json::Value>) -> Result<PortMapConf, CniError> {
-    let raw: RawConf = serde_json::from_value(serde_json::Value::Object(config.clone()))
+    let raw: RawConf = libcni::gojson::from_map(config)
         .map_err(|e| CniError::decode(format!("failed to parse portmap configuration: {e}")))?;
 
     let mappings = raw
@@ -354,6 +354,41 @@ mod tests {
     }
 
     #[test]
+    fn runtime_shapes_containerd_crio_podman() {
+        // containerd 1.6 (go-cni PortMapping without JSON tags).
+        let c = conf(
+            json!({"name":"k8s-pod-network","type":"portmap","runtimeConfig":{"portMappings":[
+            {"HostPort":18080,"ContainerPort":8080,"Protocol":"tcp","HostIP":""},
+            {"HostPort":5353,"ContainerPort":53,"Protocol":"udp","HostIP":"127.0.0.1"}]}}),
+        )
+        .unwrap();
+        assert_eq!(c.mappings.len(), 2);
+        assert_eq!(
+            (
+                c.mappings[0].host_port,
+                c.mappings[0].container_port,
+                c.mappings[0].protocol,
+                c.mappings[0].host_ip
+            ),
+            (18080, 8080, Protocol::Tcp, None)
+        );
+        assert_eq!(c.mappings[1].protocol, Protocol::Udp);
+        assert_eq!(c.mappings[1].host_ip, Some("127.0.0.1".parse().unwrap()));
+        // CRI-O (ocicni) and podman: the CONVENTIONS.md names.
+        for runtime in [
+            json!({"portMappings":[{"hostPort":8080,"containerPort":80,"protocol":"tcp","hostIP":""}]}),
+            json!({"portMappings":[{"hostPort":8080,"containerPort":80,"protocol":"tcp"}]}),
+        ] {
+            let c =
+                conf(json!({"name":"podman","type":"portmap","runtimeConfig":runtime})).unwrap();
+            assert_eq!(
+                (c.mappings[0].host_port, c.mappings[0].container_port),
+                (8080, 80)
+            );
+        }
+    }
+
+    #[test]
     fn rejects_bad_input() {
         let bad = [
             json!({"runtimeConfig":{"portMappings":[{"hostPort":0,"containerPort":80}]}}),
@@ -369,10 +404,21 @@ mod tests {
             json!({"backend":"nftables","conditionsV4":["-s","1.2.3.4"]}),
             json!({"backend":"iptables","conditionsV4":["ip","saddr","1.2.3.4"]}),
             json!({"conditionsV4":["ip","saddr","1.2.3.4;","flush","ruleset"]}),
+            json!({"conditionsV4":["ip saddr 1.2.3.4\nflush ruleset"]}),
+            json!({"conditionsV6":["ip6","saddr","fd00::1","#"]}),
         ];
         for b in bad {
             assert!(conf(b.clone()).is_err(), "accepted {b}");
         }
+    }
+
+    #[test]
+    fn accepts_nft_match_syntax() {
+        let c = conf(json!({"conditionsV4": ["iifname", "\"eth*\"", "ip saddr != { 10.0.0.0/8, 192.168.1.1 }"],
+                            "conditionsV6": ["ip6", "saddr", "{fd00::/64,fd01::1}"]}))
+        .unwrap();
+        assert_eq!(c.backend_from_conditions(), Some(Backend::Nftables));
+        assert_eq!(c.conditions(false).len(), 3);
     }
 
     #[test]

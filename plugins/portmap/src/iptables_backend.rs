@@ -15,7 +15,8 @@
 use ipnetwork::IpNetwork;
 use libcni::CniError;
 use netkit::netfilter::iptables::{Family, Iptables};
-use netkit::netfilter::{naming, restore};
+use netkit::netfilter::nf_tables::{xt, Socket};
+use netkit::netfilter::{host, naming, restore, xt_cleanup};
 
 use crate::config::{PortMapConf, Protocol};
 
@@ -313,11 +314,12 @@ fn truncate_comment(mut c: String) -> String {
 }
 
 fn iptables_for(container: &IpNetwork) -> Iptables {
-    Iptables::new(if container.is_ipv6() {
+    let family = if container.is_ipv6() {
         Family::V6
     } else {
         Family::V4
-    })
+    };
+    Iptables::for_table(family, NAT)
 }
 
 /// The shared chains this configuration needs.
@@ -331,36 +333,10 @@ fn shared_chains(conf: &PortMapConf) -> Vec<Chain> {
     chains
 }
 
-/// The lines `iptables -S` prints for a fully set-up shared chain. Used only as a fast-path
-/// test: if the printed form ever differs, the slow path (one `-C` per rule) runs instead.
-fn listed_lines(chain: &Chain) -> Vec<String> {
-    let quoted = |v: &[String]| {
-        v.iter()
-            .map(|a| restore::quote(a))
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
-    let mut lines = vec![format!("-N {}", chain.name)];
-    lines.extend(
-        chain
-            .rules
-            .iter()
-            .map(|r| format!("-A {} {}", chain.name, quoted(r))),
-    );
-    for entry_chain in &chain.entry_chains {
-        lines.extend(
-            chain
-                .entry_rules
-                .iter()
-                .map(|r| format!("-A {entry_chain} {}", quoted(&chain.jump(r)))),
-        );
-    }
-    lines
-}
-
-/// ADD for one family. Usually two execs: one listing of the nat table, one
-/// `iptables-restore --noflush` creating the container's chain and its jumps atomically.
-/// Shared chains are (re)created one rule at a time only when something is missing.
+/// ADD for one family (the iptables tool, exact-rule operations only): the shared chains
+/// are ensured rule by rule (`-C` before `-A`/`-I`), a leftover container chain of an earlier
+/// ADD is removed, then one `iptables-restore --noflush` creates the container's chain and
+/// its jumps atomically. No table is ever listed as a whole.
 pub fn forward_ports(
     conf: &PortMapConf,
     network: &str,
@@ -368,21 +344,11 @@ pub fn forward_ports(
     container: IpNetwork,
 ) -> Result<(), CniError> {
     let ipt = iptables_for(&container);
-    let listing = restore::list_table(ipt.family(), NAT).map_err(nf)?;
-    let present: std::collections::HashSet<&str> = listing.lines().collect();
     for shared in shared_chains(conf) {
-        if !listed_lines(&shared)
-            .iter()
-            .all(|l| present.contains(l.as_str()))
-        {
-            shared.setup(&ipt)?;
-        }
+        shared.setup(&ipt)?;
     }
     let chain = dnat_chain_for(conf, network, container_id, container);
-    if present.contains(format!("-N {}", chain.name).as_str()) {
-        // A leftover of an earlier ADD: remove it and its jumps first.
-        chain.teardown(&ipt)?;
-    }
+    chain.teardown(&ipt)?;
     let mut script = restore::Script::new(NAT);
     script.declare_chain(&chain.name);
     for rule in &chain.rules {
@@ -395,50 +361,73 @@ pub fn forward_ports(
     }
     script
         .apply(
-            ipt.family(),
+            &ipt,
             &format!("failed to set up port forwarding chain {}", chain.name),
         )
         .map_err(nf)
 }
 
-/// DEL for one family from one listing: the jumps to the container's chain(s) are deleted
-/// exactly as listed, then the chains flushed and removed, in one restore. Returns false
-/// when the family's tool cannot be used.
-fn unforward_family(ipt: &Iptables, network: &str, container_id: &str) -> Result<bool, CniError> {
-    let listing = match restore::list_table(ipt.family(), NAT) {
-        Ok(l) => l,
-        Err(e) => {
-            if !ipt.is_usable() {
-                return Ok(false);
-            }
-            return Err(nf(e));
-        }
-    };
+/// DEL for one family: the container's `CNI-DN-*` chain (and the legacy `CNI-SN-*` one) with
+/// the jumps to it. Over netlink where iptables-nft keeps the nat table in nf_tables (only
+/// the chain and `CNI-HOSTPORT-DNAT` are read), with the tool where a legacy nat table is in
+/// use. Returns false when neither is possible.
+fn unforward_family(family: Family, network: &str, container_id: &str) -> Result<bool, CniError> {
     let chains = [
-        dnat_chain(network, container_id).name,
-        old_snat_chain(network, container_id).name,
+        dnat_chain(network, container_id),
+        old_snat_chain(network, container_id),
     ];
-    let mut script = restore::Script::new(NAT);
-    for name in &chains {
-        if !listing.lines().any(|l| l == format!("-N {name}")) {
-            continue;
+    let mut usable = false;
+    if let Ok(mut sock) = Socket::new() {
+        usable = true;
+        for chain in &chains {
+            let from: Vec<&str> = chain.entry_chains.iter().map(String::as_str).collect();
+            xt_cleanup::remove_chain_and_jumps(
+                &mut sock,
+                host::nft_family(family),
+                NAT,
+                &chain.name,
+                &from,
+            )
+            .map_err(nf)?;
         }
-        let jump = format!(" -j {name}");
-        for line in listing
-            .lines()
-            .filter(|l| l.starts_with("-A ") && l.ends_with(&jump))
-        {
-            script.listed_rule("-D", line);
-        }
-        script.flush(name).delete_chain(name);
     }
-    script
-        .apply(
-            ipt.family(),
-            &format!("failed to remove the port forwarding of {container_id}"),
-        )
-        .map_err(nf)?;
-    Ok(true)
+    if host::legacy_table_in_use(family, NAT) {
+        let ipt = Iptables::legacy(family);
+        if ipt.is_usable() {
+            usable = true;
+            for chain in &chains {
+                chain.teardown(&ipt)?;
+            }
+        }
+    }
+    Ok(usable)
+}
+
+/// Whether `network` has port mappings in the iptables backend (ours or the reference's):
+/// a `CNI-HOSTPORT-DNAT` jump commented `dnat name: "<net>" ...`. Reads that chain only.
+pub fn has_state(network: &str) -> bool {
+    let ours = |c: Option<String>| {
+        c.and_then(|c| parse_dnat_comment(&c))
+            .is_some_and(|(net, _)| net == network)
+    };
+    if let Ok(mut sock) = Socket::new() {
+        for family in [Family::V4, Family::V6] {
+            let rules = sock
+                .rules(host::nft_family(family), NAT, TOP_LEVEL_DNAT_CHAIN)
+                .unwrap_or_default();
+            if rules.iter().any(|r| ours(xt::rule_comment(r))) {
+                return true;
+            }
+        }
+    }
+    [Family::V4, Family::V6].into_iter().any(|family| {
+        host::legacy_table_in_use(family, NAT)
+            && Iptables::legacy(family)
+                .list_rules(NAT, TOP_LEVEL_DNAT_CHAIN)
+                .unwrap_or_default()
+                .iter()
+                .any(|r| ours(r.comment().map(str::to_string)))
+    })
 }
 
 /// CHECK for one family.
@@ -462,7 +451,7 @@ pub fn check_ports(
 pub fn unforward_ports(network: &str, container_id: &str) -> Result<(), CniError> {
     let mut usable = 0;
     for family in [Family::V4, Family::V6] {
-        if unforward_family(&Iptables::new(family), network, container_id)? {
+        if unforward_family(family, network, container_id)? {
             usable += 1;
         }
     }
@@ -484,21 +473,43 @@ fn parse_dnat_comment(comment: &str) -> Option<(String, String)> {
 /// families). The jump comments name the network and container, so nothing else is touched.
 pub fn gc(network: &str, valid: &[String]) -> Result<(), CniError> {
     let mut errors = Vec::new();
+    let stale_of = |comments: Vec<Option<String>>| -> Vec<String> {
+        let mut stale: Vec<String> = comments
+            .into_iter()
+            .filter_map(|c| parse_dnat_comment(&c?))
+            .filter(|(net, cid)| net == network && !valid.contains(cid))
+            .map(|(_, cid)| cid)
+            .collect();
+        stale.sort();
+        stale.dedup();
+        stale
+    };
+    let mut sock = Socket::new().ok();
     for family in [Family::V4, Family::V6] {
-        let ipt = Iptables::new(family);
-        if !ipt.is_usable() {
-            continue;
-        }
-        // Listing a chain of a table that does not exist fails with "incompatible" on
-        // iptables-nft: look at the table's chain names first.
-        match ipt.chain_exists(NAT, TOP_LEVEL_DNAT_CHAIN) {
-            Ok(true) => {}
-            Ok(false) => continue,
-            Err(e) => {
-                errors.push(e.to_string());
-                continue;
+        if let Some(sock) = sock.as_mut() {
+            let nf_family = host::nft_family(family);
+            match sock.rules(nf_family, NAT, TOP_LEVEL_DNAT_CHAIN) {
+                Ok(rules) => {
+                    for cid in stale_of(rules.iter().map(xt::rule_comment).collect()) {
+                        let chain = dnat_chain(network, &cid).name;
+                        if let Err(e) = xt_cleanup::remove_chain_and_jumps(
+                            sock,
+                            nf_family,
+                            NAT,
+                            &chain,
+                            &[TOP_LEVEL_DNAT_CHAIN],
+                        ) {
+                            errors.push(e.to_string());
+                        }
+                    }
+                }
+                Err(e) => errors.push(e.to_string()),
             }
         }
+        if !host::legacy_table_in_use(family, NAT) {
+            continue;
+        }
+        let ipt = Iptables::legacy(family);
         let rules = match ipt.list_rules(NAT, TOP_LEVEL_DNAT_CHAIN) {
             Ok(r) => r,
             Err(e) => {
@@ -506,15 +517,12 @@ pub fn gc(network: &str, valid: &[String]) -> Result<(), CniError> {
                 continue;
             }
         };
-        let mut stale: Vec<String> = rules
-            .iter()
-            .filter_map(|r| parse_dnat_comment(r.comment()?))
-            .filter(|(net, cid)| net == network && !valid.contains(cid))
-            .map(|(_, cid)| cid)
-            .collect();
-        stale.sort();
-        stale.dedup();
-        for cid in stale {
+        for cid in stale_of(
+            rules
+                .iter()
+                .map(|r| r.comment().map(str::to_string))
+                .collect(),
+        ) {
             if let Err(e) = dnat_chain(network, &cid).teardown(&ipt) {
                 errors.push(e.to_string());
             }
@@ -637,19 +645,6 @@ mod tests {
             Some(("net".into(), "c1".into()))
         );
         assert_eq!(parse_dnat_comment("CNI portfwd masquerade mark"), None);
-    }
-
-    #[test]
-    fn listed_form_of_shared_chains() {
-        let lines = listed_lines(&mark_masq_chain(13));
-        assert_eq!(
-            lines,
-            [
-                "-N CNI-HOSTPORT-MASQ",
-                "-A CNI-HOSTPORT-MASQ -m mark --mark 0x2000/0x2000 -j MASQUERADE",
-                "-A POSTROUTING -m comment --comment \"CNI portfwd requiring masquerade\" -j CNI-HOSTPORT-MASQ",
-            ]
-        );
     }
 
     #[test]

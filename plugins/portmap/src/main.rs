@@ -10,16 +10,16 @@ use ipnetwork::IpNetwork;
 use libcni::result::CniResult;
 use libcni::skel::{self, CmdArgs, Plugin};
 use libcni::CniError;
+use netkit::netfilter::host;
 use netkit::netfilter::iptables::{Family, Iptables};
-use netkit::netfilter::nftables;
 
 use crate::config::{Backend, PortMapConf};
 
 struct PortMap;
 
-/// The configured backend, else the one implied by backend-specific options, else iptables
-/// when usable, else nftables (the reference's order).
-fn choose_backend(conf: &PortMapConf) -> Result<Backend, CniError> {
+/// The configured backend, else the one implied by backend-specific options, else nftables
+/// when the kernel has nf_tables and the network has no iptables port mappings, else iptables.
+fn choose_backend(conf: &PortMapConf, network: &str) -> Result<Backend, CniError> {
     if let Some(b) = conf.backend {
         return Ok(b);
     }
@@ -29,10 +29,16 @@ fn choose_backend(conf: &PortMapConf) -> Result<Backend, CniError> {
     if let Some(b) = conf.backend_from_conditions() {
         return Ok(b);
     }
-    if Iptables::new(Family::V4).is_usable() {
+    // nftables over netlink, unless this network already forwards ports with iptables
+    // (ours or the reference's, e.g. before an upgrade): its pods stay on iptables.
+    if host::has_nf_tables() && !iptables_backend::has_state(network) {
+        return Ok(Backend::Nftables);
+    }
+    // Without nf_tables the rules go to the legacy tables (iptables-legacy).
+    if Iptables::for_table(Family::V4, "nat").is_usable() {
         return Ok(Backend::Iptables);
     }
-    if nftables::is_usable() {
+    if host::has_nf_tables() {
         return Ok(Backend::Nftables);
     }
     Err(CniError::internal(
@@ -78,7 +84,7 @@ impl Plugin for PortMap {
         if conf.mappings.is_empty() || containers.is_empty() {
             return Ok(result);
         }
-        let backend = choose_backend(&conf)?;
+        let backend = choose_backend(&conf, &args.network_name)?;
         conf.check_conditions_fit(Some(backend))?;
         for container in &containers {
             let step = (|| {
@@ -108,17 +114,17 @@ impl Plugin for PortMap {
             Some(b) => b,
             None if conf.backend_from_conditions().is_none() => {
                 // Nothing says which backend ADD used: clean whatever exists (cheap when
-                // nothing does: one iptables call per family, one nft call).
+                // nothing does: a few netlink lookups, no process).
                 let ipt = iptables_backend::unforward_ports(&args.network_name, &args.container_id);
                 let nft = nftables_backend::unforward_ports(&args.container_id);
                 return match (ipt, nft) {
                     (Err(e), Err(_)) => Err(e),
-                    (Ok(()), Err(e)) if nftables::is_usable() => Err(e),
+                    (Ok(()), Err(e)) if host::has_nf_tables() => Err(e),
                     (Err(e), Ok(())) if Iptables::new(Family::V4).is_usable() => Err(e),
                     _ => Ok(()),
                 };
             }
-            None => choose_backend(&conf)?,
+            None => choose_backend(&conf, &args.network_name)?,
         };
         unforward(backend, args)
     }
@@ -129,7 +135,7 @@ impl Plugin for PortMap {
         if conf.mappings.is_empty() {
             return Ok(());
         }
-        let backend = choose_backend(&conf)?;
+        let backend = choose_backend(&conf, &args.network_name)?;
         for container in containers {
             match backend {
                 Backend::Iptables => iptables_backend::check_ports(
@@ -146,22 +152,28 @@ impl Plugin for PortMap {
         Ok(())
     }
 
-    /// Ready when the tool of the configured backend (either, when unset) is installed.
+    /// Ready when the tool of the configured backend (either, when unset) is installed, and
+    /// `nft` when the conditions need it.
     fn status(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = config::parse(&args.config)?;
         let have = |t: &str| netkit::netfilter::exec::find_tool(t).is_some();
+        let iptables = || Iptables::for_table(Family::V4, "nat").is_installed();
         let ready = match conf.backend.or_else(|| conf.backend_from_conditions()) {
-            Some(Backend::Iptables) => have("iptables"),
-            Some(Backend::Nftables) => have("nft"),
-            None => have("iptables") || have("nft"),
+            Some(Backend::Iptables) => iptables(),
+            Some(Backend::Nftables) => host::has_nf_tables(),
+            None => host::has_nf_tables() || iptables(),
         };
-        if ready {
-            Ok(())
-        } else {
-            Err(CniError::not_available(
-                "portmap: the iptables/nft tool of the configured backend is not installed",
-            ))
+        if !ready {
+            return Err(CniError::not_available(
+                "portmap: neither the kernel's nf_tables nor the iptables tool (as the backend needs) is available",
+            ));
         }
+        if nftables_backend::needs_nft_tool(&conf) && !have("nft") {
+            return Err(CniError::not_available(
+                "portmap: the nft tool is needed for conditions in nft syntax this plugin does not encode itself, and it is not installed",
+            ));
+        }
+        Ok(())
     }
 
     /// Removes the iptables port mappings of containers of this network that are no longer
@@ -173,9 +185,6 @@ impl Plugin for PortMap {
             .into_iter()
             .map(|(cid, _)| cid)
             .collect();
-        if netkit::netfilter::exec::find_tool("iptables").is_none() {
-            return Ok(());
-        }
         iptables_backend::gc(&args.network_name, &valid)
     }
 }

@@ -1,107 +1,212 @@
 //! The nftables backend with the reference's objects: table `ip cni_hostport` (and `ip6`),
 //! chains `hostports`, `hostip_hostports`, `hostports_all`, base chains `prerouting`/`output`
-//! (nat, dstnat; `fib daddr type local jump hostports_all`) and `masquerading` (nat, srcnat).
-//! Every per-container rule carries the container ID as its comment; DEL and CHECK find them
-//! by that comment.
+//! (nat, dstnat; `[conditions] fib daddr type local jump hostports_all`) and `masquerading`
+//! (nat, srcnat). Every per-container rule carries the container ID as its comment; DEL and
+//! CHECK find them by that comment in those three chains only.
 //!
-//! Rules are added in nft's text syntax (one atomic `nft -f -` transaction) because the
-//! `conditionsV4/V6` option is nft text; every interpolated value is either parsed (addresses,
-//! ports, protocols), validated by the skeleton (container ID) or screened for statement
-//! separators (conditions, see config.rs).
+//! Everything is written over netlink (netkit's nf_tables layer) in one atomic transaction
+//! per family: no `nft` process runs, except for `conditionsV4/V6` in nft syntax this plugin
+//! does not encode itself (see [`entry_conditions`]): then `nft -f` writes the two entry
+//! rules, and nothing else.
+
+use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
 use libcni::CniError;
-use netkit::netfilter::{exec, nftables as nft};
+use netkit::netfilter::nf_tables::build::{self, Addr};
+use netkit::netfilter::nf_tables::set::AnonSet;
+use netkit::netfilter::nf_tables::syntax::{Matches, SyntaxError};
+use netkit::netfilter::nf_tables::{
+    Batch, Chain, CmpOp, Expr, Family, Hook, Rule, Socket, Table, Verdict,
+};
 
-use crate::config::PortMapConf;
+use crate::config::{PortMapConf, Protocol};
 
 pub const TABLE: &str = "cni_hostport";
+const TABLE_COMMENT: &str = "CNI portmap plugin";
 const HOSTPORTS: &str = "hostports";
 const HOSTIP_HOSTPORTS: &str = "hostip_hostports";
 const HOSTPORTS_ALL: &str = "hostports_all";
 const MASQUERADING: &str = "masquerading";
 /// Chains holding per-container rules.
 const CONTAINER_CHAINS: &[&str] = &[HOSTIP_HOSTPORTS, HOSTPORTS, MASQUERADING];
+const DSTNAT: i32 = -100;
+const SRCNAT: i32 = 100;
+/// How often a transaction is rebuilt when a rule it deletes vanished meanwhile.
+const ATTEMPTS: usize = 5;
 
-fn nf(e: exec::Error) -> CniError {
+fn nf(e: netkit::netfilter::Error) -> CniError {
     CniError::internal(e.to_string())
 }
 
-fn family(v6: bool) -> &'static str {
+fn family(v6: bool) -> Family {
     if v6 {
-        "ip6"
+        Family::Ip6
     } else {
-        "ip"
+        Family::Ip
     }
 }
 
-fn ip_port(ip: std::net::IpAddr, port: u16) -> String {
-    match ip {
-        std::net::IpAddr::V4(v4) => format!("{v4}:{port}"),
-        std::net::IpAddr::V6(v6) => format!("[{v6}]:{port}"),
+fn proto_number(p: Protocol) -> u8 {
+    match p {
+        Protocol::Tcp => 6,
+        Protocol::Udp => 17,
+        Protocol::Sctp => 132,
     }
 }
 
-/// The `nft -f` script of an ADD for one family.
-pub fn add_script(conf: &PortMapConf, container_id: &str, container: IpNetwork) -> String {
+/// How the entry rules get their `conditionsV4/V6`: encoded here, or, for nft syntax this
+/// plugin does not encode, written by `nft -f` (the one case where the nftables backend
+/// runs a process).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryConditions {
+    Native(Matches),
+    ByNft(String),
+}
+
+/// Parses one family's conditions (tokens joined by spaces, as the reference hands them to
+/// nft). Text nft would refuse is a config error; text it may accept but we do not encode
+/// goes to nft.
+pub fn entry_conditions(tokens: &[String], v6: bool) -> Result<EntryConditions, CniError> {
+    let text = tokens.join(" ");
+    match Matches::parse(&text, v6) {
+        Ok(m) => Ok(EntryConditions::Native(m)),
+        Err(SyntaxError::Unsupported(_)) => Ok(EntryConditions::ByNft(text)),
+        Err(SyntaxError::Invalid(detail)) => Err(CniError::invalid_config(format!(
+            "{}: {detail}",
+            if v6 { "conditionsV6" } else { "conditionsV4" }
+        ))),
+    }
+}
+
+/// Whether some family's conditions are nft syntax that needs the `nft` tool (for STATUS).
+pub fn needs_nft_tool(conf: &PortMapConf) -> bool {
+    [false, true].into_iter().any(|v6| {
+        let c = conf.conditions(v6);
+        !crate::config::is_iptables_syntax(c)
+            && matches!(entry_conditions(c, v6), Ok(EntryConditions::ByNft(_)))
+    })
+}
+
+const ENTRY_CHAINS: [(&str, Hook); 2] =
+    [("prerouting", Hook::Prerouting), ("output", Hook::Output)];
+
+/// The entry rule of `chain`: `[conditions] fib daddr type local jump hostports_all`, with
+/// the anonymous sets its conditions look up.
+fn entry_rule(
+    fam: Family,
+    chain: &str,
+    conditions: &Matches,
+    next_id: &mut u32,
+) -> (Vec<AnonSet>, Rule) {
+    let (sets, exprs) = conditions.instantiate(fam, TABLE, next_id);
+    let rule = Rule::new(
+        fam,
+        TABLE,
+        chain,
+        build::all([
+            exprs,
+            build::fib_daddr_local(),
+            build::verdict(Verdict::Jump(HOSTPORTS_ALL.into())),
+        ]),
+    );
+    (sets, rule)
+}
+
+/// The shared objects of one family, as the reference (re)creates them on every ADD. The
+/// entry rules are rewritten here unless nft writes them (then they stay until it does).
+fn shared_objects(b: &mut Batch, fam: Family, conditions: &EntryConditions) {
+    b.add_table(&Table::new(fam, TABLE).with_comment(TABLE_COMMENT))
+        .add_chain(&Chain::new(fam, TABLE, HOSTPORTS))
+        .add_chain(&Chain::new(fam, TABLE, HOSTIP_HOSTPORTS))
+        .add_chain(&Chain::new(fam, TABLE, HOSTPORTS_ALL))
+        .flush_chain(fam, TABLE, HOSTPORTS_ALL);
+    for target in [HOSTIP_HOSTPORTS, HOSTPORTS] {
+        b.add_rule(&Rule::new(
+            fam,
+            TABLE,
+            HOSTPORTS_ALL,
+            build::verdict(Verdict::Jump(target.into())),
+        ));
+    }
+    let mut next_id = 1;
+    for (chain, hook) in ENTRY_CHAINS {
+        b.add_chain(&Chain::base(fam, TABLE, chain, "nat", hook, DSTNAT, None));
+        if let EntryConditions::Native(m) = conditions {
+            let (sets, rule) = entry_rule(fam, chain, m, &mut next_id);
+            b.flush_chain(fam, TABLE, chain);
+            for set in &sets {
+                b.add_anon_set(set);
+            }
+            b.add_rule(&rule);
+        }
+    }
+    b.add_chain(&Chain::base(
+        fam,
+        TABLE,
+        MASQUERADING,
+        "nat",
+        Hook::Postrouting,
+        SRCNAT,
+        None,
+    ));
+}
+
+/// Rewrites both entry rules with `nft -f` in one nft transaction, for conditions only nft
+/// understands.
+fn entry_rules_by_nft(fam: Family, conditions: &str) -> Result<(), CniError> {
+    let mut script = String::new();
+    for (chain, _) in ENTRY_CHAINS {
+        let name = fam.name();
+        script.push_str(&format!(
+            "flush chain {name} {TABLE} {chain}\nadd rule {name} {TABLE} {chain} {conditions} fib daddr type local jump {HOSTPORTS_ALL}\n"
+        ));
+    }
+    netkit::netfilter::exec::run_ok(
+        "nft",
+        &["-f", "-"],
+        Some(script.as_bytes()),
+        &format!(
+            "failed to write the {} portmap entry rules with conditions {conditions:?} (nft syntax this plugin does not encode itself)",
+            fam.name()
+        ),
+    )
+    .map(|_| ())
+    .map_err(|e| CniError::internal(e.to_string()))
+}
+
+/// The per-container rules of one family (each commented with the container ID).
+pub fn container_rules(conf: &PortMapConf, container_id: &str, container: IpNetwork) -> Vec<Rule> {
     let v6 = container.is_ipv6();
     let fam = family(v6);
-    let t = format!("{fam} {TABLE}");
-    let cond = conf.conditions(v6).join(" ");
-    let cond = if cond.is_empty() {
-        String::new()
-    } else {
-        format!("{cond} ")
+    let cip = container.ip();
+    let rule = |chain: &str, exprs: Vec<Expr>| {
+        Rule::new(fam, TABLE, chain, exprs).with_comment(container_id)
     };
-    let mut s = String::new();
-    let mut line = |l: String| {
-        s.push_str(&l);
-        s.push('\n');
-    };
-    line(format!(
-        "add table {t} {{ comment \"CNI portmap plugin\" ; }}"
-    ));
-    line(format!("add chain {t} {HOSTPORTS}"));
-    line(format!("add chain {t} {HOSTIP_HOSTPORTS}"));
-    line(format!("add chain {t} {HOSTPORTS_ALL}"));
-    line(format!("flush chain {t} {HOSTPORTS_ALL}"));
-    line(format!(
-        "add rule {t} {HOSTPORTS_ALL} jump {HOSTIP_HOSTPORTS}"
-    ));
-    line(format!("add rule {t} {HOSTPORTS_ALL} jump {HOSTPORTS}"));
-    for (chain, hook) in [("prerouting", "prerouting"), ("output", "output")] {
-        line(format!(
-            "add chain {t} {chain} {{ type nat hook {hook} priority -100 ; }}"
-        ));
-        line(format!("flush chain {t} {chain}"));
-        line(format!(
-            "add rule {t} {chain} {cond}fib daddr type local jump {HOSTPORTS_ALL}"
-        ));
-    }
-    line(format!(
-        "add chain {t} {MASQUERADING} {{ type nat hook postrouting priority 100 ; }}"
-    ));
-    let comment = format!("comment \"{container_id}\"");
+    let mut rules = Vec::new();
     for m in &conf.mappings {
         let Some(host_ip) = m.host_ip_for(v6) else {
             continue;
         };
         let (chain, daddr) = match host_ip {
-            Some(ip) => (HOSTIP_HOSTPORTS, format!("{fam} daddr {ip} ")),
-            None => (HOSTPORTS, String::new()),
+            Some(ip) => (HOSTIP_HOSTPORTS, build::host(Addr::Daddr, CmpOp::Eq, ip)),
+            None => (HOSTPORTS, Vec::new()),
         };
-        line(format!(
-            "add rule {t} {chain} {daddr}meta l4proto {} th dport {} dnat to {} {comment}",
-            m.protocol.as_str(),
-            m.host_port,
-            ip_port(container.ip(), m.container_port)
+        rules.push(rule(
+            chain,
+            build::all([
+                daddr,
+                build::l4proto_dport(proto_number(m.protocol), m.host_port),
+                build::dnat(cip, m.container_port),
+            ]),
         ));
     }
     if conf.snat {
-        let cip = container.ip();
+        let to_container = build::host(Addr::Daddr, CmpOp::Eq, cip);
         if conf.masq_all {
-            line(format!(
-                "add rule {t} {MASQUERADING} {fam} daddr {cip} ct status dnat masquerade {comment}"
+            rules.push(rule(
+                MASQUERADING,
+                build::all([to_container, build::ct_status_dnat(), build::masquerade()]),
             ));
         } else {
             // The whole subnet, as the iptables backend does: a neighbour container reaching
@@ -110,128 +215,133 @@ pub fn add_script(conf: &PortMapConf, container_id: &str, container: IpNetwork) 
             // pod-to-pod traffic seen here through br_netfilter keeps its source address.
             let subnet =
                 IpNetwork::new(container.network(), container.prefix()).unwrap_or(container);
-            line(format!("add rule {t} {MASQUERADING} {fam} saddr {subnet} {fam} daddr {cip} ct status dnat masquerade {comment}"));
+            rules.push(rule(
+                MASQUERADING,
+                build::all([
+                    build::addr(Addr::Saddr, CmpOp::Eq, subnet),
+                    to_container.clone(),
+                    build::ct_status_dnat(),
+                    build::masquerade(),
+                ]),
+            ));
             if !v6 {
-                line(format!("add rule {t} {MASQUERADING} ip saddr 127.0.0.1 ip daddr {cip} masquerade {comment}"));
+                rules.push(rule(
+                    MASQUERADING,
+                    build::all([
+                        build::host(Addr::Saddr, CmpOp::Eq, IpAddr::from([127, 0, 0, 1])),
+                        to_container,
+                        build::masquerade(),
+                    ]),
+                ));
             }
         }
     }
-    s
+    rules
 }
 
-/// How many per-container rules an ADD creates for one family (for CHECK).
-pub fn expected_rules(conf: &PortMapConf, container: IpNetwork) -> usize {
-    let v6 = container.is_ipv6();
-    let dnat = conf
-        .mappings
-        .iter()
-        .filter(|m| m.host_ip_for(v6).is_some())
-        .count();
-    let masq = match (conf.snat, conf.masq_all, v6) {
-        (false, _, _) => 0,
-        (true, true, _) | (true, false, true) => 1,
-        (true, false, false) => 2,
-    };
-    dnat + masq
+/// Handles of this container's rules, per chain, in one family (three small dumps).
+fn existing(
+    sock: &mut Socket,
+    fam: Family,
+    container_id: &str,
+) -> Result<Vec<(&'static str, u64)>, CniError> {
+    let mut out = Vec::new();
+    for chain in CONTAINER_CHAINS {
+        for r in sock.rules(fam, TABLE, chain).map_err(nf)? {
+            if r.comment().as_deref() == Some(container_id) {
+                if let Some(h) = r.handle {
+                    out.push((*chain, h));
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
-fn apply_script(script: &str, what: &str) -> Result<(), CniError> {
-    exec::run_ok("nft", &["-f", "-"], Some(script.as_bytes()), what)
-        .map(|_| ())
-        .map_err(nf)
+fn is_race(e: &netkit::netfilter::Error) -> bool {
+    matches!(e.errno(), Some(libc::ENOENT | libc::EBUSY))
 }
 
-/// ADD for one family; a leftover of an earlier ADD of the same container is removed first.
+/// Applies "delete this container's rules, then `extra`" atomically, relisting on races.
+fn replace_rules(
+    sock: &mut Socket,
+    fam: Family,
+    container_id: &str,
+    extra: impl Fn(&mut Batch),
+    what: &str,
+) -> Result<(), CniError> {
+    let mut last = None;
+    for _ in 0..ATTEMPTS {
+        let mut b = Batch::new();
+        for (chain, h) in existing(sock, fam, container_id)? {
+            b.delete_rule(fam, TABLE, chain, h);
+        }
+        extra(&mut b);
+        match sock.commit(&b) {
+            Ok(_) => return Ok(()),
+            Err(e) if is_race(&e) => last = Some(e),
+            Err(e) => return Err(CniError::internal(format!("{what}: {e}"))),
+        }
+    }
+    Err(CniError::internal(format!(
+        "{what}: {}",
+        last.map(|e| e.to_string()).unwrap_or_default()
+    )))
+}
+
+/// ADD for one family: one transaction that removes a leftover of an earlier ADD of the same
+/// container, (re)builds the shared chains and adds the container's rules.
 pub fn forward_ports(
     conf: &PortMapConf,
     container_id: &str,
     container: IpNetwork,
 ) -> Result<(), CniError> {
-    remove_family(container.is_ipv6(), container_id)?;
-    apply_script(
-        &add_script(conf, container_id, container),
+    let v6 = container.is_ipv6();
+    let fam = family(v6);
+    let conditions = entry_conditions(conf.conditions(v6), v6)?;
+    let rules = container_rules(conf, container_id, container);
+    let mut sock = Socket::new().map_err(nf)?;
+    replace_rules(
+        &mut sock,
+        fam,
+        container_id,
+        |b| {
+            shared_objects(b, fam, &conditions);
+            for r in &rules {
+                b.add_rule(r);
+            }
+        },
         "failed to add nftables port mappings",
-    )
-}
-
-/// The handles of this container's rules, per chain, in one family.
-fn container_rules(v6: bool, container_id: &str) -> Result<Vec<(&'static str, u64)>, CniError> {
-    let fam = family(v6);
-    let mut out = Vec::new();
-    for chain in CONTAINER_CHAINS {
-        let Some(rules) = nft::list_chain(fam, TABLE, chain).map_err(nf)? else {
-            continue;
-        };
-        out.extend(
-            rules
-                .into_iter()
-                .filter(|r| r.comment.as_deref() == Some(container_id))
-                .map(|r| (*chain, r.handle)),
-        );
+    )?;
+    match &conditions {
+        EntryConditions::ByNft(text) => entry_rules_by_nft(fam, text),
+        EntryConditions::Native(_) => Ok(()),
     }
-    Ok(out)
 }
 
-fn remove_family(v6: bool, container_id: &str) -> Result<(), CniError> {
-    let fam = family(v6);
-    let rules = container_rules(v6, container_id)?;
-    let cmds = rules
-        .into_iter()
-        .map(|(chain, handle)| nft::delete_rule(fam, TABLE, chain, handle))
-        .collect();
-    nft::apply(
-        cmds,
-        &format!("failed to delete the nftables port mappings of {container_id}"),
-    )
-    .map_err(nf)
-}
-
-/// DEL: both families. A host without nft, or without our tables, has nothing to remove.
+/// DEL: both families. A host without nf_tables, or without our tables, has nothing to remove.
 pub fn unforward_ports(container_id: &str) -> Result<(), CniError> {
-    if exec::find_tool("nft").is_none() {
+    let Ok(mut sock) = Socket::new() else {
         return Ok(());
-    }
-    for v6 in present_families()? {
-        remove_family(v6, container_id)?;
+    };
+    for v6 in [false, true] {
+        replace_rules(
+            &mut sock,
+            family(v6),
+            container_id,
+            |_| {},
+            &format!("failed to delete the nftables port mappings of {container_id}"),
+        )?;
     }
     Ok(())
 }
 
-/// The families (false = ip, true = ip6) that have a `cni_hostport` table (one `nft` call).
-fn present_families() -> Result<Vec<bool>, CniError> {
-    let out = exec::run_ok(
-        "nft",
-        &["-j", "list", "tables"],
-        None,
-        "failed to list nftables tables",
-    )
-    .map_err(nf)?;
-    let doc: serde_json::Value = serde_json::from_str(&out).map_err(|e| {
-        CniError::internal(format!(
-            "cannot parse the output of nft -j list tables: {e}"
-        ))
-    })?;
-    let mut fams = Vec::new();
-    for item in doc
-        .get("nftables")
-        .and_then(|v| v.as_array())
-        .into_iter()
-        .flatten()
-    {
-        let Some(t) = item.get("table") else { continue };
-        if t.get("name").and_then(|v| v.as_str()) != Some(TABLE) {
-            continue;
-        }
-        match t.get("family").and_then(|v| v.as_str()) {
-            Some("ip") => fams.push(false),
-            Some("ip6") => fams.push(true),
-            _ => {}
-        }
-    }
-    Ok(fams)
+/// How many per-container rules an ADD creates for one family (for CHECK).
+pub fn expected_rules(conf: &PortMapConf, container: IpNetwork) -> usize {
+    container_rules(conf, "", container).len()
 }
 
-/// CHECK for one family: the base chains exist and the container's rules are all there.
+/// CHECK for one family: the base chains hold their jump and the container's rules are there.
 pub fn check_ports(
     conf: &PortMapConf,
     container_id: &str,
@@ -239,21 +349,21 @@ pub fn check_ports(
 ) -> Result<(), CniError> {
     let v6 = container.is_ipv6();
     let fam = family(v6);
+    let mut sock = Socket::new().map_err(nf)?;
     for chain in ["prerouting", "output", HOSTPORTS_ALL] {
-        if nft::list_chain(fam, TABLE, chain)
-            .map_err(nf)?
-            .is_none_or(|r| r.is_empty())
-        {
+        if sock.rules(fam, TABLE, chain).map_err(nf)?.is_empty() {
             return Err(CniError::internal(format!(
-                "nftables chain {fam} {TABLE} {chain} is missing or empty"
+                "nftables chain {} {TABLE} {chain} is missing or empty",
+                fam.name()
             )));
         }
     }
-    let have = container_rules(v6, container_id)?.len();
+    let have = existing(&mut sock, fam, container_id)?.len();
     let want = expected_rules(conf, container);
     if have != want {
         return Err(CniError::internal(format!(
-            "found {have} nftables port mapping rules for {container_id} in {fam} {TABLE}, expected {want}"
+            "found {have} nftables port mapping rules for {container_id} in {} {TABLE}, expected {want}",
+            fam.name()
         )));
     }
     Ok(())
@@ -262,7 +372,7 @@ pub fn check_ports(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{PortMapping, Protocol};
+    use crate::config::PortMapping;
 
     fn conf() -> PortMapConf {
         PortMapConf {
@@ -290,30 +400,121 @@ mod tests {
         }
     }
 
+    fn toks(s: &str) -> Vec<String> {
+        s.split_whitespace().map(str::to_string).collect()
+    }
+
     #[test]
-    fn v4_script() {
-        let s = add_script(&conf(), "cid", "10.88.0.5/16".parse().unwrap());
-        assert!(s.contains("add rule ip cni_hostport prerouting iifname != eth9 fib daddr type local jump hostports_all\n"));
-        assert!(s.contains("add rule ip cni_hostport hostports meta l4proto tcp th dport 8080 dnat to 10.88.0.5:80 comment \"cid\"\n"));
-        assert!(s.contains(
-            "add rule ip cni_hostport hostip_hostports ip daddr 192.168.1.1 meta l4proto udp th dport 53 dnat to 10.88.0.5:53 comment \"cid\"\n"
-        ));
-        assert!(s.contains(
-            "ip saddr 10.88.0.0/16 ip daddr 10.88.0.5 ct status dnat masquerade comment \"cid\""
-        ));
-        assert!(s.contains("ip saddr 127.0.0.1 ip daddr 10.88.0.5 masquerade"));
+    fn v4_rules() {
+        let r = container_rules(&conf(), "cid", "10.88.0.5/16".parse().unwrap());
+        assert_eq!(r.len(), 4);
+        assert_eq!(r[0].chain, HOSTPORTS);
+        assert_eq!(r[1].chain, HOSTIP_HOSTPORTS);
+        assert!(r.iter().all(|r| r.comment().as_deref() == Some("cid")));
+        assert_eq!(
+            r[2].exprs[..2],
+            build::addr(Addr::Saddr, CmpOp::Eq, "10.88.0.0/16".parse().unwrap())[..]
+        );
         assert_eq!(expected_rules(&conf(), "10.88.0.5/16".parse().unwrap()), 4);
     }
 
     #[test]
-    fn v6_script() {
-        let s = add_script(&conf(), "cid", "fd00::5/64".parse().unwrap());
-        assert!(s.contains(
-            "add rule ip6 cni_hostport output fib daddr type local jump hostports_all\n"
-        ));
-        assert!(s.contains("dnat to [fd00::5]:80"));
-        assert!(!s.contains("192.168.1.1"));
-        assert!(!s.contains("127.0.0.1"));
-        assert_eq!(expected_rules(&conf(), "fd00::5/64".parse().unwrap()), 2);
+    fn v6_rules_skip_v4_host_ips_and_localhost() {
+        let r = container_rules(&conf(), "cid", "fd00::5/64".parse().unwrap());
+        assert_eq!(r.len(), 2);
+        assert!(r.iter().all(|r| r.family == Family::Ip6));
+    }
+
+    fn native(text: &str, v6: bool) -> Matches {
+        match entry_conditions(&toks(text), v6).unwrap() {
+            EntryConditions::Native(m) => m,
+            other => panic!("{text}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn conditions() {
+        let m = native("iifname != eth9", false);
+        let (sets, exprs) = m.instantiate(Family::Ip, TABLE, &mut 1);
+        assert!(sets.is_empty());
+        assert_eq!(exprs, build::ifname(true, CmpOp::Neq, "eth9"));
+        native("ip saddr 10.0.0.0/8 meta oifname br0", false);
+        native("ip6 daddr != fd00::/64", true);
+        // Valid nft we do not encode: nft writes the entry rules.
+        for other in [
+            "tcp dport http",
+            "ip ttl 3",
+            "ip saddr localhost",
+            "th dport 80",
+        ] {
+            assert_eq!(
+                entry_conditions(&toks(other), false).unwrap(),
+                EntryConditions::ByNft(other.to_string()),
+                "{other}"
+            );
+        }
+        // What nft refuses too.
+        for bad in [
+            "ip6 saddr fd00::1",
+            "ip saddr fd00::1",
+            "iif no-such-if0",
+            "meta l4proto udp tcp dport 80",
+            "ip saddr 10.0.0.9-10.0.0.1",
+        ] {
+            assert!(entry_conditions(&toks(bad), false).is_err(), "{bad}");
+        }
+    }
+
+    /// Against nft 1.0.6's traffic for `add rule ip[6] cni_hostport prerouting CONDITIONS fib
+    /// daddr type local jump hostports_all` (testdata/*.txt), captured with strace in a
+    /// scratch netns where `lo` is ifindex 1, as it is in every netns. The set ids are nft's.
+    #[test]
+    fn only_unencoded_nft_conditions_need_the_tool() {
+        let mut c = conf();
+        assert!(!needs_nft_tool(&c));
+        c.conditions_v6 = toks("ip6 hoplimit 1");
+        assert!(needs_nft_tool(&c));
+        c.conditions_v6 = toks("-s fd00::1");
+        assert!(!needs_nft_tool(&c));
+    }
+
+    #[test]
+    fn entry_rules_match_nft() {
+        for (text, v6, first_id, golden) in [
+            (
+                r#"ip saddr != { 192.168.50.2, 10.0.0.0/8 } iifname "eth*" ct state established,related tcp dport { 80, 443 } meta mark and 0xff00 != 0x100"#,
+                false,
+                3,
+                include_str!("../testdata/nft_cond_v4.hex"),
+            ),
+            (
+                r#"ip6 saddr { fd00::/64, fd01::1-fd01::9 } oifname != { "veth0", "veth1" } udp dport 5000-6000 fib saddr type != local meta l4proto { tcp, udp }"#,
+                true,
+                8,
+                include_str!("../testdata/nft_cond_v6.hex"),
+            ),
+            (
+                "iif lo mark 0x10 ct state { new, established } ip daddr 10.1.2.0/23 ip saddr 10.0.0.1-10.0.0.7 tcp sport 1024 tcp dport 8080 ip protocol tcp",
+                false,
+                0x16,
+                include_str!("../testdata/nft_cond_v4b.hex"),
+            ),
+            (
+                "ip daddr != 10.0.0.1-10.0.0.7 meta iifname != eth0 oif lo ct state != invalid fib daddr type { local, broadcast } ip protocol != icmp udp sport != 53 udp dport != 5353",
+                false,
+                0x18,
+                include_str!("../testdata/nft_cond_v4c.hex"),
+            ),
+        ] {
+            let m = native(text, v6);
+            let mut id = first_id;
+            let (sets, rule) = entry_rule(family(v6), "prerouting", &m, &mut id);
+            let mut b = Batch::new();
+            for set in &sets {
+                b.add_anon_set(set);
+            }
+            b.add_rule(&rule);
+            netkit::netfilter::nf_tables::capture::assert_same_messages(&b, golden);
+        }
     }
 }

@@ -5,10 +5,9 @@
 //! attachment (`"owner"`, which the reference ignores), so GC can find the backups of
 //! attachments that never saw a DEL.
 
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use libcni::statefile;
 use libcni::CniError;
 use serde::{Deserialize, Serialize};
 
@@ -109,7 +108,7 @@ pub fn load(path: &Path) -> Result<Option<Backup>, CniError> {
             )))
         }
     };
-    serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+    libcni::gojson::from_slice(&bytes).map(Some).map_err(|e| {
         CniError::decode(format!(
             "failed to parse tuning backup {}: {e}",
             path.display()
@@ -117,51 +116,27 @@ pub fn load(path: &Path) -> Result<Option<Backup>, CniError> {
     })
 }
 
-/// Writes a backup atomically (temp file + rename), creating the directory (0700) if needed.
+/// Writes a backup atomically (`libcni::statefile`: a writer killed half-way leaves nothing
+/// that the next write or removal does not take), creating the directory (0700) if needed.
 pub fn store(path: &Path, backup: &Backup) -> Result<(), CniError> {
-    let ctx = |what: &str, e: std::io::Error| {
-        CniError::io(format!(
-            "failed to {what} tuning backup {}: {e}",
-            path.display()
-        ))
-    };
-    if let Some(dir) = path.parent() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(|e| ctx("create the directory of", e))?;
-    }
     let data = serde_json::to_vec_pretty(backup)
         .map_err(|e| CniError::internal(format!("failed to encode tuning backup: {e}")))?;
-    let tmp = path.with_extension(format!("json.tmp{}", std::process::id()));
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(&data)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    };
-    write().map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        ctx("write", e)
+    statefile::write_atomic(path, &data).map_err(|e| {
+        CniError::io(format!(
+            "failed to write tuning backup {}: {e}",
+            path.display()
+        ))
     })
 }
 
 /// Removes a backup; a missing file is fine.
 pub fn remove(path: &Path) -> Result<(), CniError> {
-    match std::fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(CniError::io(format!(
+    statefile::remove_if_exists(path).map_err(|e| {
+        CniError::io(format!(
             "failed to remove tuning backup {}: {e}",
             path.display()
-        ))),
-    }
+        ))
+    })
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ use std::fmt;
 
 use libcni::skel::CmdArgs;
 use libcni::CniError;
-use serde::de::{MapAccess, Visitor};
+use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
 /// Where link backups live unless `dataDir` says otherwise.
@@ -61,6 +61,65 @@ fn canonical_key(key: &str) -> String {
         key.trim_matches('/').to_string()
     } else {
         key.replace('.', "/")
+    }
+}
+
+/// The reference rejects a top-level sysctl key written twice. Decoding keeps only the last
+/// of repeated keys, so this pass reads the raw bytes: only the keys of every `sysctl` object
+/// (any case, as Go matches the field), values unchecked.
+fn check_repeated_sysctl_keys(stdin: &[u8]) -> Result<(), String> {
+    struct TopLevel;
+    impl<'de> Visitor<'de> for TopLevel {
+        type Value = ();
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            let mut seen: Vec<String> = Vec::new();
+            while let Some(key) = map.next_key::<String>()? {
+                if libcni::gojson::fold_eq(&key, "sysctl") {
+                    map.next_value_seed(SysctlKeys(&mut seen))?;
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(())
+        }
+    }
+    struct SysctlKeys<'a>(&'a mut Vec<String>);
+    impl<'de> DeserializeSeed<'de> for SysctlKeys<'_> {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+    impl<'de> Visitor<'de> for SysctlKeys<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("an object of sysctl names to string values")
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            while let Some(key) = map.next_key::<String>()? {
+                map.next_value::<IgnoredAny>()?;
+                let canon = canonical_key(&key);
+                if self.0.contains(&canon) {
+                    return Err(serde::de::Error::custom(format!(
+                        "duplicate sysctl key {key:?}"
+                    )));
+                }
+                self.0.push(canon);
+            }
+            Ok(())
+        }
+    }
+    // Anything that is not an object is reported by the decoding pass.
+    let mut de = serde_json::Deserializer::from_slice(stdin);
+    match de.deserialize_map(TopLevel) {
+        Err(e) if e.to_string().contains("duplicate sysctl key") => Err(e.to_string()),
+        _ => Ok(()),
     }
 }
 
@@ -138,10 +197,14 @@ impl Tuning {
     }
 }
 
-/// Parses the request (stdin bytes, so duplicate sysctl keys are still visible) and CNI_ARGS.
+/// Parses the request (keys matched as Go does) and CNI_ARGS.
 pub fn parse(args: &CmdArgs) -> Result<Tuning, CniError> {
-    let raw: RawConf = serde_json::from_slice(&args.stdin)
-        .map_err(|e| CniError::decode(format!("failed to parse tuning configuration: {e}")))?;
+    let decode_err =
+        |e: String| CniError::decode(format!("failed to parse tuning configuration: {e}"));
+    check_repeated_sysctl_keys(&args.stdin).map_err(decode_err)?;
+    let raw: RawConf = args
+        .decode_config()
+        .map_err(|e| decode_err(e.to_string()))?;
     let pairs = args.cni_args()?;
     libcni::args::check_known(&pairs, &["IgnoreUnknown", "MAC"])?;
     let env_mac = libcni::args::get(&pairs, "MAC").map(str::to_string);
@@ -229,7 +292,9 @@ mod tests {
     use super::*;
 
     fn parse_json(s: &str, env_mac: Option<&str>) -> Result<Tuning, CniError> {
-        let raw: RawConf = serde_json::from_str(s).map_err(|e| CniError::decode(e.to_string()))?;
+        check_repeated_sysctl_keys(s.as_bytes()).map_err(CniError::decode)?;
+        let raw: RawConf = libcni::gojson::from_slice(s.as_bytes())
+            .map_err(|e| CniError::decode(e.to_string()))?;
         merge(raw, env_mac.map(str::to_string))
     }
 

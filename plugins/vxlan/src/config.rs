@@ -3,7 +3,7 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use ipnetwork::Ipv4Network;
+use ipnetwork::IpNetwork;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -52,10 +52,11 @@ impl Mode {
 /// entry cannot block the others (see [`crate::PeerSet`]).
 #[derive(Debug, Clone)]
 pub struct OverlayConfig {
-    /// The cluster pod network; every peer subnet must lie inside it.
-    pub network: Ipv4Network,
+    /// The cluster pod network (IPv4 or IPv6); every peer subnet must lie inside it. One pass
+    /// handles one family: a dual-stack overlay is two configs (two devices, as flannel).
+    pub network: IpNetwork,
     /// This node's pod subnet; when `None` it is found in the peer list by the node's address.
-    pub subnet: Option<Ipv4Network>,
+    pub subnet: Option<IpNetwork>,
     /// Inline peer entries, unparsed.
     pub peers: Vec<Value>,
     /// A JSON file with more peer entries.
@@ -63,7 +64,7 @@ pub struct OverlayConfig {
     pub mode: Mode,
     pub vni: u32,
     pub port: u16,
-    /// VXLAN device name (`flannel.<vni>` by default).
+    /// VXLAN device name (`flannel.<vni>`, or `flannel-v6.<vni>` for an IPv6 network).
     pub device: String,
     /// Underlay interface; default: the one holding `local_ip`, else the default route's.
     pub underlay_interface: Option<String>,
@@ -95,11 +96,11 @@ struct RawConfig {
     state_dir: Option<PathBuf>,
 }
 
-/// Parses an IPv4 CIDR and insists that host bits are clear (`10.244.1.0/24`, not `.5/24`).
-pub fn parse_subnet(field: &str, s: &str) -> Result<Ipv4Network, String> {
-    let net: Ipv4Network = s
+/// Parses a CIDR and insists that host bits are clear (`10.244.1.0/24`, not `.5/24`).
+pub fn parse_subnet(field: &str, s: &str) -> Result<IpNetwork, String> {
+    let net: IpNetwork = s
         .parse()
-        .map_err(|e| format!("{field} {s:?} is not an IPv4 CIDR: {e}"))?;
+        .map_err(|e| format!("{field} {s:?} is not a CIDR: {e}"))?;
     if net.ip() != net.network() {
         return Err(format!(
             "{field} {s:?} has host bits set (did you mean {}/{}?)",
@@ -110,12 +111,38 @@ pub fn parse_subnet(field: &str, s: &str) -> Result<Ipv4Network, String> {
     Ok(net)
 }
 
+/// Whether `sub` lies inside `net` (same family, at least as long a prefix).
+pub fn inside(sub: IpNetwork, net: IpNetwork) -> bool {
+    net.contains(sub.network()) && sub.prefix() >= net.prefix()
+}
+
+/// Whether two networks share any address (never across families).
+pub fn overlaps(a: IpNetwork, b: IpNetwork) -> bool {
+    a.contains(b.network()) || b.contains(a.network())
+}
+
+/// flannel's device names: `flannel.<vni>`, and `flannel-v6.<vni>` for the IPv6 overlay.
+pub fn default_device(network: IpNetwork, vni: u32) -> String {
+    match network {
+        IpNetwork::V4(_) => format!("flannel.{vni}"),
+        IpNetwork::V6(_) => format!("flannel-v6.{vni}"),
+    }
+}
+
 impl OverlayConfig {
+    /// The address family of the overlay network (of its routes and neighbour entries).
+    pub fn family(&self) -> netkit::addr::Family {
+        match self.network {
+            IpNetwork::V4(_) => netkit::addr::Family::V4,
+            IpNetwork::V6(_) => netkit::addr::Family::V6,
+        }
+    }
+
     /// Parses the plugin's config object (other keys such as `type`, `name` or `prevResult`
     /// are ignored).
     pub fn from_map(map: &Map<String, Value>) -> Result<OverlayConfig, Error> {
-        let raw: RawConfig = serde_json::from_value(Value::Object(map.clone()))
-            .map_err(|e| Error::Config(e.to_string()))?;
+        let raw: RawConfig =
+            libcni::gojson::from_map(map).map_err(|e| Error::Config(e.to_string()))?;
         let network = raw.network.ok_or_else(|| {
             Error::Config("\"network\" (the cluster pod network) is required".into())
         })?;
@@ -123,7 +150,7 @@ impl OverlayConfig {
         let subnet = match raw.subnet {
             Some(s) => {
                 let sub = parse_subnet("subnet", &s).map_err(Error::Config)?;
-                if !network.contains(sub.network()) || sub.prefix() < network.prefix() {
+                if !inside(sub, network) {
                     return Err(Error::Config(format!(
                         "subnet {sub} is not inside network {network}"
                     )));
@@ -147,7 +174,7 @@ impl OverlayConfig {
         if port == 0 {
             return Err(Error::Config("port 0 is not a valid UDP port".into()));
         }
-        let device = raw.device.unwrap_or_else(|| format!("flannel.{vni}"));
+        let device = raw.device.unwrap_or_else(|| default_device(network, vni));
         netkit::link::validate_ifname(&device)
             .map_err(|e| Error::Config(format!("device: {e}")))?;
         if let Some(name) = &raw.underlay_interface {
@@ -190,8 +217,8 @@ impl OverlayConfig {
     /// Parses a config from JSON text: a single plugin config, or a conflist whose `plugins`
     /// array holds a `"type": "vxlan"` entry (what `vxlan sync <file>` accepts).
     pub fn from_json_text(text: &str) -> Result<OverlayConfig, Error> {
-        let v: Value =
-            serde_json::from_str(text).map_err(|e| Error::Config(format!("not JSON: {e}")))?;
+        let v: Value = libcni::gojson::parse(text.as_bytes())
+            .map_err(|e| Error::Config(format!("not JSON: {e}")))?;
         let Value::Object(map) = v else {
             return Err(Error::Config("config is not a JSON object".into()));
         };
@@ -199,7 +226,10 @@ impl OverlayConfig {
             let entry = plugins
                 .iter()
                 .find_map(|p| match p {
-                    Value::Object(m) if m.get("type").and_then(Value::as_str) == Some("vxlan") => {
+                    Value::Object(m)
+                        if libcni::gojson::get(m, "type").and_then(Value::as_str)
+                            == Some("vxlan") =>
+                    {
                         Some(m)
                     }
                     _ => None,
@@ -242,6 +272,13 @@ mod tests {
         .unwrap();
         assert_eq!(c.device, "flannel.7");
         assert_eq!(c.lock_file, PathBuf::from("/tmp/s/vxlan-flannel.7.lock"));
+        let c =
+            parse(json!({"network": "fd00:10:244::/56", "subnet": "fd00:10:244:3::/64"})).unwrap();
+        assert_eq!(c.device, "flannel-v6.1");
+        assert_eq!(
+            c.lock_file,
+            PathBuf::from("/run/ferrocni/vxlan-flannel-v6.1.lock")
+        );
     }
 
     #[test]
@@ -258,6 +295,9 @@ mod tests {
             json!({"network": "10.244.0.0/16", "subnet": "10.244.1.0/24", "mtu": 10}),
             json!({"network": "10.244.0.0/16", "subnet": "10.244.1.0/24", "peers": "no"}),
             json!({"network": "10.244.0.0/16"}),
+            json!({"network": "fd00::/56", "subnet": "fd00:0:0:1::1/64"}),
+            json!({"network": "fd00::/56", "subnet": "10.244.1.0/24"}),
+            json!({"network": "10.244.0.0/16", "subnet": "fd00::/64"}),
         ] {
             assert!(matches!(parse(bad.clone()), Err(Error::Config(_))), "{bad}");
         }

@@ -2,11 +2,11 @@
 //! about the node (its underlay address and on-link prefixes). Pure: no kernel access.
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 
-use ipnetwork::{IpNetwork, Ipv4Network};
+use ipnetwork::IpNetwork;
 
-use crate::config::{Mode, OverlayConfig};
+use crate::config::{inside, overlaps, Mode, OverlayConfig};
 use crate::fasthash::FastMap;
 use crate::mac::vtep_mac;
 use crate::peers::{Peer, PeerSet};
@@ -26,7 +26,7 @@ pub enum PeerRoute {
     /// Through the VXLAN device: neighbour `vtep` → `mac`, FDB `mac` → `underlay`, route
     /// `subnet via vtep onlink`.
     Vxlan {
-        vtep: Ipv4Addr,
+        vtep: IpAddr,
         mac: [u8; 6],
         underlay: IpAddr,
     },
@@ -38,16 +38,16 @@ pub enum PeerRoute {
 #[derive(Debug, Clone)]
 pub struct Desired {
     /// The cluster network.
-    pub network: Ipv4Network,
+    pub network: IpNetwork,
     /// This node's pod subnet.
-    pub subnet: Ipv4Network,
+    pub subnet: IpNetwork,
     /// This node's VTEP address (the subnet's network address) and MAC.
-    pub vtep: Ipv4Addr,
+    pub vtep: IpAddr,
     pub vtep_mac: [u8; 6],
     /// Whether the VXLAN device must exist.
     pub device: bool,
     /// Peer subnet → how to reach it, with the origin of the entry for messages.
-    pub peers: BTreeMap<Ipv4Network, (PeerRoute, String)>,
+    pub peers: BTreeMap<IpNetwork, (PeerRoute, String)>,
     /// Entries that were skipped, one line each.
     pub problems: Vec<String>,
 }
@@ -58,7 +58,7 @@ pub fn own_subnet(
     cfg: &OverlayConfig,
     peers: &PeerSet,
     local_ip: IpAddr,
-) -> Option<(Ipv4Network, Option<[u8; 6]>)> {
+) -> Option<(IpNetwork, Option<[u8; 6]>)> {
     let own_entry = peers
         .peers
         .iter()
@@ -75,7 +75,7 @@ pub fn desired_state(
     cfg: &OverlayConfig,
     peers: &PeerSet,
     facts: &NodeFacts,
-    subnet: Ipv4Network,
+    subnet: IpNetwork,
     own_mac: Option<[u8; 6]>,
 ) -> Desired {
     let vtep = subnet.network();
@@ -169,18 +169,30 @@ pub fn desired_state(
     d
 }
 
-/// Accepted peer subnets as disjoint address ranges, for O(log n) overlap checks.
+/// Accepted peer subnets (all of the network's family) as disjoint address ranges, for
+/// O(log n) overlap checks.
 #[derive(Default)]
-struct Ranges(BTreeMap<u32, (u32, Ipv4Network)>);
+struct Ranges(BTreeMap<u128, (u128, IpNetwork)>);
 
 impl Ranges {
-    fn bounds(net: Ipv4Network) -> (u32, u32) {
-        (u32::from(net.network()), u32::from(net.broadcast()))
+    fn bounds(net: IpNetwork) -> (u128, u128) {
+        match net {
+            IpNetwork::V4(n) => (
+                u128::from(u32::from(n.network())),
+                u128::from(u32::from(n.broadcast())),
+            ),
+            IpNetwork::V6(n) => {
+                let start = u128::from(n.network());
+                let host_bits = 128 - u32::from(n.prefix());
+                let span = 1u128.checked_shl(host_bits).map_or(u128::MAX, |s| s - 1);
+                (start, start | span)
+            }
+        }
     }
 
     /// An accepted subnet overlapping `net`, if any. Ranges are disjoint, so only the
     /// nearest range starting at or before `net` and the first one starting inside it matter.
-    fn overlapping(&self, net: Ipv4Network) -> Option<Ipv4Network> {
+    fn overlapping(&self, net: IpNetwork) -> Option<IpNetwork> {
         let (start, end) = Self::bounds(net);
         if let Some((_, (prev_end, other))) = self.0.range(..=start).next_back() {
             if *prev_end >= start {
@@ -193,30 +205,30 @@ impl Ranges {
             .map(|(_, (_, other))| *other)
     }
 
-    fn insert(&mut self, net: Ipv4Network) {
+    fn insert(&mut self, net: IpNetwork) {
         let (start, end) = Self::bounds(net);
         self.0.insert(start, (end, net));
     }
 }
 
 /// The node's own entry in a shared list: same underlay address, or same subnet.
-fn is_self(peer: &Peer, subnet: Ipv4Network, local_ip: IpAddr) -> bool {
+fn is_self(peer: &Peer, subnet: IpNetwork, local_ip: IpAddr) -> bool {
     peer.ip == local_ip || peer.subnet == subnet
 }
 
 fn plan_peer(
     cfg: &OverlayConfig,
     facts: &NodeFacts,
-    subnet: Ipv4Network,
+    subnet: IpNetwork,
     peer: &Peer,
 ) -> Result<PeerRoute, String> {
-    if !cfg.network.contains(peer.subnet.network()) || peer.subnet.prefix() < cfg.network.prefix() {
+    if !inside(peer.subnet, cfg.network) {
         return Err(format!(
             "subnet {} is not inside network {}",
             peer.subnet, cfg.network
         ));
     }
-    if peer.subnet.overlaps(subnet) {
+    if overlaps(peer.subnet, subnet) {
         return Err(format!(
             "subnet {} overlaps this node's subnet {subnet}",
             peer.subnet
@@ -224,6 +236,8 @@ fn plan_peer(
     }
     let on_link = facts.on_link.iter().any(|n| n.contains(peer.ip));
     let same_family = peer.ip.is_ipv4() == facts.local_ip.is_ipv4();
+    // A plain route needs a gateway of the pod subnet's own family.
+    let gateway_family = peer.ip.is_ipv4() == peer.subnet.is_ipv4();
     let host_gw = match cfg.mode {
         Mode::HostGw => {
             if !on_link {
@@ -232,16 +246,16 @@ fn plan_peer(
                     peer.ip
                 ));
             }
-            if !peer.ip.is_ipv4() {
+            if !gateway_family {
                 return Err(format!(
-                    "host-gw needs an IPv4 gateway for an IPv4 pod subnet, got {}",
-                    peer.ip
+                    "host-gw needs a gateway of the pod subnet's family for {}, got {}",
+                    peer.subnet, peer.ip
                 ));
             }
             true
         }
         Mode::Vxlan => false,
-        Mode::Auto => on_link && peer.ip.is_ipv4(),
+        Mode::Auto => on_link && gateway_family,
     };
     if host_gw {
         return Ok(PeerRoute::HostGw { gateway: peer.ip });
@@ -304,14 +318,14 @@ mod tests {
         let d = desired_state(&c, &p, &facts(), subnet, mac);
         assert_eq!(d.peers.len(), 2);
         assert!(d.problems.is_empty(), "{:?}", d.problems);
-        assert_eq!(d.vtep, Ipv4Addr::new(10, 244, 0, 0));
+        assert_eq!(d.vtep, "10.244.0.0".parse::<IpAddr>().unwrap());
         assert_eq!(d.vtep_mac, vtep_mac(d.vtep));
         let (route, _) = &d.peers[&"10.244.1.0/24".parse().unwrap()];
         assert_eq!(
             route,
             &PeerRoute::Vxlan {
-                vtep: Ipv4Addr::new(10, 244, 1, 0),
-                mac: vtep_mac(Ipv4Addr::new(10, 244, 1, 0)),
+                vtep: "10.244.1.0".parse().unwrap(),
+                mac: vtep_mac("10.244.1.0".parse().unwrap()),
                 underlay: "192.168.1.11".parse().unwrap()
             }
         );
@@ -392,6 +406,48 @@ mod tests {
         ]));
         let d = desired_state(&c, &p, &facts(), "10.244.0.0/24".parse().unwrap(), None);
         assert_eq!((d.peers.len(), d.problems.len()), (1, 0));
+    }
+
+    #[test]
+    fn ipv6_overlay_over_an_ipv6_underlay() {
+        let v = json!({"network": "fd00:10:244::/56", "peersFile": "/unused", "mode": "auto"});
+        let serde_json::Value::Object(m) = v else {
+            unreachable!()
+        };
+        let c = OverlayConfig::from_map(&m).unwrap();
+        let facts = NodeFacts {
+            local_ip: "fd00:1::10".parse().unwrap(),
+            on_link: vec!["fd00:1::/64".parse().unwrap()],
+        };
+        let p = peers(json!([
+            {"subnet": "fd00:10:244:1::/64", "ip": "fd00:1::10"},
+            {"subnet": "fd00:10:244:2::/64", "ip": "fd00:1::11"},
+            {"subnet": "fd00:10:244:3::/64", "ip": "fd00:9::12"},
+            {"subnet": "fd00:10:244:2:8000::/65", "ip": "fd00:9::13"},
+            {"subnet": "10.244.4.0/24", "ip": "fd00:9::14"},
+            {"subnet": "fd00:10:244:5::/64", "ip": "192.168.1.15"},
+        ]));
+        let (subnet, _) = own_subnet(&c, &p, facts.local_ip).unwrap();
+        assert_eq!(subnet.to_string(), "fd00:10:244:1::/64");
+        let d = desired_state(&c, &p, &facts, subnet, None);
+        assert_eq!(d.vtep, "fd00:10:244:1::".parse::<IpAddr>().unwrap());
+        // On-link peer: a plain IPv6 route; off-link: VXLAN; overlapping, foreign-family
+        // subnet and other-family underlay entries are reported.
+        assert!(matches!(
+            d.peers[&"fd00:10:244:2::/64".parse().unwrap()].0,
+            PeerRoute::HostGw { .. }
+        ));
+        let (route, _) = &d.peers[&"fd00:10:244:3::/64".parse().unwrap()];
+        assert_eq!(
+            route,
+            &PeerRoute::Vxlan {
+                vtep: "fd00:10:244:3::".parse().unwrap(),
+                mac: vtep_mac("fd00:10:244:3::".parse().unwrap()),
+                underlay: "fd00:9::12".parse().unwrap()
+            }
+        );
+        assert_eq!(d.peers.len(), 2);
+        assert_eq!(d.problems.len(), 3, "{:?}", d.problems);
     }
 
     #[test]

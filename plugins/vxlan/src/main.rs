@@ -51,8 +51,7 @@ impl Plugin for VxlanPlugin {
         let cfg = OverlayConfig::from_map(&args.config)?;
         PeerSet::load(&cfg).map_err(|e| CniError::not_available(e.to_string()))?;
         let mut sock = netkit::Socket::new().map_err(|e| CniError::internal(e.to_string()))?;
-        let routes = sock
-            .routes(netkit::addr::Family::V4, Some(netkit::route::TABLE_MAIN))
+        let routes = vxlan::reconcile::main_routes(&mut sock, &cfg)
             .map_err(|e| CniError::internal(e.to_string()))?;
         vxlan::reconcile::resolve_underlay(&mut sock, &cfg, &routes)
             .map_err(|e| CniError::not_available(e.to_string()))?;

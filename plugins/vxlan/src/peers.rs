@@ -5,7 +5,7 @@
 use std::net::IpAddr;
 use std::path::Path;
 
-use ipnetwork::Ipv4Network;
+use ipnetwork::IpNetwork;
 use serde_json::Value;
 
 use crate::config::{parse_subnet, OverlayConfig};
@@ -18,7 +18,7 @@ const MAX_PEERS_FILE_BYTES: u64 = 64 << 20;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Peer {
     /// The node's pod subnet; its network address is the node's VTEP address.
-    pub subnet: Ipv4Network,
+    pub subnet: IpNetwork,
     /// The node's underlay address (VXLAN destination, or host-gw gateway).
     pub ip: IpAddr,
     /// The node's VTEP MAC, when given; derived from the VTEP address otherwise.

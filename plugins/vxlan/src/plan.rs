@@ -6,9 +6,9 @@
 //! excluded). Everything else on the host is left alone, even when it is in the way.
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 
-use ipnetwork::{IpNetwork, Ipv4Network};
+use ipnetwork::IpNetwork;
 use netkit::link::format_mac;
 use netkit::packet_route::route::{RouteProtocol, RouteScope, RouteType};
 use netkit::route::{Route, TABLE_MAIN};
@@ -23,11 +23,11 @@ pub const ROUTE_PROTOCOL: u8 = 90;
 /// What the kernel holds, as far as the plan cares.
 #[derive(Debug, Clone, Default)]
 pub struct Observed {
-    /// Permanent IPv4 neighbour entries on our device: address → lladdr.
-    pub neighbours: Vec<(Ipv4Addr, Vec<u8>)>,
+    /// Permanent neighbour entries (of the network's family) on our device: address → lladdr.
+    pub neighbours: Vec<(IpAddr, Vec<u8>)>,
     /// FDB entries on our device: MAC → remote.
     pub fdb: Vec<([u8; 6], Option<IpAddr>)>,
-    /// Every IPv4 route of the main table.
+    /// Every route of the main table of the network's family.
     pub routes: Vec<Route>,
 }
 
@@ -35,8 +35,8 @@ pub struct Observed {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
     DeleteRoute(Route),
-    SetNeighbour { ip: Ipv4Addr, mac: [u8; 6] },
-    DeleteNeighbour { ip: Ipv4Addr },
+    SetNeighbour { ip: IpAddr, mac: [u8; 6] },
+    DeleteNeighbour { ip: IpAddr },
     SetFdb { mac: [u8; 6], dst: IpAddr },
     DeleteFdb { mac: [u8; 6], dst: Option<IpAddr> },
     SetRoute(Route),
@@ -96,27 +96,38 @@ pub struct Links {
 /// by protocol, scope, metric and device but not by gateway, so thousands of routes that
 /// differ only in their gateway pile up in one hash chain and each insert walks it
 /// (5,000 peers: ~0.6 s instead of ~0.15 s). Distinct metrics spread them; since every
-/// peer subnet is a distinct destination, the metric changes nothing else.
-pub fn route_metric(network: Ipv4Network, subnet: Ipv4Network) -> u32 {
-    let offset = u32::from(subnet.network()).wrapping_sub(u32::from(network.network()));
+/// peer subnet is a distinct destination, the metric changes nothing else. IPv6 uses the
+/// same rule (an index past `u32::MAX - 1` saturates: such networks share the last metric).
+pub fn route_metric(network: IpNetwork, subnet: IpNetwork) -> u32 {
+    let (offset, bits) = match (network, subnet) {
+        (IpNetwork::V4(n), IpNetwork::V4(s)) => (
+            u128::from(u32::from(s.network()).wrapping_sub(u32::from(n.network()))),
+            32,
+        ),
+        (IpNetwork::V6(n), IpNetwork::V6(s)) => (
+            u128::from(s.network()).wrapping_sub(u128::from(n.network())),
+            128,
+        ),
+        _ => return 1,
+    };
     let index = offset
-        .checked_shr(32 - u32::from(subnet.prefix()))
+        .checked_shr(bits - u32::from(subnet.prefix()))
         .unwrap_or(0);
-    index.saturating_add(1)
+    u32::try_from(index).unwrap_or(u32::MAX).saturating_add(1)
 }
 
 /// The route we program for one peer.
 pub fn peer_route(
-    network: Ipv4Network,
-    subnet: Ipv4Network,
+    network: IpNetwork,
+    subnet: IpNetwork,
     route: &PeerRoute,
     links: Links,
 ) -> Option<Route> {
     let (gw, oif, onlink) = match route {
-        PeerRoute::Vxlan { vtep, .. } => (IpAddr::V4(*vtep), links.device?, true),
+        PeerRoute::Vxlan { vtep, .. } => (*vtep, links.device?, true),
         PeerRoute::HostGw { gateway } => (*gateway, links.underlay, false),
     };
-    let mut r = Route::new(IpNetwork::V4(subnet)).via(gw).dev(oif);
+    let mut r = Route::new(subnet).via(gw).dev(oif);
     r.onlink = onlink;
     r.protocol = Some(RouteProtocol::Other(ROUTE_PROTOCOL));
     r.scope = Some(RouteScope::Universe);
@@ -128,15 +139,12 @@ pub fn peer_route(
 
 /// A route this network manages: on our VXLAN device, or tagged with our protocol and inside
 /// this network's cluster range (so two overlay networks on one node leave each other alone).
-fn is_ours(r: &Route, network: Ipv4Network, links: Links) -> bool {
+fn is_ours(r: &Route, network: IpNetwork, links: Links) -> bool {
     if r.table_id() != TABLE_MAIN || r.kind.is_some_and(|k| k != RouteType::Unicast) {
         return false;
     }
     let proto = r.protocol.map(u8::from);
-    let inside_network = match r.dst_network() {
-        IpNetwork::V4(d) => d.prefix() >= network.prefix() && network.contains(d.network()),
-        IpNetwork::V6(_) => false,
-    };
+    let inside_network = crate::config::inside(r.dst_network(), network);
     (proto == Some(ROUTE_PROTOCOL) && inside_network)
         || (links.device.is_some()
             && r.oif == links.device
@@ -160,7 +168,7 @@ pub fn plan(desired: &Desired, observed: &Observed, links: Links) -> Plan {
     let mut p = Plan::default();
 
     // Desired L2 entries (only with a device).
-    let mut want_neigh: BTreeMap<Ipv4Addr, [u8; 6]> = BTreeMap::new();
+    let mut want_neigh: BTreeMap<IpAddr, [u8; 6]> = BTreeMap::new();
     let mut want_fdb: FastMap<[u8; 6], IpAddr> = FastMap::default();
     if links.device.is_some() {
         for (route, _) in desired.peers.values() {
@@ -191,7 +199,7 @@ pub fn plan(desired: &Desired, observed: &Observed, links: Links) -> Plan {
         let Some(want) = peer_route(desired.network, *subnet, route, links) else {
             continue;
         };
-        let dst = IpNetwork::V4(*subnet);
+        let dst = *subnet;
         wanted_dsts.insert(dst);
         let have = ours.get(&dst).map(Vec::as_slice).unwrap_or(&[]);
         if have.len() == 1 && same_route(have[0], &want) {
@@ -284,6 +292,11 @@ fn delete_selector(r: &Route) -> Route {
 mod tests {
     use super::*;
     use crate::mac::vtep_mac;
+    use std::net::Ipv4Addr;
+
+    fn v4(a: u8, b: u8, c: u8, d: u8) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::new(a, b, c, d))
+    }
 
     const DEV: u32 = 10;
     const UNDER: u32 = 2;
@@ -296,8 +309,8 @@ mod tests {
         Desired {
             network: "10.244.0.0/16".parse().unwrap(),
             subnet: "10.244.0.0/24".parse().unwrap(),
-            vtep: Ipv4Addr::new(10, 244, 0, 0),
-            vtep_mac: vtep_mac(Ipv4Addr::new(10, 244, 0, 0)),
+            vtep: v4(10, 244, 0, 0),
+            vtep_mac: vtep_mac(v4(10, 244, 0, 0)),
             device: true,
             peers: peers
                 .iter()
@@ -308,7 +321,7 @@ mod tests {
     }
 
     fn vx(n: u8, under: &str) -> PeerRoute {
-        let vtep = Ipv4Addr::new(10, 244, n, 0);
+        let vtep = v4(10, 244, n, 0);
         PeerRoute::Vxlan {
             vtep,
             mac: vtep_mac(vtep),
@@ -390,7 +403,7 @@ mod tests {
             panic!()
         };
         assert_eq!(r.dst.to_string(), "10.244.2.0/24");
-        let vtep2 = Ipv4Addr::new(10, 244, 2, 0);
+        let vtep2 = v4(10, 244, 2, 0);
         assert_eq!(
             p.l2_changes,
             vec![
@@ -410,7 +423,7 @@ mod tests {
         let o = apply_to_empty(&before);
         let after = desired(&[("10.244.1.0/24", vx(1, "192.168.1.99"))]);
         let p = plan(&after, &o, LINKS);
-        let mac = vtep_mac(Ipv4Addr::new(10, 244, 1, 0));
+        let mac = vtep_mac(v4(10, 244, 1, 0));
         assert_eq!(
             p.l2_changes,
             vec![
@@ -456,7 +469,7 @@ mod tests {
 
     #[test]
     fn metrics_are_distinct_per_subnet() {
-        let net: Ipv4Network = "10.244.0.0/16".parse().unwrap();
+        let net: IpNetwork = "10.244.0.0/16".parse().unwrap();
         assert_eq!(route_metric(net, "10.244.0.0/24".parse().unwrap()), 1);
         assert_eq!(route_metric(net, "10.244.7.0/24".parse().unwrap()), 8);
         assert_eq!(route_metric(net, "10.244.255.0/24".parse().unwrap()), 256);
@@ -471,6 +484,50 @@ mod tests {
             ),
             66052
         );
+    }
+
+    #[test]
+    fn ipv6_metrics_follow_the_same_rule() {
+        let net: IpNetwork = "fd00:10:244::/56".parse().unwrap();
+        assert_eq!(route_metric(net, "fd00:10:244::/64".parse().unwrap()), 1);
+        assert_eq!(route_metric(net, "fd00:10:244:7::/64".parse().unwrap()), 8);
+        let wide: IpNetwork = "fd00::/8".parse().unwrap();
+        assert_eq!(
+            route_metric(wide, "fdff:ffff:ffff:ffff::/64".parse().unwrap()),
+            u32::MAX
+        );
+        assert_eq!(route_metric(net, "10.0.0.0/8".parse().unwrap()), 1);
+    }
+
+    #[test]
+    fn ipv6_peers_get_neighbour_fdb_and_onlink_route() {
+        let vtep: IpAddr = "fd00:10:244:1::".parse().unwrap();
+        let mut d = desired(&[]);
+        d.network = "fd00:10:244::/56".parse().unwrap();
+        d.subnet = "fd00:10:244::/64".parse().unwrap();
+        d.peers.insert(
+            "fd00:10:244:1::/64".parse().unwrap(),
+            (
+                PeerRoute::Vxlan {
+                    vtep,
+                    mac: vtep_mac(vtep),
+                    underlay: "fd00:1::11".parse().unwrap(),
+                },
+                "p".into(),
+            ),
+        );
+        let o = apply_to_empty(&d);
+        assert_eq!(o.neighbours, vec![(vtep, vtep_mac(vtep).to_vec())]);
+        assert_eq!(o.routes.len(), 1);
+        assert!(o.routes[0].onlink && o.routes[0].gateway == Some(vtep));
+        assert_eq!(o.routes[0].priority, Some(2));
+        assert!(plan(&d, &o, LINKS).is_empty());
+        // A route of ours for a subnet of this IPv6 network that no peer has is stale.
+        let mut stale = o.clone();
+        let mut r = o.routes[0].clone();
+        r.dst = "fd00:10:244:9::/64".parse().unwrap();
+        stale.routes.push(r);
+        assert_eq!(plan(&d, &stale, LINKS).route_deletes.len(), 1);
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::fmt;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use ipnetwork::{IpNetwork, Ipv4Network};
+use ipnetwork::IpNetwork;
 use netkit::addr::{AddressOptions, Family};
 use netkit::packet_route::address::{AddressFlags, AddressScope};
 use netkit::packet_route::neighbour::NeighbourFlags;
@@ -70,7 +70,7 @@ impl Changes {
 pub struct Report {
     pub underlay: Option<String>,
     pub local_ip: Option<IpAddr>,
-    pub subnet: Option<Ipv4Network>,
+    pub subnet: Option<IpNetwork>,
     /// MTU of the VXLAN device (what pods should use in vxlan/auto mode).
     pub mtu: Option<u32>,
     pub device: DeviceChange,
@@ -170,7 +170,8 @@ pub struct Underlay {
 }
 
 /// Finds the underlay interface (configured name, else the one holding `localIP`, else the
-/// default route's) and its address. `main_routes` is a dump of the main IPv4 table.
+/// default route's) and its address. `main_routes` is a dump of the main table of the
+/// network's family.
 pub fn resolve_underlay(
     sock: &mut Socket,
     cfg: &OverlayConfig,
@@ -228,8 +229,9 @@ pub fn resolve_underlay(
     })
 }
 
-fn main_v4_routes(sock: &mut Socket) -> Result<Vec<Route>, Error> {
-    Ok(sock.routes(Family::V4, Some(TABLE_MAIN))?)
+/// The main table of the overlay network's family (the only routes a pass manages).
+pub fn main_routes(sock: &mut Socket, cfg: &OverlayConfig) -> Result<Vec<Route>, Error> {
+    Ok(sock.routes(cfg.family(), Some(TABLE_MAIN))?)
 }
 
 fn run(
@@ -245,7 +247,7 @@ fn run(
         report.timings.push((what, now - clock));
         clock = now;
     };
-    let mut routes = main_v4_routes(sock)?;
+    let mut routes = main_routes(sock, cfg)?;
     lap(report, "dump routes");
     let underlay = resolve_underlay(sock, cfg, &routes)?;
     report.underlay = Some(underlay.link.name.clone());
@@ -271,7 +273,7 @@ fn run(
         report.mtu = Some(link.mtu);
         if matches!(change, DeviceChange::Created | DeviceChange::Recreated(_)) {
             // Routes through a deleted device are gone: look again.
-            routes = main_v4_routes(sock)?;
+            routes = main_routes(sock, cfg)?;
         }
         report.device = change;
         Some(link.index)
@@ -281,14 +283,14 @@ fn run(
             if link.is_kind("vxlan") {
                 sock.delete_link(link.index)?;
                 report.device = DeviceChange::Deleted;
-                routes = main_v4_routes(sock)?;
+                routes = main_routes(sock, cfg)?;
             }
         }
         None
     };
     lap(report, "device");
 
-    let observed = observe(sock, device, routes)?;
+    let observed = observe(sock, cfg.family(), device, routes)?;
     lap(report, "dump neighbours + fdb");
     let links = Links {
         device,
@@ -345,12 +347,19 @@ fn ensure_device(
         mut adjusted,
     } = sock.ensure_vxlan(&spec)?;
 
-    // Exactly one IPv4 address: the VTEP /32 (no broadcast or prefix route needed; it is
-    // the source address for host → pod traffic across the overlay).
-    let vtep =
-        IpNetwork::new(IpAddr::V4(desired.vtep), 32).map_err(|e| Error::Config(e.to_string()))?;
+    // Exactly one address of the network's family: the VTEP /32 or /128 (no broadcast or
+    // prefix route needed; it is the source address for host → pod traffic across the
+    // overlay). IPv6 link-local addresses are the kernel's and stay.
+    let (family, host_len) = match desired.vtep {
+        IpAddr::V4(_) => (Family::V4, 32),
+        IpAddr::V6(_) => (Family::V6, 128),
+    };
+    let vtep = IpNetwork::new(desired.vtep, host_len).map_err(|e| Error::Config(e.to_string()))?;
     let mut has_vtep = false;
-    for a in sock.addresses(Some(link.index), Family::V4)? {
+    for a in sock.addresses(Some(link.index), family)? {
+        if a.scope == AddressScope::Link {
+            continue;
+        }
         if a.address == vtep {
             has_vtep = true;
         } else {
@@ -362,7 +371,13 @@ fn ensure_device(
         }
     }
     if !has_vtep {
-        match sock.add_address(link.index, vtep, &AddressOptions::default()) {
+        // No DAD: nobody else can hold this address on the overlay, and a tentative address
+        // cannot be the source of host → pod traffic for the first second.
+        let opts = AddressOptions {
+            nodad: true,
+            ..AddressOptions::default()
+        };
+        match sock.add_address(link.index, vtep, &opts) {
             Ok(()) => {}
             Err(e) if e.is_exists() => {}
             Err(e) => return Err(e.into()),
@@ -385,7 +400,12 @@ fn ensure_device(
 }
 
 /// One dump per object type: neighbours and FDB of our device, and the main table.
-fn observe(sock: &mut Socket, device: Option<u32>, routes: Vec<Route>) -> Result<Observed, Error> {
+fn observe(
+    sock: &mut Socket,
+    family: Family,
+    device: Option<u32>,
+    routes: Vec<Route>,
+) -> Result<Observed, Error> {
     let mut o = Observed {
         routes,
         ..Observed::default()
@@ -393,10 +413,12 @@ fn observe(sock: &mut Socket, device: Option<u32>, routes: Vec<Route>) -> Result
     let Some(dev) = device else {
         return Ok(o);
     };
-    for n in sock.neighbours(AddressFamily::Inet, Some(dev))? {
-        if let (true, Some(IpAddr::V4(ip)), false) =
-            (n.is_permanent(), n.destination, n.lladdr.is_empty())
-        {
+    let family = match family {
+        Family::V6 => AddressFamily::Inet6,
+        _ => AddressFamily::Inet,
+    };
+    for n in sock.neighbours(family, Some(dev))? {
+        if let (true, Some(ip), false) = (n.is_permanent(), n.destination, n.lladdr.is_empty()) {
             o.neighbours.push((ip, n.lladdr));
         }
     }
@@ -423,19 +445,11 @@ fn request(op: &Op, device: Option<u32>) -> Result<Request, Error> {
             flags: set,
         },
         Op::SetNeighbour { ip, mac } => Request {
-            message: RouteNetlinkMessage::NewNeighbour(neigh::neighbour_message(
-                dev()?,
-                IpAddr::V4(*ip),
-                mac,
-            )),
+            message: RouteNetlinkMessage::NewNeighbour(neigh::neighbour_message(dev()?, *ip, mac)),
             flags: set,
         },
         Op::DeleteNeighbour { ip } => Request {
-            message: RouteNetlinkMessage::DelNeighbour(neigh::neighbour_message(
-                dev()?,
-                IpAddr::V4(*ip),
-                &[],
-            )),
+            message: RouteNetlinkMessage::DelNeighbour(neigh::neighbour_message(dev()?, *ip, &[])),
             flags: 0,
         },
         Op::SetFdb { mac, dst } => Request {

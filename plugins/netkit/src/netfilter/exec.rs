@@ -38,6 +38,13 @@ pub enum Error {
     /// A caller-supplied value is unusable (e.g. a name with characters the tool rejects).
     #[error("{context}: {detail}")]
     Invalid { context: String, detail: String },
+    /// The kernel refused an nf_tables netlink request (positive errno).
+    #[error("{context}: {}{}", std::io::Error::from_raw_os_error(*errno), ext_ack.as_ref().map(|m| format!(" ({m})")).unwrap_or_default())]
+    Kernel {
+        context: String,
+        errno: i32,
+        ext_ack: Option<String>,
+    },
 }
 
 impl Error {
@@ -48,7 +55,8 @@ impl Error {
             | Error::Failed { context, .. }
             | Error::Io { context, .. }
             | Error::Parse { context, .. }
-            | Error::Invalid { context, .. } => context,
+            | Error::Invalid { context, .. }
+            | Error::Kernel { context, .. } => context,
         };
         *slot = if slot.is_empty() {
             outer.to_string()
@@ -63,11 +71,20 @@ impl Error {
         matches!(self, Error::ToolMissing { .. })
     }
 
-    /// The tool said the chain/rule/table does not exist.
+    /// The tool or the kernel said the chain/rule/table does not exist.
     pub fn is_not_found(&self) -> bool {
         match self {
             Error::Failed { stderr, .. } => is_not_found_text(stderr),
+            Error::Kernel { errno, .. } => *errno == libc::ENOENT,
             _ => false,
+        }
+    }
+
+    /// The kernel's errno, for netlink failures.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            Error::Kernel { errno, .. } => Some(*errno),
+            _ => None,
         }
     }
 }

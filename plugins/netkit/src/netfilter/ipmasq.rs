@@ -12,19 +12,22 @@
 
 use std::collections::HashSet;
 
-use ipnetwork::IpNetwork;
-use serde_json::{json, Value};
-
 use super::exec::{Error, Result};
 use super::iptables::{Family, Iptables};
-use super::naming;
-use super::nftables as nft;
+use super::nf_tables::build::{self, Addr};
+use super::nf_tables::{self as nft, Batch, CmpOp, Hook, Verdict, POLICY_ACCEPT};
+use super::{host, naming, xt_cleanup};
+use ipnetwork::IpNetwork;
 
 const NAT: &str = "nat";
 const POSTROUTING: &str = "POSTROUTING";
 /// nftables objects of the reference implementation.
 pub const NFT_TABLE: &str = "cni_plugins_masquerade";
-pub const NFT_FAMILY: &str = "inet";
+pub const NFT_FAMILY: nft::Family = nft::Family::Inet;
+const NFT_TABLE_COMMENT: &str =
+    "Masquerading for plugins from github.com/containernetworking/plugins";
+const NFT_MASQ_COMMENT: &str =
+    "Masquerade traffic from certain IPs to any (non-multicast) IP outside their subnet";
 pub const NFT_MASQ_CHAIN: &str = "masq_checks";
 pub const NFT_POSTROUTING_CHAIN: &str = "postrouting";
 /// `srcnat` priority.
@@ -47,28 +50,68 @@ impl Backend {
         }
     }
 
-    /// The command-line tool this backend runs.
+    /// The tool this backend needs (the nftables backend needs none: it speaks netlink).
     pub fn tool(self) -> &'static str {
         match self {
             Backend::Iptables => "iptables",
-            Backend::Nftables => "nft",
+            Backend::Nftables => "nf_tables (kernel)",
         }
     }
 
-    /// Whether this backend's tool is installed (a file lookup, not a run).
-    pub fn is_installed(self) -> bool {
-        super::exec::find_tool(self.tool()).is_some()
+    /// Whether this backend can work here: iptables needs the tool of the place its rules
+    /// go (iptables-legacy on a kernel without nf_tables), nftables the kernel's nf_tables.
+    pub fn is_available(self) -> bool {
+        match self {
+            Backend::Iptables => Iptables::for_table(Family::V4, NAT).is_installed(),
+            Backend::Nftables => host::has_nf_tables(),
+        }
     }
 
-    /// The reference default: iptables, unless only nftables is available. Decided by which
-    /// tools are installed (a file lookup) rather than by running them, to keep ADD fast.
-    pub fn default_for_host() -> Backend {
-        if !Backend::Iptables.is_installed() && Backend::Nftables.is_installed() {
-            Backend::Nftables
-        } else {
+    /// The default for `network`: nftables over netlink when the kernel has nf_tables,
+    /// unless the network already has iptables masquerade rules (ours or the reference's,
+    /// e.g. from before an upgrade), whose pods keep the network on iptables until they are
+    /// gone. Finding out reads only the POSTROUTING chains of the nat tables.
+    pub fn default_for(network: &str) -> Backend {
+        if !host::has_nf_tables() {
+            return Backend::Iptables;
+        }
+        if has_iptables_state(network) {
             Backend::Iptables
+        } else {
+            Backend::Nftables
         }
     }
+}
+
+/// Whether some POSTROUTING rule jumps to a masquerade chain of `network` (its comment is
+/// `name: "<net>" id: "<cid>"`), in iptables-nft's tables or in legacy ones.
+fn has_iptables_state(network: &str) -> bool {
+    let (head, _) = comment_affixes(network);
+    let ours = |comment: Option<String>, target: Option<&str>| {
+        comment.is_some_and(|c| c.starts_with(&head))
+            && target.is_some_and(|t| t.starts_with("CNI-"))
+    };
+    if let Ok(mut sock) = nft::Socket::new() {
+        for family in [Family::V4, Family::V6] {
+            let rules = sock
+                .rules(host::nft_family(family), NAT, POSTROUTING)
+                .unwrap_or_default();
+            if rules
+                .iter()
+                .any(|r| ours(nft::xt::rule_comment(r), r.target_chain()))
+            {
+                return true;
+            }
+        }
+    }
+    [Family::V4, Family::V6].into_iter().any(|family| {
+        host::legacy_table_in_use(family, NAT)
+            && Iptables::legacy(family)
+                .list_rules(NAT, POSTROUTING)
+                .unwrap_or_default()
+                .iter()
+                .any(|r| ours(r.comment().map(str::to_string), r.target()))
+    })
 }
 
 fn multicast(family: Family) -> &'static str {
@@ -106,7 +149,7 @@ fn setup_iptables(ipns: &[IpNetwork], network: &str, container_id: &str) -> Resu
         if mine.is_empty() {
             continue;
         }
-        let ipt = Iptables::new(family);
+        let ipt = Iptables::for_table(family, NAT);
         // Fast path: one listing and one transaction. If the transaction is refused for any
         // reason, the step-by-step path runs and reports the precise failure.
         if setup_iptables_batch(&ipt, &mine, network, container_id).is_err() {
@@ -271,28 +314,78 @@ fn teardown_iptables(ipt: &Iptables, chain: &str) -> Result<()> {
         .map(|_| ())
 }
 
-fn masq_rule_expr(ipn: &IpNetwork) -> Vec<Value> {
-    let proto = if ipn.is_ipv4() { "ip" } else { "ip6" };
+fn masq_rule(ipn: &IpNetwork, comment: &str) -> nft::Rule {
     let subnet = subnet_of(ipn);
-    vec![
-        json!({"match": {"op": "==", "left": {"payload": {"protocol": proto, "field": "saddr"}}, "right": ipn.ip().to_string()}}),
-        json!({"match": {"op": "!=", "left": {"payload": {"protocol": proto, "field": "daddr"}},
-            "right": {"prefix": {"addr": subnet.network().to_string(), "len": subnet.prefix()}}}}),
-        json!({"masquerade": null}),
-    ]
+    nft::Rule::new(
+        NFT_FAMILY,
+        NFT_TABLE,
+        NFT_MASQ_CHAIN,
+        build::all([
+            build::nfproto(ipn.is_ipv6()),
+            build::host(Addr::Saddr, CmpOp::Eq, ipn.ip()),
+            build::addr(Addr::Daddr, CmpOp::Neq, subnet),
+            build::masquerade(),
+        ]),
+    )
+    .with_comment(comment)
 }
 
-fn multicast_return(proto: &str, addr: &str, len: u8) -> Value {
-    nft::rule(
+fn multicast_return(v6: bool) -> nft::Rule {
+    let (addr, len): (std::net::IpAddr, u8) = if v6 {
+        (
+            std::net::Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0).into(),
+            8,
+        )
+    } else {
+        (std::net::Ipv4Addr::new(224, 0, 0, 0).into(), 4)
+    };
+    let net = IpNetwork::new(addr, len).unwrap_or(IpNetwork::from(addr));
+    nft::Rule::new(
         NFT_FAMILY,
         NFT_TABLE,
         NFT_POSTROUTING_CHAIN,
-        vec![
-            json!({"match": {"op": "==", "left": {"payload": {"protocol": proto, "field": "daddr"}}, "right": {"prefix": {"addr": addr, "len": len}}}}),
-            json!({"return": null}),
-        ],
-        None,
+        build::all([
+            build::nfproto(v6),
+            build::addr(Addr::Daddr, CmpOp::Eq, net),
+            build::verdict(Verdict::Return),
+        ]),
     )
+}
+
+/// The shared objects, as the reference creates them on every ADD: the table, `masq_checks`,
+/// and `postrouting` rebuilt (flushed, multicast returns, `goto masq_checks`). One batch makes
+/// concurrent ADDs safe: objects that exist are left alone, and each rebuild is atomic.
+fn shared_objects(batch: &mut Batch) {
+    batch
+        .add_table(&nft::Table::new(NFT_FAMILY, NFT_TABLE).with_comment(NFT_TABLE_COMMENT))
+        .add_chain(
+            &nft::Chain::new(NFT_FAMILY, NFT_TABLE, NFT_MASQ_CHAIN).with_comment(NFT_MASQ_COMMENT),
+        )
+        .add_chain(&nft::Chain::base(
+            NFT_FAMILY,
+            NFT_TABLE,
+            NFT_POSTROUTING_CHAIN,
+            "nat",
+            Hook::Postrouting,
+            SRCNAT_PRIORITY,
+            Some(POLICY_ACCEPT),
+        ))
+        .flush_chain(NFT_FAMILY, NFT_TABLE, NFT_POSTROUTING_CHAIN)
+        .add_rule(&multicast_return(false))
+        .add_rule(&multicast_return(true))
+        .add_rule(&nft::Rule::new(
+            NFT_FAMILY,
+            NFT_TABLE,
+            NFT_POSTROUTING_CHAIN,
+            build::verdict(Verdict::Goto(NFT_MASQ_CHAIN.into())),
+        ));
+}
+
+/// How often a transaction is rebuilt when a rule it deletes vanished meanwhile.
+const ATTEMPTS: usize = 5;
+
+fn is_race(e: &Error) -> bool {
+    matches!(e.errno(), Some(libc::ENOENT | libc::EBUSY))
 }
 
 fn setup_nftables(
@@ -303,71 +396,100 @@ fn setup_nftables(
 ) -> Result<()> {
     let ctx = format!("failed to set up IP masquerade (nftables) for container {container_id}");
     let prefix = naming::instance_hash(network, ifname, container_id);
-    let stale = find_nft_rules(|c| c.starts_with(&prefix)).map_err(|e| e.context(&ctx))?;
-    let mut tx = vec![
-        nft::add(json!({"table": {"family": NFT_FAMILY, "name": NFT_TABLE,
-            "comment": "Masquerading for plugins from github.com/containernetworking/plugins"}})),
-        nft::add(
-            json!({"chain": {"family": NFT_FAMILY, "table": NFT_TABLE, "name": NFT_MASQ_CHAIN,
-            "comment": "Masquerade traffic from certain IPs to any (non-multicast) IP outside their subnet"}}),
-        ),
-        nft::add(
-            json!({"chain": {"family": NFT_FAMILY, "table": NFT_TABLE, "name": NFT_POSTROUTING_CHAIN,
-            "type": "nat", "hook": "postrouting", "prio": SRCNAT_PRIORITY, "policy": "accept"}}),
-        ),
-        nft::flush(nft::chain(NFT_FAMILY, NFT_TABLE, NFT_POSTROUTING_CHAIN)),
-        nft::add(multicast_return("ip", "224.0.0.0", 4)),
-        nft::add(multicast_return("ip6", "ff00::", 8)),
-        nft::add(nft::rule(
-            NFT_FAMILY,
-            NFT_TABLE,
-            NFT_POSTROUTING_CHAIN,
-            vec![json!({"goto": {"target": NFT_MASQ_CHAIN}})],
-            None,
-        )),
-    ];
-    for handle in stale {
-        tx.push(nft::delete_rule(
-            NFT_FAMILY,
-            NFT_TABLE,
-            NFT_MASQ_CHAIN,
-            handle,
-        ));
-    }
     let comment = naming::instance_comment(network, ifname, container_id);
-    for ipn in ipns {
-        tx.push(nft::add(nft::rule(
-            NFT_FAMILY,
-            NFT_TABLE,
-            NFT_MASQ_CHAIN,
-            masq_rule_expr(ipn),
-            Some(&comment),
-        )));
+    let mut sock = nft::Socket::new().map_err(|e| e.context(&ctx))?;
+    let mut last = None;
+    for _ in 0..ATTEMPTS {
+        let stale =
+            masq_rules(&mut sock, |c| c.starts_with(&prefix)).map_err(|e| e.context(&ctx))?;
+        let mut batch = Batch::new();
+        shared_objects(&mut batch);
+        for handle in stale {
+            batch.delete_rule(NFT_FAMILY, NFT_TABLE, NFT_MASQ_CHAIN, handle);
+        }
+        for ipn in ipns {
+            batch.add_rule(&masq_rule(ipn, &comment));
+        }
+        match sock.commit(&batch) {
+            Ok(_) => return Ok(()),
+            Err(e) if is_race(&e) => last = Some(e),
+            Err(e) => return Err(e.context(&ctx)),
+        }
     }
-    nft::apply(tx, &ctx)
+    Err(last
+        .map(|e| e.context(&ctx))
+        .unwrap_or_else(|| Error::Invalid {
+            context: ctx,
+            detail: "retries exhausted".into(),
+        }))
 }
 
-/// Handles of `masq_checks` rules whose comment satisfies `keep_if`.
-fn find_nft_rules(pred: impl Fn(&str) -> bool) -> Result<Vec<u64>> {
-    let Some(rules) = nft::list_chain(NFT_FAMILY, NFT_TABLE, NFT_MASQ_CHAIN)? else {
-        return Ok(Vec::new());
-    };
-    Ok(rules
+/// Handles of `masq_checks` rules whose comment satisfies `pred` (one dump of that chain).
+fn masq_rules(sock: &mut nft::Socket, pred: impl Fn(&str) -> bool) -> Result<Vec<u64>> {
+    Ok(sock
+        .rules(NFT_FAMILY, NFT_TABLE, NFT_MASQ_CHAIN)?
         .into_iter()
-        .filter(|r| r.comment.as_deref().is_some_and(&pred))
-        .map(|r| r.handle)
+        .filter(|r| r.comment().as_deref().is_some_and(&pred))
+        .filter_map(|r| r.handle)
         .collect())
 }
 
+/// Deletes the `masq_checks` rules whose comment satisfies `pred`; a host without nf_tables
+/// has none.
+fn delete_nft_rules(pred: impl Fn(&str) -> bool) -> Result<()> {
+    let Ok(mut sock) = nft::Socket::new() else {
+        return Ok(());
+    };
+    let mut last = None;
+    for _ in 0..ATTEMPTS {
+        let mut batch = Batch::new();
+        for h in masq_rules(&mut sock, &pred)? {
+            batch.delete_rule(NFT_FAMILY, NFT_TABLE, NFT_MASQ_CHAIN, h);
+        }
+        match sock.commit(&batch) {
+            Ok(_) => return Ok(()),
+            Err(e) if is_race(&e) => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| Error::Invalid {
+        context: String::new(),
+        detail: "retries exhausted".into(),
+    }))
+}
+
+/// Removes an attachment's iptables chain `CNI-<hash>` and the POSTROUTING jumps to it:
+/// over netlink where iptables-nft keeps them (`ip nat` / `ip6 nat` in nf_tables), and with
+/// the iptables tool where legacy tables are in use. Nothing else of the table is read.
+fn teardown_iptables_any(family: Family, chain: &str) -> Result<()> {
+    if let Ok(mut sock) = nft::Socket::new() {
+        xt_cleanup::remove_chain_and_jumps(
+            &mut sock,
+            host::nft_family(family),
+            NAT,
+            chain,
+            &[POSTROUTING],
+        )?;
+    }
+    if host::legacy_table_in_use(family, NAT) {
+        match teardown_iptables(&Iptables::legacy(family), chain) {
+            Ok(()) => {}
+            Err(e) if e.is_tool_missing() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// Removes the masquerading of one attachment in BOTH backends (it may have been set up by
-/// another version or configuration). A tool that is not installed is skipped; other failures
-/// are collected and reported together after trying everything.
+/// another version, configuration or the reference plugins). Failures are collected and
+/// reported together after trying everything.
 pub fn teardown(network: &str, ifname: &str, container_id: &str) -> Result<()> {
     teardown_families(network, ifname, container_id, &[Family::V4, Family::V6])
 }
 
 /// Like [`teardown`], with iptables restricted to the families the attachment had addresses
-/// in (when the caller knows them), to save tool runs.
+/// in (when the caller knows them).
 pub fn teardown_families(
     network: &str,
     ifname: &str,
@@ -375,46 +497,20 @@ pub fn teardown_families(
     families: &[Family],
 ) -> Result<()> {
     let mut errors = Vec::new();
-    // The nftables listing runs while iptables works.
-    let nft_listing = nft::spawn_list_chain(NFT_FAMILY, NFT_TABLE, NFT_MASQ_CHAIN);
     let chain = naming::chain_name(network, container_id);
     for family in families {
-        match teardown_iptables(&Iptables::new(*family), &chain) {
-            Ok(()) => {}
-            Err(e) if e.is_tool_missing() => {}
-            Err(e) => errors.push(e.to_string()),
+        if let Err(e) = teardown_iptables_any(*family, &chain) {
+            errors.push(e.to_string());
         }
     }
     let prefix = naming::instance_hash(network, ifname, container_id);
-    let nft_result = nft_listing
-        .and_then(|p| nft::finish_list_chain(p, NFT_FAMILY, NFT_TABLE, NFT_MASQ_CHAIN))
-        .and_then(|rules| {
-            let tx: Vec<Value> = rules
-                .into_iter()
-                .flatten()
-                .filter(|r| r.comment.as_deref().is_some_and(|c| c.starts_with(&prefix)))
-                .map(|r| nft::delete_rule(NFT_FAMILY, NFT_TABLE, NFT_MASQ_CHAIN, r.handle))
-                .collect();
-            nft::apply(tx, "failed to delete nftables masquerade rules")
-        });
-    if let Err(e) = nft_result {
-        if !e.is_tool_missing() {
-            errors.push(e.to_string());
-        }
+    if let Err(e) = delete_nft_rules(|c| c.starts_with(&prefix)) {
+        errors.push(e.to_string());
     }
     join_errors(
         errors,
         &format!("failed to tear down IP masquerade for container {container_id}"),
     )
-}
-
-fn delete_nft_rules(pred: impl Fn(&str) -> bool) -> Result<()> {
-    let handles = find_nft_rules(pred)?;
-    let tx = handles
-        .into_iter()
-        .map(|h| nft::delete_rule(NFT_FAMILY, NFT_TABLE, NFT_MASQ_CHAIN, h))
-        .collect();
-    nft::apply(tx, "failed to delete nftables masquerade rules")
 }
 
 fn join_errors(errors: Vec<String>, context: &str) -> Result<()> {
@@ -441,7 +537,7 @@ pub fn verify(
             let chain = naming::chain_name(network, container_id);
             let comment = naming::comment(network, container_id);
             for ipn in ipns {
-                let ipt = Iptables::new(Family::of(&ipn.ip()));
+                let ipt = Iptables::for_table(Family::of(&ipn.ip()), NAT);
                 let src = ipn.ip().to_string();
                 if !ipt.exists(
                     NAT,
@@ -467,7 +563,7 @@ pub fn verify(
         }
         Backend::Nftables => {
             let prefix = naming::instance_hash(network, ifname, container_id);
-            let found = find_nft_rules(|c| c.starts_with(&prefix))?.len();
+            let found = masq_rules(&mut nft::Socket::new()?, |c| c.starts_with(&prefix))?.len();
             if found < ipns.len() {
                 return Err(Error::Invalid {
                     context: format!("IP masquerade for container {container_id}"),
@@ -482,6 +578,22 @@ pub fn verify(
     }
 }
 
+/// CHECK without a configured backend: the rules may be in either backend (the default
+/// depends on what the network had when ADD ran).
+pub fn verify_default(
+    ipns: &[IpNetwork],
+    network: &str,
+    ifname: &str,
+    container_id: &str,
+) -> Result<()> {
+    match verify(Backend::Nftables, ipns, network, ifname, container_id) {
+        Ok(()) => Ok(()),
+        Err(nft_err) => {
+            verify(Backend::Iptables, ipns, network, ifname, container_id).map_err(|_| nft_err)
+        }
+    }
+}
+
 /// Garbage collection: removes the masquerading of every attachment of `network` that is not in
 /// `valid` ((containerID, ifname) pairs), in both backends. iptables rules are keyed by
 /// container only, so a container with any valid attachment keeps its chain.
@@ -489,8 +601,44 @@ pub fn gc(network: &str, valid: &[(String, String)]) -> Result<()> {
     let mut errors = Vec::new();
     let valid_cids: HashSet<&str> = valid.iter().map(|(c, _)| c.as_str()).collect();
     let (head, tail) = comment_affixes(network);
+    let stale_cid = |comment: Option<String>, target: Option<&str>| -> Option<String> {
+        let c = comment?;
+        let cid = c.strip_prefix(head.as_str())?.strip_suffix(tail)?;
+        (!valid_cids.contains(cid) && target == Some(naming::chain_name(network, cid).as_str()))
+            .then(|| cid.to_string())
+    };
+    let mut sock = nft::Socket::new().ok();
     for family in [Family::V4, Family::V6] {
-        let ipt = Iptables::new(family);
+        // iptables-nft rules, over netlink.
+        if let Some(sock) = sock.as_mut() {
+            let nf = host::nft_family(family);
+            match sock.rules(nf, NAT, POSTROUTING) {
+                Ok(rules) => {
+                    let stale: HashSet<String> = rules
+                        .iter()
+                        .filter_map(|r| stale_cid(nft::xt::rule_comment(r), r.target_chain()))
+                        .collect();
+                    for cid in stale {
+                        let chain = naming::chain_name(network, &cid);
+                        if let Err(e) = xt_cleanup::remove_chain_and_jumps(
+                            sock,
+                            nf,
+                            NAT,
+                            &chain,
+                            &[POSTROUTING],
+                        ) {
+                            errors.push(e.to_string());
+                        }
+                    }
+                }
+                Err(e) => errors.push(e.to_string()),
+            }
+        }
+        // Legacy tables, with the tool.
+        if !host::legacy_table_in_use(family, NAT) {
+            continue;
+        }
+        let ipt = Iptables::legacy(family);
         let rules = match ipt.list_rules(NAT, POSTROUTING) {
             Ok(r) => r,
             Err(e) if e.is_tool_missing() => continue,
@@ -499,22 +647,10 @@ pub fn gc(network: &str, valid: &[(String, String)]) -> Result<()> {
                 continue;
             }
         };
-        let mut stale = HashSet::new();
-        for rule in &rules {
-            let Some(cid) = rule
-                .comment()
-                .and_then(|c| c.strip_prefix(head.as_str()))
-                .and_then(|c| c.strip_suffix(tail))
-            else {
-                continue;
-            };
-            if valid_cids.contains(cid)
-                || rule.target() != Some(naming::chain_name(network, cid).as_str())
-            {
-                continue;
-            }
-            stale.insert(cid.to_string());
-        }
+        let stale: HashSet<String> = rules
+            .iter()
+            .filter_map(|r| stale_cid(r.comment().map(str::to_string), r.target()))
+            .collect();
         for cid in stale {
             if let Err(e) =
                 ipt.remove_chain_and_jumps(NAT, &naming::chain_name(network, &cid), &[POSTROUTING])
@@ -531,9 +667,7 @@ pub fn gc(network: &str, valid: &[(String, String)]) -> Result<()> {
     let stale_nft =
         |c: &str| c.starts_with(&net_prefix) && !keep.iter().any(|k| c.starts_with(k.as_str()));
     if let Err(e) = delete_nft_rules(stale_nft) {
-        if !e.is_tool_missing() {
-            errors.push(e.to_string());
-        }
+        errors.push(e.to_string());
     }
     join_errors(
         errors,
@@ -564,13 +698,13 @@ mod tests {
     }
 
     #[test]
-    fn masq_expr_uses_subnet() {
-        let e = masq_rule_expr(&"10.1.0.5/24".parse().unwrap());
-        assert_eq!(e[0]["match"]["right"], "10.1.0.5");
-        assert_eq!(e[1]["match"]["right"]["prefix"]["addr"], "10.1.0.0");
-        assert_eq!(e[1]["match"]["right"]["prefix"]["len"], 24);
-        let e = masq_rule_expr(&"fd00::5/64".parse().unwrap());
-        assert_eq!(e[0]["match"]["left"]["payload"]["protocol"], "ip6");
+    fn masq_rule_matches_the_subnet() {
+        let r = masq_rule(&"10.1.0.5/24".parse().unwrap(), "c");
+        let want = build::addr(Addr::Daddr, CmpOp::Neq, "10.1.0.0/24".parse().unwrap());
+        assert!(r.exprs.windows(want.len()).any(|w| w == want.as_slice()));
+        assert_eq!(r.comment().as_deref(), Some("c"));
+        let r6 = masq_rule(&"fd00::5/64".parse().unwrap(), "c");
+        assert_eq!(r6.exprs[..2], build::nfproto(true)[..]);
     }
 
     #[test]

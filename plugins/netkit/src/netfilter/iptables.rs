@@ -20,6 +20,16 @@ impl Family {
     }
 }
 
+/// The iptables-legacy tool names (Debian, Fedora, Alpine...).
+fn legacy_name(family: Family, restore: bool) -> &'static str {
+    match (family, restore) {
+        (Family::V4, false) => "iptables-legacy",
+        (Family::V6, false) => "ip6tables-legacy",
+        (Family::V4, true) => "iptables-legacy-restore",
+        (Family::V6, true) => "ip6tables-legacy-restore",
+    }
+}
+
 /// Seconds to wait for the xtables lock held by a concurrent invocation.
 const LOCK_WAIT_SECS: &str = "10";
 
@@ -27,6 +37,8 @@ const LOCK_WAIT_SECS: &str = "10";
 #[derive(Debug, Clone, Copy)]
 pub struct Iptables {
     family: Family,
+    /// Run `iptables-legacy` rather than the host's `iptables` (which is iptables-nft).
+    legacy_named: bool,
 }
 
 /// One rule as printed by `-S`: the chain it is in and its match/target tokens.
@@ -55,20 +67,54 @@ impl Rule {
 }
 
 impl Iptables {
+    /// The host's `iptables` / `ip6tables` command, whichever variant it is.
     pub fn new(family: Family) -> Iptables {
-        Iptables { family }
+        Iptables {
+            family,
+            legacy_named: false,
+        }
+    }
+
+    /// The tool that reaches the legacy (x_tables) tables: the host's `iptables` when it is
+    /// iptables-legacy, else `iptables-legacy` when installed (next to an iptables-nft
+    /// `iptables`), else the host's `iptables` all the same.
+    pub fn legacy(family: Family) -> Iptables {
+        let named = !super::host::iptables_is_legacy()
+            && exec::find_tool(legacy_name(family, false)).is_some();
+        Iptables {
+            family,
+            legacy_named: named,
+        }
+    }
+
+    /// The tool for `table`'s rules on this host: the legacy tables' where
+    /// [`super::host::HostView::place`] says they belong there, else the host's `iptables`.
+    pub fn for_table(family: Family, table: &str) -> Iptables {
+        if super::host::iptables_uses_nf_tables(family, table) {
+            Iptables::new(family)
+        } else {
+            Iptables::legacy(family)
+        }
     }
 
     pub fn family(&self) -> Family {
         self.family
     }
 
-    /// "iptables" or "ip6tables".
+    /// "iptables" or "ip6tables" ("iptables-legacy"... for [`Iptables::legacy`]).
     pub fn tool(&self) -> &'static str {
+        if self.legacy_named {
+            return legacy_name(self.family, false);
+        }
         match self.family {
             Family::V4 => "iptables",
             Family::V6 => "ip6tables",
         }
+    }
+
+    /// Whether the tool is installed (no run).
+    pub fn is_installed(&self) -> bool {
+        exec::find_tool(self.tool()).is_some()
     }
 
     /// Whether the tool is installed and can talk to the kernel (reference `SupportsIPTables`).
@@ -112,9 +158,18 @@ impl Iptables {
         ))
     }
 
-    /// Whether `chain` exists in `table`.
+    /// Whether `chain` exists in `table` (a listing of that chain alone).
     pub fn chain_exists(&self, table: &str, chain: &str) -> Result<bool> {
-        Ok(self.list_chains(table)?.iter().any(|c| c == chain))
+        let ctx = format!("failed to look up {} chain {table}/{chain}", self.tool());
+        let args = ["-t", table, "-S", chain];
+        let out = self.exec(&args, &ctx)?;
+        if out.success {
+            return Ok(true);
+        }
+        if exec::is_not_found_text(&out.stderr) || out.stderr.contains("incompatible") {
+            return Ok(false);
+        }
+        Err(exec::failed(self.tool(), &args, &out, &ctx))
     }
 
     /// Names of the user and builtin chains of `table`.
@@ -270,8 +325,11 @@ impl Iptables {
 }
 
 impl Iptables {
-    /// "iptables-restore" or "ip6tables-restore".
+    /// "iptables-restore" or "ip6tables-restore" (or their `-legacy-` variants).
     pub fn restore_tool(&self) -> &'static str {
+        if self.legacy_named {
+            return legacy_name(self.family, true);
+        }
         match self.family {
             Family::V4 => "iptables-restore",
             Family::V6 => "ip6tables-restore",

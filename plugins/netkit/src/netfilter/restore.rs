@@ -4,17 +4,10 @@
 //! so no argument can start another command.
 
 use super::exec::{self, Result};
-use super::iptables::Family;
+use super::iptables::Iptables;
 
 /// Seconds to wait for the xtables lock.
 const LOCK_WAIT_SECS: &str = "10";
-
-fn tool(family: Family) -> &'static str {
-    match family {
-        Family::V4 => "iptables-restore",
-        Family::V6 => "ip6tables-restore",
-    }
-}
 
 /// Quotes one argument for iptables-restore: plain when it has no special characters, else
 /// in double quotes with `"` and `\` escaped.
@@ -124,35 +117,20 @@ impl Script {
         s
     }
 
-    /// Applies the script atomically; nothing to do when empty.
-    pub fn apply(&self, family: Family, context: &str) -> Result<()> {
+    /// Applies the script atomically with `ipt`'s restore tool; nothing to do when empty.
+    pub fn apply(&self, ipt: &Iptables, context: &str) -> Result<()> {
         if self.is_empty() {
             return Ok(());
         }
         let text = self.text();
         exec::run_ok(
-            tool(family),
+            ipt.restore_tool(),
             &["-w", LOCK_WAIT_SECS, "--noflush"],
             Some(text.as_bytes()),
             context,
         )
         .map(|_| ())
     }
-}
-
-/// `iptables -t <table> -S` for the whole table: one exec to learn every chain (`-N` lines)
-/// and rule (`-A` lines) in the normalized form iptables prints.
-pub fn list_table(family: Family, table: &str) -> Result<String> {
-    let t = match family {
-        Family::V4 => "iptables",
-        Family::V6 => "ip6tables",
-    };
-    exec::run_ok(
-        t,
-        &["-w", LOCK_WAIT_SECS, "-t", table, "-S"],
-        None,
-        &format!("failed to list {t} table {table}"),
-    )
 }
 
 #[cfg(test)]

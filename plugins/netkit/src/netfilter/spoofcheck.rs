@@ -6,15 +6,19 @@
 //! to `cni-br-iface-<id>-mac`, which returns for `ether saddr <mac>` and drops the rest. Every
 //! rule carries the comment `macspoofchk-<id>`, where `<id>` is `<containerID>-<ifname>`.
 
-use serde_json::{json, Value};
+use super::exec::{Error, Result};
+use super::nf_tables::build;
+use super::nf_tables::expr::meta_key;
+use super::nf_tables::{
+    Batch, Chain, CmpOp, Expr, Family, Hook, Rule, Socket, Table, Verdict, POLICY_ACCEPT,
+};
 
-use super::exec::Result;
-use super::nftables as nft;
-
-const FAMILY: &str = "bridge";
+const FAMILY: Family = Family::Bridge;
 const TABLE: &str = "nat";
 const BASE_CHAIN: &str = "PREROUTING";
 const BASE_PRIORITY: i32 = -300;
+/// How often a teardown is rebuilt when a listed rule vanished meanwhile.
+const ATTEMPTS: usize = 5;
 
 /// The spoof checker of one attachment.
 #[derive(Debug, Clone)]
@@ -51,106 +55,148 @@ impl SpoofChecker {
         format!("macspoofchk-{}", self.ref_id)
     }
 
-    /// Installs the chains and rules in one nft transaction.
+    /// Installs the chains and rules in one transaction (the chains are emptied first, so a
+    /// repeated ADD leaves one set of rules).
     pub fn setup(&self) -> Result<()> {
+        let ctx = || format!("failed to setup spoof-check on {}", self.iface);
+        let mac = crate::link::parse_mac(&self.mac).map_err(|e| Error::Invalid {
+            context: ctx(),
+            detail: e.to_string(),
+        })?;
         let (iface_chain, mac_chain, comment) =
             (self.iface_chain(), self.mac_chain(), self.comment());
-        let c = Some(comment.as_str());
-        let tx = vec![
-            nft::add(nft::table(FAMILY, TABLE)),
-            nft::add(nft::base_chain(
+        let mut b = Batch::new();
+        b.add_table(&Table::new(FAMILY, TABLE))
+            .add_chain(&Chain::base(
                 FAMILY,
                 TABLE,
                 BASE_CHAIN,
                 "filter",
-                "prerouting",
+                Hook::Prerouting,
                 BASE_PRIORITY,
-            )),
-            nft::add(nft::chain(FAMILY, TABLE, &iface_chain)),
-            nft::add(nft::chain(FAMILY, TABLE, &mac_chain)),
-            nft::flush(nft::chain(FAMILY, TABLE, &iface_chain)),
-            nft::flush(nft::chain(FAMILY, TABLE, &mac_chain)),
-            nft::add(nft::rule(
-                FAMILY,
-                TABLE,
-                BASE_CHAIN,
-                vec![
-                    json!({"match": {"op": "==", "left": {"meta": {"key": "iifname"}}, "right": self.iface}}),
-                    json!({"jump": {"target": iface_chain}}),
-                ],
-                c,
-            )),
-            nft::add(nft::rule(
-                FAMILY,
-                TABLE,
-                &iface_chain,
-                vec![json!({"jump": {"target": mac_chain}})],
-                c,
-            )),
-            nft::add(nft::rule(
-                FAMILY,
-                TABLE,
-                &mac_chain,
-                vec![
-                    json!({"match": {"op": "==", "left": {"payload": {"protocol": "ether", "field": "saddr"}}, "right": self.mac}}),
-                    json!({"return": null}),
-                ],
-                c,
-            )),
-            nft::add(nft::rule(
-                FAMILY,
-                TABLE,
-                &mac_chain,
-                vec![json!({"drop": null})],
-                c,
-            )),
-        ];
-        nft::apply(
-            tx,
-            &format!("failed to setup spoof-check on {}", self.iface),
-        )
+                Some(POLICY_ACCEPT),
+            ))
+            .add_chain(&Chain::new(FAMILY, TABLE, &iface_chain))
+            .add_chain(&Chain::new(FAMILY, TABLE, &mac_chain))
+            .flush_chain(FAMILY, TABLE, &iface_chain)
+            .flush_chain(FAMILY, TABLE, &mac_chain);
+        let rule = |chain: &str, exprs: Vec<Expr>| {
+            Rule::new(FAMILY, TABLE, chain, exprs).with_comment(&comment)
+        };
+        b.add_rule(&rule(
+            BASE_CHAIN,
+            build::all([
+                build::ifname(true, CmpOp::Eq, &self.iface),
+                build::verdict(Verdict::Jump(iface_chain.clone())),
+            ]),
+        ))
+        .add_rule(&rule(
+            &iface_chain,
+            build::verdict(Verdict::Jump(mac_chain.clone())),
+        ))
+        .add_rule(&rule(
+            &mac_chain,
+            build::all([build::ether_saddr(mac), build::verdict(Verdict::Return)]),
+        ))
+        .add_rule(&rule(&mac_chain, build::verdict(Verdict::Drop)));
+        Socket::new()
+            .and_then(|mut s| s.commit(&b))
+            .map(|_| ())
+            .map_err(|e| e.context(ctx()))
     }
 
     /// Removes the jump rule(s) and both chains; succeeds when they are already gone.
     /// Only `ref_id` matters here (the interface and MAC may be unknown at DEL time).
     pub fn teardown(&self) -> Result<()> {
         let ctx = format!("failed to teardown spoof-check {}", self.ref_id);
-        let listing = match list_table() {
-            Ok(Some(v)) => v,
-            Ok(None) => return Ok(()),
-            Err(e) => return Err(e.context(&ctx)),
+        let Ok(mut sock) = Socket::new() else {
+            return Ok(());
         };
-        nft::apply(self.teardown_ops(&listing), &ctx)
-    }
-
-    /// The nft commands removing this check's jump rule(s) and chains, as far as `listing`
-    /// (the `bridge nat` table) holds them.
-    fn teardown_ops(&self, listing: &Value) -> Vec<Value> {
-        let comment = self.comment();
-        let mut tx: Vec<Value> = rules_of(listing, BASE_CHAIN)
-            .filter(|r| r.get("comment").and_then(Value::as_str) == Some(comment.as_str()))
-            .filter_map(|r| r.get("handle").and_then(Value::as_u64))
-            .map(|h| nft::delete_rule(FAMILY, TABLE, BASE_CHAIN, h))
-            .collect();
-        let chains = chain_names(listing);
-        for chain in [self.iface_chain(), self.mac_chain()] {
-            if chains.contains(&chain) {
-                tx.push(nft::delete(nft::chain(FAMILY, TABLE, &chain)));
+        let mut last = None;
+        for _ in 0..ATTEMPTS {
+            let listing = Listing::jumps_only(&mut sock).map_err(|e| e.context(&ctx))?;
+            let mut b = Batch::new();
+            self.teardown_ops(&listing, &mut sock, &mut b)
+                .map_err(|e| e.context(&ctx))?;
+            match sock.commit(&b) {
+                Ok(_) => return Ok(()),
+                Err(e) if matches!(e.errno(), Some(libc::ENOENT | libc::EBUSY)) => last = Some(e),
+                Err(e) => return Err(e.context(&ctx)),
             }
         }
-        tx
+        Err(last
+            .map(|e| e.context(&ctx))
+            .unwrap_or_else(|| Error::Invalid {
+                context: ctx,
+                detail: "retries exhausted".into(),
+            }))
+    }
+
+    /// Adds to `b` the removal of this check's jump rule(s) and chains, as far as they exist.
+    fn teardown_ops(&self, listing: &Listing, sock: &mut Socket, b: &mut Batch) -> Result<()> {
+        let comment = self.comment();
+        for r in &listing.jumps {
+            if r.comment().as_deref() == Some(comment.as_str()) {
+                if let Some(h) = r.handle {
+                    b.delete_rule(FAMILY, TABLE, BASE_CHAIN, h);
+                }
+            }
+        }
+        // The iface chain jumps to the mac chain: flush both before deleting either.
+        let mut present = Vec::new();
+        for chain in [self.iface_chain(), self.mac_chain()] {
+            let exists = match &listing.chains {
+                Some(names) => names.contains(&chain),
+                None => sock.chain(FAMILY, TABLE, &chain)?.is_some(),
+            };
+            if exists {
+                b.flush_chain(FAMILY, TABLE, &chain);
+                present.push(chain);
+            }
+        }
+        for chain in present {
+            b.delete_chain(FAMILY, TABLE, &chain);
+        }
+        Ok(())
     }
 
     /// Whether the rules are installed (for CHECK).
     pub fn is_installed(&self) -> Result<bool> {
-        let Some(listing) = list_table()? else {
-            return Ok(false);
-        };
+        let mut sock = Socket::new()?;
         let comment = self.comment();
-        let jump = rules_of(&listing, BASE_CHAIN)
-            .any(|r| r.get("comment").and_then(Value::as_str) == Some(comment.as_str()));
-        let mac_rules = rules_of(&listing, &self.mac_chain()).count();
+        let jump = sock
+            .rules(FAMILY, TABLE, BASE_CHAIN)?
+            .iter()
+            .any(|r| r.comment().as_deref() == Some(comment.as_str()));
+        let mac_rules = sock.rules(FAMILY, TABLE, &self.mac_chain())?.len();
         Ok(jump && mac_rules >= 2)
+    }
+}
+
+/// What teardown and GC read: the rules of `bridge nat PREROUTING` (one per attachment) and,
+/// for GC only, the chain names of the bridge family.
+struct Listing {
+    jumps: Vec<Rule>,
+    chains: Option<Vec<String>>,
+}
+
+impl Listing {
+    fn jumps_only(sock: &mut Socket) -> Result<Listing> {
+        Ok(Listing {
+            jumps: sock.rules(FAMILY, TABLE, BASE_CHAIN)?,
+            chains: None,
+        })
+    }
+
+    fn with_chains(sock: &mut Socket) -> Result<Listing> {
+        let mut l = Listing::jumps_only(sock)?;
+        l.chains = Some(
+            sock.chains_of_family_table(FAMILY, TABLE)?
+                .into_iter()
+                .map(|c| c.name)
+                .collect(),
+        );
+        Ok(l)
     }
 }
 
@@ -163,39 +209,40 @@ pub fn gc(
     valid: &[(String, String)],
     port_exists: impl FnMut(&str) -> bool,
 ) -> Result<Vec<String>> {
-    let Some(listing) = list_table().map_err(|e| e.context("spoof-check GC"))? else {
+    let Ok(mut sock) = Socket::new() else {
         return Ok(Vec::new());
     };
+    let listing = Listing::with_chains(&mut sock).map_err(|e| e.context("spoof-check GC"))?;
     let valid: Vec<String> = valid
         .iter()
         .map(|(cid, ifname)| SpoofChecker::ref_id_for(cid, ifname))
         .collect();
     let stale = stale_ref_ids(&listing, &valid, port_exists);
     // One listing, one transaction for all of them.
-    let tx: Vec<Value> = stale
-        .iter()
-        .flat_map(|id| SpoofChecker::new("", "", id).teardown_ops(&listing))
-        .collect();
-    nft::apply(tx, "spoof-check GC: failed to remove stale checks")?;
+    let mut b = Batch::new();
+    for id in &stale {
+        SpoofChecker::new("", "", id).teardown_ops(&listing, &mut sock, &mut b)?;
+    }
+    sock.commit(&b)
+        .map_err(|e| e.context("spoof-check GC: failed to remove stale checks"))?;
     Ok(stale)
 }
 
-/// The reference IDs `gc` removes, from a table listing.
+/// The reference IDs `gc` removes.
 fn stale_ref_ids(
-    listing: &Value,
+    listing: &Listing,
     valid: &[String],
     mut port_exists: impl FnMut(&str) -> bool,
 ) -> Vec<String> {
     let mut jumps: Vec<(String, Option<String>)> = Vec::new();
-    for rule in rules_of(listing, BASE_CHAIN) {
+    for rule in &listing.jumps {
         let Some(ref_id) = rule
-            .get("comment")
-            .and_then(Value::as_str)
-            .and_then(|c| c.strip_prefix("macspoofchk-"))
+            .comment()
+            .and_then(|c| c.strip_prefix("macspoofchk-").map(str::to_string))
         else {
             continue;
         };
-        jumps.push((ref_id.to_string(), iifname_of(rule)));
+        jumps.push((ref_id, iifname_of(rule)));
     }
     let mut stale: Vec<String> = jumps
         .iter()
@@ -203,7 +250,7 @@ fn stale_ref_ids(
         .map(|(id, _)| id.clone())
         .collect();
     // A chain pair left without its jump rule (cleaned up by hand, or half-removed).
-    let chains = chain_names(listing);
+    let chains = listing.chains.clone().unwrap_or_default();
     for chain in &chains {
         let Some(id) = chain.strip_prefix("cni-br-iface-") else {
             continue;
@@ -219,54 +266,15 @@ fn stale_ref_ids(
     stale
 }
 
-/// The port a `iifname <port> jump ...` rule matches.
-fn iifname_of(rule: &Value) -> Option<String> {
-    rule.get("expr")?.as_array()?.iter().find_map(|e| {
-        let m = e.get("match")?;
-        (m.pointer("/left/meta/key")?.as_str()? == "iifname")
-            .then(|| m.get("right")?.as_str().map(str::to_string))?
-    })
-}
-
-/// `nft -j list table bridge nat`, or `None` when the table does not exist.
-fn list_table() -> Result<Option<Value>> {
-    let ctx = "failed to list nftables table bridge nat";
-    let args = ["-j", "list", "table", FAMILY, TABLE];
-    let out = super::exec::run("nft", &args, None, ctx)?;
-    if !out.success {
-        if super::exec::is_not_found_text(&out.stderr) {
-            return Ok(None);
+/// The port an `iifname <port> jump ...` rule matches.
+fn iifname_of(rule: &Rule) -> Option<String> {
+    rule.exprs.windows(2).find_map(|w| match w {
+        [Expr::Meta { key, .. }, Expr::Cmp { data, .. }] if *key == meta_key::IIFNAME => {
+            let name = data.split(|b| *b == 0).next().unwrap_or(data);
+            Some(String::from_utf8_lossy(name).into_owned())
         }
-        return Err(super::exec::failed("nft", &args, &out, ctx));
-    }
-    serde_json::from_str(&out.stdout)
-        .map(Some)
-        .map_err(|e| super::exec::Error::Parse {
-            context: ctx.to_string(),
-            tool: "nft".into(),
-            detail: e.to_string(),
-        })
-}
-
-fn items(listing: &Value) -> impl Iterator<Item = &Value> {
-    listing
-        .get("nftables")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-}
-
-fn rules_of<'a>(listing: &'a Value, chain: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
-    items(listing)
-        .filter_map(|i| i.get("rule"))
-        .filter(move |r| r.get("chain").and_then(Value::as_str) == Some(chain))
-}
-
-fn chain_names(listing: &Value) -> Vec<String> {
-    items(listing)
-        .filter_map(|i| i.get("chain"))
-        .filter_map(|c| c.get("name").and_then(Value::as_str).map(str::to_string))
-        .collect()
+        _ => None,
+    })
 }
 
 #[cfg(test)]
@@ -285,49 +293,49 @@ mod tests {
         assert_eq!(sc.comment(), "macspoofchk-cid-eth0");
     }
 
-    #[test]
-    fn listing_helpers() {
-        let v: Value = serde_json::from_str(
-            r#"{"nftables":[{"chain":{"name":"PREROUTING"}},{"chain":{"name":"x"}},
-            {"rule":{"chain":"PREROUTING","handle":3,"comment":"macspoofchk-a"}},{"rule":{"chain":"x","handle":4}}]}"#,
+    fn jump(id: &str, port: &str) -> Rule {
+        Rule::new(
+            FAMILY,
+            TABLE,
+            BASE_CHAIN,
+            build::all([
+                build::ifname(true, CmpOp::Eq, port),
+                build::verdict(Verdict::Jump(format!("cni-br-iface-{id}"))),
+            ]),
         )
-        .unwrap();
-        assert_eq!(chain_names(&v), ["PREROUTING", "x"]);
-        assert_eq!(rules_of(&v, "PREROUTING").count(), 1);
+        .with_comment(&format!("macspoofchk-{id}"))
     }
 
-    fn jump(id: &str, port: &str) -> String {
-        format!(
-            r#"{{"rule":{{"chain":"PREROUTING","comment":"macspoofchk-{id}","expr":[
-            {{"match":{{"op":"==","left":{{"meta":{{"key":"iifname"}}}},"right":"{port}"}}}},
-            {{"jump":{{"target":"cni-br-iface-{id}"}}}}]}}}}"#
-        )
-    }
-
-    fn chains(id: &str) -> String {
-        format!(
-            r#"{{"chain":{{"name":"cni-br-iface-{id}"}}}},{{"chain":{{"name":"cni-br-iface-{id}-mac"}}}}"#
-        )
+    fn chains(id: &str) -> Vec<String> {
+        vec![
+            format!("cni-br-iface-{id}"),
+            format!("cni-br-iface-{id}-mac"),
+        ]
     }
 
     #[test]
     fn gc_selects_unlisted_attachments_whose_port_is_gone_or_jump_missing() {
-        let listing: Value = serde_json::from_str(&format!(
-            r#"{{"nftables":[{{"chain":{{"name":"PREROUTING"}}}},{},{},{},{},{},{},{},{}]}}"#,
-            chains("live-eth0"),
-            jump("live-eth0", "vethlive"),
-            chains("gone-eth0"),
-            jump("gone-eth0", "vethgone"),
-            chains("valid-eth0"),
-            jump("valid-eth0", "vethvalid"),
-            chains("orphan-eth0"),
-            // An attachment whose ifname is "mac": its iface chain ends in "-mac".
-            chains("odd-mac"),
-        ))
-        .unwrap();
-        let odd_jump: Value = serde_json::from_str(&jump("odd-mac", "vethodd")).unwrap();
-        let mut listing = listing;
-        listing["nftables"].as_array_mut().unwrap().push(odd_jump);
+        let mut names = vec!["PREROUTING".to_string()];
+        for id in [
+            "live-eth0",
+            "gone-eth0",
+            "valid-eth0",
+            "orphan-eth0",
+            "odd-mac",
+        ] {
+            names.extend(chains(id));
+        }
+        let listing = Listing {
+            jumps: vec![
+                jump("live-eth0", "vethlive"),
+                jump("gone-eth0", "vethgone"),
+                jump("valid-eth0", "vethvalid"),
+                // An attachment whose ifname is "mac": its iface chain ends in "-mac".
+                jump("odd-mac", "vethodd"),
+            ],
+            chains: Some(names),
+        };
+        assert_eq!(iifname_of(&listing.jumps[0]).as_deref(), Some("vethlive"));
         let exists = |p: &str| p == "vethlive" || p == "vethodd";
         let valid = vec![
             SpoofChecker::ref_id_for("valid", "eth0"),

@@ -1,0 +1,81 @@
+//! The plugin ↔ daemon protocol (ours; the reference speaks Go net/rpc): one connection per
+//! call on the unix socket, one JSON request written and the write side shut, one JSON
+//! reply read to the end.
+//!
+//! Request: `{"method": "allocate"|"check"|"release"|"gc"|"status", "containerID", "netns",
+//! "ifname", "args" (CNI_ARGS), "config" (the plugin's whole stdin object)}`.
+//! Reply: `{"result": <CNI 1.0.0 result>}` for allocate, `{}` for the others, or
+//! `{"error": {"code", "msg"}}`.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+
+use libcni::CniError;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// Largest request or reply accepted.
+pub const MAX_MESSAGE: u64 = 8 * 1024 * 1024;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Request {
+    pub method: String,
+    #[serde(rename = "containerID", default)]
+    pub container_id: String,
+    #[serde(default)]
+    pub netns: String,
+    #[serde(default)]
+    pub ifname: String,
+    #[serde(default)]
+    pub args: String,
+    #[serde(default)]
+    pub config: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Reply {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<CniError>,
+}
+
+/// Why a call did not get an answer.
+#[derive(Debug)]
+pub enum CallError {
+    /// Nothing listens on the socket (no file, or refused).
+    NoDaemon(String),
+    Failed(CniError),
+}
+
+pub fn call(socket: &str, request: &Request) -> Result<Option<Value>, CallError> {
+    let mut stream = UnixStream::connect(socket).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
+            CallError::NoDaemon(format!("error dialing DHCP daemon: {e}"))
+        }
+        _ => CallError::Failed(CniError::io(format!("error dialing DHCP daemon: {e}"))),
+    })?;
+    let io = |e: std::io::Error| {
+        CallError::Failed(CniError::io(format!(
+            "error calling DHCP.{}: {e}",
+            request.method
+        )))
+    };
+    let body = serde_json::to_vec(request).map_err(|e| io(std::io::Error::other(e)))?;
+    stream.write_all(&body).map_err(io)?;
+    stream.shutdown(std::net::Shutdown::Write).map_err(io)?;
+    let mut reply = Vec::new();
+    stream
+        .take(MAX_MESSAGE)
+        .read_to_end(&mut reply)
+        .map_err(io)?;
+    let reply: Reply = serde_json::from_slice(&reply).map_err(|e| {
+        io(std::io::Error::other(format!(
+            "bad reply from the daemon: {e}"
+        )))
+    })?;
+    match reply.error {
+        Some(e) => Err(CallError::Failed(e)),
+        None => Ok(reply.result),
+    }
+}

@@ -1,0 +1,397 @@
+//! The static IPAM configuration: `ipam.addresses`, `ipam.routes`, `ipam.dns`, plus the
+//! addresses a runtime may request (CNI_ARGS `IP`/`GATEWAY`, `args.cni.ips`,
+//! `runtimeConfig.ips`), merged with the reference's precedence.
+
+use std::net::IpAddr;
+
+use ipnetwork::IpNetwork;
+use libcni::result::{Dns, Route};
+use libcni::skel::CmdArgs;
+use libcni::CniError;
+use serde::Deserialize;
+
+/// One address of the result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaticAddress {
+    /// The address with its prefix (host bits kept).
+    pub address: IpNetwork,
+    pub gateway: Option<IpAddr>,
+}
+
+/// Everything ADD returns and CHECK compares.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StaticConfig {
+    pub addresses: Vec<StaticAddress>,
+    pub routes: Vec<Route>,
+    pub dns: Dns,
+}
+
+#[derive(Deserialize, Default)]
+struct NetConf {
+    #[serde(default, rename = "cniVersion")]
+    cni_version: String,
+    ipam: Option<IpamConf>,
+    #[serde(default, rename = "runtimeConfig")]
+    runtime_config: RuntimeConf,
+    args: Option<ArgsConf>,
+}
+
+#[derive(Deserialize, Default)]
+struct IpamConf {
+    #[serde(default)]
+    routes: Vec<RouteConf>,
+    #[serde(default)]
+    addresses: Vec<AddressConf>,
+    #[serde(default)]
+    dns: DnsConf,
+}
+
+#[derive(Deserialize, Default)]
+struct AddressConf {
+    #[serde(default)]
+    address: String,
+    #[serde(default)]
+    gateway: String,
+}
+
+#[derive(Deserialize, Default)]
+struct RouteConf {
+    #[serde(default)]
+    dst: String,
+    #[serde(default)]
+    gw: String,
+    #[serde(default)]
+    mtu: Option<u32>,
+    #[serde(default, rename = "advmss")]
+    adv_mss: Option<u32>,
+    #[serde(default)]
+    priority: Option<u32>,
+    #[serde(default)]
+    table: Option<u32>,
+    #[serde(default)]
+    scope: Option<u8>,
+}
+
+#[derive(Deserialize, Default)]
+struct DnsConf {
+    #[serde(default)]
+    nameservers: Vec<String>,
+    #[serde(default)]
+    domain: String,
+    #[serde(default)]
+    search: Vec<String>,
+    #[serde(default)]
+    options: Vec<String>,
+}
+
+#[derive(Deserialize, Default)]
+struct RuntimeConf {
+    #[serde(default)]
+    ips: Vec<String>,
+}
+
+#[derive(Deserialize, Default)]
+struct ArgsConf {
+    cni: Option<CniArgsConf>,
+}
+
+#[derive(Deserialize, Default)]
+struct CniArgsConf {
+    #[serde(default)]
+    ips: Vec<String>,
+}
+
+fn invalid(msg: impl Into<String>) -> CniError {
+    CniError::invalid_config(msg)
+}
+
+/// Go's `net.ParseIP`, plus `To4()` canonicalisation of IPv4-mapped IPv6 addresses.
+pub fn parse_ip(s: &str) -> Option<IpAddr> {
+    let ip: IpAddr = s.parse().ok()?;
+    Some(match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    })
+}
+
+/// Go's `net.ParseCIDR` keeping the host bits (`10.1.2.3/24` stays `10.1.2.3/24`). An
+/// IPv4-mapped IPv6 address becomes IPv4 with the prefix shortened accordingly.
+pub fn parse_cidr(s: &str) -> Result<IpNetwork, CniError> {
+    let bad = || invalid(format!("invalid CIDR {s}: invalid CIDR address: {s}"));
+    let (ip, prefix) = s.split_once('/').ok_or_else(bad)?;
+    if prefix.is_empty() || prefix.len() > 3 || !prefix.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    let prefix: u8 = prefix.parse().map_err(|_| bad())?;
+    let parsed: IpAddr = ip.parse().map_err(|_| bad())?;
+    let (ip, prefix) = match parsed {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) if prefix >= 96 => (IpAddr::V4(v4), prefix - 96),
+            _ => (parsed, prefix),
+        },
+        v4 => (v4, prefix),
+    };
+    IpNetwork::new(ip, prefix).map_err(|_| bad())
+}
+
+fn parse_gateway(s: &str) -> Result<Option<IpAddr>, CniError> {
+    if s.is_empty() {
+        return Ok(None);
+    }
+    parse_ip(s)
+        .map(Some)
+        .ok_or_else(|| invalid(format!("invalid IP address: {s}")))
+}
+
+fn route(r: &RouteConf) -> Result<Route, CniError> {
+    if r.dst.is_empty() {
+        return Err(invalid("route: missing dst"));
+    }
+    let dst = parse_cidr(&r.dst)?;
+    let gw = parse_gateway(&r.gw)?;
+    Ok(Route {
+        dst,
+        gw,
+        mtu: r.mtu,
+        advmss: r.adv_mss,
+        priority: r.priority,
+        table: r.table,
+        scope: r.scope,
+    })
+}
+
+/// A comma-separated CNI_ARGS list, items trimmed as the reference does.
+fn comma_list(value: &str) -> impl Iterator<Item = &str> {
+    value.split(',').map(str::trim)
+}
+
+/// Loads the configuration of a call: the request's config and its CNI_ARGS.
+pub fn load(args: &CmdArgs) -> Result<StaticConfig, CniError> {
+    let conf: NetConf = args
+        .decode_config()
+        .map_err(|e| CniError::decode(format!("failed to load netconf: {e}")))?;
+    let pairs = args.cni_args()?;
+    libcni::args::check_known(&pairs, &["IP", "GATEWAY"])?;
+    let env_ip = libcni::args::get(&pairs, "IP").unwrap_or_default();
+    let env_gateway = libcni::args::get(&pairs, "GATEWAY").unwrap_or_default();
+    build(&conf, env_ip, env_gateway)
+}
+
+fn build(conf: &NetConf, env_ip: &str, env_gateway: &str) -> Result<StaticConfig, CniError> {
+    let ipam = conf
+        .ipam
+        .as_ref()
+        .ok_or_else(|| invalid("IPAM config missing 'ipam' key"))?;
+
+    // Precedence, lowest first: ipam.addresses plus CNI_ARGS IP (with GATEWAY), then
+    // args.cni.ips, then runtimeConfig.ips; each of the last two replaces what came before.
+    let mut addresses = Vec::new();
+    for a in &ipam.addresses {
+        addresses.push(StaticAddress {
+            address: parse_cidr(&a.address)?,
+            gateway: parse_gateway(&a.gateway)?,
+        });
+    }
+    if !env_ip.is_empty() {
+        let mut from_env = Vec::new();
+        for item in comma_list(env_ip) {
+            from_env.push(StaticAddress {
+                address: parse_cidr(item)?,
+                gateway: None,
+            });
+        }
+        // GATEWAY applies to the CNI_ARGS addresses whose subnet contains it.
+        if !env_gateway.is_empty() {
+            for item in comma_list(env_gateway) {
+                let gw = parse_ip(item)
+                    .ok_or_else(|| invalid(format!("invalid gateway address: {item}")))?;
+                for a in from_env.iter_mut().filter(|a| a.address.contains(gw)) {
+                    a.gateway = Some(gw);
+                }
+            }
+        }
+        addresses.extend(from_env);
+    }
+    let requested = if !conf.runtime_config.ips.is_empty() {
+        Some(&conf.runtime_config.ips)
+    } else {
+        conf.args
+            .as_ref()
+            .and_then(|a| a.cni.as_ref())
+            .map(|c| &c.ips)
+            .filter(|ips| !ips.is_empty())
+    };
+    if let Some(ips) = requested {
+        addresses = ips
+            .iter()
+            .map(|s| {
+                Ok(StaticAddress {
+                    address: parse_cidr(s)?,
+                    gateway: None,
+                })
+            })
+            .collect::<Result<_, CniError>>()?;
+    }
+
+    let v4 = addresses.iter().filter(|a| a.address.is_ipv4()).count();
+    let v6 = addresses.len() - v4;
+    if (v4 > 1 || v6 > 1) && !libcni::version::at_least(&conf.cni_version, "0.3.0") {
+        return Err(invalid(format!(
+            "CNI version {} does not support more than 1 address per family",
+            conf.cni_version
+        )));
+    }
+
+    let routes = ipam.routes.iter().map(route).collect::<Result<_, _>>()?;
+    let dns = Dns {
+        nameservers: ipam.dns.nameservers.clone(),
+        domain: ipam.dns.domain.clone(),
+        search: ipam.dns.search.clone(),
+        options: ipam.dns.options.clone(),
+    };
+    Ok(StaticConfig {
+        addresses,
+        routes,
+        dns,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    fn load_json(v: Value, ip: &str, gw: &str) -> Result<StaticConfig, CniError> {
+        let conf: NetConf = libcni::gojson::from_value(&v).unwrap();
+        build(&conf, ip, gw)
+    }
+
+    fn addrs(c: &StaticConfig) -> Vec<String> {
+        c.addresses
+            .iter()
+            .map(|a| match a.gateway {
+                Some(g) => format!("{} gw {g}", a.address),
+                None => a.address.to_string(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn config_addresses_routes_dns() {
+        let c = load_json(
+            json!({"cniVersion":"1.0.0","ipam":{"type":"static",
+              "addresses":[{"address":"10.10.0.1/24","gateway":"10.10.0.254"},{"address":"3ffe:ffff:0:01ff::1/64"}],
+              "routes":[{"dst":"0.0.0.0/0"},{"dst":"192.168.0.0/16","gw":"10.10.5.1","mtu":1400,"table":100}],
+              "dns":{"nameservers":["8.8.8.8"],"domain":"example.com","search":["example.com"]}}}),
+            "",
+            "",
+        )
+        .unwrap();
+        assert_eq!(
+            addrs(&c),
+            ["10.10.0.1/24 gw 10.10.0.254", "3ffe:ffff:0:1ff::1/64"]
+        );
+        assert_eq!(c.routes.len(), 2);
+        assert_eq!(c.routes[1].gw, Some("10.10.5.1".parse().unwrap()));
+        assert_eq!(
+            (c.routes[1].mtu, c.routes[1].table),
+            (Some(1400), Some(100))
+        );
+        assert_eq!(c.dns.domain, "example.com");
+    }
+
+    #[test]
+    fn cni_args_append_and_gateway_matches_only_their_subnet() {
+        let c = load_json(
+            json!({"cniVersion":"1.0.0","ipam":{"addresses":[{"address":"10.10.0.1/24"}]}}),
+            "10.20.0.5/24, fd00::5/64",
+            "10.20.0.1,10.10.0.254",
+        )
+        .unwrap();
+        assert_eq!(
+            addrs(&c),
+            ["10.10.0.1/24", "10.20.0.5/24 gw 10.20.0.1", "fd00::5/64"]
+        );
+    }
+
+    #[test]
+    fn args_then_runtime_config_replace_everything() {
+        let base = json!({"cniVersion":"1.0.0","ipam":{"addresses":[{"address":"10.10.0.1/24"}]},
+                          "args":{"cni":{"ips":["10.30.0.2/24"]}}});
+        let c = load_json(base.clone(), "10.20.0.5/24", "").unwrap();
+        assert_eq!(addrs(&c), ["10.30.0.2/24"]);
+        let mut with_rc = base;
+        with_rc["runtimeConfig"] = json!({"ips":["10.40.0.2/24","fd00::2/64"]});
+        let c = load_json(with_rc, "", "").unwrap();
+        assert_eq!(addrs(&c), ["10.40.0.2/24", "fd00::2/64"]);
+    }
+
+    #[test]
+    fn go_key_matching_and_nulls() {
+        let c = load_json(
+            json!({"cniVersion":"1.0.0","IPAM":{"Addresses":[{"Address":"10.1.0.2/16","Gateway":null}],"routes":null},
+                   "RuntimeConfig":{"IPs":null}}),
+            "",
+            "",
+        )
+        .unwrap();
+        assert_eq!(addrs(&c), ["10.1.0.2/16"]);
+    }
+
+    #[test]
+    fn errors() {
+        let e = load_json(json!({"cniVersion":"1.0.0"}), "", "").unwrap_err();
+        assert_eq!(e.msg, "IPAM config missing 'ipam' key");
+        assert_eq!(e.code, 7);
+        let e = load_json(
+            json!({"cniVersion":"1.0.0","ipam":{"addresses":[{"address":"10.1.0.2"}]}}),
+            "",
+            "",
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.msg,
+            "invalid CIDR 10.1.0.2: invalid CIDR address: 10.1.0.2"
+        );
+        let e = load_json(
+            json!({"cniVersion":"1.0.0","ipam":{}}),
+            "10.0.0.2/24",
+            "nope",
+        )
+        .unwrap_err();
+        assert_eq!(e.msg, "invalid gateway address: nope");
+        let e = load_json(
+            json!({"cniVersion":"0.2.0","ipam":{"addresses":[{"address":"10.1.0.2/24"},{"address":"10.2.0.2/24"}]}}),
+            "",
+            "",
+        )
+        .unwrap_err();
+        assert!(e
+            .msg
+            .contains("does not support more than 1 address per family"));
+        assert!(load_json(
+            json!({"cniVersion":"1.0.0","ipam":{"routes":[{"gw":"10.0.0.1"}]}}),
+            "",
+            ""
+        )
+        .is_err());
+        assert!(load_json(
+            json!({"cniVersion":"1.0.0","ipam":{"addresses":[{"address":"10.0.0.2/33"}]}}),
+            "",
+            ""
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn ipv4_mapped_addresses_become_ipv4() {
+        assert_eq!(
+            parse_cidr("::ffff:10.0.0.2/120").unwrap().to_string(),
+            "10.0.0.2/24"
+        );
+        assert_eq!(
+            parse_ip("::ffff:10.0.0.1"),
+            Some("10.0.0.1".parse().unwrap())
+        );
+    }
+}

@@ -1,0 +1,116 @@
+//! Small state files that plugins keep beside the kernel objects they create (what a DEL
+//! without prevResult, or a GC, needs to find those objects again). Written atomically: a
+//! reader sees the old file or the new one, never a partial one.
+
+use std::fs;
+use std::io::{ErrorKind, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Where the temporary files of `path` are made: `.<name>.tmp.d/` beside it. A writer killed
+/// before its rename leaves its temporary there, and the next write or removal of `path`
+/// removes the whole directory (one lookup when there is none), so no crash leaves litter that
+/// only a directory scan would find.
+fn temp_dir_of(path: &Path) -> std::path::PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.parent()
+        .unwrap_or(Path::new("."))
+        .join(format!(".{name}.tmp.d"))
+}
+
+fn remove_tree_if_exists(dir: &Path) -> std::io::Result<()> {
+    match fs::remove_dir_all(dir) {
+        Err(e) if e.kind() != ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Writes `bytes` to `path` through a temporary file and a rename, so readers see the old file
+/// or the new one, never a part. Missing parent directories are created (0700); the file is
+/// 0600. No fsync: callers that need durability across power loss are not served by this
+/// (kernel state does not survive it either).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let temps = temp_dir_of(path);
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&temps)?;
+    let tmp = temps.join(format!(
+        "{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let result = (|| {
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        file.write_all(bytes)?;
+        fs::rename(&tmp, path)
+    })();
+    // Also takes what killed writers left.
+    let cleaned = remove_tree_if_exists(&temps);
+    result.and(cleaned)
+}
+
+/// Reads a file of at most `max` bytes; `Ok(None)` when it does not exist.
+pub fn read_bounded(path: &Path, max: u64) -> std::io::Result<Option<Vec<u8>>> {
+    let file = match fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut bytes = Vec::new();
+    file.take(max + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(std::io::Error::new(
+            ErrorKind::InvalidData,
+            format!("larger than {max} bytes"),
+        ));
+    }
+    Ok(Some(bytes))
+}
+
+/// Removes a file and what interrupted writes of it left; what is already gone is fine.
+pub fn remove_if_exists(path: &Path) -> std::io::Result<()> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    remove_tree_if_exists(&temp_dir_of(path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_read_remove() {
+        let dir = std::env::temp_dir().join(format!("libcni-statefile-{}", std::process::id()));
+        let path = dir.join("sub").join("a:eth0");
+        write_atomic(&path, b"one").unwrap();
+        write_atomic(&path, b"two").unwrap();
+        assert_eq!(
+            read_bounded(&path, 10).unwrap().as_deref(),
+            Some(&b"two"[..])
+        );
+        assert!(read_bounded(&path, 2).is_err());
+        let leftovers: Vec<_> = fs::read_dir(path.parent().unwrap()).unwrap().collect();
+        assert_eq!(leftovers.len(), 1, "no temporary file is left behind");
+        // A writer killed before its rename leaves a temporary: the next removal takes it.
+        let temps = temp_dir_of(&path);
+        fs::create_dir_all(&temps).unwrap();
+        fs::write(temps.join("4242-0"), b"half").unwrap();
+        remove_if_exists(&path).unwrap();
+        assert!(!temps.exists());
+        remove_if_exists(&path).unwrap();
+        assert_eq!(read_bounded(&path, 10).unwrap(), None);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,282 @@
+//! dhcp against a real DHCP server: dnsmasq in a server netns on one end of a veth, the pod
+//! on the other, our daemon started by the test (and killed at the end). ADD gets a lease,
+//! the daemon renews it at T1 (seen in dnsmasq's log), survives a dnsmasq restart, CHECK
+//! and STATUS talk to it, and DEL releases the lease (dnsmasq's lease file empties).
+
+use netns_tests::{
+    our_bin_dir, our_binary, require_root, skip_unless, Cnitool, ConfDir, Netns, PluginCall,
+    TempDir,
+};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A child process killed (and reaped) on drop.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn dnsmasq_path() -> Option<PathBuf> {
+    ["/usr/sbin/dnsmasq", "/usr/bin/dnsmasq"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+}
+
+/// dnsmasq on `srv0`: leases of 2 minutes (its minimum) with T1 = 2 s and T2 = 6 s. Without
+/// its ICMP conflict check, which delays every first OFFER by 3 s.
+fn dnsmasq(bin: &Path, server: &Netns, dir: &TempDir) -> Guard {
+    let child = server
+        .command(&[bin.to_str().unwrap()])
+        .args([
+            "--no-daemon",
+            "--conf-file=/dev/null",
+            "--port=0",
+            "--interface=srv0",
+            "--bind-interfaces",
+            "--dhcp-range=10.91.0.10,10.91.0.50,255.255.255.0,2m",
+            "--dhcp-option=option:T1,2",
+            "--dhcp-option=option:T2,6",
+            "--log-dhcp",
+            "--no-ping",
+        ])
+        .arg(format!("--dhcp-leasefile={}", dir.join("leases").display()))
+        .arg(format!("--log-facility={}", dir.join("log").display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start dnsmasq");
+    std::thread::sleep(Duration::from_millis(300));
+    Guard(child)
+}
+
+/// Our DHCP daemon with short retransmissions, its socket in `dir`; killed on drop.
+fn daemon(dhcp: &Path, dir: &TempDir) -> (Guard, PathBuf) {
+    let socket = dir.join("dhcp.sock");
+    let daemon_log = std::fs::File::create(dir.join("daemon.log")).unwrap();
+    let guard = Guard(
+        Command::new(dhcp)
+            .args(["daemon", "-socketpath"])
+            .arg(&socket)
+            .args(["-timeout", "1s", "-resendmax", "2s", "-resendtimeout=20s"])
+            .arg(format!("-pidfile={}", dir.join("daemon.pid").display()))
+            .stdout(Stdio::null())
+            .stderr(daemon_log)
+            .spawn()
+            .expect("start the dhcp daemon"),
+    );
+    wait_for("the daemon socket", Duration::from_secs(5), || {
+        socket.exists()
+    });
+    (guard, socket)
+}
+
+fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn count(path: &Path, needle: &str) -> usize {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .matches(needle)
+        .count()
+}
+
+#[test]
+fn lease_renewal_restart_and_release_against_dnsmasq() {
+    require_root!();
+    let dnsmasq_bin = skip_unless!(
+        dnsmasq_path(),
+        "dnsmasq not installed (apt-get install dnsmasq)"
+    );
+    let dhcp = our_binary("dhcp");
+    let dir = TempDir::new("dhcp-test");
+    let server = Netns::new("dhcp-srv");
+    let pod = Netns::new("dhcp-pod");
+    server.exec_ok(&[
+        "ip",
+        "link",
+        "add",
+        "srv0",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        pod.name(),
+    ]);
+    server.exec_ok(&["ip", "addr", "add", "10.91.0.1/24", "dev", "srv0"]);
+    server.exec_ok(&["ip", "link", "set", "srv0", "up"]);
+    let mut server_proc = Some(dnsmasq(&dnsmasq_bin, &server, &dir));
+
+    let (_daemon, socket) = daemon(&dhcp, &dir);
+
+    let conf = json!({"cniVersion": "1.1.0", "name": "dhcp-net", "type": "macvlan",
+        "ipam": {"type": "dhcp", "daemonSocketPath": socket,
+                 "provide": [{"option": "host-name", "fromArg": "K8S_POD_NAME"}],
+                 "request": [{"option": "121"}]}});
+    let call = |cmd: &str| {
+        PluginCall::new(&dhcp, cmd, "dhcp-cid", pod.path_str(), "eth0")
+            .env("CNI_ARGS", "IgnoreUnknown=1;K8S_POD_NAME=web-0")
+    };
+    let started = Instant::now();
+    let result = call("ADD").run_ok(&conf);
+    // No lost first DISCOVER: the daemon waits for the link to pass packets before sending.
+    assert!(
+        started.elapsed() < Duration::from_millis(900),
+        "ADD took {:?}: the first DISCOVER was lost ({}; dnsmasq: {})",
+        started.elapsed(),
+        std::fs::read_to_string(dir.join("daemon.log")).unwrap_or_default(),
+        std::fs::read_to_string(dir.join("log")).unwrap_or_default()
+    );
+    let address = result["ips"][0]["address"].as_str().unwrap().to_string();
+    assert!(
+        address.starts_with("10.91.0.") && address.ends_with("/24"),
+        "{result}"
+    );
+    assert_eq!(result["ips"][0]["gateway"], "10.91.0.1", "{result}");
+    assert_eq!(
+        result["routes"],
+        json!([{"dst": "0.0.0.0/0", "gw": "10.91.0.1"}])
+    );
+    let ip = address.split('/').next().unwrap().to_string();
+    let leases = std::fs::read_to_string(dir.join("leases")).unwrap();
+    // The lease names our hostname and the reference's client id ("\0" + cid/net/ifname).
+    assert!(
+        leases.contains(&ip) && leases.contains(" web-0 "),
+        "{leases}"
+    );
+    assert!(leases.contains("00:64:68:63:70:2d:63:69:64:2f"), "{leases}");
+
+    // A repeated ADD returns the lease the daemon holds; CHECK and STATUS agree.
+    assert_eq!(call("ADD").run_ok(&conf)["ips"][0]["address"], address);
+    let mut check = conf.clone();
+    check["prevResult"] = result.clone();
+    call("CHECK").run_ok(&check);
+    call("STATUS").run_ok(&conf);
+
+    // Renewal at T1 (2 s): dnsmasq logs a new ACK for the same address.
+    let log = dir.join("log");
+    let acks = count(&log, &format!("DHCPACK(srv0) {ip}"));
+    wait_for("a renewal", Duration::from_secs(8), || {
+        count(&log, &format!("DHCPACK(srv0) {ip}")) > acks
+    });
+
+    // dnsmasq restarts (its lease file kept): renewals fail meanwhile, then succeed again.
+    server_proc.take();
+    std::thread::sleep(Duration::from_secs(3));
+    let _ = std::fs::remove_file(&log);
+    server_proc = Some(dnsmasq(&dnsmasq_bin, &server, &dir));
+    wait_for(
+        "a renewal after the restart",
+        Duration::from_secs(15),
+        || count(&log, &format!("DHCPACK(srv0) {ip}")) > 0,
+    );
+
+    // DEL releases: dnsmasq drops the lease. A second DEL is fine.
+    call("DEL").run_ok(&conf);
+    wait_for("the release", Duration::from_secs(5), || {
+        !std::fs::read_to_string(dir.join("leases"))
+            .unwrap_or_default()
+            .contains(&ip)
+    });
+    assert!(count(&log, &format!("DHCPRELEASE(srv0) {ip}")) > 0);
+    call("DEL").run_ok(&conf);
+    let out = call("CHECK").run(&check);
+    assert!(!out.success, "CHECK after DEL: {}", out.stdout);
+    drop(server_proc);
+}
+
+#[test]
+fn plugin_without_a_daemon() {
+    let dhcp = our_binary("dhcp");
+    let dir = TempDir::new("dhcp-nodaemon");
+    let conf = json!({"cniVersion": "1.1.0", "name": "dhcp-net",
+        "ipam": {"type": "dhcp", "daemonSocketPath": dir.join("none.sock")}});
+    let call = |cmd: &str| PluginCall::new(&dhcp, cmd, "cid", "/run/netns/x", "eth0");
+    let out = call("ADD").run(&conf);
+    assert_eq!(out.json["code"], 11, "{}", out.stdout);
+    // Nothing can be held without a daemon: DEL and GC succeed, STATUS says not available.
+    call("DEL").run_ok(&conf);
+    call("GC").run_ok(&conf);
+    assert_eq!(call("STATUS").run(&conf).json["code"], 50);
+    let bad: Value = json!({"cniVersion": "1.1.0", "name": "dhcp-net",
+        "ipam": {"type": "dhcp", "request": [{"option": "no-such-option"}]}});
+    assert_eq!(call("ADD").run(&bad).json["code"], 7);
+}
+
+/// podman's macvlan networks: macvlan on the host's uplink with the dhcp IPAM, through
+/// cnitool. The lease comes from the DHCP server on the uplink's segment, the pod reaches it,
+/// and DEL releases the lease.
+#[test]
+fn macvlan_with_dhcp_through_cnitool() {
+    require_root!();
+    let dnsmasq_bin = skip_unless!(
+        dnsmasq_path(),
+        "dnsmasq not installed (apt-get install dnsmasq)"
+    );
+    let dhcp = our_binary("dhcp");
+    for p in ["macvlan", "cnitool"] {
+        our_binary(p);
+    }
+    let dir = TempDir::new("dhcp-macvlan");
+    let host = Netns::new("dhcpm-host");
+    let server = Netns::new("dhcp-srv");
+    let pod = Netns::new("dhcpm-pod");
+    host.exec_ok(&[
+        "ip",
+        "link",
+        "add",
+        "uplink0",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "srv0",
+        "netns",
+        server.name(),
+    ]);
+    host.exec_ok(&["ip", "link", "set", "uplink0", "up"]);
+    server.exec_ok(&["ip", "addr", "add", "10.91.0.1/24", "dev", "srv0"]);
+    server.exec_ok(&["ip", "link", "set", "srv0", "up"]);
+    let _server = dnsmasq(&dnsmasq_bin, &server, &dir);
+    let (_daemon, socket) = daemon(&dhcp, &dir);
+    let conf = ConfDir::new();
+    conf.write_json(
+        "10-macvlan.conflist",
+        &json!({"cniVersion": "1.0.0", "name": "macvlan-dhcp", "plugins": [
+            {"type": "macvlan", "master": "uplink0", "mode": "bridge",
+             "ipam": {"type": "dhcp", "daemonSocketPath": socket}}]}),
+    );
+    let cache = TempDir::new("dhcpm-cache");
+    let tool = Cnitool::new(&conf, vec![our_bin_dir()], cache.path()).in_netns(&host);
+    let result: Value =
+        serde_json::from_str(&tool.run_ok(&["add", "macvlan-dhcp", pod.path_str()])).unwrap();
+    let address = result["ips"][0]["address"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(address.starts_with("10.91.0."), "{result}");
+    let ip = address.split('/').next().unwrap_or_default().to_string();
+    assert!(pod.addresses("eth0").contains(&address));
+    pod.exec_ok(&["ping", "-c", "1", "-W", "2", "10.91.0.1"]);
+    tool.run_ok(&["del", "macvlan-dhcp", pod.path_str()]);
+    wait_for("the release", Duration::from_secs(5), || {
+        !std::fs::read_to_string(dir.join("leases"))
+            .unwrap_or_default()
+            .contains(&ip)
+    });
+    assert!(pod.link("eth0").is_none());
+    tool.run_ok(&["del", "macvlan-dhcp", pod.path_str()]);
+}

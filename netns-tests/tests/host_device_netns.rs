@@ -1,0 +1,248 @@
+//! host-device end to end with a veth end standing for the host's device, and the reference
+//! Go host-device (`/usr/lib/cni/host-device`) as the oracle: the same result and container
+//! state, each implementation's DEL gives back what the other's ADD took. Ours also restores
+//! the device's addresses, routes and up state, rolls back, tolerates a vanished netns and
+//! recovers in GC a device the kernel returned on its own.
+
+mod main_support;
+
+use main_support::*;
+use netns_tests::{require_root, skip_unless, Netns, TempDir};
+use serde_json::{json, Value};
+
+/// A host netns with `hd0` (its peer `hd0p` stays): up, 10.99.0.5/24, a route through it.
+fn host_with_device(prefix: &str) -> Netns {
+    let host = Netns::new(prefix);
+    host.exec_ok(&[
+        "ip", "link", "add", "hd0", "type", "veth", "peer", "name", "hd0p",
+    ]);
+    host.exec_ok(&["ip", "link", "set", "hd0", "up"]);
+    host.exec_ok(&["ip", "link", "set", "hd0p", "up"]);
+    host.exec_ok(&["ip", "addr", "add", "10.99.0.5/24", "dev", "hd0"]);
+    host.exec_ok(&[
+        "ip",
+        "route",
+        "add",
+        "10.199.0.0/16",
+        "via",
+        "10.99.0.254",
+        "dev",
+        "hd0",
+    ]);
+    host
+}
+
+fn hd_conf(version: &str, ipam: Option<&TempDir>, state: &TempDir, extra: Value) -> Value {
+    let mut c = conf(
+        version,
+        "host-device",
+        ipam,
+        json!([[{"subnet": "10.98.0.0/24"}]]),
+        extra,
+    );
+    c["dataDir"] = json!(state.path());
+    c
+}
+
+/// The device on the host as DEL must leave it (ours restores everything).
+fn device_on_host(host: &Netns) -> Value {
+    let l = host.link("hd0");
+    json!({
+        "present": l.is_some(),
+        "up": host.link_is_up("hd0"),
+        "addrs": global_addrs(host, "hd0"),
+        "route": host.exec_ok(&["ip", "route", "show", "10.199.0.0/16"]).trim().to_string(),
+    })
+}
+
+#[test]
+fn same_result_and_container_state_as_reference() {
+    require_root!();
+    let reference = skip_unless!(
+        reference("host-device"),
+        "reference host-device not installed"
+    );
+    let ours = ours("host-device");
+    for (version, by) in [
+        ("0.4.0", json!({"device": "hd0"})),
+        ("1.0.0", json!({"hwaddr": "<mac>"})),
+    ] {
+        let mut seen = Vec::new();
+        for imp in [&ours, &reference] {
+            let host = host_with_device("hd-host");
+            let pod = Netns::new("hd-pod");
+            let (ipam, st) = (TempDir::new("hd-ipam"), TempDir::new("hd-state"));
+            let mut by = by.clone();
+            if by.get("hwaddr").is_some() {
+                by["hwaddr"] = host.link("hd0").unwrap()["address"].clone();
+            }
+            let c = hd_conf(version, Some(&ipam), &st, by);
+            let a = Attachment::new(imp, &host, "hdpod", &pod);
+            let r = a.add(&c);
+            let d = pod.link("eth0").unwrap();
+            let state = json!({"alias": d["ifalias"], "up": pod.link_is_up("eth0"),
+                "addrs": global_addrs(&pod, "eth0"), "routes": routes(&pod)});
+            assert!(host.link("hd0").is_none());
+            Attachment::new(&ours, &host, "hdpod", &pod).check(&c, &r);
+            a.del(&c, Some(&r));
+            assert!(leases(&ipam).is_empty() && pod.link("eth0").is_none());
+            let back = device_on_host(&host);
+            assert_eq!(back["present"], true, "{}: device not back", imp.label);
+            if imp.label == "ours" {
+                assert_eq!(
+                    back,
+                    json!({"present": true, "up": true, "addrs": ["10.99.0.5/24"],
+                        "route": "10.199.0.0/16 via 10.99.0.254 dev hd0"}),
+                    "ours restores the device's state"
+                );
+                assert!(
+                    std::fs::read_dir(st.path()).unwrap().next().is_none(),
+                    "state file left"
+                );
+            }
+            seen.push((normalize(r), state));
+        }
+        assert_eq!(seen[0].0, seen[1].0, "result differs in {version}");
+        assert_eq!(seen[0].1, seen[1].1, "container state differs in {version}");
+    }
+}
+
+#[test]
+fn each_del_gives_back_what_the_other_add_took() {
+    require_root!();
+    let reference = skip_unless!(
+        reference("host-device"),
+        "reference host-device not installed"
+    );
+    let ours = ours("host-device");
+    for (first, second) in [(&reference, &ours), (&ours, &reference)] {
+        let host = host_with_device("hd-x-host");
+        let pod = Netns::new("hd-x-pod");
+        let st = TempDir::new("hd-x-state");
+        let c = hd_conf("1.0.0", None, &st, json!({"device": "hd0"}));
+        let r = Attachment::new(first, &host, "xpod", &pod).add(&c);
+        assert_eq!(r["interfaces"][0]["name"], "eth0");
+        Attachment::new(second, &host, "xpod", &pod).del(&c, Some(&r));
+        assert!(
+            host.link("hd0").is_some(),
+            "{} DEL after {} ADD",
+            second.label,
+            first.label
+        );
+        assert!(pod.link("eth0").is_none());
+    }
+}
+
+#[test]
+fn failed_add_gives_the_device_back() {
+    require_root!();
+    let host = host_with_device("hd-rb-h");
+    let pod = Netns::new("hd-rb-p");
+    let (ipam, st) = (TempDir::new("hd-rb-ipam"), TempDir::new("hd-rb-state"));
+    let ours = ours("host-device");
+    let a = Attachment::new(&ours, &host, "rbpod", &pod);
+    let before = device_on_host(&host);
+    // The container already has eth0: the rename fails, the device goes home.
+    pod.exec_ok(&[
+        "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "x0",
+    ]);
+    let e = a.fails(
+        "ADD",
+        &hd_conf("1.0.0", Some(&ipam), &st, json!({"device": "hd0"})),
+    );
+    assert!(
+        e["msg"]
+            .as_str()
+            .unwrap()
+            .contains("failed to rename device \"hd0\" to \"eth0\""),
+        "{e}"
+    );
+    assert_eq!(device_on_host(&host), before);
+    pod.exec_ok(&["ip", "link", "del", "eth0"]);
+    // IPAM fails after the move: the device goes home with its state, no lease, no state file.
+    let mut bad = hd_conf("1.0.0", Some(&ipam), &st, json!({"device": "hd0"}));
+    bad["ipam"]["ranges"] = json!([[{"subnet": "10.98.0.0/32"}]]);
+    a.fails("ADD", &bad);
+    assert_eq!(device_on_host(&host), before);
+    assert!(leases(&ipam).is_empty());
+    assert!(std::fs::read_dir(st.path()).unwrap().next().is_none());
+    // Devices that do not exist, bad selectors: spec errors.
+    for (sel, want) in [
+        (json!({"device": "nosuch0"}), "failed to find host device"),
+        (
+            json!({"hwaddr": "02:00:00:00:99:99"}),
+            "no interface with MAC",
+        ),
+        (
+            json!({"pciBusID": "0000:ff:1f.7"}),
+            "no net directory under pci device",
+        ),
+        (
+            json!({"kernelpath": "/sys/devices/virtual/none"}),
+            "failed to find network devices",
+        ),
+        (
+            json!({"runtimeConfig": {"deviceID": "nosuch.dev"}}),
+            "not found or unsupported",
+        ),
+    ] {
+        let e = a.fails("ADD", &hd_conf("1.0.0", None, &st, sel));
+        assert!(e["msg"].as_str().unwrap().contains(want), "{want}: {e}");
+    }
+    assert_eq!(device_on_host(&host), before);
+}
+
+#[test]
+fn del_tolerates_a_vanished_netns_and_gc_recovers_a_returned_device() {
+    require_root!();
+    let host = host_with_device("hd-gc-h");
+    let (ipam, st) = (TempDir::new("hd-gc-ipam"), TempDir::new("hd-gc-state"));
+    let ours = ours("host-device");
+    let c = hd_conf("1.1.0", Some(&ipam), &st, json!({"device": "hd0"}));
+    let pod = Netns::new("hd-gc-p");
+    let a = Attachment::new(&ours, &host, "gcpod", &pod);
+    let r = a.add(&c);
+    a.check(&c, &r);
+    a.ok("STATUS", &c, None);
+    // What the kernel does to a physical device when its netns dies: back to the host, renamed
+    // when its container name is taken (a veth would be destroyed instead).
+    pod.exec_ok(&[
+        "ip",
+        "link",
+        "set",
+        "eth0",
+        "netns",
+        host.name(),
+        "name",
+        "dev7",
+    ]);
+    drop(pod);
+    let mut gc = c.clone();
+    gc["cni.dev/valid-attachments"] = json!([]);
+    a.ok("GC", &gc, None);
+    assert_eq!(device_on_host(&host)["addrs"], json!(["10.99.0.5/24"]));
+    assert!(host.link("dev7").is_none());
+    assert!(std::fs::read_dir(st.path()).unwrap().next().is_none());
+    assert!(leases(&ipam).is_empty(), "GC released the lease");
+
+    // DEL after the netns is gone (a veth is destroyed with it): the lease and state go.
+    let pod = Netns::new("hd-gc-q");
+    let a = Attachment::new(&ours, &host, "gcpod", &pod);
+    a.add(&c);
+    drop(pod);
+    a.del(&c, None);
+    a.del(&c, None);
+    assert!(leases(&ipam).is_empty());
+    assert!(std::fs::read_dir(st.path()).unwrap().next().is_none());
+}
+
+#[test]
+fn example_runs() {
+    require_root!();
+    let r = run_example("host-device-sriov.conflist", |host| {
+        host.exec_ok(&[
+            "ip", "link", "add", "ens1f0v3", "type", "veth", "peer", "name", "vfpeer",
+        ]);
+    });
+    assert_eq!(r["interfaces"][0]["name"], "eth0");
+}

@@ -1,0 +1,138 @@
+//! CHECK of a prevResult against the kernel (Go `ip.ValidateExpectedInterfaceIPs`,
+//! `ip.ValidateExpectedRoute` and the plugins' `validateCniContainerInterface`).
+
+use ipnetwork::IpNetwork;
+use libcni::error::CniError;
+use libcni::result::{CniResult, Interface, IpConfig, Route};
+use libcni::skel::CmdArgs;
+use netkit::{Family, Link, Socket};
+
+use crate::errors::kernel;
+
+fn fail(msg: impl Into<String>) -> CniError {
+    CniError::internal(msg)
+}
+
+/// The prevResult a CHECK needs (`<prefix>Required prevResult missing` otherwise).
+pub fn prev_result(args: &CmdArgs, missing: &str) -> Result<CniResult, CniError> {
+    args.prev_result()?.ok_or_else(|| fail(missing))
+}
+
+/// The container interface of prevResult: named `CNI_IFNAME` with `CNI_NETNS` as sandbox.
+pub fn container_interface(prev: &CniResult, args: &CmdArgs) -> Result<Interface, CniError> {
+    prev.interfaces
+        .iter()
+        .find(|i| i.name == args.ifname && i.sandbox == args.netns)
+        .cloned()
+        .ok_or_else(|| {
+            fail(format!(
+                "Sandbox in prevResult  doesn't match configured netns: {}",
+                args.netns
+            ))
+        })
+}
+
+/// The container link recorded in `intf`, found in the container and with the recorded MAC.
+pub fn container_link(cont: &mut Socket, intf: &Interface) -> Result<Link, CniError> {
+    if intf.name.is_empty() {
+        return Err(fail("Container interface name missing in prevResult: "));
+    }
+    let link = match cont.find_link(&intf.name).map_err(kernel)? {
+        Some(l) => l,
+        None => {
+            return Err(fail(format!(
+                "Container Interface name in prevResult: {} not found",
+                intf.name
+            )))
+        }
+    };
+    if intf.sandbox.is_empty() {
+        return Err(fail(format!(
+            "Error: Container interface {} should not be in host namespace",
+            link.name
+        )));
+    }
+    if !intf.mac.is_empty() && !intf.mac.eq_ignore_ascii_case(&link.mac_string()) {
+        return Err(fail(format!(
+            "Interface {} Mac {} doesn't match container Mac: {}",
+            intf.name,
+            intf.mac,
+            link.mac_string()
+        )));
+    }
+    Ok(link)
+}
+
+fn prefix_of(n: &IpNetwork) -> IpNetwork {
+    IpNetwork::new(n.network(), n.prefix()).unwrap_or(*n)
+}
+
+/// Every IP is on `link`, and a main-table route to its prefix exists.
+pub fn interface_ips(cont: &mut Socket, link: &Link, ips: &[IpConfig]) -> Result<(), CniError> {
+    let addrs = cont
+        .addresses(Some(link.index), Family::Any)
+        .map_err(kernel)?;
+    let routes = cont
+        .routes(Family::Any, Some(netkit::route::TABLE_MAIN))
+        .map_err(kernel)?;
+    for ip in ips {
+        if !addrs.iter().any(|a| a.address == ip.address) {
+            return Err(fail(format!(
+                "Failed to match addr {} on interface {}",
+                ip.address, link.name
+            )));
+        }
+        let prefix = prefix_of(&ip.address);
+        if !routes.iter().any(|r| r.dst_network() == prefix) {
+            let gw = ip.gateway.map(|g| g.to_string()).unwrap_or_default();
+            return Err(fail(format!(
+                "Failed to find Gateway {gw} for interface {}",
+                link.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Every route of prevResult is in the main table (with its gateway when it names one).
+pub fn routes(cont: &mut Socket, expected: &[Route]) -> Result<(), CniError> {
+    let table = cont
+        .routes(Family::Any, Some(netkit::route::TABLE_MAIN))
+        .map_err(kernel)?;
+    for r in expected {
+        let dst = prefix_of(&r.dst);
+        let found = table
+            .iter()
+            .any(|k| k.dst_network() == dst && (r.gw.is_none() || k.gateway == r.gw));
+        if !found {
+            let gw =
+                r.gw.map(|g| g.to_string())
+                    .unwrap_or_else(|| "<nil>".into());
+            return Err(fail(format!(
+                "Expected Route {{Dst: {} GW: {gw}}} not found in the container's routing table",
+                r.dst
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The CHECK every main plugin does: IPAM CHECK (when an IPAM plugin is set), prevResult
+/// (`missing` is the error without one), the container interface of prevResult in
+/// `CNI_NETNS` with its recorded MAC, `link_checks` (the plugin's own: kind, mode, master...),
+/// then every IP with a route to its prefix and every route.
+pub fn attachment(
+    args: &CmdArgs,
+    ipam_type: &str,
+    missing: &str,
+    link_checks: impl FnOnce(&mut Socket, &Link, &CniResult) -> Result<(), CniError>,
+) -> Result<(), CniError> {
+    let (_netns, mut cont) = crate::link::open_netns(&args.netns)?;
+    crate::ipam::call_if_set(args, ipam_type, "CHECK")?;
+    let prev = prev_result(args, missing)?;
+    let intf = container_interface(&prev, args)?;
+    let link = container_link(&mut cont, &intf)?;
+    link_checks(&mut cont, &link, &prev)?;
+    interface_ips(&mut cont, &link, &prev.ips)?;
+    routes(&mut cont, &prev.routes)
+}

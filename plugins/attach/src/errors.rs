@@ -1,0 +1,50 @@
+//! Kernel failures as CNI errors, and collecting several failures into the first one.
+
+use libcni::error::CniError;
+
+/// A netkit failure: bad input (an invalid name, say) is a config error, the rest internal
+/// (code 999, like the reference).
+pub fn kernel(e: netkit::Error) -> CniError {
+    match e {
+        netkit::Error::Invalid { .. } => CniError::invalid_config(e.to_string()),
+        _ => CniError::internal(e.to_string()),
+    }
+}
+
+/// A netkit failure with an outer context: "`outer`: `cause`".
+pub fn kernel_ctx(e: netkit::Error, outer: impl std::fmt::Display) -> CniError {
+    context(kernel(e), outer)
+}
+
+/// Prepends `outer: ` to a CNI error's message, keeping its code.
+pub fn context(e: CniError, outer: impl std::fmt::Display) -> CniError {
+    CniError::new(e.code, format!("{outer}: {}", e.msg), e.details)
+}
+
+/// The outcome of several independent steps (DEL keeps going after a failure): the first
+/// failure is reported, the others go to stderr.
+#[derive(Default)]
+pub struct Failures(Vec<CniError>);
+
+impl Failures {
+    pub fn note<T>(&mut self, r: Result<T, CniError>) -> Option<T> {
+        match r {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.0.push(e);
+                None
+            }
+        }
+    }
+
+    pub fn finish(self, plugin: &str) -> Result<(), CniError> {
+        let mut it = self.0.into_iter();
+        let Some(first) = it.next() else {
+            return Ok(());
+        };
+        for other in it {
+            eprintln!("{plugin}: also failed: {other}");
+        }
+        Err(first)
+    }
+}

@@ -1,0 +1,171 @@
+//! The container link: created under a temporary name and renamed (a kernel quirk makes a
+//! name clash in the creating namespace possible otherwise), found, deleted.
+
+use std::io::Read;
+
+use libcni::error::CniError;
+use libcni::result::Interface;
+use netkit::{Link, Netns, Socket};
+
+use crate::errors::{kernel, kernel_ctx};
+
+/// Attempts at a free temporary name.
+const TEMP_NAME_ATTEMPTS: usize = 4;
+
+/// A random `veth%08x` name, the reference's temporary and host-side link names.
+pub fn random_veth_name() -> Result<String, CniError> {
+    let mut b = [0u8; 4];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .map_err(|e| CniError::internal(format!("failed to generate a random link name: {e}")))?;
+    Ok(format!("veth{:08x}", u32::from_ne_bytes(b)))
+}
+
+/// Creates a link with `create(cont, temporary name)` (which must make it appear in the netns
+/// of `cont`, either through `cont` or from elsewhere), renames it to `ifname` there and
+/// returns it. A rename failure deletes the link.
+/// `kind` words the errors like the reference ("failed to create macvlan: ...").
+pub fn create_renamed(
+    cont: &mut Socket,
+    ifname: &str,
+    kind: &str,
+    mut create: impl FnMut(&mut Socket, &str) -> netkit::Result<()>,
+) -> Result<Link, CniError> {
+    let mut attempt = 0;
+    let tmp = loop {
+        let tmp = random_veth_name()?;
+        match create(cont, &tmp) {
+            Ok(()) => break tmp,
+            Err(e) if e.is_exists() && attempt + 1 < TEMP_NAME_ATTEMPTS => attempt += 1,
+            Err(e) => return Err(kernel_ctx(e, format!("failed to create {kind}"))),
+        }
+    };
+    let link = cont
+        .link_by_name(&tmp)
+        .map_err(|e| kernel_ctx(e, format!("failed to find the new {kind}")))?;
+    if let Err(e) = cont.set_link_name(link.index, ifname) {
+        let _ = cont.delete_link(link.index);
+        return Err(kernel_ctx(
+            e,
+            format!("failed to rename {kind} to {ifname:?}"),
+        ));
+    }
+    cont.link_by_name(ifname)
+        .map_err(|e| kernel_ctx(e, format!("failed to refetch {kind} {ifname:?}")))
+}
+
+/// The result's entry for a container link.
+pub fn container_interface(link: &Link, sandbox: &str) -> Interface {
+    Interface {
+        name: link.name.clone(),
+        mac: link.mac_string(),
+        sandbox: sandbox.to_string(),
+        ..Default::default()
+    }
+}
+
+/// Registers the deletion of the container link `ifname` as an undo step.
+pub fn undo_delete(rollback: &mut crate::rollback::Rollback, netns: &Netns, ifname: &str) {
+    let path = netns.path().to_path_buf();
+    let name = ifname.to_string();
+    rollback.push(format!("delete {ifname}"), move || {
+        let ns = Netns::open(&path).map_err(|e| e.to_string())?;
+        Socket::open_in(&ns)
+            .and_then(|mut s| s.delete_link_by_name(&name))
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    });
+}
+
+/// DEL of the container link: an empty CNI_NETNS, a netns that is gone or a link that is gone
+/// are all fine.
+pub fn delete_in_netns(netns_path: &str, ifname: &str) -> Result<(), CniError> {
+    if netns_path.is_empty() {
+        return Ok(());
+    }
+    let ns = match Netns::open(netns_path) {
+        Ok(ns) => ns,
+        Err(e) if e.is_netns_not_found() => return Ok(()),
+        Err(e) => return Err(kernel(e)),
+    };
+    Socket::open_in(&ns)
+        .and_then(|mut s| s.delete_link_by_name(ifname))
+        .map(|_| ())
+        .map_err(kernel)
+}
+
+/// Opens the container netns of an ADD or CHECK ("failed to open netns ..." otherwise).
+pub fn open_netns(path: &str) -> Result<(Netns, Socket), CniError> {
+    let ns =
+        Netns::open(path).map_err(|e| kernel_ctx(e, format!("failed to open netns {path:?}")))?;
+    let sock = Socket::open_in(&ns).map_err(kernel)?;
+    Ok((ns, sock))
+}
+
+/// The parent of a macvlan, ipvlan or vlan link: `name`, or the interface of the default
+/// route when `name` is empty, looked up through `sock` (the host's, or the container's for
+/// `linkInContainer`).
+pub fn master(sock: &mut Socket, name: &str) -> Result<Link, CniError> {
+    if name.is_empty() {
+        return sock
+            .default_route_link()
+            .map_err(kernel)?
+            .ok_or_else(|| CniError::internal("no default route interface found"));
+    }
+    sock.link_by_name(name)
+        .map_err(|e| kernel_ctx(e, format!("failed to lookup master {name:?}")))
+}
+
+/// A child link's MTU may not exceed its parent's.
+pub fn check_mtu(mtu: Option<u32>, master: &Link) -> Result<(), CniError> {
+    match mtu {
+        Some(m) if m > master.mtu => Err(CniError::invalid_config(format!(
+            "invalid MTU {m}, must be [0, master MTU({})]",
+            master.mtu
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The master of a child link (macvlan, ipvlan, vlan), looked up where it lives (the
+/// container with `linkInContainer`), with the child's MTU checked against it.
+pub fn master_checked(
+    host: &mut Socket,
+    cont: &mut Socket,
+    in_container: bool,
+    name: &str,
+    mtu: Option<u32>,
+) -> Result<Link, CniError> {
+    let sock = if in_container { cont } else { host };
+    let m = master(sock, name)?;
+    check_mtu(mtu, &m)?;
+    Ok(m)
+}
+
+/// STATUS of a child-link plugin: not available (code 50) when its master (or, unnamed, a
+/// default route) is missing on the host. A master inside the container is ADD's to check.
+pub fn master_status(plugin: &str, in_container: bool, name: &str) -> Result<(), CniError> {
+    if in_container {
+        return Ok(());
+    }
+    let mut host = Socket::new().map_err(kernel)?;
+    master(&mut host, name)
+        .map(|_| ())
+        .map_err(|e| CniError::not_available(format!("{plugin}: {}", e.msg)))
+}
+
+/// DEL of a plugin whose only objects are the container link and an IPAM lease: both go (at
+/// once), whatever is already gone; the first failure is reported.
+pub fn del_with_ipam(
+    args: &libcni::skel::CmdArgs,
+    ipam_type: &str,
+    plugin: &str,
+) -> Result<(), CniError> {
+    let (ipam, link) = crate::ipam::call_alongside(args, ipam_type, "DEL", || {
+        delete_in_netns(&args.netns, &args.ifname)
+    });
+    let mut failures = crate::errors::Failures::default();
+    failures.note(link);
+    failures.note(ipam);
+    failures.finish(plugin)
+}

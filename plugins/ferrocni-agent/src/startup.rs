@@ -1,0 +1,172 @@
+//! Start-up: connect to etcd and read the network config, retrying transport failures until
+//! `--startup-timeout` has passed (and not less: the last back-off step is cut to the deadline).
+
+use std::time::Duration;
+
+use tokio::time::{sleep, Instant};
+
+use crate::error::AgentError;
+use crate::log;
+use crate::netconfig::NetConfig;
+use crate::options::Options;
+use crate::store::Store;
+
+/// Connects and reads the config, retrying transport failures until the start-up timeout.
+/// A missing or invalid config fails at once: waiting would not fix it.
+pub async fn connect_and_read_config(opts: &Options) -> Result<(Store, NetConfig), AgentError> {
+    let outcome = retry_until(opts.startup_timeout, |left| async move {
+        let attempt = async {
+            let mut store = Store::connect(&opts.etcd_endpoints, &opts.etcd_prefix).await?;
+            let net = store.config().await?;
+            Ok::<_, AgentError>((store, net))
+        };
+        match tokio::time::timeout(left, attempt).await {
+            Ok(Err(e @ (AgentError::ConfigMissing { .. } | AgentError::BadConfig { .. }))) => {
+                Attempt::Fatal(e)
+            }
+            Ok(Err(e)) => Attempt::Retry(e),
+            Ok(Ok(v)) => Attempt::Done(v),
+            Err(_) => Attempt::Retry(AgentError::etcd("GET config", "no answer in time")),
+        }
+    })
+    .await;
+    outcome.map_err(|e| match e {
+        Retried::Fatal(e) => e,
+        Retried::GaveUp { after, last } => AgentError::Unreachable {
+            endpoints: opts.etcd_endpoints.join(","),
+            detail: format!(
+                "gave up after {:.1}s (--startup-timeout {}s): {last}",
+                after.as_secs_f64(),
+                opts.startup_timeout.as_secs()
+            ),
+        },
+    })
+}
+
+/// The outcome of one start-up attempt.
+enum Attempt<T> {
+    Done(T),
+    /// Worth another try (etcd not reachable yet).
+    Retry(AgentError),
+    /// Waiting would not help.
+    Fatal(AgentError),
+}
+
+enum Retried {
+    Fatal(AgentError),
+    /// The deadline passed; `after` is the time actually spent.
+    GaveUp {
+        after: Duration,
+        last: AgentError,
+    },
+}
+
+/// First back-off step of the start-up retries; it doubles up to [`MAX_STARTUP_BACKOFF`].
+const FIRST_STARTUP_BACKOFF: Duration = Duration::from_millis(250);
+const MAX_STARTUP_BACKOFF: Duration = Duration::from_secs(2);
+/// The least time an attempt gets, even right at the deadline.
+const MIN_ATTEMPT: Duration = Duration::from_millis(100);
+
+/// Runs `attempt(time left)` until it succeeds, fails fatally or `timeout` has passed. The
+/// last back-off sleep is cut to end at the deadline and one final attempt runs there, so the
+/// whole takes `timeout` plus at most [`MIN_ATTEMPT`] (and never gives up early).
+async fn retry_until<T, F, Fut>(timeout: Duration, mut attempt: F) -> Result<T, Retried>
+where
+    F: FnMut(Duration) -> Fut,
+    Fut: std::future::Future<Output = Attempt<T>>,
+{
+    let started = Instant::now();
+    let deadline = started + timeout;
+    let mut backoff = FIRST_STARTUP_BACKOFF;
+    loop {
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(MIN_ATTEMPT);
+        let e = match attempt(left).await {
+            Attempt::Done(v) => return Ok(v),
+            Attempt::Fatal(e) => return Err(Retried::Fatal(e)),
+            Attempt::Retry(e) => e,
+        };
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(Retried::GaveUp {
+                after: now - started,
+                last: e,
+            });
+        }
+        let wait = backoff.min(deadline - now);
+        log!("etcd not reachable yet ({e}); retrying in {wait:?}");
+        sleep(wait).await;
+        backoff = (backoff * 2).min(MAX_STARTUP_BACKOFF);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// With time paused, sleeps complete instantly and `Instant` follows the virtual clock.
+    #[tokio::test(start_paused = true)]
+    async fn start_up_retries_last_until_the_deadline_and_not_longer() {
+        for secs in [1u64, 3, 10] {
+            let timeout = Duration::from_secs(secs);
+            let started = Instant::now();
+            let mut attempts = 0;
+            let out: Result<(), Retried> = retry_until(timeout, |_| {
+                attempts += 1;
+                async { Attempt::Retry(AgentError::etcd("GET config", "refused")) }
+            })
+            .await;
+            let took = Instant::now() - started;
+            match out {
+                Err(Retried::GaveUp { after, .. }) => assert_eq!(after, took),
+                _ => panic!("expected to give up"),
+            }
+            assert!(
+                took >= timeout && took <= timeout + MIN_ATTEMPT,
+                "{secs}s: {took:?}"
+            );
+            assert!(attempts >= 3, "{attempts}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn slow_attempts_are_bounded_by_the_time_left() {
+        let started = Instant::now();
+        let out: Result<(), Retried> = retry_until(Duration::from_secs(3), |left| async move {
+            // An attempt that hangs until its bound (an etcd that accepts but never answers).
+            sleep(left).await;
+            Attempt::Retry(AgentError::etcd("GET config", "no answer in time"))
+        })
+        .await;
+        let took = Instant::now() - started;
+        assert!(matches!(out, Err(Retried::GaveUp { .. })));
+        assert!(
+            took >= Duration::from_secs(3) && took <= Duration::from_secs(3) + MIN_ATTEMPT,
+            "{took:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fatal_errors_and_success_end_at_once() {
+        let out: Result<(), Retried> = retry_until(Duration::from_secs(5), |_| async {
+            Attempt::Fatal(AgentError::ConfigMissing { key: "k".into() })
+        })
+        .await;
+        assert!(matches!(out, Err(Retried::Fatal(_))));
+        let mut n = 0;
+        let out = retry_until(Duration::from_secs(5), |_| {
+            n += 1;
+            let v = n;
+            async move {
+                if v < 3 {
+                    Attempt::Retry(AgentError::etcd("x", "y"))
+                } else {
+                    Attempt::Done(v)
+                }
+            }
+        })
+        .await;
+        assert!(matches!(out, Ok(3)));
+    }
+}

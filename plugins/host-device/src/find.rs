@@ -1,0 +1,197 @@
+//! Finding the host interface: by name, MAC, kernel device path, PCI address or auxiliary
+//! device, through sysfs (the netns's own mount, so only its interfaces show), and telling
+//! PCI devices bound to a userspace (DPDK) driver.
+
+use std::path::{Component, Path, PathBuf};
+
+use attach::errors::kernel;
+use libcni::error::CniError;
+use netkit::{Link, Socket};
+
+use crate::config::Selector;
+
+/// Drivers that take a PCI network device away from the kernel (DPDK).
+const USERSPACE_DRIVERS: &[&str] = &["vfio-pci", "uio_pci_generic", "igb_uio"];
+
+/// The sysfs root (`/sys`; elsewhere in tests).
+pub struct Sysfs(PathBuf);
+
+impl Sysfs {
+    pub fn system() -> Sysfs {
+        Sysfs(PathBuf::from("/sys"))
+    }
+
+    #[cfg(test)]
+    pub fn at(root: impl Into<PathBuf>) -> Sysfs {
+        Sysfs(root.into())
+    }
+
+    fn pci(&self, addr: &str) -> PathBuf {
+        self.0.join("bus/pci/devices").join(addr)
+    }
+
+    fn auxiliary(&self, name: &str) -> PathBuf {
+        self.0.join("bus/auxiliary/devices").join(name)
+    }
+}
+
+fn invalid(msg: impl Into<String>) -> CniError {
+    CniError::invalid_config(msg)
+}
+
+/// A bus device ID is one path component (no `/`, not `.` or `..`).
+pub fn check_bus_id(id: &str) -> Result<(), CniError> {
+    if id.is_empty() || id == "." || id == ".." || id.contains('/') || id.contains('\0') {
+        return Err(invalid(format!("invalid PCI address {id:?}")));
+    }
+    Ok(())
+}
+
+/// `kernelpath` must be an absolute path under /sys/devices without `..`.
+pub fn check_kernel_path(path: &str) -> Result<(), CniError> {
+    let p = Path::new(path);
+    let ok = p.is_absolute()
+        && path.starts_with("/sys/devices/")
+        && p.components().all(|c| !matches!(c, Component::ParentDir));
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(format!(
+            "kernel device path {path:?} must be absolute and begin with /sys/devices/"
+        )))
+    }
+}
+
+/// `runtimeConfig.deviceID`: a PCI address when such a PCI device exists, else an auxiliary
+/// device when that exists.
+pub fn device_id_selector(sysfs: &Sysfs, id: &str) -> Result<Selector, CniError> {
+    check_bus_id(id)?;
+    if sysfs.pci(id).exists() {
+        Ok(Selector::Pci(id.to_string()))
+    } else if sysfs.auxiliary(id).exists() {
+        Ok(Selector::Auxiliary(id.to_string()))
+    } else {
+        Err(invalid(format!(
+            "runtime config DeviceID {id} not found or unsupported"
+        )))
+    }
+}
+
+/// Whether the PCI device is bound to a userspace driver. A device without a driver is not.
+pub fn has_dpdk_driver(sysfs: &Sysfs, addr: &str) -> Result<bool, CniError> {
+    let link = sysfs.pci(addr).join("driver");
+    match std::fs::read_link(&link) {
+        Ok(target) => Ok(target
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| USERSPACE_DRIVERS.contains(&n))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(CniError::io(format!(
+            "error with host device: {}: {e}",
+            link.display()
+        ))),
+    }
+}
+
+/// The interface names in a device's `net/` directory, sorted (the reference takes the first
+/// one the directory lists; sorting makes the choice stable).
+fn net_dir_names(dir: &Path) -> Option<Vec<String>> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    Some(names)
+}
+
+/// The host interface the selector names.
+pub fn host_link(sock: &mut Socket, sysfs: &Sysfs, selector: &Selector) -> Result<Link, CniError> {
+    let fail = |why: String| CniError::internal(format!("failed to find host device: {why}"));
+    let first_in = |sock: &mut Socket, dir: &Path| -> Result<Link, CniError> {
+        let names = net_dir_names(dir).ok_or_else(|| {
+            fail(format!(
+                "failed to find network devices at {:?}",
+                dir.display()
+            ))
+        })?;
+        for name in names {
+            if let Some(link) = sock.find_link(&name).map_err(kernel)? {
+                return Ok(link);
+            }
+        }
+        Err(fail(format!(
+            "no interface of this netns in {}",
+            dir.display()
+        )))
+    };
+    match selector {
+        Selector::Name(name) => sock.link_by_name(name).map_err(|e| fail(e.to_string())),
+        Selector::Mac(mac) => sock
+            .links()
+            .map_err(kernel)?
+            .into_iter()
+            .find(|l| l.mac == mac)
+            .ok_or_else(|| {
+                fail(format!(
+                    "no interface with MAC {}",
+                    netkit::link::format_mac(mac)
+                ))
+            }),
+        Selector::KernelPath(path) => first_in(sock, &Path::new(path).join("net")),
+        Selector::Pci(addr) => {
+            let dev = sysfs.pci(addr);
+            let mut net = dev.join("net");
+            if !net.is_dir() {
+                // virtio devices keep it one level down: <dev>/virtioN/net.
+                let virtio = std::fs::read_dir(&dev).ok().and_then(|d| {
+                    let mut dirs: Vec<PathBuf> = d
+                        .flatten()
+                        .filter(|e| e.file_name().to_string_lossy().starts_with("virtio"))
+                        .map(|e| e.path().join("net"))
+                        .filter(|p| p.is_dir())
+                        .collect();
+                    dirs.sort();
+                    dirs.into_iter().next()
+                });
+                net = virtio
+                    .ok_or_else(|| fail(format!("no net directory under pci device {addr}")))?;
+            }
+            first_in(sock, &net)
+        }
+        Selector::Auxiliary(name) => first_in(sock, &sysfs.auxiliary(name).join("net")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dpdk_drivers_are_recognised_from_the_driver_link() {
+        let root = std::env::temp_dir().join(format!("hd-sysfs-{}", std::process::id()));
+        let dev = root.join("bus/pci/devices/0000:03:00.1");
+        std::fs::create_dir_all(&dev).unwrap();
+        let sysfs = Sysfs::at(&root);
+        assert!(
+            !has_dpdk_driver(&sysfs, "0000:03:00.1").unwrap(),
+            "no driver"
+        );
+        std::os::unix::fs::symlink("../../../bus/pci/drivers/vfio-pci", dev.join("driver"))
+            .unwrap();
+        assert!(has_dpdk_driver(&sysfs, "0000:03:00.1").unwrap());
+        std::fs::remove_file(dev.join("driver")).unwrap();
+        std::os::unix::fs::symlink("../../../bus/pci/drivers/ixgbe", dev.join("driver")).unwrap();
+        assert!(!has_dpdk_driver(&sysfs, "0000:03:00.1").unwrap());
+        assert_eq!(
+            device_id_selector(&sysfs, "0000:03:00.1").unwrap(),
+            Selector::Pci("0000:03:00.1".into())
+        );
+        std::fs::create_dir_all(root.join("bus/auxiliary/devices/mlx5_core.sf.2")).unwrap();
+        assert_eq!(
+            device_id_selector(&sysfs, "mlx5_core.sf.2").unwrap(),
+            Selector::Auxiliary("mlx5_core.sf.2".into())
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+}

@@ -1,0 +1,268 @@
+//! The VRF device and its members, in the container netns.
+
+use std::time::Duration;
+
+use libcni::CniError;
+use netkit::packet_route::address::AddressScope;
+use netkit::packet_route::route::RouteScope;
+use netkit::route::TABLE_MAIN;
+use netkit::{AddressOptions, Family, Link, Route, Socket};
+
+use crate::config::{first_free_table, VrfConf};
+
+fn kernel(e: netkit::Error) -> CniError {
+    CniError::internal(e.to_string())
+}
+
+/// The VRF named `name`, if it exists; an error if the name belongs to another kind of link.
+fn find_vrf(sock: &mut Socket, name: &str) -> Result<Option<(Link, u32)>, CniError> {
+    match sock.find_link(name).map_err(kernel)? {
+        None => Ok(None),
+        Some(link) => match netkit::vrf::table_of(&link) {
+            Some(table) => Ok(Some((link, table))),
+            None => Err(CniError::internal(format!("Netlink {name} is not a VRF"))),
+        },
+    }
+}
+
+/// Creates the VRF (up), with the configured table or the first one no VRF uses.
+fn create_vrf(sock: &mut Socket, conf: &VrfConf) -> Result<(Link, u32), CniError> {
+    let table = match conf.table {
+        Some(t) => t,
+        None => {
+            let taken: Vec<u32> = sock
+                .links()
+                .map_err(kernel)?
+                .iter()
+                .filter_map(netkit::vrf::table_of)
+                .collect();
+            first_free_table(&taken).ok_or_else(|| {
+                CniError::internal("findFreeRoutingTableID: Failed to find an available routing id")
+            })?
+        }
+    };
+    sock.create_vrf(&conf.name, table)
+        .map_err(|e| CniError::internal(format!("could not add VRF {}: {e}", conf.name)))?;
+    let link = sock.link_by_name(&conf.name).map_err(kernel)?;
+    if let Err(e) = sock.set_link_up(link.index) {
+        let _ = sock.delete_link(link.index);
+        return Err(CniError::internal(format!(
+            "could not set link up for VRF {}: {e}",
+            conf.name
+        )));
+    }
+    Ok((link, table))
+}
+
+/// The routes of `link` that enslaving removes from the main table: every non-connected,
+/// non-local one (scope universe).
+pub fn routes_to_move(routes: &[Route], link: u32) -> Vec<Route> {
+    routes
+        .iter()
+        .filter(|r| {
+            r.table_id() == TABLE_MAIN
+                && r.oif == Some(link)
+                && r.scope.unwrap_or(RouteScope::Universe) == RouteScope::Universe
+        })
+        .cloned()
+        .collect()
+}
+
+/// ADD: the VRF exists (created when missing, its table checked when given), and
+/// `ifname` is moved into it with its global IPv6 addresses and its routes. A VRF this call
+/// created is deleted again when a later step fails.
+pub fn join(sock: &mut Socket, conf: &VrfConf, ifname: &str) -> Result<(), CniError> {
+    let (vrf, table, created) = match find_vrf(sock, &conf.name)? {
+        Some((link, table)) => {
+            if conf.table.is_some_and(|t| t != table) {
+                return Err(CniError::internal(format!(
+                    "VRF {} already exist with different routing table {table}",
+                    conf.name
+                )));
+            }
+            (link, table, false)
+        }
+        None => {
+            let (link, table) = create_vrf(sock, conf)?;
+            (link, table, true)
+        }
+    };
+    let outcome = enslave(sock, &vrf, table, ifname);
+    if outcome.is_err() && created {
+        if let Err(e) = sock.delete_link(vrf.index) {
+            eprintln!("vrf: rollback: {e}");
+        }
+    }
+    outcome
+}
+
+fn enslave(sock: &mut Socket, vrf: &Link, table: u32, ifname: &str) -> Result<(), CniError> {
+    let link = sock
+        .link_by_name(ifname)
+        .map_err(|e| CniError::internal(format!("could not get link by name {ifname}: {e}")))?;
+    if let Some(master) = link.master {
+        let name = sock
+            .link_by_index(master)
+            .map(|m| m.name)
+            .unwrap_or_else(|_| format!("index {master}"));
+        return Err(CniError::internal(format!(
+            "interface {ifname} has already a master set: {name}"
+        )));
+    }
+    // Global IPv6 addresses go when the link changes master (unless keep_addr_on_down),
+    // and the main-table routes through it are flushed: both are saved and put back.
+    let global_v6 = |sock: &mut Socket| -> Result<Vec<_>, CniError> {
+        Ok(sock
+            .addresses(Some(link.index), Family::V6)
+            .map_err(kernel)?
+            .into_iter()
+            .filter(|a| a.scope == AddressScope::Universe)
+            .map(|a| a.address)
+            .collect())
+    };
+    let before = global_v6(sock)?;
+    let routes = routes_to_move(
+        &sock.routes(Family::Any, Some(TABLE_MAIN)).map_err(kernel)?,
+        link.index,
+    );
+    sock.set_link_master(link.index, vrf.index).map_err(|e| {
+        CniError::internal(format!(
+            "could not set vrf {} as master of {ifname}: {e}",
+            vrf.name
+        ))
+    })?;
+    let result = restore(sock, vrf, table, &link, &before, &global_v6, routes);
+    if result.is_err() {
+        let _ = sock.set_link_nomaster(link.index);
+    }
+    result
+}
+
+fn restore(
+    sock: &mut Socket,
+    vrf: &Link,
+    table: u32,
+    link: &Link,
+    before: &[netkit::ipnetwork::IpNetwork],
+    global_v6: &dyn Fn(&mut Socket) -> Result<Vec<netkit::ipnetwork::IpNetwork>, CniError>,
+    routes: Vec<Route>,
+) -> Result<(), CniError> {
+    let after = global_v6(sock)?;
+    for addr in before.iter().filter(|a| !after.contains(a)) {
+        sock.add_address(link.index, *addr, &AddressOptions::default())
+            .map_err(|e| {
+                CniError::internal(format!(
+                    "could not restore address {addr} to {} @ {}: {e}",
+                    link.name, vrf.name
+                ))
+            })?;
+        wait_for_local_route(sock, table, link, *addr)?;
+    }
+    for mut r in routes {
+        r.table = Some(table);
+        sock.replace_route(&r)
+            .map_err(|e| CniError::internal(format!("could not add route '{r}': {e}")))?;
+    }
+    Ok(())
+}
+
+/// The kernel adds the address's host route to the VRF table asynchronously (after DAD);
+/// routes through the address can only be added after it (about 2.5 s at most).
+fn wait_for_local_route(
+    sock: &mut Socket,
+    table: u32,
+    link: &Link,
+    addr: netkit::ipnetwork::IpNetwork,
+) -> Result<(), CniError> {
+    let mut delay = Duration::from_millis(10);
+    for _ in 0..=8 {
+        let found = sock
+            .routes(Family::V6, Some(table))
+            .map_err(kernel)?
+            .iter()
+            .any(|r| r.oif == Some(link.index) && r.dst.ip() == addr.ip() && r.dst.prefix() == 128);
+        if found {
+            return Ok(());
+        }
+        std::thread::sleep(delay);
+        delay *= 2;
+    }
+    Err(CniError::internal(format!(
+        "failed getting local/host addresses for {} in table {table} with dst {addr}",
+        link.name
+    )))
+}
+
+/// DEL: `ifname` leaves the VRF (a missing VRF or interface is fine); the VRF is deleted
+/// when nothing is left in it.
+pub fn leave(sock: &mut Socket, conf: &VrfConf, ifname: &str) -> Result<(), CniError> {
+    let Some((vrf, _)) = find_vrf(sock, &conf.name)? else {
+        return Ok(());
+    };
+    if let Some(link) = sock.find_link(ifname).map_err(kernel)? {
+        if link.master == Some(vrf.index) {
+            sock.set_link_nomaster(link.index).map_err(|e| {
+                CniError::internal(format!(
+                    "resetMaster: could not reset master to {ifname}: {e}"
+                ))
+            })?;
+        }
+    }
+    if sock
+        .links_with_master(vrf.index)
+        .map_err(kernel)?
+        .is_empty()
+    {
+        match sock.delete_link(vrf.index) {
+            Ok(()) => {}
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(kernel(e)),
+        }
+    }
+    Ok(())
+}
+
+/// CHECK: the VRF exists (with the configured table) and `ifname` is in it.
+pub fn verify(sock: &mut Socket, conf: &VrfConf, ifname: &str) -> Result<(), CniError> {
+    let (vrf, table) = find_vrf(sock, &conf.name)?
+        .ok_or_else(|| CniError::internal(format!("VRF {} not found", conf.name)))?;
+    if conf.table.is_some_and(|t| t != table) {
+        return Err(CniError::internal(format!(
+            "VRF {} has routing table {table}, expected {}",
+            conf.name,
+            conf.table.unwrap_or_default()
+        )));
+    }
+    let members = sock.links_with_master(vrf.index).map_err(kernel)?;
+    if members.iter().any(|l| l.name == ifname) {
+        Ok(())
+    } else {
+        Err(CniError::internal(format!(
+            "Failed to find {ifname} associated to vrf {}",
+            conf.name
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_main_table_universe_routes_of_the_link_move() {
+        let mut connected = Route::new("10.0.0.0/24".parse().unwrap()).dev(3);
+        connected.scope = Some(RouteScope::Link);
+        connected.table = Some(TABLE_MAIN);
+        let mut default = Route::new("0.0.0.0/0".parse().unwrap())
+            .via("10.0.0.1".parse().unwrap())
+            .dev(3);
+        default.scope = Some(RouteScope::Universe);
+        default.table = Some(TABLE_MAIN);
+        let mut other_link = default.clone();
+        other_link.oif = Some(4);
+        let mut other_table = default.clone();
+        other_table.table = Some(100);
+        let moved = routes_to_move(&[connected, default.clone(), other_link, other_table], 3);
+        assert_eq!(moved, vec![default]);
+    }
+}

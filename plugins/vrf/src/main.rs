@@ -1,0 +1,69 @@
+//! `vrf`: a chained plugin that creates (or joins) a VRF device in the container netns and
+//! moves `CNI_IFNAME` into it, with its routes; DEL takes the interface out again and
+//! deletes the VRF once no interface is left in it.
+
+mod config;
+mod device;
+
+use libcni::result::CniResult;
+use libcni::skel::{self, CmdArgs, Plugin};
+use libcni::CniError;
+use netkit::{Netns, Socket};
+
+use crate::config::VrfConf;
+
+/// The reference speaks 0.3.1 and later only.
+const VERSIONS: &[&str] = &["0.3.1", "0.4.0", "1.0.0", "1.1.0"];
+
+struct VrfPlugin;
+
+fn kernel(e: netkit::Error) -> CniError {
+    CniError::internal(e.to_string())
+}
+
+fn require_prev_result(args: &CmdArgs) -> Result<CniResult, CniError> {
+    args.prev_result()?
+        .ok_or_else(|| CniError::invalid_config("missing prevResult from earlier plugin"))
+}
+
+fn socket_in(path: &str) -> Result<Socket, CniError> {
+    let ns = Netns::open(path).map_err(kernel)?;
+    Socket::open_in(&ns).map_err(kernel)
+}
+
+impl Plugin for VrfPlugin {
+    fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
+        let conf = VrfConf::parse(args)?;
+        let prev = require_prev_result(args)?;
+        let mut sock = socket_in(&args.netns)?;
+        device::join(&mut sock, &conf, &args.ifname)
+            .map_err(|e| CniError::internal(format!("cmdAdd failed: {}", e.msg)))?;
+        Ok(prev)
+    }
+
+    fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
+        let conf = VrfConf::parse(args)?;
+        if args.netns.is_empty() {
+            return Ok(());
+        }
+        let ns = match Netns::open(&args.netns) {
+            Ok(ns) => ns,
+            Err(e) if e.is_netns_not_found() => return Ok(()),
+            Err(e) => return Err(kernel(e)),
+        };
+        let mut sock = Socket::open_in(&ns).map_err(kernel)?;
+        device::leave(&mut sock, &conf, &args.ifname)
+            .map_err(|e| CniError::internal(format!("cmdDel failed: {}", e.msg)))
+    }
+
+    fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
+        let conf = VrfConf::parse(args)?;
+        require_prev_result(args)?;
+        let mut sock = socket_in(&args.netns)?;
+        device::verify(&mut sock, &conf, &args.ifname)
+    }
+}
+
+fn main() {
+    skel::run_versions(&VrfPlugin, "CNI vrf plugin (ferrocni)", VERSIONS);
+}
