@@ -1,12 +1,44 @@
-# ferrocni — build, install, test, bench.
+# ferrocni — build, install, test, bench, dist.
 PREFIX    ?= /opt/cni/bin
 CARGO     ?= cargo
-HOST      := $(shell rustc -vV | sed -n 's/^host: //p')
-# Plugins and cnitool are linked statically (glibc static-pie), as the Go reference binaries
-# are: they run on any host whatever its glibc, and each exec skips the dynamic loader
-# (about 0.4 ms and 0.8 MiB of RSS less per plugin call; see README, Benchmarks).
-STATIC    := target/$(HOST)/release
+RUSTUP    ?= rustup
+# `LIBC=glibc` builds the shipped binaries against glibc (static) even when musl is available.
+LIBC      ?= musl
+VERSION   := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+HOST      := $(shell rustc -vV 2>/dev/null | sed -n 's/^host: //p')
+ARCH      := $(shell uname -m)
+MUSL      := $(ARCH)-unknown-linux-musl
+DEB_ARCH  := $(subst x86_64,amd64,$(subst aarch64,arm64,$(ARCH)))
+# Plugins and cnitool are linked statically, as the Go reference binaries are: they run on any
+# host whatever its libc, and each exec skips the dynamic loader. musl gives binaries about
+# half the size and RSS of glibc-static (README, Benchmarks); `build` adds the musl target with
+# rustup when it is missing and falls back to glibc-static (with a notice) when it cannot.
+# The chosen target triple is recorded in $(TARGET_FILE) for the steps after `build`.
 STATIC_RUSTFLAGS := $(RUSTFLAGS) -C target-feature=+crt-static
+TARGET_FILE := target/static-target
+# Their own target dir: the trimmed build's RUSTC_BOOTSTRAP would otherwise make every other
+# build rebuild the proc-macros they share (and everything after them).
+STATIC_DIR := target/static
+STATIC    = $(STATIC_DIR)/$$(cat $(TARGET_FILE))/release
+# With `TRIM=1` (the default) the static binaries are built with the standard library compiled
+# from source (the rust-src component, added with rustup when missing), LTO'd with our code, and
+# panics as immediate aborts: no panic message, unwinder or backtrace symbolizer is linked in,
+# about 0.4 MB less per binary (README, Benchmarks). It needs unstable cargo/rustc flags, which
+# a stable toolchain accepts under RUSTC_BOOTSTRAP=1. `TRIM=0`, a missing rust-src or a failing
+# trimmed build give the plain build (with a notice). Recorded in $(TRIM_FILE).
+TRIM      ?= 1
+TRIM_FILE := target/static-trim
+TRIM_RUSTFLAGS = $(STATIC_RUSTFLAGS) -Zunstable-options -Cpanic=immediate-abort
+# Builds the static binaries: $(call static_cargo,<cargo build arguments>).
+static_cargo = t=$$(cat $(TARGET_FILE)); export CARGO_TARGET_DIR=$(STATIC_DIR); \
+	if [ "$$(cat $(TRIM_FILE))" = 1 ]; then \
+	    RUSTC_BOOTSTRAP=1 RUSTFLAGS="$(TRIM_RUSTFLAGS)" $(CARGO) build --release --target $$t \
+	        -Z build-std=std,panic_abort $(1) && exit 0; \
+	    echo "notice: the trimmed build (std from source, immediate-abort panics) failed;" \
+	        "building with the prebuilt standard library instead"; \
+	    echo 0 > $(TRIM_FILE); \
+	fi; \
+	RUSTFLAGS="$(STATIC_RUSTFLAGS)" $(CARGO) build --release --target $$t $(1)
 # The agent is a daemon, not exec'd per pod: it stays dynamic (it resolves host names via NSS).
 RELEASE   := target/release
 AGENT     := ferrocni-agent
@@ -15,42 +47,135 @@ AGENT     := ferrocni-agent
 PLUGINS   := $(shell awk -F'"' '/^name = /{print $$2; nextfile}' plugins/*/Cargo.toml ipam/*/Cargo.toml \
 	       | grep -v -e '^netkit$$' -e '^attach$$' -e '^$(AGENT)$$')
 BINS      := $(PLUGINS) cnitool
+# The Debian packages the tests use (one list, shared with .ci/run and the README).
+TEST_PACKAGES := $(shell sed 's/\#.*//' .ci/packages.txt)
+DIST      := target/dist
+DIST_NAME := ferrocni-linux-$(DEB_ARCH)-v$(VERSION)
+DEB_NAME  := ferrocni_$(VERSION)_$(DEB_ARCH)
 
-.PHONY: all build install test test-release test-unit lint bench clean
+.PHONY: all build static-target install test test-deps test-release test-dist test-unit lint \
+        bench dist clean
 
 all: build
 
+# Picks the target of the shipped binaries: musl when its standard library is installed or
+# `rustup target add` can add it, else the host's glibc (statically); and whether to trim.
+static-target:
+	@mkdir -p target; \
+	have_musl() { ls "$$(rustc --print target-libdir --target $(MUSL) 2>/dev/null)"/libstd-*.rlib >/dev/null 2>&1; }; \
+	if [ "$(LIBC)" = musl ] && ! have_musl; then \
+	    echo "adding the Rust target $(MUSL) (rustup target add)"; \
+	    $(RUSTUP) target add $(MUSL) || true; \
+	fi; \
+	if [ "$(LIBC)" = musl ] && have_musl; then t=$(MUSL); else \
+	    [ "$(LIBC)" = musl ] && echo "notice: the Rust target $(MUSL) cannot be installed here;" \
+	        "building the plugins and cnitool statically against glibc instead (larger binaries," \
+	        "slower exec; see README, Build)"; \
+	    t=$(HOST); \
+	fi; \
+	echo $$t > $(TARGET_FILE); \
+	rust_src="$$(rustc --print sysroot)/lib/rustlib/src/rust/library/std"; \
+	if [ "$(TRIM)" = 1 ] && [ ! -d "$$rust_src" ]; then \
+	    echo "adding the rust-src component (rustup component add), for the trimmed build"; \
+	    $(RUSTUP) component add rust-src || true; \
+	fi; \
+	if [ "$(TRIM)" = 1 ] && [ -d "$$rust_src" ]; then echo 1; else \
+	    [ "$(TRIM)" = 1 ] && echo "notice: no rust-src component here; building with the prebuilt" \
+	        "standard library (larger binaries; see README, Build)" >&2; \
+	    echo 0; \
+	fi > $(TRIM_FILE)
+
 # `--target` keeps the static flags away from build scripts and proc-macros.
-build:
-	RUSTFLAGS="$(STATIC_RUSTFLAGS)" $(CARGO) build --release --target $(HOST) --workspace --bins \
-	    --exclude $(AGENT) --exclude netns-tests
+build: static-target
+	@$(call static_cargo,--workspace --bins --exclude $(AGENT) --exclude netns-tests)
 	$(CARGO) build --release -p $(AGENT)
 
-install: build
+# Without cargo on PATH (`sudo` and a toolchain in your home), installs what `make build` built.
+install: $(if $(shell command -v $(CARGO) 2>/dev/null),build)
+	@test -f $(TARGET_FILE) || { echo "nothing built yet: run make build first"; exit 1; }
 	install -d $(DESTDIR)$(PREFIX)
 	for b in $(BINS); do install -m 0755 $(STATIC)/$$b $(DESTDIR)$(PREFIX)/$$b; done
 	install -m 0755 $(RELEASE)/$(AGENT) $(DESTDIR)$(PREFIX)/$(AGENT)
 
+# The release tarball (every binary, like upstream's cni-plugins-linux-<arch>-<version>.tgz,
+# with SHA256SUMS inside and a .sha256 beside it) and a .deb installing into /opt/cni/bin.
+dist: build
+	rm -rf $(DIST) && mkdir -p $(DIST)/tgz $(DIST)/deb/DEBIAN $(DIST)/deb$(PREFIX)
+	$(MAKE) --no-print-directory install DESTDIR=$(abspath $(DIST)/tgz) PREFIX= >/dev/null
+	cp LICENSE README.md $(DIST)/tgz/
+	cd $(DIST)/tgz && sha256sum $(BINS) $(AGENT) > SHA256SUMS
+	tar -C $(DIST)/tgz --owner=0 --group=0 --sort=name -czf $(DIST)/$(DIST_NAME).tgz .
+	cd $(DIST) && sha256sum $(DIST_NAME).tgz > $(DIST_NAME).tgz.sha256
+	cp -p $(addprefix $(DIST)/tgz/,$(BINS) $(AGENT)) $(DIST)/deb$(PREFIX)/
+	@glibc=$$(objdump -T $(RELEASE)/$(AGENT) | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -n 1 | cut -d_ -f2); \
+	{ echo "Package: ferrocni"; echo "Version: $(VERSION)"; echo "Architecture: $(DEB_ARCH)"; \
+	  echo "Maintainer: ferrocni developers <ferrocni@localhost>"; \
+	  echo "Depends: libc6 (>= $$glibc), libgcc-s1"; \
+	  echo "Section: net"; echo "Priority: optional"; \
+	  echo "Installed-Size: $$(du -sk $(DIST)/deb$(PREFIX) | cut -f1)"; \
+	  echo "Description: CNI plugins in Rust (drop-in for the reference plugins)"; \
+	  echo " ferrocni's plugins, cnitool and node agent, installed into $(PREFIX)."; \
+	} > $(DIST)/deb/DEBIAN/control
+	dpkg-deb --root-owner-group -Zgzip --build $(DIST)/deb $(DIST)/$(DEB_NAME).deb >/dev/null
+	cd $(DIST) && sha256sum $(DEB_NAME).deb > $(DEB_NAME).deb.sha256
+	@rm -rf $(DIST)/tgz $(DIST)/deb; ls -l $(DIST)
+
+# Installs the missing test packages of .ci/packages.txt when run as root on Debian (and says
+# which); otherwise only names the missing ones: the tests that need them skip themselves.
+test-deps:
+	@missing=""; for p in $(TEST_PACKAGES); do \
+	    dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q ' installed$$' || missing="$$missing $$p"; \
+	done; \
+	[ -z "$$missing" ] && exit 0; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+	    echo "note: test packages missing:$$missing (sudo make test installs them); the tests needing them skip"; \
+	    exit 0; \
+	fi; \
+	echo "installing test packages:$$missing"; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	apt-get update -qq && apt-get install -y -qq $$missing >/dev/null
+
 # The full test suite: unit tests everywhere, netns end-to-end tests when run as root.
 # Binaries are built first because end-to-end tests exec them.
-test:
+test: test-deps
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace --no-fail-fast
 	$(MAKE) test-release
 
-# `make install` into a scratch DESTDIR, then the shipped (static, release) binaries through
-# the end-to-end tests that run the example conflists of every plugin, pods on a bridge,
-# cnitool and the bad-input fuzzing (where a panic would abort the process).
+# The shipped binaries as users get them, through the end-to-end tests that run the example
+# conflists of every plugin, pods on a bridge, cnitool and the bad-input fuzzing (where a
+# panic would abort the process): `make install` into a scratch DESTDIR must ship every binary,
+# byte for byte the release tarball's; the tarball (checksums verified) and the .deb (installed
+# by dpkg into a scratch root, then removed) each run the smoke set. The scratch root's dpkg
+# database is empty, so it knows no libc6 (hence --force-depends).
 RELEASE_TESTS := examples bridge_pods bridge_conflists portmap_netns firewall_netns tuning_netns \
                  vxlan_plugin cnitool_loopback bad_input ptp_netns macvlan_netns tap_netns \
                  host_device_netns
-test-release: build
-	tmp=$$(mktemp -d); $(MAKE) --no-print-directory install DESTDIR=$$tmp >/dev/null; st=$$?; \
-	    for b in $(BINS) $(AGENT); do \
-	        test -x $$tmp$(PREFIX)/$$b || { echo "make install missed $$b"; st=1; }; \
-	    done; rm -rf $$tmp; exit $$st
-	FERROCNI_BIN_DIR=$(abspath $(STATIC)) $(CARGO) test -p netns-tests \
-	    $(addprefix --test ,$(RELEASE_TESTS))
+SMOKE = $(CARGO) test -q -p netns-tests $(addprefix --test ,$(RELEASE_TESTS))
+test-release: dist
+	$(CARGO) build -q -p netns-tests --tests
+	set -e; tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
+	$(MAKE) --no-print-directory install DESTDIR=$$tmp/install >/dev/null; \
+	mkdir $$tmp/tgz && tar -C $$tmp/tgz -xzf $(DIST)/$(DIST_NAME).tgz; \
+	(cd $(DIST) && sha256sum --quiet -c $(DIST_NAME).tgz.sha256); \
+	(cd $$tmp/tgz && sha256sum --quiet -c SHA256SUMS); \
+	for b in $(BINS) $(AGENT); do \
+	    cmp $$tmp/install$(PREFIX)/$$b $$tmp/tgz/$$b || { echo "make install and the tarball differ on $$b"; exit 1; }; \
+	done; \
+	echo "== smoke set on the tarball's binaries"; \
+	FERROCNI_BIN_DIR=$$tmp/tgz $(SMOKE); \
+	mkdir -p $$tmp/root/var/lib/dpkg/info $$tmp/root/var/lib/dpkg/updates; \
+	touch $$tmp/root/var/lib/dpkg/status; \
+	dpkg --root=$$tmp/root --force-depends --force-script-chrootless -i $(DIST)/$(DEB_NAME).deb \
+	    >/dev/null 2>&1; \
+	for b in $(BINS) $(AGENT); do \
+	    test -x $$tmp/root$(PREFIX)/$$b || { echo "the .deb misses $(PREFIX)/$$b"; exit 1; }; \
+	done; \
+	echo "== smoke set on the .deb's binaries (dpkg --root into a scratch root)"; \
+	FERROCNI_BIN_DIR=$$tmp/root$(PREFIX) $(SMOKE); \
+	dpkg --root=$$tmp/root --force-script-chrootless -r ferrocni >/dev/null; \
+	left=$$(ls -A $$tmp/root$(PREFIX) 2>/dev/null || true); \
+	[ -z "$$left" ] || { echo "dpkg -r left files in $(PREFIX): $$left"; exit 1; }
 
 # Unit tests only (no root needed).
 test-unit:
@@ -61,10 +186,9 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 # Side-by-side benchmarks against the reference Go plugins (root; reference in /usr/lib/cni).
-bench: build
+bench: test-deps build
 	$(CARGO) build --release -p netns-tests --bin ferrocni-bench
-	RUSTFLAGS="$(STATIC_RUSTFLAGS)" $(CARGO) build --release --target $(HOST) -p vxlan \
-	    --example reconcile_bench
+	@$(call static_cargo,-p vxlan --example reconcile_bench)
 	$(RELEASE)/ferrocni-bench --ours $(STATIC) --reference /usr/lib/cni
 
 clean:

@@ -23,3 +23,12 @@ pub mod invoke;
 
 pub use error::{CniError, ErrorCode};
 pub use result::CniResult;
+
+#[cfg(target_env = "musl")]
+mod alloc;
+
+/// The musl builds (the shipped plugins and cnitool) allocate with [`alloc::KeepingAllocator`]
+/// rather than musl's own malloc; see that module for the measurements.
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOCATOR: alloc::KeepingAllocator = alloc::KeepingAllocator::new();

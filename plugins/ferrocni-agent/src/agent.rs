@@ -10,6 +10,7 @@ use tokio::time::{sleep, sleep_until, Instant};
 
 use crate::acquire::{self, LeaseTiming, OwnLease};
 use crate::error::AgentError;
+use crate::etcd::proto::{EventType, WatchResponse};
 use crate::files::write_atomic;
 use crate::key::SubnetKey;
 use crate::lease::LeaseAttrs;
@@ -21,7 +22,7 @@ use crate::node_addr;
 use crate::options::Options;
 use crate::overlay::{Engine, IpFamily, Overlay, OverlaySettings, PeerEntry};
 use crate::startup::connect_and_read_config;
-use crate::store::{self, Binding, Snapshot, Store};
+use crate::store::{Binding, Snapshot, Store};
 use crate::subnet_env::{self, SubnetEnv};
 use crate::template::{self, Ipv6Values, TemplateValues};
 
@@ -187,19 +188,20 @@ impl Agent {
     }
 
     /// Applies one watch response. Returns whether the peer set may have changed.
-    fn apply_events(&mut self, resp: &etcd_client::WatchResponse) -> Result<bool, AgentError> {
+    fn apply_events(&mut self, resp: &WatchResponse) -> Result<bool, AgentError> {
         let mut changed = false;
-        for ev in resp.events() {
-            let Some(kv) = ev.kv() else { continue };
-            let name = String::from_utf8_lossy(kv.key());
-            let event = match ev.event_type() {
-                etcd_client::EventType::Put => Event::Put {
-                    value: kv.value(),
-                    etcd_lease: kv.lease(),
-                },
-                etcd_client::EventType::Delete => Event::Delete,
+        for ev in &resp.events {
+            let Some(kv) = &ev.kv else { continue };
+            let name = String::from_utf8_lossy(&kv.key);
+            let event = if ev.r#type == EventType::Delete as i32 {
+                Event::Delete
+            } else {
+                Event::Put {
+                    value: &kv.value,
+                    etcd_lease: kv.lease,
+                }
             };
-            changed |= self.members.apply(&name, event, kv.mod_revision())?;
+            changed |= self.members.apply(&name, event, kv.mod_revision)?;
         }
         // Only event revisions advance ours: a response header may be ahead of events still
         // to come on this stream (a re-list always precedes a new watch anyway).
@@ -547,9 +549,9 @@ impl Agent {
                     msg = message => match msg {
                         Ok(Some(Some(resp))) => {
                             backoff = Duration::from_secs(1);
-                            if resp.canceled() || resp.compact_revision() > 0 {
+                            if resp.canceled || resp.compact_revision > 0 {
                                 log!("watch cancelled (compact revision {}, reason {:?}); re-listing",
-                                    resp.compact_revision(), resp.cancel_reason());
+                                    resp.compact_revision, resp.cancel_reason);
                                 break;
                             }
                             if self.apply_events(&resp)? {
@@ -562,7 +564,7 @@ impl Agent {
                             rewatch_at = Instant::now() + backoff;
                         }
                         Err(e) => {
-                            log!("watch lost ({}); re-listing and watching again in {backoff:?}", store::brief(&e));
+                            log!("watch lost ({e}); re-listing and watching again in {backoff:?}");
                             stream = None;
                             rewatch_at = Instant::now() + backoff;
                             self.store.failover().await;

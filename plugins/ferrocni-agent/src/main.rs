@@ -4,6 +4,7 @@
 mod acquire;
 mod agent;
 mod error;
+mod etcd;
 mod files;
 mod key;
 mod lease;

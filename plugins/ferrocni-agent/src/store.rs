@@ -6,12 +6,12 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
-use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, Txn, TxnOp, WatchOptions,
-    WatchStream,
-};
-
 use crate::error::AgentError;
+use crate::etcd::proto::{
+    prefix_range_end, Compare, CompareResult, CompareTarget, DeleteRangeRequest, PutRequest,
+    RangeRequest, Request, RequestOp, TargetUnion, TxnRequest,
+};
+use crate::etcd::{Client, EtcdError, WatchStream};
 use crate::key::SubnetKey;
 use crate::lease::LeaseAttrs;
 use crate::log;
@@ -65,35 +65,15 @@ struct CallError {
     error: AgentError,
 }
 
-/// Errors meaning "this member cannot serve now" (dead, partitioned, without leader).
-fn is_member_failure(e: &etcd_client::Error) -> bool {
-    match e {
-        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
-        // Cancelled, Unknown, DeadlineExceeded, Aborted, Internal, Unavailable.
-        etcd_client::Error::GRpcStatus(s) => {
-            matches!(i32::from(s.code()), 1 | 2 | 4 | 10 | 13 | 14)
-        }
-        _ => false,
-    }
-}
-
-/// gRPC status errors without tonic's debug dump of the transport error chain.
-pub fn brief(e: &etcd_client::Error) -> String {
-    match e {
-        etcd_client::Error::GRpcStatus(s) => format!("{:?}: {}", s.code(), s.message()),
-        other => other.to_string(),
-    }
-}
-
 async fn bounded<T>(
     what: &str,
-    fut: impl Future<Output = Result<T, etcd_client::Error>>,
+    fut: impl Future<Output = Result<T, EtcdError>>,
 ) -> Result<T, CallError> {
     match tokio::time::timeout(REQUEST_TIMEOUT, fut).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(CallError {
-            retry: is_member_failure(&e),
-            error: AgentError::etcd(what, brief(&e)),
+            retry: e.is_member_failure(),
+            error: AgentError::etcd(what, e),
         }),
         Err(_) => Err(CallError {
             retry: true,
@@ -102,30 +82,42 @@ async fn bounded<T>(
     }
 }
 
-fn client_options() -> ConnectOptions {
-    ConnectOptions::new()
-        .with_connect_timeout(Duration::from_secs(2))
-        .with_keep_alive(Duration::from_secs(5), Duration::from_secs(3))
-        .with_keep_alive_while_idle(true)
-        // A watch on a member cut off from the quorum must fail rather than go silent.
-        .with_require_leader(true)
+fn client_for(endpoint: &str) -> Result<Client, AgentError> {
+    Client::new(endpoint).map_err(|e| AgentError::Unreachable {
+        endpoints: endpoint.to_string(),
+        detail: e.to_string(),
+    })
 }
 
-async fn client_for(endpoint: &str) -> Result<Client, AgentError> {
-    let unreachable = |detail: String| AgentError::Unreachable {
-        endpoints: endpoint.to_string(),
-        detail,
+/// A transaction guard: `key`'s version or mod revision compared with the given one.
+fn compare(key: &str, result: CompareResult, target: TargetUnion) -> Compare {
+    let kind = match target {
+        TargetUnion::Version(_) => CompareTarget::Version,
+        TargetUnion::ModRevision(_) => CompareTarget::Mod,
     };
-    match tokio::time::timeout(
-        REQUEST_TIMEOUT,
-        Client::connect([endpoint], Some(client_options())),
-    )
-    .await
-    {
-        Ok(Ok(c)) => Ok(c),
-        Ok(Err(e)) => Err(unreachable(e.to_string())),
-        Err(_) => Err(unreachable("connect timed out".into())),
+    Compare {
+        result: result as i32,
+        target: kind as i32,
+        key: key.as_bytes().to_vec(),
+        target_union: Some(target),
     }
+}
+
+/// A transaction running `op` when every guard holds.
+fn txn_when(guards: Vec<Compare>, op: Request) -> TxnRequest {
+    TxnRequest {
+        compare: guards,
+        success: vec![RequestOp { request: Some(op) }],
+    }
+}
+
+/// A put of `value` at `key`, attached to etcd lease `lease` (0 = none).
+fn put(key: &str, value: String, lease: i64) -> Request {
+    Request::Put(PutRequest {
+        key: key.as_bytes().to_vec(),
+        value: value.into_bytes(),
+        lease,
+    })
 }
 
 impl Store {
@@ -135,7 +127,7 @@ impl Store {
         let first = endpoints
             .first()
             .ok_or_else(|| AgentError::Usage("no etcd endpoint given".into()))?;
-        let client = client_for(first).await?;
+        let client = client_for(first)?;
         Ok(Store {
             endpoints: endpoints.to_vec(),
             current: 0,
@@ -155,7 +147,7 @@ impl Store {
             return;
         }
         let next = (self.current + 1) % self.endpoints.len();
-        match client_for(&self.endpoints[next]).await {
+        match client_for(&self.endpoints[next]) {
             Ok(c) => {
                 self.client = c;
                 self.current = next;
@@ -171,7 +163,7 @@ impl Store {
     async fn call<T, F, Fut>(&mut self, what: &str, mut op: F) -> Result<T, AgentError>
     where
         F: FnMut(Client) -> Fut,
-        Fut: Future<Output = Result<T, etcd_client::Error>>,
+        Fut: Future<Output = Result<T, EtcdError>>,
     {
         let mut last = None;
         for _ in 0..self.endpoints.len() {
@@ -210,15 +202,18 @@ impl Store {
         let key = self.config_key();
         let resp = self
             .call(&format!("GET {key}"), |mut c| {
-                let key = key.clone();
-                async move { c.get(key, None).await }
+                let req = RangeRequest {
+                    key: key.as_bytes().to_vec(),
+                    range_end: Vec::new(),
+                };
+                async move { c.range(req).await }
             })
             .await?;
         let kv = resp
-            .kvs()
+            .kvs
             .first()
             .ok_or(AgentError::ConfigMissing { key: key.clone() })?;
-        NetConfig::parse(&key, kv.value())
+        NetConfig::parse(&key, &kv.value)
     }
 
     /// Range-reads every lease under `<prefix>/subnets/`.
@@ -226,20 +221,20 @@ impl Store {
         let prefix = self.subnets_prefix();
         let resp = self
             .call(&format!("GET {prefix}*"), |mut c| {
-                let prefix = prefix.clone();
-                async move { c.get(prefix, Some(GetOptions::new().with_prefix())).await }
+                let req = RangeRequest {
+                    key: prefix.as_bytes().to_vec(),
+                    range_end: prefix_range_end(prefix.as_bytes()),
+                };
+                async move { c.range(req).await }
             })
             .await?;
-        let revision = resp.header().map(|h| h.revision()).unwrap_or(0);
+        let revision = resp.header.map(|h| h.revision).unwrap_or(0);
         let mut leases = BTreeMap::new();
-        for kv in resp.kvs() {
-            let name = String::from_utf8_lossy(kv.key());
+        for kv in &resp.kvs {
+            let name = String::from_utf8_lossy(&kv.key);
             match SubnetKey::parse(&name) {
                 Some(key) => {
-                    leases.insert(
-                        key,
-                        stored(&name, kv.value(), kv.lease(), kv.mod_revision()),
-                    );
+                    leases.insert(key, stored(&name, &kv.value, kv.lease, kv.mod_revision));
                 }
                 None => log!("ignoring key {name}: not a flannel subnet lease key"),
             }
@@ -250,20 +245,20 @@ impl Store {
     async fn grant(&mut self, key: &str, ttl: i64) -> Result<i64, AgentError> {
         let resp = self
             .call(&format!("lease grant for {key}"), |mut c| async move {
-                c.lease_grant(ttl, None).await
+                c.lease_grant(ttl).await
             })
             .await?;
-        Ok(resp.id())
+        Ok(resp.id)
     }
 
-    async fn txn(&mut self, what: &str, txn: Txn) -> Result<bool, AgentError> {
+    async fn txn(&mut self, what: &str, txn: TxnRequest) -> Result<bool, AgentError> {
         let resp = self
             .call(what, |mut c| {
                 let txn = txn.clone();
                 async move { c.txn(txn).await }
             })
             .await?;
-        Ok(resp.succeeded())
+        Ok(resp.succeeded)
     }
 
     /// Creates the lease key only if it does not exist yet (flannel's `createSubnet`).
@@ -276,13 +271,10 @@ impl Store {
     ) -> Result<Option<i64>, AgentError> {
         let k = self.lease_key(key);
         let id = self.grant(&k, ttl).await?;
-        let txn = Txn::new()
-            .when([Compare::version(k.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(
-                k.clone(),
-                attrs.to_json(),
-                Some(PutOptions::new().with_lease(id)),
-            )]);
+        let txn = txn_when(
+            vec![compare(&k, CompareResult::Equal, TargetUnion::Version(0))],
+            put(&k, attrs.to_json(), id),
+        );
         let result = self.txn(&format!("create {k}"), txn).await;
         if !matches!(result, Ok(true)) {
             self.revoke_quietly(id).await;
@@ -307,15 +299,15 @@ impl Store {
             Binding::Fresh(ttl) => (self.grant(&k, ttl).await?, true),
         };
         let guard = if mod_revision > 0 {
-            Compare::mod_revision(k.clone(), CompareOp::Equal, mod_revision)
+            compare(
+                &k,
+                CompareResult::Equal,
+                TargetUnion::ModRevision(mod_revision),
+            )
         } else {
-            Compare::version(k.clone(), CompareOp::Greater, 0)
+            compare(&k, CompareResult::Greater, TargetUnion::Version(0))
         };
-        let put_opts = (id != 0).then(|| PutOptions::new().with_lease(id));
-        let txn =
-            Txn::new()
-                .when([guard])
-                .and_then([TxnOp::put(k.clone(), attrs.to_json(), put_opts)]);
+        let txn = txn_when(vec![guard], put(&k, attrs.to_json(), id));
         let result = self.txn(&format!("update {k}"), txn).await;
         if fresh && !matches!(result, Ok(true)) {
             self.revoke_quietly(id).await;
@@ -331,13 +323,16 @@ impl Store {
         mod_revision: i64,
     ) -> Result<bool, AgentError> {
         let k = self.lease_key(key);
-        let txn = Txn::new()
-            .when([Compare::mod_revision(
-                k.clone(),
-                CompareOp::Equal,
-                mod_revision,
-            )])
-            .and_then([TxnOp::delete(k.clone(), None)]);
+        let txn = txn_when(
+            vec![compare(
+                &k,
+                CompareResult::Equal,
+                TargetUnion::ModRevision(mod_revision),
+            )],
+            Request::DeleteRange(DeleteRangeRequest {
+                key: k.as_bytes().to_vec(),
+            }),
+        );
         self.txn(&format!("delete {k}"), txn).await
     }
 
@@ -358,10 +353,7 @@ impl Store {
         let prefix = self.subnets_prefix();
         self.call(&format!("WATCH {prefix}*"), |mut c| {
             let prefix = prefix.clone();
-            let opts = WatchOptions::new()
-                .with_prefix()
-                .with_start_revision(start_revision);
-            async move { c.watch(prefix, Some(opts)).await }
+            async move { c.watch_prefix(prefix.as_bytes(), start_revision).await }
         })
         .await
     }

@@ -10,7 +10,7 @@ use netlink_packet_route::address::{
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
 use crate::error::{Error, Result};
-use crate::netlink::{Socket, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};
+use crate::netlink::{AddressReplies, Socket, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};
 
 /// Which IP family to list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -164,7 +164,9 @@ impl Socket {
         msg.header.family = family.to_af();
         // With strict checking the kernel filters by index itself.
         msg.header.index = index.unwrap_or(0);
-        let replies = match self.request(RouteNetlinkMessage::GetAddress(msg), NLM_F_DUMP) {
+        let replies = match self
+            .request_as::<AddressReplies>(RouteNetlinkMessage::GetAddress(msg), NLM_F_DUMP)
+        {
             Ok(r) => r,
             Err(e) => {
                 let what = match index {

@@ -10,7 +10,7 @@ use netlink_packet_route::RouteNetlinkMessage;
 use rtnetlink::{LinkBridge, LinkMessageBuilder, LinkUnspec, LinkVeth};
 
 use crate::error::{Error, Result};
-use crate::netlink::{Socket, NLM_F_CREATE, NLM_F_EXCL};
+use crate::netlink::{LinkReplies, Socket, NLM_F_CREATE, NLM_F_EXCL};
 use crate::netns::Netns;
 
 /// Longest interface name the kernel accepts (IFNAMSIZ - 1).
@@ -238,7 +238,7 @@ impl Socket {
     }
 
     fn one_link(&mut self, msg: LinkMessage) -> Result<Link> {
-        let replies = self.request(RouteNetlinkMessage::GetLink(msg), 0)?;
+        let replies = self.request_as::<LinkReplies>(RouteNetlinkMessage::GetLink(msg), 0)?;
         replies
             .into_iter()
             .find_map(|m| match m {
@@ -269,7 +269,7 @@ impl Socket {
     }
 
     fn dump_links(&mut self, msg: LinkMessage) -> Result<Vec<Link>> {
-        self.dump_map(RouteNetlinkMessage::GetLink(msg), 0, |m| match m {
+        self.dump_map_as::<LinkReplies, _>(RouteNetlinkMessage::GetLink(msg), 0, |m| match m {
             RouteNetlinkMessage::NewLink(l) => Some(Link::from_message(l)),
             _ => None,
         })

@@ -18,7 +18,9 @@ use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
 use crate::error::Result;
 use crate::link::format_mac;
-use crate::netlink::{Socket, NLM_F_APPEND, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};
+use crate::netlink::{
+    NeighbourReplies, Socket, NLM_F_APPEND, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE,
+};
 
 /// One decoded RTM_NEWNEIGH: a neighbour-table entry (family inet/inet6) or an FDB entry
 /// (family bridge).
@@ -217,7 +219,7 @@ impl Socket {
         family: AddressFamily,
         ifindex: Option<u32>,
     ) -> Result<Vec<Neighbour>> {
-        self.dump_map(
+        self.dump_map_as::<NeighbourReplies, _>(
             RouteNetlinkMessage::GetNeighbour(dump_request(family, ifindex)),
             0,
             |m| decode_dumped(m, ifindex),
@@ -288,7 +290,7 @@ impl Socket {
     /// FDB entries (AF_BRIDGE) of `ifindex` (its `self` entries for a VXLAN device, or a
     /// bridge port's entries), or of every device when `None`.
     pub fn fdb_entries(&mut self, ifindex: Option<u32>) -> Result<Vec<Neighbour>> {
-        self.dump_map(
+        self.dump_map_as::<NeighbourReplies, _>(
             RouteNetlinkMessage::GetNeighbour(dump_request(AddressFamily::Bridge, ifindex)),
             0,
             |m| decode_dumped(m, ifindex),

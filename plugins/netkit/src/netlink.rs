@@ -4,10 +4,18 @@
 //! Every higher-level module (link, addr, route, and later tc/neigh/bridge_port) sends its
 //! messages through [`Socket::request`], so a new module only has to build messages.
 
+use std::marker::PhantomData;
+
 use netlink_packet_core::{
-    NetlinkBuffer, NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_DUMP,
-    NLM_F_DUMP_INTR, NLM_F_REQUEST,
+    DecodeError, ErrorContext, NetlinkBuffer, NetlinkDeserializable, NetlinkHeader, NetlinkMessage,
+    NetlinkPayload, Parseable, ParseableParametrized, NLM_F_ACK, NLM_F_DUMP, NLM_F_DUMP_INTR,
+    NLM_F_REQUEST,
 };
+use netlink_packet_route::address::AddressMessage;
+use netlink_packet_route::link::LinkMessage;
+use netlink_packet_route::neighbour::NeighbourMessage;
+use netlink_packet_route::route::RouteMessage;
+use netlink_packet_route::tc::TcMessage;
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{protocols::NETLINK_ROUTE, SocketAddr};
 
@@ -25,6 +33,133 @@ const DUMP_ATTEMPTS: usize = 10;
 const NLMSGERR_ATTR_MSG: u16 = 1;
 const NLM_F_CAPPED: u16 = 0x100;
 const NLM_F_ACK_TLVS: u16 = 0x200;
+
+/// Which reply messages a request expects, and how they are decoded. A request names its
+/// replies' kind, so a binary links only the decoders of the requests it makes:
+/// [`AnyReply`] (`RouteNetlinkMessage`'s own parser) covers every rtnetlink family, tc
+/// filters and actions, rules and stats included, and weighs about 100 KB.
+pub trait Replies {
+    /// `Ok(None)` for a message type the request does not expect (the caller skips it).
+    fn decode(
+        message_type: u16,
+        payload: &[u8],
+    ) -> std::result::Result<Option<RouteNetlinkMessage>, DecodeError>;
+}
+
+const RTM_NEWLINK: u16 = 16;
+const RTM_NEWADDR: u16 = 20;
+const RTM_NEWROUTE: u16 = 24;
+const RTM_NEWNEIGH: u16 = 28;
+const RTM_NEWQDISC: u16 = 36;
+const RTM_NEWTFILTER: u16 = 44;
+
+/// Every rtnetlink message type.
+pub struct AnyReply;
+/// Only the ACK (or an error): any data is unexpected.
+pub struct AckOnly;
+/// RTM_NEWLINK messages.
+pub struct LinkReplies;
+/// RTM_NEWADDR messages.
+pub struct AddressReplies;
+/// RTM_NEWROUTE messages.
+pub struct RouteReplies;
+/// RTM_NEWNEIGH messages.
+pub struct NeighbourReplies;
+/// RTM_NEWQDISC messages.
+pub struct QdiscReplies;
+/// RTM_NEWTFILTER messages.
+pub struct FilterReplies;
+
+impl Replies for AnyReply {
+    fn decode(
+        ty: u16,
+        payload: &[u8],
+    ) -> std::result::Result<Option<RouteNetlinkMessage>, DecodeError> {
+        RouteNetlinkMessage::parse_with_param(payload, ty).map(Some)
+    }
+}
+
+impl Replies for AckOnly {
+    fn decode(_: u16, _: &[u8]) -> std::result::Result<Option<RouteNetlinkMessage>, DecodeError> {
+        Ok(None)
+    }
+}
+
+/// Implements [`Replies`] for one message type, with the error context
+/// `RouteNetlinkMessage`'s parser gives the same failure.
+macro_rules! replies_of {
+    ($replies:ty, $type:expr, $message:ty, $variant:ident, $what:literal) => {
+        impl Replies for $replies {
+            fn decode(
+                ty: u16,
+                payload: &[u8],
+            ) -> std::result::Result<Option<RouteNetlinkMessage>, DecodeError> {
+                if ty != $type {
+                    return Ok(None);
+                }
+                let message = <$message>::parse(payload).context($what)?;
+                Ok(Some(RouteNetlinkMessage::$variant(message)))
+            }
+        }
+    };
+}
+
+replies_of!(
+    LinkReplies,
+    RTM_NEWLINK,
+    LinkMessage,
+    NewLink,
+    "invalid link message"
+);
+replies_of!(
+    AddressReplies,
+    RTM_NEWADDR,
+    AddressMessage,
+    NewAddress,
+    "invalid address message"
+);
+replies_of!(
+    RouteReplies,
+    RTM_NEWROUTE,
+    RouteMessage,
+    NewRoute,
+    "invalid route message"
+);
+replies_of!(
+    NeighbourReplies,
+    RTM_NEWNEIGH,
+    NeighbourMessage,
+    NewNeighbour,
+    "invalid neighbour message"
+);
+replies_of!(
+    QdiscReplies,
+    RTM_NEWQDISC,
+    TcMessage,
+    NewQueueDiscipline,
+    "invalid tc message"
+);
+replies_of!(
+    FilterReplies,
+    RTM_NEWTFILTER,
+    TcMessage,
+    NewTrafficFilter,
+    "invalid tc message"
+);
+
+/// One decoded reply payload: `None` when the request did not expect its type.
+struct Decoded<R>(Option<RouteNetlinkMessage>, PhantomData<R>);
+
+impl<R: Replies> NetlinkDeserializable for Decoded<R> {
+    type Error = DecodeError;
+
+    fn deserialize(
+        header: &NetlinkHeader,
+        payload: &[u8],
+    ) -> std::result::Result<Self, DecodeError> {
+        R::decode(header.message_type, payload).map(|m| Decoded(m, PhantomData))
+    }
+}
 
 /// A NETLINK_ROUTE socket bound to the netns that was current when it was created.
 pub struct Socket {
@@ -69,18 +204,29 @@ impl Socket {
     /// so the reply is terminated by an ACK (success) or an error. With NLM_F_DUMP the
     /// reply is read until NLMSG_DONE, and restarted if the kernel marks it interrupted.
     /// Kernel errors come back as [`Error::Kernel`] with an empty context; callers add it.
+    /// Replies of every rtnetlink type are decoded; [`Socket::request_as`] decodes only the
+    /// ones a request expects.
     pub fn request(
         &mut self,
         msg: RouteNetlinkMessage,
         flags: u16,
     ) -> Result<Vec<RouteNetlinkMessage>> {
-        let is_dump = flags & NLM_F_DUMP == NLM_F_DUMP;
-        if !is_dump {
-            let mut msgs = Vec::new();
-            self.exchange(msg, flags | NLM_F_ACK, &mut |m| msgs.push(m))?;
-            return Ok(msgs);
+        self.request_as::<AnyReply>(msg, flags)
+    }
+
+    /// [`Socket::request`] returning only the reply messages `R` expects (others are skipped).
+    pub fn request_as<R: Replies>(
+        &mut self,
+        msg: RouteNetlinkMessage,
+        flags: u16,
+    ) -> Result<Vec<RouteNetlinkMessage>> {
+        if flags & NLM_F_DUMP == NLM_F_DUMP {
+            return self.dump_map_as::<R, _>(msg, flags, Some);
         }
-        self.dump_map(msg, flags, Some)
+        let mut msgs = Vec::new();
+        let request = encode(msg, flags | NLM_F_ACK);
+        self.exchange::<R>(request, &mut |m| msgs.push(m))?;
+        Ok(msgs)
     }
 
     /// A dump (`flags` gain NLM_F_DUMP) whose messages `convert` turns into values as they
@@ -91,16 +237,28 @@ impl Socket {
         &mut self,
         msg: RouteNetlinkMessage,
         flags: u16,
+        convert: impl FnMut(RouteNetlinkMessage) -> Option<T>,
+    ) -> Result<Vec<T>> {
+        self.dump_map_as::<AnyReply, T>(msg, flags, convert)
+    }
+
+    /// [`Socket::dump_map`] over only the reply messages `R` expects.
+    pub fn dump_map_as<R: Replies, T>(
+        &mut self,
+        msg: RouteNetlinkMessage,
+        flags: u16,
         mut convert: impl FnMut(RouteNetlinkMessage) -> Option<T>,
     ) -> Result<Vec<T>> {
+        let mut request = encode(msg, flags | NLM_F_DUMP);
         for _ in 0..DUMP_ATTEMPTS {
             let mut out = Vec::new();
-            let interrupted = self.exchange(msg.clone(), flags | NLM_F_DUMP, &mut |m| {
+            let outcome = self.exchange::<R>(request, &mut |m| {
                 out.extend(convert(m));
             })?;
-            if !interrupted {
+            if !outcome.interrupted {
                 return Ok(out);
             }
+            request = outcome.request;
         }
         Err(Error::kernel(
             "dump kept being interrupted by concurrent changes",
@@ -109,46 +267,44 @@ impl Socket {
     }
 
     /// Like [`Socket::request`] for requests that must not return data (set/add/delete).
+    /// No reply message is decoded, so this links no decoder.
     pub fn request_ack(&mut self, msg: RouteNetlinkMessage, flags: u16) -> Result<()> {
-        let replies = self.request(msg, flags)?;
-        if replies.is_empty() {
-            Ok(())
+        let ack = if flags & NLM_F_DUMP == NLM_F_DUMP {
+            0
         } else {
-            Err(Error::protocol(
-                "",
-                format!("{} unexpected messages before the ACK", replies.len()),
-            ))
-        }
+            NLM_F_ACK
+        };
+        let outcome = self.exchange::<AckOnly>(encode(msg, flags | ack), &mut |_| {})?;
+        unexpected_before_ack(outcome.skipped)
     }
 
-    /// One send + receive round: every reply message goes to `sink`, datagram by datagram.
-    /// Returns whether the dump was interrupted.
-    fn exchange(
+    /// One send + receive round of an encoded request: every reply message `R` expects goes
+    /// to `sink`, datagram by datagram.
+    fn exchange<R: Replies>(
         &mut self,
-        msg: RouteNetlinkMessage,
-        flags: u16,
+        mut request: Vec<u8>,
         sink: &mut dyn FnMut(RouteNetlinkMessage),
-    ) -> Result<bool> {
+    ) -> Result<Outcome> {
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
-        let mut header = NetlinkHeader::default();
-        header.flags = NLM_F_REQUEST | flags;
-        header.sequence_number = seq;
-        let mut packet = NetlinkMessage::new(header, NetlinkPayload::from(msg));
-        packet.finalize();
-        let mut out = vec![0u8; packet.buffer_len()];
-        packet.serialize(&mut out);
+        // The sequence number field of the netlink header (bytes 8..12).
+        request[8..12].copy_from_slice(&seq.to_ne_bytes());
         self.sock
-            .send(&out, 0)
+            .send(&request, 0)
             .map_err(|e| Error::io("failed to send netlink request", e))?;
+        let flags = u16::from_ne_bytes([request[6], request[7]]);
 
-        let mut reply = Reply::new(seq, flags & NLM_F_DUMP == NLM_F_DUMP);
+        let mut reply = Reply::<R>::new(seq, flags & NLM_F_DUMP == NLM_F_DUMP);
         loop {
             self.recv_datagram()?;
             let complete = reply.absorb(&self.buf)?;
             reply.messages.drain(..).for_each(&mut *sink);
             if complete {
-                return Ok(reply.interrupted);
+                return Ok(Outcome {
+                    interrupted: reply.interrupted,
+                    skipped: reply.skipped,
+                    request,
+                });
             }
         }
     }
@@ -182,23 +338,58 @@ impl Socket {
     }
 }
 
+/// A request as sent: flags set, sequence number filled in by [`Socket::exchange`].
+fn encode(msg: RouteNetlinkMessage, flags: u16) -> Vec<u8> {
+    let mut header = NetlinkHeader::default();
+    header.flags = NLM_F_REQUEST | flags;
+    let mut packet = NetlinkMessage::new(header, NetlinkPayload::from(msg));
+    packet.finalize();
+    let mut out = vec![0u8; packet.buffer_len()];
+    packet.serialize(&mut out);
+    out
+}
+
+fn unexpected_before_ack(count: usize) -> Result<()> {
+    if count == 0 {
+        Ok(())
+    } else {
+        Err(Error::protocol(
+            "",
+            format!("{count} unexpected messages before the ACK"),
+        ))
+    }
+}
+
+/// How one exchange ended; the request is handed back for a dump's restart.
+struct Outcome {
+    /// The kernel flagged the dump NLM_F_DUMP_INTR: its content may be inconsistent.
+    interrupted: bool,
+    /// Reply messages of a type the request did not expect.
+    skipped: usize,
+    request: Vec<u8>,
+}
+
 /// The reply to one request, assembled datagram by datagram.
-struct Reply {
+struct Reply<R> {
     seq: u32,
     /// Dumps end with NLMSG_DONE; other requests with an ACK or an error.
     expect_done: bool,
     messages: Vec<RouteNetlinkMessage>,
     /// The kernel flagged the dump NLM_F_DUMP_INTR: its content may be inconsistent.
     interrupted: bool,
+    skipped: usize,
+    replies: PhantomData<R>,
 }
 
-impl Reply {
-    fn new(seq: u32, expect_done: bool) -> Reply {
+impl<R: Replies> Reply<R> {
+    fn new(seq: u32, expect_done: bool) -> Reply<R> {
         Reply {
             seq,
             expect_done,
             messages: Vec::new(),
             interrupted: false,
+            skipped: 0,
+            replies: PhantomData,
         }
     }
 
@@ -219,10 +410,9 @@ impl Reply {
             let frame = &rest[..len];
             offset += (len + 3) & !3;
 
-            let parsed =
-                NetlinkMessage::<RouteNetlinkMessage>::deserialize(frame).map_err(|e| {
-                    Error::protocol("", format!("failed to parse netlink message: {e}"))
-                })?;
+            let parsed = NetlinkMessage::<Decoded<R>>::deserialize(frame).map_err(|e| {
+                Error::protocol("", format!("failed to parse netlink message: {e}"))
+            })?;
             // Replies to an earlier, abandoned request are skipped, not mistaken for ours.
             if parsed.header.sequence_number != self.seq {
                 continue;
@@ -231,7 +421,8 @@ impl Reply {
                 self.interrupted = true;
             }
             match parsed.payload {
-                NetlinkPayload::InnerMessage(inner) => self.messages.push(inner),
+                NetlinkPayload::InnerMessage(Decoded(Some(inner), _)) => self.messages.push(inner),
+                NetlinkPayload::InnerMessage(Decoded(None, _)) => self.skipped += 1,
                 NetlinkPayload::Done(done) => {
                     if done.code < 0 {
                         return Err(Error::Kernel {
@@ -349,15 +540,39 @@ mod tests {
 
     #[test]
     fn ack_completes_a_request_and_keeps_data_before_it() {
-        let mut r = Reply::new(7, false);
+        let mut r = Reply::<AnyReply>::new(7, false);
         let dgram = [frame(7, 0, link(3)), frame(7, 0, error(0))].concat();
         assert!(r.absorb(&dgram).unwrap());
         assert_eq!(r.messages.len(), 1);
     }
 
     #[test]
+    fn typed_replies_keep_what_the_request_expects_and_count_the_rest() {
+        let mut r = Reply::<AddressReplies>::new(3, true);
+        let dgram = [
+            frame(3, NLM_F_MULTIPART, link(1)),
+            frame(3, NLM_F_MULTIPART, done(0)),
+        ]
+        .concat();
+        assert!(r.absorb(&dgram).unwrap());
+        assert!(r.messages.is_empty());
+        assert_eq!(r.skipped, 1);
+
+        let mut r = Reply::<LinkReplies>::new(3, false);
+        let dgram = [frame(3, 0, link(4)), frame(3, 0, error(0))].concat();
+        assert!(r.absorb(&dgram).unwrap());
+        assert!(
+            matches!(&r.messages[..], [RouteNetlinkMessage::NewLink(l)] if l.header.index == 4)
+        );
+
+        let mut r = Reply::<AckOnly>::new(3, false);
+        assert!(r.absorb(&dgram).unwrap());
+        assert_eq!((r.messages.len(), r.skipped), (0, 1));
+    }
+
+    #[test]
     fn stale_sequence_numbers_are_ignored() {
-        let mut r = Reply::new(7, false);
+        let mut r = Reply::<AnyReply>::new(7, false);
         // A leftover error and data from request 6 must not end or pollute request 7.
         let dgram = [frame(6, 0, error(-libc::EEXIST)), frame(6, 0, link(1))].concat();
         assert!(!r.absorb(&dgram).unwrap());
@@ -367,7 +582,7 @@ mod tests {
 
     #[test]
     fn dumps_span_datagrams_until_done() {
-        let mut r = Reply::new(2, true);
+        let mut r = Reply::<AnyReply>::new(2, true);
         let first = [
             frame(2, NLM_F_MULTIPART, link(1)),
             frame(2, NLM_F_MULTIPART, link(2)),
@@ -384,10 +599,10 @@ mod tests {
 
     #[test]
     fn kernel_errors_carry_positive_errno() {
-        let mut r = Reply::new(1, false);
+        let mut r = Reply::<AnyReply>::new(1, false);
         let e = r.absorb(&frame(1, 0, error(-libc::EEXIST))).unwrap_err();
         assert!(e.is_exists());
-        let mut r = Reply::new(1, true);
+        let mut r = Reply::<AnyReply>::new(1, true);
         let e = r
             .absorb(&frame(1, NLM_F_MULTIPART, done(-libc::ENOBUFS)))
             .unwrap_err();
@@ -396,7 +611,7 @@ mod tests {
 
     #[test]
     fn garbage_is_a_protocol_error_not_a_panic() {
-        let mut r = Reply::new(1, false);
+        let mut r = Reply::<AnyReply>::new(1, false);
         assert!(matches!(r.absorb(&[1, 2, 3]), Err(Error::Protocol { .. })));
         let mut bad_len = frame(1, 0, error(0));
         bad_len[0] = 0xff;

@@ -12,7 +12,7 @@ use netlink_packet_route::RouteNetlinkMessage;
 
 use crate::addr::Family;
 use crate::error::{Error, Result};
-use crate::netlink::{Socket, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};
+use crate::netlink::{RouteReplies, Socket, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};
 
 /// The main routing table.
 pub const TABLE_MAIN: u32 = 254;
@@ -265,7 +265,7 @@ impl Socket {
     pub fn routes(&mut self, family: Family, table: Option<u32>) -> Result<Vec<Route>> {
         let mut msg = RouteMessage::default();
         msg.header.address_family = family.to_af();
-        self.dump_map(RouteNetlinkMessage::GetRoute(msg), 0, |m| match m {
+        self.dump_map_as::<RouteReplies, _>(RouteNetlinkMessage::GetRoute(msg), 0, |m| match m {
             RouteNetlinkMessage::NewRoute(r) if !r.header.flags.contains(RouteFlags::Cloned) => {
                 Route::from_message(&r).filter(|r| {
                     family.matches(r.dst.ip()) && table.is_none_or(|t| r.table_id() == t)

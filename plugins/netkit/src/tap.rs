@@ -13,11 +13,11 @@ const IFF_TAP: i16 = 0x0002;
 const IFF_MULTI_QUEUE: i16 = 0x0100;
 const IFF_NO_PI: i16 = 0x1000;
 const IFF_VNET_HDR: i16 = 0x4000;
-// _IOW('T', n, int)
-const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
-const TUNSETPERSIST: libc::c_ulong = 0x4004_54cb;
-const TUNSETOWNER: libc::c_ulong = 0x4004_54cc;
-const TUNSETGROUP: libc::c_ulong = 0x4004_54ce;
+// _IOW('T', n, int); the request type is libc's (c_ulong on glibc, c_int on musl).
+const TUNSETIFF: libc::Ioctl = 0x4004_54ca;
+const TUNSETPERSIST: libc::Ioctl = 0x4004_54cb;
+const TUNSETOWNER: libc::Ioctl = 0x4004_54cc;
+const TUNSETGROUP: libc::Ioctl = 0x4004_54ce;
 
 /// A tap device to create.
 #[derive(Debug, Clone, Copy, Default)]
@@ -87,7 +87,7 @@ pub fn create_tap(ns: &Netns, spec: &TapSpec<'_>) -> Result<()> {
     if unsafe { libc::ioctl(fd, TUNSETIFF, &mut req as *mut IfreqFlags) } < 0 {
         return Err(Error::last_os_error(ctx("TUNSETIFF")));
     }
-    let by_value = |request: libc::c_ulong, value: libc::c_ulong, step: &str| -> Result<()> {
+    let by_value = |request: libc::Ioctl, value: libc::c_ulong, step: &str| -> Result<()> {
         // SAFETY: these tun ioctls take their argument by value.
         if unsafe { libc::ioctl(fd, request, value) } < 0 {
             return Err(Error::last_os_error(ctx(step)));

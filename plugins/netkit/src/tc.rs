@@ -16,7 +16,7 @@ use rtnetlink::LinkIfb;
 
 use crate::error::{Error, Result};
 use crate::link::{validate_ifname, Link};
-use crate::netlink::{Socket, NLM_F_CREATE, NLM_F_EXCL};
+use crate::netlink::{FilterReplies, QdiscReplies, Socket, NLM_F_CREATE, NLM_F_EXCL};
 
 /// `ETH_P_ALL`: a filter protocol matching every frame (host byte order here; the wire
 /// carries it in network order inside `tcm_info`).
@@ -366,7 +366,9 @@ impl Socket {
             Ok(m) => m,
             Err(e) => return Err(e.context(ctx(self))),
         };
-        let replies = match self.request(RouteNetlinkMessage::GetQueueDiscipline(m), NLM_F_DUMP) {
+        let replies = match self
+            .request_as::<QdiscReplies>(RouteNetlinkMessage::GetQueueDiscipline(m), NLM_F_DUMP)
+        {
             Ok(r) => r,
             Err(e) => return Err(e.context(ctx(self))),
         };
@@ -395,7 +397,9 @@ impl Socket {
             Ok(m) => m,
             Err(e) => return Err(e.context(ctx(self))),
         };
-        let replies = match self.request(RouteNetlinkMessage::GetTrafficFilter(m), NLM_F_DUMP) {
+        let replies = match self
+            .request_as::<FilterReplies>(RouteNetlinkMessage::GetTrafficFilter(m), NLM_F_DUMP)
+        {
             Ok(r) => r,
             Err(e) => return Err(e.context(ctx(self))),
         };

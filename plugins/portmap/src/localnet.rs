@@ -4,6 +4,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 
 use libcni::CniError;
+use netkit::netlink::RouteReplies;
 use netkit::packet_route::route::{RouteAddress, RouteAttribute, RouteMessage};
 use netkit::packet_route::{AddressFamily, RouteNetlinkMessage};
 use netkit::Socket;
@@ -17,7 +18,7 @@ fn route_get_oif(sock: &mut Socket, ip: Ipv4Addr) -> Result<Option<u32>, netkit:
     msg.header.destination_prefix_length = 32;
     msg.attributes
         .push(RouteAttribute::Destination(RouteAddress::Inet(ip)));
-    let replies = sock.request(RouteNetlinkMessage::GetRoute(msg), 0)?;
+    let replies = sock.request_as::<RouteReplies>(RouteNetlinkMessage::GetRoute(msg), 0)?;
     Ok(replies.iter().find_map(|m| match m {
         RouteNetlinkMessage::NewRoute(r) => r.attributes.iter().find_map(|a| match a {
             RouteAttribute::Oif(i) => Some(*i),

@@ -222,23 +222,17 @@ pub fn replay(data: &[u8], index: &mut Index) {
 
 /// Names of `+` records ending with `suffix` (e.g. `\tA\tcid\teth0\n`), found with memmem.
 /// Records may be stale (later released); callers re-read the lease files.
+///
+/// memchr's SIMD memmem rather than libc's: musl's (two-way, byte at a time) made an ADD with
+/// 60,000 leases about 1.5x slower than with glibc's.
 pub fn find_names(data: &[u8], suffix: &[u8], out: &mut Vec<String>) {
+    let finder = memchr::memmem::Finder::new(suffix);
     let mut from = 0;
     while from < data.len() {
-        let hay = &data[from..];
-        // SAFETY: both pointers/lengths describe live slices; memmem only reads them.
-        let hit = unsafe {
-            libc::memmem(
-                hay.as_ptr().cast(),
-                hay.len(),
-                suffix.as_ptr().cast(),
-                suffix.len(),
-            )
-        };
-        if hit.is_null() {
+        let Some(offset) = finder.find(&data[from..]) else {
             break;
-        }
-        let at = from + (hit as usize - hay.as_ptr() as usize);
+        };
+        let at = from + offset;
         let line_start = data[..at]
             .iter()
             .rposition(|&b| b == b'\n')
