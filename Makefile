@@ -150,7 +150,7 @@ test: test-deps
 # database is empty, so it knows no libc6 (hence --force-depends).
 RELEASE_TESTS := examples bridge_pods bridge_conflists portmap_netns firewall_netns tuning_netns \
                  vxlan_plugin cnitool_loopback bad_input ptp_netns macvlan_netns tap_netns \
-                 host_device_netns
+                 host_device_netns containerd_shapes netfilter_netlink static_ipam
 SMOKE = $(CARGO) test -q -p netns-tests $(addprefix --test ,$(RELEASE_TESTS))
 test-release: dist
 	$(CARGO) build -q -p netns-tests --tests
