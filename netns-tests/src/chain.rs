@@ -236,6 +236,16 @@ impl ChainNode {
         Ok(())
     }
 
+    /// Waits (up to 10 s) until the host holds at most `at_most` pod links: the kernel tears a
+    /// deleted netns down asynchronously, and the host end of its veth goes with it a moment
+    /// after `ip netns del`.
+    pub fn settle_links(&self, at_most: usize) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while self.inventory().links.len() > at_most && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
     /// Everything of the node that pods leave behind.
     pub fn inventory(&self) -> Inventory {
         let links = self

@@ -222,8 +222,13 @@ fn gc_removes_spoof_checks_whose_pod_vanished() {
     for chain in ["cni-br-iface-orphan-eth0", "cni-br-iface-orphan-eth0-mac"] {
         host.exec_ok(&["nft", "add", "chain", "bridge", "nat", chain]);
     }
-    // The runtime lost a pod: its netns, and with it the bridge port, are gone.
+    // The runtime lost a pod: its netns, and with it the bridge port, are gone (the kernel
+    // tears a deleted netns down asynchronously: wait for the port to go).
     pods[1] = None;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while veths(&host).len() > 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 
     let mut gc_conf = conf.clone();
     gc_conf["cni.dev/valid-attachments"] = json!([{"containerID": "keep", "ifname": "eth0"}]);

@@ -26,6 +26,7 @@ fn node(tag: &str, tuning: Value) -> ChainNode {
 
 /// Asserts that nothing of `cid` is left: it held `ips`; no pod of the node is left either.
 fn assert_gone(node: &ChainNode, cid: &str, ips: &[std::net::IpAddr]) {
+    node.settle_links(0);
     let inv = node.inventory();
     let traces = inv.traces_of(cid, ips);
     assert!(traces.is_empty(), "left behind: {traces:#?}");

@@ -84,6 +84,7 @@ fn netns_deleted_before_del() {
     assert!(!Path::new(&path).exists());
     ok(&node, &p, "del");
     ok(&node, &p, "del");
+    node.settle_links(0);
     assert_gone(&node, &p, &ips);
 }
 
