@@ -11,10 +11,13 @@ use std::path::{Path, PathBuf};
 use super::iptables::Family;
 use super::nf_tables::Socket;
 
-/// Whether the kernel answers nf_tables netlink requests in the current netns (the
-/// `nf_tables` module is built in or loadable).
+/// Whether the kernel answers nf_tables netlink requests (the `nf_tables` module is built in
+/// or loadable). Asked once per process: a plugin needs the answer several times per call
+/// (backend choice, where iptables rules go, per family), and it is the kernel's, the same in
+/// every netns.
 pub fn has_nf_tables() -> bool {
-    Socket::new().and_then(|mut s| s.probe()).is_ok()
+    static ANSWER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ANSWER.get_or_init(|| Socket::new().and_then(|mut s| s.probe()).is_ok())
 }
 
 /// Where the iptables rules of one table belong on this host.
