@@ -88,6 +88,32 @@ macro_rules! skip_unless {
     };
 }
 
+/// True when this run must prove every kernel path: `FERROCNI_REQUIRE_DRIVERS=1` (set by the
+/// full-kernel VM run), so a test whose driver is missing fails instead of skipping.
+pub fn drivers_required() -> bool {
+    std::env::var_os("FERROCNI_REQUIRE_DRIVERS").is_some_and(|v| v == "1")
+}
+
+/// Returns from the calling test (after printing why) when `$present` is false, the kernel
+/// lacking the driver named by `$what`; in a run that requires drivers ([`drivers_required`])
+/// a missing driver fails the test instead.
+#[macro_export]
+macro_rules! require_driver {
+    ($present:expr, $what:expr) => {
+        if !$present {
+            if $crate::drivers_required() {
+                panic!(
+                    "{}: this kernel has no {}, and FERROCNI_REQUIRE_DRIVERS=1 forbids skipping",
+                    module_path!(),
+                    $what
+                );
+            }
+            eprintln!("skipping {}: this kernel has no {}", module_path!(), $what);
+            return;
+        }
+    };
+}
+
 /// The workspace root (parent of this crate).
 pub fn workspace_root() -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
