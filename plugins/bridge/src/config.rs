@@ -1,4 +1,4 @@
-//! The bridge network configuration: fields, defaults and validation (spec-catalog §4.1).
+//! The bridge network configuration: fields, defaults and validation.
 
 use libcni::error::CniError;
 use libcni::result::Dns;

@@ -1,5 +1,5 @@
 //! `tuning`: a chained CNI plugin that sets sysctls and link attributes on the container
-//! interface, backs the original link values up and restores them on DEL (spec-catalog §4.6).
+//! interface, backs the original link values up and restores them on DEL.
 
 mod backup;
 mod config;
