@@ -140,7 +140,9 @@ fn probe_kernel(kind: &str) -> bool {
         ns.exec_ok(&[
             "ip", "link", "add", "p0", "type", "veth", "peer", "name", "p1",
         ]);
-        let mut argv = vec!["ip", "link", "add", "link", "p0", "name", "k0", "type", kind];
+        let mut argv = vec![
+            "ip", "link", "add", "link", "p0", "name", "k0", "type", kind,
+        ];
         argv.extend(extra);
         ns.exec(&argv).status.success()
     };
@@ -149,7 +151,14 @@ fn probe_kernel(kind: &str) -> bool {
         "macvlan" | "ipvlan" | "macvtap" => on_veth(kind, &[]),
         "bridge_vlan_filtering" => ns
             .exec(&[
-                "ip", "link", "add", "b0", "type", "bridge", "vlan_filtering", "1",
+                "ip",
+                "link",
+                "add",
+                "b0",
+                "type",
+                "bridge",
+                "vlan_filtering",
+                "1",
             ])
             .status
             .success(),

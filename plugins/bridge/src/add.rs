@@ -550,7 +550,9 @@ fn ensure_vlan_gateway(host: &mut Socket, br: &Link, conf: &NetConf) -> Result<L
             if let Err(e) = configure_vlan_gateway(host, br, conf, &port, &name) {
                 // Half-configured, it would be adopted as it is by the next ADD: remove it.
                 if let Err(undo) = host.delete_link_by_name(&port) {
-                    eprintln!("bridge: could not remove the unfinished vlan gateway {port:?}: {undo}");
+                    eprintln!(
+                        "bridge: could not remove the unfinished vlan gateway {port:?}: {undo}"
+                    );
                 }
                 return Err(e);
             }

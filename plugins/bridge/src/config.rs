@@ -364,7 +364,9 @@ mod tests {
     fn the_default_vlan_is_preserved_unless_disabled() {
         let preserve = |v| parse(v, "").unwrap().preserve_default_vlan;
         assert!(preserve(serde_json::json!({"vlan": 5})));
-        assert!(preserve(serde_json::json!({"vlan": 5, "preserveDefaultVlan": null})));
+        assert!(preserve(
+            serde_json::json!({"vlan": 5, "preserveDefaultVlan": null})
+        ));
         assert!(!preserve(
             serde_json::json!({"vlan": 5, "preserveDefaultVlan": false})
         ));

@@ -25,6 +25,8 @@ pub struct NetConf {
     /// Resolved: the configured master, or the single interface of prevResult (chained), or
     /// empty for the interface of the default route.
     pub master: String,
+    /// Whether `master` came from prevResult rather than the config.
+    pub master_from_prev_result: bool,
     pub mode: IpVlanMode,
     pub flags: IpVlanFlags,
     pub mtu: Option<u32>,
@@ -75,6 +77,7 @@ pub fn load(args: &CmdArgs) -> Result<NetConf, CniError> {
         .prev_result()
         .map_err(|e| attach::errors::context(e, "could not parse prevResult"))?;
     let mut master = raw.master;
+    let master_from_prev_result = master.is_empty() && prev.is_some();
     if master.is_empty() {
         if let Some(p) = &prev {
             // Chained after a plugin that made the master: it is prevResult's only interface.
@@ -93,6 +96,7 @@ pub fn load(args: &CmdArgs) -> Result<NetConf, CniError> {
     }
     Ok(NetConf {
         master,
+        master_from_prev_result,
         mode: mode_from_str(&raw.mode)?,
         flags: flag_from_str(&raw.flag)?,
         mtu: conf::mtu(raw.mtu)?,
