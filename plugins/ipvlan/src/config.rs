@@ -142,11 +142,13 @@ mod tests {
             "ips": [{"address": "10.1.0.5/24", "interface": 0}]});
         let c = load_json(json!({"cniVersion": "1.0.0", "prevResult": prev})).unwrap();
         assert_eq!(c.master, "net1");
+        assert!(c.master_from_prev_result);
         assert_eq!(c.prev.unwrap().ips.len(), 1);
         // A configured master wins.
         let c = load_json(json!({"cniVersion": "1.0.0", "master": "eth9", "prevResult": prev}))
             .unwrap();
         assert_eq!(c.master, "eth9");
+        assert!(!c.master_from_prev_result);
         let two = json!({"cniVersion": "1.0.0", "interfaces": [{"name": "a"}, {"name": "b"}]});
         let e = load_json(json!({"cniVersion": "1.0.0", "prevResult": two})).unwrap_err();
         assert_eq!(
