@@ -25,6 +25,8 @@ pub struct NetConf {
     /// Resolved: the configured master, or the single interface of prevResult (chained), or
     /// empty for the interface of the default route.
     pub master: String,
+    /// Whether `master` came from prevResult rather than the config.
+    pub master_from_prev_result: bool,
     pub mode: IpVlanMode,
     pub flags: IpVlanFlags,
     pub mtu: Option<u32>,
@@ -75,6 +77,7 @@ pub fn load(args: &CmdArgs) -> Result<NetConf, CniError> {
         .prev_result()
         .map_err(|e| attach::errors::context(e, "could not parse prevResult"))?;
     let mut master = raw.master;
+    let master_from_prev_result = master.is_empty() && prev.is_some();
     if master.is_empty() {
         if let Some(p) = &prev {
             // Chained after a plugin that made the master: it is prevResult's only interface.
@@ -93,6 +96,7 @@ pub fn load(args: &CmdArgs) -> Result<NetConf, CniError> {
     }
     Ok(NetConf {
         master,
+        master_from_prev_result,
         mode: mode_from_str(&raw.mode)?,
         flags: flag_from_str(&raw.flag)?,
         mtu: conf::mtu(raw.mtu)?,
@@ -138,11 +142,13 @@ mod tests {
             "ips": [{"address": "10.1.0.5/24", "interface": 0}]});
         let c = load_json(json!({"cniVersion": "1.0.0", "prevResult": prev})).unwrap();
         assert_eq!(c.master, "net1");
+        assert!(c.master_from_prev_result);
         assert_eq!(c.prev.unwrap().ips.len(), 1);
         // A configured master wins.
         let c = load_json(json!({"cniVersion": "1.0.0", "master": "eth9", "prevResult": prev}))
             .unwrap();
         assert_eq!(c.master, "eth9");
+        assert!(!c.master_from_prev_result);
         let two = json!({"cniVersion": "1.0.0", "interfaces": [{"name": "a"}, {"name": "b"}]});
         let e = load_json(json!({"cniVersion": "1.0.0", "prevResult": two})).unwrap_err();
         assert_eq!(

@@ -101,7 +101,13 @@ impl Plugin for Ipvlan {
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
-        let conf = config::load(args)?;
+        let mut conf = config::load(args)?;
+        // CHECK's prevResult holds this plugin's own result, whose only interface is the
+        // ipvlan itself, not a master: without a configured master, ADD used the default
+        // route's interface, so CHECK does too.
+        if conf.master_from_prev_result && conf.master == args.ifname {
+            conf.master.clear();
+        }
         check::attachment(
             args,
             &conf.ipam_type,
