@@ -45,13 +45,19 @@ mod tests {
         let e = CniError::from(gone);
         assert_eq!(
             (e.code, e.msg.as_str()),
-            (999, "failed to delete link eth0: Device or resource busy (os error 16)")
+            (
+                999,
+                "failed to delete link eth0: Device or resource busy (os error 16)"
+            )
         );
         let nf = crate::netfilter::Error::Invalid {
             context: "failed to add chain X".into(),
             detail: "bad name".into(),
         };
         let e = CniError::from(nf);
-        assert_eq!((e.code, e.msg.as_str()), (999, "failed to add chain X: bad name"));
+        assert_eq!(
+            (e.code, e.msg.as_str()),
+            (999, "failed to add chain X: bad name")
+        );
     }
 }

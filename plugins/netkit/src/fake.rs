@@ -83,7 +83,8 @@ impl FakeNamespace {
         let name = self.name_of(index);
         self.addresses.retain(|(i, _)| *i != index);
         self.routes.retain(|r| r.oif != Some(index));
-        self.sysctls.retain(|k, _| conf_ifname(k) != Some(name.as_str()));
+        self.sysctls
+            .retain(|k, _| conf_ifname(k) != Some(name.as_str()));
         for l in self.links.values_mut() {
             if l.master == Some(index) {
                 l.master = None;
@@ -96,10 +97,9 @@ impl FakeNamespace {
         let mut out = Vec::new();
         for (index, addr) in &self.addresses {
             if self.links.get(index).is_some_and(|l| l.up) {
-                let mut r = Route::new(
-                    IpNetwork::new(addr.network(), addr.prefix()).unwrap_or(*addr),
-                )
-                .dev(*index);
+                let mut r =
+                    Route::new(IpNetwork::new(addr.network(), addr.prefix()).unwrap_or(*addr))
+                        .dev(*index);
                 r.table = Some(TABLE_MAIN);
                 r.protocol = Some(RouteProtocol::Kernel);
                 r.scope = Some(RouteScope::Link);
@@ -302,8 +302,13 @@ impl FakeKernel {
         self.lock().injections.push(Injection::At(n, errno));
     }
 
+    /// Makes the first operation whose recorded line matches `pred` fail with EIO.
+    pub fn fail_when(&self, pred: impl Fn(&str) -> bool + Send + 'static) {
+        self.fail_when_with(libc::EIO, pred);
+    }
+
     /// Makes the first operation whose recorded line matches `pred` fail with `errno`.
-    pub fn fail_when(&self, errno: i32, pred: impl Fn(&str) -> bool + Send + 'static) {
+    pub fn fail_when_with(&self, errno: i32, pred: impl Fn(&str) -> bool + Send + 'static) {
         self.lock()
             .injections
             .push(Injection::When(Box::new(pred), errno));
@@ -375,10 +380,7 @@ fn no_device(ctx: String) -> Error {
 }
 
 fn ns_mut<'a>(m: &'a mut Model, ns: &str) -> &'a mut FakeNamespace {
-    m.state
-        .namespaces
-        .entry(ns.to_string())
-        .or_default()
+    m.state.namespaces.entry(ns.to_string()).or_default()
 }
 
 fn ns_ref<'a>(m: &'a Model, ns: &str) -> &'a FakeNamespace {
@@ -490,6 +492,19 @@ impl FakeSocket {
 
     fn name_of(&self, index: u32) -> String {
         ns_ref(&self.kernel.lock(), &self.ns).name_of(index)
+    }
+
+    /// A route as `ip route` shows it, the device by name.
+    fn route_text(&self, route: &Route) -> String {
+        let text = route.to_string();
+        match route.oif {
+            Some(oif) => text.replacen(
+                &format!("dev #{oif}"),
+                &format!("dev {}", self.name_of(oif)),
+                1,
+            ),
+            None => text,
+        }
     }
 
     /// Applies `f` to link `index`, ENODEV when it is missing.
@@ -699,12 +714,7 @@ impl Netlink for FakeSocket {
         })
     }
 
-    fn add_address(
-        &mut self,
-        index: u32,
-        address: IpNetwork,
-        opts: &AddressOptions,
-    ) -> Result<()> {
+    fn add_address(&mut self, index: u32, address: IpNetwork, opts: &AddressOptions) -> Result<()> {
         let name = self.name_of(index);
         self.op(format!("addr add {address} dev {name}"), |m, ns| {
             let ctx = format!("failed to add address {address} to {name}");
@@ -712,7 +722,10 @@ impl Netlink for FakeSocket {
             if !n.links.contains_key(&index) {
                 return Err(no_device(ctx));
             }
-            let present = n.addresses.iter().any(|(i, a)| *i == index && *a == address);
+            let present = n
+                .addresses
+                .iter()
+                .any(|(i, a)| *i == index && *a == address);
             if present && !opts.replace {
                 return Err(Error::kernel(ctx, libc::EEXIST));
             }
@@ -756,7 +769,8 @@ impl Netlink for FakeSocket {
 
     fn add_route(&mut self, route: &Route) -> Result<()> {
         let route = normalized(route.clone());
-        self.op(format!("route add {route}"), |m, ns| {
+        let text = self.route_text(&route);
+        self.op(format!("route add {text}"), |m, ns| {
             let ctx = format!("failed to add route {route}");
             let n = ns_mut(m, ns);
             if let Some(oif) = route.oif {
@@ -786,7 +800,8 @@ impl Netlink for FakeSocket {
 
     fn delete_route(&mut self, route: &Route) -> Result<()> {
         let wanted = normalized(route.clone());
-        self.op(format!("route del {wanted}"), |m, ns| {
+        let text = self.route_text(&wanted);
+        self.op(format!("route del {text}"), |m, ns| {
             let n = ns_mut(m, ns);
             let at = n.routes.iter().position(|r| {
                 r.dst == wanted.dst
@@ -902,7 +917,10 @@ impl Kernel for FakeKernel {
         self.op(&ns.0, what, |m, ns| {
             let ctx = format!("failed to create tap {name:?}: TUNSETIFF");
             if ns_ref(m, ns).by_name(&name).is_some() {
-                return Err(Error::io(ctx, std::io::Error::from_raw_os_error(libc::EBUSY)));
+                return Err(Error::io(
+                    ctx,
+                    std::io::Error::from_raw_os_error(libc::EBUSY),
+                ));
             }
             let index = m.next_index;
             m.next_index += 1;
@@ -951,7 +969,9 @@ mod tests {
             bc_queue_len: None,
         };
         host.add_link(macvlan_message(&spec), Some(&pod)).unwrap();
-        let e = host.add_link(macvlan_message(&spec), Some(&pod)).unwrap_err();
+        let e = host
+            .add_link(macvlan_message(&spec), Some(&pod))
+            .unwrap_err();
         assert!(e.is_exists(), "{e}");
         let mut cont = k.socket_in(&pod).unwrap();
         let m0 = cont.link_by_name("m0").unwrap();
@@ -976,7 +996,8 @@ mod tests {
             .unwrap();
         cont.set_link_name(m0.index, "net1").unwrap();
         assert_eq!(
-            k.sysctl_read(&pod, "net/ipv4/conf/net1/arp_notify").unwrap(),
+            k.sysctl_read(&pod, "net/ipv4/conf/net1/arp_notify")
+                .unwrap(),
             "1"
         );
         assert!(cont.delete_link_by_name("net1").unwrap());
@@ -1008,7 +1029,7 @@ mod tests {
         let e = host.set_link_mtu(eth0, 1400).unwrap_err();
         assert_eq!(e.errno(), Some(libc::EIO));
         host.set_link_mtu(eth0, 1400).unwrap();
-        k.fail_when(libc::EBUSY, |op| op.contains("link del"));
+        k.fail_when_with(libc::EBUSY, |op| op.contains("link del"));
         assert_eq!(
             host.delete_link(eth0).unwrap_err().errno(),
             Some(libc::EBUSY)

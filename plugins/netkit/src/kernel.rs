@@ -49,8 +49,7 @@ pub trait Netlink {
     /// Moves link `index` into `ns` (it arrives down, without addresses, under its name).
     fn move_link(&mut self, index: u32, ns: &Self::Ns) -> Result<()>;
     /// `ip addr add` (EEXIST when present, unless `opts.replace`).
-    fn add_address(&mut self, index: u32, address: IpNetwork, opts: &AddressOptions)
-        -> Result<()>;
+    fn add_address(&mut self, index: u32, address: IpNetwork, opts: &AddressOptions) -> Result<()>;
     /// `ip addr del` (EADDRNOTAVAIL when absent).
     fn delete_address(&mut self, index: u32, address: IpNetwork) -> Result<()>;
     /// Addresses of link `index` (every link when `None`) in `family`.
@@ -205,12 +204,7 @@ impl Netlink for Socket {
     fn move_link(&mut self, index: u32, ns: &Netns) -> Result<()> {
         Socket::move_link(self, index, ns)
     }
-    fn add_address(
-        &mut self,
-        index: u32,
-        address: IpNetwork,
-        opts: &AddressOptions,
-    ) -> Result<()> {
+    fn add_address(&mut self, index: u32, address: IpNetwork, opts: &AddressOptions) -> Result<()> {
         Socket::add_address(self, index, address, opts)
     }
     fn delete_address(&mut self, index: u32, address: IpNetwork) -> Result<()> {
