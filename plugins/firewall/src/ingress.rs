@@ -259,9 +259,7 @@ pub fn check(policy: IngressPolicy, result: &CniResult) -> Result<(), CniError> 
         if host::iptables_uses_nf_tables(family, FILTER) {
             let fam = nft_family(family);
             let mut sock = Socket::new()?;
-            if let Some(w) = xt_rules::missing(&mut sock, &wanted(family, &rules))?
-                .first()
-            {
+            if let Some(w) = xt_rules::missing(&mut sock, &wanted(family, &rules))?.first() {
                 return Err(CniError::internal(format!(
                     "an ingress policy rule is missing from {} {FILTER}/{}",
                     fam.name(),

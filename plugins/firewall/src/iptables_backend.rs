@@ -180,8 +180,7 @@ fn add_with_tool(ips: &[IpAddr], admin_chain: &str) -> Result<(), CniError> {
             for rule in &missing {
                 script.append(PRIV_CHAIN, &refs(rule));
             }
-            script
-                .apply(&ipt, "failed to add the container's firewall rules")?;
+            script.apply(&ipt, "failed to add the container's firewall rules")?;
             added.push((ipt, missing));
         }
         Ok(())

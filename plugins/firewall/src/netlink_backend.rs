@@ -141,9 +141,7 @@ pub fn check(ips: &[IpAddr], v6: bool, admin_chain: &str) -> Result<(), CniError
             )));
         }
     }
-    if let Some(w) = xt_rules::missing(&mut sock, &wanted(fam, ips, admin_chain))?
-        .first()
-    {
+    if let Some(w) = xt_rules::missing(&mut sock, &wanted(fam, ips, admin_chain))?.first() {
         return Err(CniError::internal(format!(
             "a firewall rule is missing from {} {FILTER}/{}",
             fam.name(),

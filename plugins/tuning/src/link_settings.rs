@@ -75,13 +75,19 @@ pub fn restore(sock: &mut Socket, link: &Link, backup: &Backup) -> Result<(), Cn
         }
     }
     if let Some(on) = backup.promisc {
-        note(sock.set_link_promisc(link.index, on).map_err(CniError::from));
+        note(
+            sock.set_link_promisc(link.index, on)
+                .map_err(CniError::from),
+        );
     }
     if let Some(on) = backup.allmulti {
         note(set_allmulti(sock, link.index, on));
     }
     if let Some(qlen) = backup.tx_qlen {
-        note(sock.set_link_txqueuelen(link.index, qlen).map_err(CniError::from));
+        note(
+            sock.set_link_txqueuelen(link.index, qlen)
+                .map_err(CniError::from),
+        );
     }
     first_error.map_or(Ok(()), Err)
 }

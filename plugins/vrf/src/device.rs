@@ -115,10 +115,7 @@ fn enslave(sock: &mut Socket, vrf: &Link, table: u32, ifname: &str) -> Result<()
             .collect())
     };
     let before = global_v6(sock)?;
-    let routes = routes_to_move(
-        &sock.routes(Family::Any, Some(TABLE_MAIN))?,
-        link.index,
-    );
+    let routes = routes_to_move(&sock.routes(Family::Any, Some(TABLE_MAIN))?, link.index);
     sock.set_link_master(link.index, vrf.index).map_err(|e| {
         CniError::internal(format!(
             "could not set vrf {} as master of {ifname}: {e}",
@@ -201,10 +198,7 @@ pub fn leave(sock: &mut Socket, conf: &VrfConf, ifname: &str) -> Result<(), CniE
             })?;
         }
     }
-    if sock
-        .links_with_master(vrf.index)?
-        .is_empty()
-    {
+    if sock.links_with_master(vrf.index)?.is_empty() {
         match sock.delete_link(vrf.index) {
             Ok(()) => {}
             Err(e) if e.is_not_found() => {}
