@@ -5,7 +5,7 @@ use ipnetwork::IpNetwork;
 use libcni::error::CniError;
 use libcni::result::{CniResult, Interface, IpConfig, Route};
 use libcni::skel::CmdArgs;
-use netkit::{Family, Link, Socket};
+use netkit::{Family, Kernel, Link, LiveKernel, Netlink, Socket};
 
 use crate::errors::kernel;
 
@@ -33,7 +33,7 @@ pub fn container_interface(prev: &CniResult, args: &CmdArgs) -> Result<Interface
 }
 
 /// The container link recorded in `intf`, found in the container and with the recorded MAC.
-pub fn container_link(cont: &mut Socket, intf: &Interface) -> Result<Link, CniError> {
+pub fn container_link<S: Netlink>(cont: &mut S, intf: &Interface) -> Result<Link, CniError> {
     if intf.name.is_empty() {
         return Err(fail("Container interface name missing in prevResult: "));
     }
@@ -68,7 +68,11 @@ fn prefix_of(n: &IpNetwork) -> IpNetwork {
 }
 
 /// Every IP is on `link`, and a main-table route to its prefix exists.
-pub fn interface_ips(cont: &mut Socket, link: &Link, ips: &[IpConfig]) -> Result<(), CniError> {
+pub fn interface_ips<S: Netlink>(
+    cont: &mut S,
+    link: &Link,
+    ips: &[IpConfig],
+) -> Result<(), CniError> {
     let addrs = cont
         .addresses(Some(link.index), Family::Any)
         .map_err(kernel)?;
@@ -95,7 +99,7 @@ pub fn interface_ips(cont: &mut Socket, link: &Link, ips: &[IpConfig]) -> Result
 }
 
 /// Every route of prevResult is in the main table (with its gateway when it names one).
-pub fn routes(cont: &mut Socket, expected: &[Route]) -> Result<(), CniError> {
+pub fn routes<S: Netlink>(cont: &mut S, expected: &[Route]) -> Result<(), CniError> {
     let table = cont
         .routes(Family::Any, Some(netkit::route::TABLE_MAIN))
         .map_err(kernel)?;
@@ -127,8 +131,27 @@ pub fn attachment(
     missing: &str,
     link_checks: impl FnOnce(&mut Socket, &Link, &CniResult) -> Result<(), CniError>,
 ) -> Result<(), CniError> {
-    let (_netns, mut cont) = crate::link::open_netns(&args.netns)?;
-    crate::ipam::call_if_set(args, ipam_type, "CHECK")?;
+    attachment_with(
+        &LiveKernel,
+        &crate::ipam::ExecIpam,
+        args,
+        ipam_type,
+        missing,
+        link_checks,
+    )
+}
+
+/// [`attachment`] through `kernel` and `ipam`.
+pub fn attachment_with<K: Kernel, I: crate::ipam::Ipam>(
+    kernel: &K,
+    ipam: &I,
+    args: &CmdArgs,
+    ipam_type: &str,
+    missing: &str,
+    link_checks: impl FnOnce(&mut K::Socket, &Link, &CniResult) -> Result<(), CniError>,
+) -> Result<(), CniError> {
+    let (_netns, mut cont) = crate::link::open_netns_with(kernel, &args.netns)?;
+    ipam.call_if_set(args, ipam_type, "CHECK")?;
     let prev = prev_result(args, missing)?;
     let intf = container_interface(&prev, args)?;
     let link = container_link(&mut cont, &intf)?;
