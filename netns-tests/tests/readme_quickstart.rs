@@ -46,7 +46,9 @@ fn quick_start_block_is_found() {
 fn readme_quick_start_runs_as_written() {
     require_root!();
     if std::env::var_os("FERROCNI_QUICKSTART").is_none_or(|v| v != "1") {
-        eprintln!("skipping the README quick start: set FERROCNI_QUICKSTART=1 (make test-release does)");
+        eprintln!(
+            "skipping the README quick start: set FERROCNI_QUICKSTART=1 (make test-release does)"
+        );
         return;
     }
     let root = workspace_root();
@@ -56,7 +58,10 @@ fn readme_quick_start_runs_as_written() {
 
     // Overlays keep every write of the quick start private to the mount namespace.
     let mut script = String::from("set -e\n");
-    for (n, dir) in ["/etc", "/opt", "/usr/local", "/var/lib"].iter().enumerate() {
+    for (n, dir) in ["/etc", "/opt", "/usr/local", "/var/lib"]
+        .iter()
+        .enumerate()
+    {
         let (upper, work) = (scratch.join(format!("u{n}")), scratch.join(format!("w{n}")));
         script += &format!(
             "mkdir -p {u} {w}; mount -t overlay overlay -o lowerdir={dir},upperdir={u},workdir={w} {dir}\n",
@@ -88,7 +93,10 @@ fn readme_quick_start_runs_as_written() {
         out.status
     );
     // `cnitool add` printed a result, and the pod's eth0 got its addresses.
-    assert!(stdout.contains("\"interfaces\""), "no ADD result in:\n{stdout}");
+    assert!(
+        stdout.contains("\"interfaces\""),
+        "no ADD result in:\n{stdout}"
+    );
     assert!(
         stdout.contains("inet ") && stdout.contains("inet6 "),
         "eth0 has no IPv4 and IPv6 address in:\n{stdout}"

@@ -7,9 +7,9 @@ use std::net::IpAddr;
 use ipnetwork::IpNetwork;
 
 use crate::config::{inside, overlaps, Mode, OverlayConfig};
-use rustc_hash::FxHashMap;
 use crate::mac::vtep_mac;
 use crate::peers::{Peer, PeerSet};
+use rustc_hash::FxHashMap;
 
 /// Facts about this node needed to plan.
 #[derive(Debug, Clone)]
