@@ -6,7 +6,7 @@ use libcni::error::CniError;
 /// (code 999, like the reference).
 pub fn kernel(e: netkit::Error) -> CniError {
     match e {
-        netkit::Error::Invalid { .. } => CniError::invalid_config(e.to_string()),
+        netkit::Error::Invalid { .. } => CniError::internal(e.to_string()),
         _ => CniError::internal(e.to_string()),
     }
 }

@@ -43,7 +43,7 @@ struct RawConf {
 impl NetConf {
     pub fn from_map(map: &Map<String, Value>) -> Result<NetConf, CniError> {
         let raw: RawConf = libcni::gojson::from_map(map)
-            .map_err(|e| CniError::decode(format!("flannel: failed to load netconf: {e}")))?;
+            .map_err(|e| CniError::internal(format!("failed to load netconf: {e}")))?;
         Ok(NetConf {
             name: raw.name,
             cni_version: raw.cni_version,

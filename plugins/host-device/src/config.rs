@@ -92,8 +92,12 @@ pub fn load(args: &CmdArgs, sysfs: &Sysfs) -> Result<NetConf, CniError> {
         conf::ifname("device", &raw.device)?;
         Selector::Name(raw.device)
     } else if !raw.hwaddr.is_empty() {
-        let mac = netkit::link::parse_mac(&raw.hwaddr).map_err(|e| {
-            CniError::invalid_config(format!("failed to parse MAC address {:?}: {e}", raw.hwaddr))
+        let mac = netkit::link::parse_mac(&raw.hwaddr).map_err(|_| {
+            CniError::internal(format!(
+                "failed to find host device: failed to parse MAC address {:?}: {}",
+                raw.hwaddr,
+                conf::go_mac_error(&raw.hwaddr)
+            ))
         })?;
         Selector::Mac(mac)
     } else if !raw.kernelpath.is_empty() {
@@ -103,7 +107,7 @@ pub fn load(args: &CmdArgs, sysfs: &Sysfs) -> Result<NetConf, CniError> {
         find::check_bus_id(&raw.pci_bus_id)?;
         Selector::Pci(raw.pci_bus_id)
     } else {
-        return Err(CniError::invalid_config(
+        return Err(CniError::internal(
             "specify either \"device\", \"hwaddr\", \"kernelpath\" or \"pciBusID\"",
         ));
     };
@@ -128,7 +132,7 @@ fn build(
         data_dir
     };
     if !Path::new(&data_dir).is_absolute() {
-        return Err(CniError::invalid_config(format!(
+        return Err(CniError::internal(format!(
             "dataDir {data_dir:?} must be an absolute path"
         )));
     }

@@ -18,7 +18,13 @@ struct Macvlan;
 
 /// The master, looked up where it lives, with the MTU checked against it.
 fn master(conf: &NetConf, host: &mut Socket, cont: &mut Socket) -> Result<Link, CniError> {
-    link::master_checked(host, cont, conf.link_in_container, &conf.master, conf.mtu)
+    link::master_checked(
+        host,
+        cont,
+        conf.link_in_container,
+        &conf.master,
+        conf.requested_mtu,
+    )
 }
 
 fn add_steps(args: &CmdArgs, conf: &NetConf, rb: &mut Rollback) -> Result<CniResult, CniError> {

@@ -36,7 +36,7 @@ pub fn load(args: &CmdArgs) -> Result<NetConf, CniError> {
         None => None,
         Some(s) => Some(
             Backend::parse(s)
-                .ok_or_else(|| CniError::invalid_config(format!("unknown ipmasq backend {s:?}")))?,
+                .ok_or_else(|| CniError::internal(format!("unknown ipmasq backend {s:?}")))?,
         ),
     };
     let dns = conf::dns_is_set(args).then(|| conf::dns(raw.dns));

@@ -19,7 +19,13 @@ struct Vlan;
 
 /// The master, looked up where it lives, with the MTU checked against it.
 fn master(conf: &NetConf, host: &mut Socket, cont: &mut Socket) -> Result<Link, CniError> {
-    link::master_checked(host, cont, conf.link_in_container, &conf.master, conf.mtu)
+    link::master_checked(
+        host,
+        cont,
+        conf.link_in_container,
+        &conf.master,
+        conf.requested_mtu,
+    )
 }
 
 /// ADD with the link request built by `message` (the vlan request; tests on a kernel without
@@ -225,7 +231,7 @@ mod tests {
         drop(guard);
         assert_eq!(
             (e.code, e.msg.as_str()),
-            (7, "invalid MTU 9000, must be [0, master MTU(1500)]")
+            (999, "invalid MTU 9000, must be [0, master MTU(1500)]")
         );
     }
 

@@ -23,19 +23,19 @@ impl VrfConf {
     pub fn parse(args: &CmdArgs) -> Result<VrfConf, CniError> {
         let raw: Raw = args
             .decode_config()
-            .map_err(|e| CniError::decode(format!("failed to load netconf: {e}")))?;
+            .map_err(|e| CniError::internal(format!("failed to load netconf: {e}")))?;
         from_raw(raw)
     }
 }
 
 fn from_raw(raw: Raw) -> Result<VrfConf, CniError> {
     if raw.vrfname.is_empty() {
-        return Err(CniError::invalid_config(
+        return Err(CniError::internal(
             "configuration is expected to have a valid vrf name",
         ));
     }
     netkit::link::validate_ifname(&raw.vrfname)
-        .map_err(|e| CniError::invalid_config(format!("invalid vrfname: {e}")))?;
+        .map_err(|e| CniError::internal(format!("invalid vrfname: {e}")))?;
     Ok(VrfConf {
         name: raw.vrfname,
         table: (raw.table != 0).then_some(raw.table),

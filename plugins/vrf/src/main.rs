@@ -23,7 +23,7 @@ fn kernel(e: netkit::Error) -> CniError {
 
 fn require_prev_result(args: &CmdArgs) -> Result<CniResult, CniError> {
     args.prev_result()?
-        .ok_or_else(|| CniError::invalid_config("missing prevResult from earlier plugin"))
+        .ok_or_else(|| CniError::internal("missing prevResult from earlier plugin"))
 }
 
 fn socket_in(path: &str) -> Result<Socket, CniError> {
