@@ -6,7 +6,7 @@
 //! release words an error differently from 1.1.1 (or has a check 1.1.1 lacks), ours follows the
 //! latest: the case carries the latest's text, ours must print exactly that, and what 1.1.1
 //! printed is shown on stderr for the record. Plugins the reference package does not ship
-//! (dummy, flannel) are held to the latest's text the same way. The few conditions where ours
+//! (dummy, tap, flannel) are held to the latest's text the same way. The few conditions where ours
 //! refuses a config that upstream accepts, or fails it earlier with its own words, are listed as
 //! ours, with why; the reference is not run for those (it would go on and do real work).
 //!
@@ -291,6 +291,11 @@ fn cases() -> Vec<Case> {
         case("dummy", "no ipam", json!({}), latest(999, "dummy interface requires an IPAM configuration")),
         case("dummy", "ipam without type", json!({"ipam": {}}),
             latest(999, "dummy interface requires an IPAM configuration")),
+        // --- tap (not in 1.1.1) ---
+        case("tap", "bad mac", json!({"mac": "zz"}),
+            latest(999, "invalid args zz for MAC addr: address zz: invalid MAC address")),
+        case("tap", "unknown CNI_ARGS", json!({}), latest(999, "ARGS: unknown args [\"FOO=bar\"]"))
+            .args("FOO=bar"),
         // --- flannel (flannel-io/cni-plugin, not in the reference package) ---
         case("flannel", "delegate with a name",
             json!({"subnetFile": "@DIR@/subnet.env", "dataDir": "@DIR@/flannel", "delegate": {"name": "x"}}),

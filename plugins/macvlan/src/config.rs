@@ -149,7 +149,7 @@ mod tests {
         assert_eq!(load_json(json!({"mtu": -1}), "").unwrap().requested_mtu, -1);
         assert_eq!(code(json!({"mac": "02:00"})), 999);
         assert_eq!(code(json!({"master": "a/b"})), 999);
-        assert_eq!(code(json!({"bcqueuelen": -1})), 6);
-        assert_eq!(code(json!({"linkInContainer": "yes"})), 6);
+        assert_eq!(code(json!({"bcqueuelen": -1})), 999);
+        assert_eq!(code(json!({"linkInContainer": "yes"})), 999);
     }
 }

@@ -71,7 +71,7 @@ mod tests {
         );
         let e = raw(json!({"table": 5})).unwrap_err();
         assert_eq!(e.msg, "configuration is expected to have a valid vrf name");
-        assert_eq!(e.code, 7);
+        assert_eq!(e.code, 999);
         assert!(raw(json!({"vrfname": "a/b"})).is_err());
         assert!(raw(json!({"vrfname": "much-too-long-vrf-name"})).is_err());
     }
