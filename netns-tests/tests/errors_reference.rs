@@ -307,6 +307,55 @@ fn cases() -> Vec<Case> {
             json!({"subnetFile": "@DIR@/subnet.env", "dataDir": "@DIR@/flannel", "delegate": {"type": 5}}),
             latest(999, "'delegate' dictionary, if present, must have (string) 'type' field")),
     ];
+    // A field of the wrong JSON type: Go's decoder words it, the plugin wraps it.
+    for (plugin, conf) in [
+        (
+            "vlan",
+            json!({"master": "mst0", "mtu": "1500", "ipam": subnet()}),
+        ),
+        (
+            "bridge",
+            json!({"bridge": "errbr0", "mtu": "x", "ipam": subnet()}),
+        ),
+        (
+            "bridge",
+            json!({"bridge": "errbr0", "isGateway": "yes", "ipam": subnet()}),
+        ),
+        ("ptp", json!({"mtu": "x", "ipam": subnet()})),
+        (
+            "macvlan",
+            json!({"master": "mst0", "mtu": "x", "ipam": subnet()}),
+        ),
+        (
+            "ipvlan",
+            json!({"master": "mst0", "mtu": "x", "ipam": subnet()}),
+        ),
+        (
+            "vrf",
+            json!({"vrfname": "errvrf", "table": "x", "prevResult": prev()}),
+        ),
+        ("tuning", json!({"mtu": "x", "prevResult": prev()})),
+        ("portmap", json!({"markMasqBit": "x", "prevResult": prev()})),
+        ("host-device", json!({"device": 5})),
+        (
+            "static",
+            json!({"ipam": {"type": "static", "addresses": [{"address": 5}]}}),
+        ),
+        (
+            "dhcp",
+            json!({"ipam": {"type": "dhcp", "daemonSocketPath": 5}}),
+        ),
+        (
+            "firewall",
+            json!({"ingressPolicy": 5, "prevResult": prev()}),
+        ),
+    ] {
+        v.push(case(plugin, "a field of the wrong type", conf, Reference).with_eth0());
+    }
+    // 1.1.1 has no linkInContainer.
+    v.push(case("macvlan", "linkInContainer of the wrong type",
+        json!({"master": "mst0", "linkInContainer": "yes", "ipam": subnet()}),
+        latest(999, "failed to load netconf: json: cannot unmarshal string into Go struct field NetConf.linkInContainer of type bool")));
     // A sysctl key written twice (raw text: JSON with a repeated key). 1.1.1 does not check.
     v.push(Case {
         plugin: "tuning",

@@ -18,6 +18,8 @@ struct NetConf {
 }
 
 #[derive(Deserialize, Default)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "IPAMConfig")]
 struct IpamConf {
     #[serde(default, rename = "daemonSocketPath")]
     daemon_socket_path: String,
@@ -100,8 +102,12 @@ fn value_option(
 
 /// Reads the configuration of a request (`config` is the whole stdin object).
 pub fn parse(config: &Map<String, Value>, cni_args: &str) -> Result<DhcpConf, CniError> {
-    let conf: NetConf = libcni::gojson::from_map(config)
-        .map_err(|e| CniError::internal(format!("error parsing netconf: {e}")))?;
+    let conf: NetConf = libcni::gojson::from_map(config).map_err(|e| {
+        CniError::internal(format!(
+            // The reference's plugin side reads the config first to find the socket.
+            "error obtaining socketPath: error parsing socket path conf: {e}"
+        ))
+    })?;
     let args = lenient_args(cni_args);
     let mut provide: Vec<(u8, Vec<u8>)> = Vec::new();
     let mut put = |o: (u8, Vec<u8>)| match provide.iter_mut().find(|(c, _)| *c == o.0) {

@@ -27,6 +27,8 @@ pub struct StaticConfig {
 }
 
 #[derive(Deserialize, Default)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "Net")]
 struct NetConf {
     #[serde(default, rename = "cniVersion")]
     cni_version: String,
@@ -37,6 +39,8 @@ struct NetConf {
 }
 
 #[derive(Deserialize, Default)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "IPAMConfig")]
 struct IpamConf {
     #[serde(default)]
     routes: Vec<RouteConf>,
@@ -47,6 +51,8 @@ struct IpamConf {
 }
 
 #[derive(Deserialize, Default)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "Address")]
 struct AddressConf {
     #[serde(default)]
     address: String,
@@ -55,6 +61,8 @@ struct AddressConf {
 }
 
 #[derive(Deserialize, Default)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "Route")]
 struct RouteConf {
     #[serde(default)]
     dst: String,
@@ -73,6 +81,8 @@ struct RouteConf {
 }
 
 #[derive(Deserialize, Default)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "DNS")]
 struct DnsConf {
     #[serde(default)]
     nameservers: Vec<String>,

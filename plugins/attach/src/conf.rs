@@ -10,6 +10,8 @@ use serde_json::Value;
 /// `"ipam": {"type": ...}`; the rest of the object is the IPAM plugin's business.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "IPAM")]
 pub struct IpamRef {
     #[serde(rename = "type")]
     pub kind: String,

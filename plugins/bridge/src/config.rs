@@ -13,6 +13,8 @@ const MAX_VLAN: i64 = 4094;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "NetConf")]
 struct RawConf {
     bridge: String,
     is_gateway: bool,
@@ -62,6 +64,8 @@ struct RawRuntimeConfig {
 }
 
 #[derive(Debug, Default, Deserialize)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "VlanTrunk")]
 struct RawTrunk {
     #[serde(rename = "minID")]
     min_id: Option<i64>,

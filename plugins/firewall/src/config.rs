@@ -40,6 +40,8 @@ pub enum IngressPolicy {
 }
 
 #[derive(Debug, Default, Deserialize)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "FirewallNetConf")]
 struct RawConf {
     #[serde(default)]
     backend: Option<String>,
@@ -86,7 +88,7 @@ pub fn parse(
     config: &serde_json::Map<String, serde_json::Value>,
 ) -> Result<FirewallConf, CniError> {
     let raw: RawConf = libcni::gojson::from_map(config)
-        .map_err(|e| CniError::internal(format!("failed to parse firewall configuration: {e}")))?;
+        .map_err(|e| CniError::internal(format!("failed to load netconf: {e}")))?;
     let backend = match raw.backend.as_deref() {
         None | Some("") => None,
         Some(name) if BackendKind::from_name(name).is_some() => BackendKind::from_name(name),

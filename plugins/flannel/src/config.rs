@@ -25,6 +25,8 @@ pub struct NetConf {
 }
 
 #[derive(Deserialize)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "NetConf")]
 struct RawConf {
     #[serde(default)]
     name: String,

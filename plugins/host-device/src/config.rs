@@ -17,6 +17,8 @@ pub const DEFAULT_DATA_DIR: &str = "/run/cni/host-device";
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "NetConf")]
 struct RawConf {
     device: String,
     hwaddr: String,

@@ -58,6 +58,8 @@ impl PortMapping {
 }
 
 #[derive(Debug, Deserialize)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "PortMapEntry")]
 struct RawMapping {
     #[serde(rename = "hostPort")]
     host_port: i64,
@@ -76,6 +78,8 @@ struct RawRuntimeConfig {
 }
 
 #[derive(Debug, Default, Deserialize)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "PortMapConf")]
 struct RawConf {
     #[serde(default)]
     snat: Option<bool>,

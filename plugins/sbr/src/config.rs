@@ -9,6 +9,8 @@ use libcni::CniError;
 use serde::Deserialize;
 
 #[derive(Deserialize, Default)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "NetConf")]
 struct Raw {
     #[serde(default)]
     table: Option<i64>,

@@ -123,6 +123,8 @@ fn check_repeated_sysctl_keys(stdin: &[u8]) -> Result<(), String> {
 }
 
 #[derive(Debug, Default, Deserialize)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "TuningConf")]
 struct RawConf {
     #[serde(default)]
     sysctl: Sysctls,
@@ -157,6 +159,8 @@ struct RawArgs {
 }
 
 #[derive(Debug, Default, Deserialize)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "IPAMArgs")]
 struct RawCniArgs {
     #[serde(default)]
     sysctl: Sysctls,

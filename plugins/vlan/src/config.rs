@@ -11,6 +11,8 @@ const MAX_VLAN_ID: i64 = 4094;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "NetConf")]
 struct RawConf {
     master: String,
     vlan_id: i64,

@@ -5,6 +5,8 @@ use libcni::CniError;
 use serde::Deserialize;
 
 #[derive(Deserialize, Default)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "VRFNetConf")]
 struct Raw {
     #[serde(default)]
     vrfname: String,
