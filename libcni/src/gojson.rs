@@ -509,7 +509,7 @@ fn go_field_error(e: Error, name: &str, field: &str, value: &Value) -> Error {
     let Some(go_type) = rust_type.and_then(go_type_name) else {
         return e;
     };
-    let numeric = !matches!(go_type, "bool" | "string");
+    let numeric = !matches!(go_type, "bool" | "string") && !go_type.contains('.');
     let kind = match value {
         Value::Number(n) if numeric => format!("number {n}"),
         Value::Number(_) => "number".to_string(),
@@ -524,9 +524,13 @@ fn go_field_error(e: Error, name: &str, field: &str, value: &Value) -> Error {
     ))
 }
 
-/// The Go type a field of serde's expected type `rust` stands for (`i64` is Go's `int`).
+/// The Go type a field of serde's expected type `rust` stands for (`i64` is Go's `int`). Of
+/// structs (serde names them by their Rust name) only the CNI library's `ipam` and `dns`
+/// objects are known.
 fn go_type_name(rust: &str) -> Option<&'static str> {
     Some(match rust {
+        "struct IpamRef" | "struct RawIpam" => "types.IPAM",
+        "struct Dns" => "types.DNS",
         "i64" => "int",
         "i32" => "int32",
         "i16" => "int16",

@@ -337,6 +337,12 @@ fn cases() -> Vec<Case> {
         ("tuning", json!({"mtu": "x", "prevResult": prev()})),
         ("portmap", json!({"markMasqBit": "x", "prevResult": prev()})),
         ("host-device", json!({"device": 5})),
+        ("ptp", json!({"ipam": "host-local"})),
+        ("vlan", json!({"master": "mst0", "ipam": 5})),
+        (
+            "bridge",
+            json!({"bridge": "errbr0", "dns": "x", "ipam": subnet()}),
+        ),
         (
             "static",
             json!({"ipam": {"type": "static", "addresses": [{"address": 5}]}}),

@@ -294,6 +294,21 @@ fn type_errors_are_worded_as_go_does() {
         err(json!({"isGateway": "yes"})),
         "json: cannot unmarshal string into Go struct field NetConf.isGateway of type bool"
     );
+    #[derive(Debug, Deserialize)]
+    struct Dns {}
+    #[derive(Debug, Deserialize)]
+    #[serde(rename = "NetConf")]
+    struct WithDns {
+        #[serde(default)]
+        #[allow(dead_code)]
+        dns: Option<Dns>,
+    }
+    assert_eq!(
+        from_value::<WithDns>(&json!({"dns": "x"}))
+            .unwrap_err()
+            .to_string(),
+        "json: cannot unmarshal string into Go struct field NetConf.dns of type types.DNS"
+    );
     // The innermost struct is named, with the whole path from the top.
     assert_eq!(
         err(json!({"ipam": {"addresses": [{"address": 5}]}})),
