@@ -34,16 +34,18 @@ pub fn check_known(pairs: &[(String, String)], known: &[&str]) -> Result<(), Cni
     if ignore_unknown(pairs) {
         return Ok(());
     }
-    let unknown: Vec<&str> = pairs
+    // Go's `types.LoadArgs` lists the whole pairs, formatted with `%q` (`["A=1" "B=2"]`).
+    let unknown: Vec<String> = pairs
         .iter()
-        .map(|(k, _)| k.as_str())
-        .filter(|k| *k != "IgnoreUnknown" && !known.contains(k))
+        .filter(|(k, _)| k != "IgnoreUnknown" && !known.contains(&k.as_str()))
+        .map(|(k, v)| format!("{:?}", format!("{k}={v}")))
         .collect();
     if unknown.is_empty() {
         Ok(())
     } else {
         Err(CniError::internal(format!(
-            "ARGS: unknown args {unknown:?}"
+            "ARGS: unknown args [{}]",
+            unknown.join(" ")
         )))
     }
 }

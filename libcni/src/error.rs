@@ -112,6 +112,13 @@ impl CniError {
     }
 }
 
+/// A list as Go's `%q` prints a `[]string` (`["a" "b"]`), for messages worded like the
+/// reference's.
+pub fn go_quoted_list<S: AsRef<str>>(items: &[S]) -> String {
+    let quoted: Vec<String> = items.iter().map(|s| format!("{:?}", s.as_ref())).collect();
+    format!("[{}]", quoted.join(" "))
+}
+
 /// Pretty-prints JSON with the 4-space indent the reference uses.
 pub fn to_indented_json(v: &serde_json::Value) -> String {
     use serde::Serialize as _;
@@ -139,6 +146,12 @@ mod tests {
         );
         let v = CniError::internal("x").to_value("");
         assert_eq!(v, serde_json::json!({"code":999,"msg":"x"}));
+    }
+
+    #[test]
+    fn go_quoted_lists() {
+        assert_eq!(go_quoted_list(&["0.1.0", "1.0.0"]), r#"["0.1.0" "1.0.0"]"#);
+        assert_eq!(go_quoted_list::<&str>(&[]), "[]");
     }
 
     #[test]

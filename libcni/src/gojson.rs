@@ -213,11 +213,11 @@ impl<'de> de::Deserializer<'de> for ObjectDeserializer<'de> {
 
     fn deserialize_struct<V: Visitor<'de>>(
         self,
-        _name: &'static str,
+        name: &'static str,
         fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, Error> {
-        visitor.visit_map(Entries::new(struct_entries(self.0.into_iter(), fields)))
+        visitor.visit_map(Entries::new(struct_entries(self.0.into_iter(), fields)).of_struct(name))
     }
 
     fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
@@ -242,6 +242,10 @@ impl<'de> de::Deserializer<'de> for ObjectDeserializer<'de> {
 struct Entries<'de> {
     iter: std::vec::IntoIter<(&'de str, &'de Value)>,
     value: Option<&'de Value>,
+    /// The struct being decoded (serde's container name) and the field whose value comes
+    /// next, for Go's wording of a type error; no struct for a map.
+    in_struct: Option<&'static str>,
+    key: &'de str,
 }
 
 impl<'de> Entries<'de> {
@@ -249,7 +253,14 @@ impl<'de> Entries<'de> {
         Entries {
             iter: entries.into_iter(),
             value: None,
+            in_struct: None,
+            key: "",
         }
+    }
+
+    fn of_struct(mut self, name: &'static str) -> Self {
+        self.in_struct = Some(name);
+        self
     }
 }
 
@@ -263,6 +274,7 @@ impl<'de> MapAccess<'de> for Entries<'de> {
         match self.iter.next() {
             Some((key, value)) => {
                 self.value = Some(value);
+                self.key = key;
                 seed.deserialize(BorrowedStrDeserializer::new(key))
                     .map(Some)
             }
@@ -275,7 +287,11 @@ impl<'de> MapAccess<'de> for Entries<'de> {
             .value
             .take()
             .ok_or_else(|| <Error as de::Error>::custom("map value requested before its key"))?;
-        seed.deserialize(GoDeserializer(value))
+        let decoded = seed.deserialize(GoDeserializer(value));
+        match self.in_struct {
+            Some(name) => decoded.map_err(|e| go_field_error(e, name, self.key, value)),
+            None => decoded,
+        }
     }
 
     fn size_hint(&self) -> Option<usize> {
@@ -463,6 +479,72 @@ impl<'de> de::Deserializer<'de> for GoDeserializer<'de> {
     fn deserialize_ignored_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
         visitor.visit_unit()
     }
+}
+
+/// A type error met while decoding struct `name`'s field `field` from `value`, in the words of
+/// Go's `encoding/json` (`json: cannot unmarshal string into Go struct field NetConf.mtu of
+/// type int`), which the reference plugins print and tools match on. Go names the innermost
+/// struct and the whole path of fields from the top, so an error already worded by an inner
+/// struct gets `field` inserted into its path. Errors of other kinds, or of Rust types with no
+/// obvious Go counterpart, are left as they are.
+fn go_field_error(e: Error, name: &str, field: &str, value: &Value) -> Error {
+    const WORDED: &str = "json: cannot unmarshal ";
+    const FIELD: &str = " into Go struct field ";
+    let msg = e.to_string();
+    if msg.starts_with(WORDED) {
+        let Some(at) = msg.find(FIELD).map(|i| i + FIELD.len()) else {
+            return e;
+        };
+        // `Inner.path` becomes `Inner.field.path`.
+        let Some(dot) = msg[at..].find('.').map(|i| at + i + 1) else {
+            return e;
+        };
+        return <Error as de::Error>::custom(format!("{}{field}.{}", &msg[..dot], &msg[dot..]));
+    }
+    let rust_type = ["invalid type: ", "invalid value: "]
+        .iter()
+        .any(|p| msg.starts_with(p))
+        .then(|| msg.rsplit_once(", expected ").map(|(_, t)| t))
+        .flatten();
+    let Some(go_type) = rust_type.and_then(go_type_name) else {
+        return e;
+    };
+    let numeric = !matches!(go_type, "bool" | "string") && !go_type.contains('.');
+    let kind = match value {
+        Value::Number(n) if numeric => format!("number {n}"),
+        Value::Number(_) => "number".to_string(),
+        Value::String(_) => "string".to_string(),
+        Value::Bool(_) => "bool".to_string(),
+        Value::Array(_) => "array".to_string(),
+        Value::Object(_) => "object".to_string(),
+        Value::Null => return e,
+    };
+    <Error as de::Error>::custom(format!(
+        "{WORDED}{kind}{FIELD}{name}.{field} of type {go_type}"
+    ))
+}
+
+/// The Go type a field of serde's expected type `rust` stands for (`i64` is Go's `int`). Of
+/// structs (serde names them by their Rust name) only the CNI library's `ipam` and `dns`
+/// objects are known.
+fn go_type_name(rust: &str) -> Option<&'static str> {
+    Some(match rust {
+        "struct IpamRef" | "struct RawIpam" => "types.IPAM",
+        "struct Dns" => "types.DNS",
+        "i64" => "int",
+        "i32" => "int32",
+        "i16" => "int16",
+        "i8" => "int8",
+        "u64" => "uint64",
+        "u32" => "uint32",
+        "u16" => "uint16",
+        "u8" => "uint8",
+        "f64" => "float64",
+        "f32" => "float32",
+        "a boolean" => "bool",
+        "a string" => "string",
+        _ => return None,
+    })
 }
 
 fn unexpected(v: &Value) -> de::Unexpected<'_> {

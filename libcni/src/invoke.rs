@@ -75,7 +75,8 @@ pub fn split_path_list(list: &str) -> Vec<PathBuf> {
 /// hold no path separator; the first regular, executable file named so wins.
 pub fn find_in_path(plugin_type: &str, paths: &[PathBuf]) -> Result<PathBuf, CniError> {
     if plugin_type.is_empty() {
-        return Err(CniError::invalid_config("no plugin name provided"));
+        // A plain error in the reference's invoke package: code 999.
+        return Err(CniError::internal("no plugin name provided"));
     }
     if plugin_type.contains('/') || plugin_type.contains('\\') || plugin_type.contains('\0') {
         return Err(CniError::invalid_config(format!(

@@ -216,7 +216,10 @@ fn gate(cmd: Command, cfg_version: &str, supported: &[&str]) -> Result<(), CniEr
         return Err(CniError::new(
             codes::INCOMPATIBLE_VERSION,
             "incompatible CNI versions",
-            format!("config is {cfg_version:?}, plugin supports {supported:?}"),
+            format!(
+                "config is {cfg_version:?}, plugin supports {}",
+                crate::error::go_quoted_list(supported)
+            ),
         ));
     }
     let min = match cmd {

@@ -171,7 +171,7 @@ fn failed_add_gives_the_device_back() {
         (json!({"device": "nosuch0"}), "failed to find host device"),
         (
             json!({"hwaddr": "02:00:00:00:99:99"}),
-            "no interface with MAC",
+            "failed to find physical interface",
         ),
         (
             json!({"pciBusID": "0000:ff:1f.7"}),

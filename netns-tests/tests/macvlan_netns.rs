@@ -210,7 +210,7 @@ fn failures_roll_back_and_del_is_tolerant() {
     assert_eq!(e["msg"], "invalid MTU 9000, must be [0, master MTU(1500)]");
     assert_eq!(
         a.fails("ADD", &mv_conf("1.0.0", None, json!({"mode": "l3"})))["code"],
-        7
+        999
     );
     // IPAM fails after the link exists: the link goes.
     let mut bad_ipam = mv_conf("1.0.0", Some(&ipam), json!({"master": "uplink0"}));

@@ -140,8 +140,8 @@ fn failures_roll_back_and_del_is_tolerant() {
     a.fails("ADD", &tap_conf("0.2.0", None, json!({})));
     assert!(links_of_kind(&pod, "tun").is_empty());
     assert_eq!(
-        a.fails("ADD", &tap_conf("1.0.0", None, json!({"owner": "root"})))["code"],
-        6
+        a.fails("ADD", &tap_conf("1.0.0", None, json!({"owner": "root"})))["msg"],
+        "failed to load netconf: json: cannot unmarshal string into Go struct field NetConf.owner of type uint32"
     );
 
     let c = tap_conf("1.0.0", Some(&ipam), json!({}));

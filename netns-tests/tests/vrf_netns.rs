@@ -57,11 +57,11 @@ fn input_errors_and_dels_that_find_nothing() {
     let mut no_name = conf("", None);
     no_name.as_object_mut().unwrap().remove("vrfname");
     let out = call(&vrf, "ADD", &p, "eth0").run(&no_name);
-    assert_eq!(out.json["code"], 7, "{}", out.stdout);
+    assert_eq!(out.json["code"], 999, "{}", out.stdout);
     let mut no_prev = conf("blue", None);
     no_prev.as_object_mut().unwrap().remove("prevResult");
     let out = call(&vrf, "ADD", &p, "eth0").run(&no_prev);
-    assert_eq!(out.json["code"], 7, "{}", out.stdout);
+    assert_eq!(out.json["code"], 999, "{}", out.stdout);
     let mut old = conf("blue", None);
     old["cniVersion"] = json!("0.3.0");
     let out = call(&vrf, "ADD", &p, "eth0").run(&old);

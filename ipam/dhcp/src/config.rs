@@ -18,6 +18,8 @@ struct NetConf {
 }
 
 #[derive(Deserialize, Default)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "IPAMConfig")]
 struct IpamConf {
     #[serde(default, rename = "daemonSocketPath")]
     daemon_socket_path: String,
@@ -70,7 +72,7 @@ pub fn option_code(name: &str) -> Result<u8, CniError> {
         "user-class" => opt::USER_CLASS,
         "vendor-class-identifier" => opt::CLASS_ID,
         other => other.parse::<u8>().map_err(|_| {
-            CniError::invalid_config(format!(
+            CniError::internal(format!(
                 "Can not parse option {other:?}: Can not parse option: strconv.ParseUint: parsing {other:?}: invalid syntax"
             ))
         })?,
@@ -93,18 +95,19 @@ fn value_option(
     what: impl Fn() -> String,
 ) -> Result<(u8, Vec<u8>), CniError> {
     if value.len() > 255 {
-        return Err(CniError::invalid_config(format!(
-            "value too long for {}",
-            what()
-        )));
+        return Err(CniError::internal(format!("value too long for {}", what())));
     }
     Ok((code, value.as_bytes().to_vec()))
 }
 
 /// Reads the configuration of a request (`config` is the whole stdin object).
 pub fn parse(config: &Map<String, Value>, cni_args: &str) -> Result<DhcpConf, CniError> {
-    let conf: NetConf = libcni::gojson::from_map(config)
-        .map_err(|e| CniError::decode(format!("error parsing netconf: {e}")))?;
+    let conf: NetConf = libcni::gojson::from_map(config).map_err(|e| {
+        CniError::internal(format!(
+            // The reference's plugin side reads the config first to find the socket.
+            "error obtaining socketPath: error parsing socket path conf: {e}"
+        ))
+    })?;
     let args = lenient_args(cni_args);
     let mut provide: Vec<(u8, Vec<u8>)> = Vec::new();
     let mut put = |o: (u8, Vec<u8>)| match provide.iter_mut().find(|(c, _)| *c == o.0) {
@@ -143,9 +146,8 @@ pub fn parse(config: &Map<String, Value>, cni_args: &str) -> Result<DhcpConf, Cn
             }
         }
     }
-    let priority = u32::try_from(conf.ipam.priority).map_err(|_| {
-        CniError::invalid_config(format!("invalid priority {}", conf.ipam.priority))
-    })?;
+    let priority = u32::try_from(conf.ipam.priority)
+        .map_err(|_| CniError::internal(format!("invalid priority {}", conf.ipam.priority)))?;
     Ok(DhcpConf {
         network: conf.name,
         socket_path: if conf.ipam.daemon_socket_path.is_empty() {

@@ -46,7 +46,8 @@ fn required(
     r: Result<Option<serde_json::Value>, CallError>,
 ) -> Result<Option<serde_json::Value>, CniError> {
     r.map_err(|e| match e {
-        CallError::NoDaemon(msg) => CniError::try_again(msg),
+        // A plain error upstream (code 999).
+        CallError::NoDaemon(msg) => CniError::internal(msg),
         CallError::Failed(e) => e,
     })
 }
@@ -77,7 +78,7 @@ impl Plugin for Dhcp {
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
         let prev = args
             .prev_result()?
-            .ok_or_else(|| CniError::invalid_config("Required prevResult missing"))?;
+            .ok_or_else(|| CniError::internal("Required prevResult missing"))?;
         let held = required(call("check", args))?;
         let held = held.as_ref().and_then(|v| v.as_str()).unwrap_or_default();
         if prev

@@ -48,12 +48,33 @@ pub enum CallError {
     Failed(CniError),
 }
 
+/// Go's text for a syscall error: the C library's, lower-cased, without Rust's "(os error N)".
+fn go_errno_text(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    let text = match text.rfind(" (os error ") {
+        Some(i) => &text[..i],
+        None => &text,
+    };
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
 pub fn call(socket: &str, request: &Request) -> Result<Option<Value>, CallError> {
-    let mut stream = UnixStream::connect(socket).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
-            CallError::NoDaemon(format!("error dialing DHCP daemon: {e}"))
+    let mut stream = UnixStream::connect(socket).map_err(|e| {
+        // Worded as the reference's Go dialer reports it.
+        let msg = format!(
+            "error dialing DHCP daemon: dial unix {socket}: connect: {}",
+            go_errno_text(&e)
+        );
+        match e.kind() {
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
+                CallError::NoDaemon(msg)
+            }
+            _ => CallError::Failed(CniError::internal(msg)),
         }
-        _ => CallError::Failed(CniError::io(format!("error dialing DHCP daemon: {e}"))),
     })?;
     let io = |e: std::io::Error| {
         CallError::Failed(CniError::io(format!(

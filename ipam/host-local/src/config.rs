@@ -181,8 +181,8 @@ pub fn load(conf: &Map<String, Value>, env_ip: Option<&str>) -> Result<IpamConfi
     let mut requested = Vec::new();
     if let Some(ip) = env_ip.filter(|s| !s.is_empty()) {
         requested.push(parse_ip_maybe_prefix(ip).ok_or_else(|| {
-            IpamError::InvalidArgs(format!(
-                "ARGS: error parsing value of \"IP\": invalid IP address: {ip}"
+            IpamError::InvalidConfig(format!(
+                "ARGS: error parsing value of pair \"IP={ip}\": invalid IP address {ip}"
             ))
         })?);
     }

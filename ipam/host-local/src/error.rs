@@ -4,7 +4,8 @@ use thiserror::Error;
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum IpamError {
-    /// The network configuration is invalid (code 7).
+    /// The network configuration is invalid (code 999: plain errors upstream, which its
+    /// skeleton reports so).
     #[error("{0}")]
     InvalidConfig(String),
     /// CNI_ARGS or an identifier from the environment is invalid (code 4).
@@ -28,9 +29,10 @@ pub enum IpamError {
 impl IpamError {
     pub fn code(&self) -> u32 {
         match self {
-            IpamError::InvalidConfig(_) => 7,
             IpamError::InvalidArgs(_) => 4,
-            IpamError::Allocation(_) | IpamError::CheckFailed(_) => 999,
+            IpamError::InvalidConfig(_) | IpamError::Allocation(_) | IpamError::CheckFailed(_) => {
+                999
+            }
             IpamError::Io(_) => 5,
             IpamError::NotAvailable(_) => 50,
         }

@@ -110,7 +110,7 @@ fn config_errors_match_reference_messages() {
             &conf("1.0.0", "net", d.path(), ipam.clone()),
         );
         assert!(!a.ok());
-        assert_eq!(a.json["code"], 7, "{}", a.stdout);
+        assert_eq!(a.json["code"], 999, "{}", a.stdout);
         if let Some(reference) = reference() {
             let b = run(
                 reference,

@@ -27,6 +27,8 @@ pub struct StaticConfig {
 }
 
 #[derive(Deserialize, Default)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "Net")]
 struct NetConf {
     #[serde(default, rename = "cniVersion")]
     cni_version: String,
@@ -37,6 +39,8 @@ struct NetConf {
 }
 
 #[derive(Deserialize, Default)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "IPAMConfig")]
 struct IpamConf {
     #[serde(default)]
     routes: Vec<RouteConf>,
@@ -47,6 +51,8 @@ struct IpamConf {
 }
 
 #[derive(Deserialize, Default)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "Address")]
 struct AddressConf {
     #[serde(default)]
     address: String,
@@ -55,6 +61,8 @@ struct AddressConf {
 }
 
 #[derive(Deserialize, Default)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "Route")]
 struct RouteConf {
     #[serde(default)]
     dst: String,
@@ -73,6 +81,8 @@ struct RouteConf {
 }
 
 #[derive(Deserialize, Default)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "DNS")]
 struct DnsConf {
     #[serde(default)]
     nameservers: Vec<String>,
@@ -101,8 +111,10 @@ struct CniArgsConf {
     ips: Vec<String>,
 }
 
+/// Every error of static is a plain one upstream (`fmt.Errorf`, or the JSON decoder's), which
+/// the plugin skeleton reports with code 999.
 fn invalid(msg: impl Into<String>) -> CniError {
-    CniError::invalid_config(msg)
+    CniError::internal(msg)
 }
 
 /// Go's `net.ParseIP`, plus `To4()` canonicalisation of IPv4-mapped IPv6 addresses.
@@ -116,14 +128,13 @@ pub fn parse_ip(s: &str) -> Option<IpAddr> {
 
 /// Go's `net.ParseCIDR` keeping the host bits (`10.1.2.3/24` stays `10.1.2.3/24`). An
 /// IPv4-mapped IPv6 address becomes IPv4 with the prefix shortened accordingly.
-pub fn parse_cidr(s: &str) -> Result<IpNetwork, CniError> {
-    let bad = || invalid(format!("invalid CIDR {s}: invalid CIDR address: {s}"));
-    let (ip, prefix) = s.split_once('/').ok_or_else(bad)?;
+pub fn parse_cidr(s: &str) -> Option<IpNetwork> {
+    let (ip, prefix) = s.split_once('/')?;
     if prefix.is_empty() || prefix.len() > 3 || !prefix.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(bad());
+        return None;
     }
-    let prefix: u8 = prefix.parse().map_err(|_| bad())?;
-    let parsed: IpAddr = ip.parse().map_err(|_| bad())?;
+    let prefix: u8 = prefix.parse().ok()?;
+    let parsed: IpAddr = ip.parse().ok()?;
     let (ip, prefix) = match parsed {
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
             Some(v4) if prefix >= 96 => (IpAddr::V4(v4), prefix - 96),
@@ -131,9 +142,32 @@ pub fn parse_cidr(s: &str) -> Result<IpNetwork, CniError> {
         },
         v4 => (v4, prefix),
     };
-    IpNetwork::new(ip, prefix).map_err(|_| bad())
+    IpNetwork::new(ip, prefix).ok()
 }
 
+/// An address of the result from `text`, or the reference's error naming the field it came
+/// from (`what(text)`).
+fn address(text: &str, what: impl Fn(&str) -> String) -> Result<StaticAddress, CniError> {
+    let address = parse_cidr(text).ok_or_else(|| invalid(what(text)))?;
+    Ok(StaticAddress {
+        address,
+        gateway: None,
+    })
+}
+
+fn ipam_address_error(text: &str) -> String {
+    format!("the 'address' field is expected to be in CIDR notation, got: '{text}'")
+}
+
+fn env_ip_error(text: &str) -> String {
+    format!("the 'ip' field is expected to be in CIDR notation, got: '{text}'")
+}
+
+fn ips_entry_error(text: &str) -> String {
+    format!("an entry in the 'ips' field is NOT in CIDR notation, got: '{text}'")
+}
+
+/// A `gateway` or route `gw`: Go decodes it as a `net.IP`, whose decoder words the error.
 fn parse_gateway(s: &str) -> Result<Option<IpAddr>, CniError> {
     if s.is_empty() {
         return Ok(None);
@@ -144,10 +178,13 @@ fn parse_gateway(s: &str) -> Result<Option<IpAddr>, CniError> {
 }
 
 fn route(r: &RouteConf) -> Result<Route, CniError> {
+    // The reference accepts a route without dst (and prints a broken result): ours refuses.
     if r.dst.is_empty() {
         return Err(invalid("route: missing dst"));
     }
-    let dst = parse_cidr(&r.dst)?;
+    // Go decodes dst as a `types.IPNet`, whose decoder words the error.
+    let dst =
+        parse_cidr(&r.dst).ok_or_else(|| invalid(format!("invalid CIDR address: {}", r.dst)))?;
     let gw = parse_gateway(&r.gw)?;
     Ok(Route {
         dst,
@@ -167,9 +204,8 @@ fn comma_list(value: &str) -> impl Iterator<Item = &str> {
 
 /// Loads the configuration of a call: the request's config and its CNI_ARGS.
 pub fn load(args: &CmdArgs) -> Result<StaticConfig, CniError> {
-    let conf: NetConf = args
-        .decode_config()
-        .map_err(|e| CniError::decode(format!("failed to load netconf: {e}")))?;
+    // The reference returns the JSON decoder's error unwrapped.
+    let conf: NetConf = args.decode_config().map_err(|e| invalid(e.to_string()))?;
     let pairs = args.cni_args()?;
     libcni::args::check_known(&pairs, &["IP", "GATEWAY"])?;
     let env_ip = libcni::args::get(&pairs, "IP").unwrap_or_default();
@@ -177,61 +213,61 @@ pub fn load(args: &CmdArgs) -> Result<StaticConfig, CniError> {
     build(&conf, env_ip, env_gateway)
 }
 
+/// The configured addresses with the reference's precedence and validation order: the
+/// CNI_ARGS ones (with GATEWAY) are checked first, then `args.cni.ips`, then
+/// `runtimeConfig.ips` (each of the last two replacing what came before), and the
+/// `ipam.addresses` last, only when nothing replaced them.
+fn addresses(
+    conf: &NetConf,
+    ipam: &IpamConf,
+    env_ip: &str,
+    env_gateway: &str,
+) -> Result<Vec<StaticAddress>, CniError> {
+    let mut from_env = Vec::new();
+    if !env_ip.is_empty() {
+        for item in comma_list(env_ip) {
+            from_env.push(address(item, env_ip_error)?);
+        }
+    }
+    // GATEWAY applies to the CNI_ARGS addresses whose subnet contains it.
+    if !env_gateway.is_empty() {
+        for item in env_gateway.split(',') {
+            let gw = parse_ip(item.trim())
+                .ok_or_else(|| invalid(format!("invalid gateway address: {item}")))?;
+            for a in from_env.iter_mut().filter(|a| a.address.contains(gw)) {
+                a.gateway = Some(gw);
+            }
+        }
+    }
+    let requested = |ips: &[String]| -> Result<Vec<StaticAddress>, CniError> {
+        ips.iter().map(|s| address(s, ips_entry_error)).collect()
+    };
+    let from_args = match conf.args.as_ref().and_then(|a| a.cni.as_ref()) {
+        Some(c) if !c.ips.is_empty() => Some(requested(&c.ips)?),
+        _ => None,
+    };
+    if !conf.runtime_config.ips.is_empty() {
+        return requested(&conf.runtime_config.ips);
+    }
+    if let Some(a) = from_args {
+        return Ok(a);
+    }
+    let mut addresses = Vec::new();
+    for a in &ipam.addresses {
+        let mut parsed = address(&a.address, ipam_address_error)?;
+        parsed.gateway = parse_gateway(&a.gateway)?;
+        addresses.push(parsed);
+    }
+    addresses.extend(from_env);
+    Ok(addresses)
+}
+
 fn build(conf: &NetConf, env_ip: &str, env_gateway: &str) -> Result<StaticConfig, CniError> {
     let ipam = conf
         .ipam
         .as_ref()
         .ok_or_else(|| invalid("IPAM config missing 'ipam' key"))?;
-
-    // Precedence, lowest first: ipam.addresses plus CNI_ARGS IP (with GATEWAY), then
-    // args.cni.ips, then runtimeConfig.ips; each of the last two replaces what came before.
-    let mut addresses = Vec::new();
-    for a in &ipam.addresses {
-        addresses.push(StaticAddress {
-            address: parse_cidr(&a.address)?,
-            gateway: parse_gateway(&a.gateway)?,
-        });
-    }
-    if !env_ip.is_empty() {
-        let mut from_env = Vec::new();
-        for item in comma_list(env_ip) {
-            from_env.push(StaticAddress {
-                address: parse_cidr(item)?,
-                gateway: None,
-            });
-        }
-        // GATEWAY applies to the CNI_ARGS addresses whose subnet contains it.
-        if !env_gateway.is_empty() {
-            for item in comma_list(env_gateway) {
-                let gw = parse_ip(item)
-                    .ok_or_else(|| invalid(format!("invalid gateway address: {item}")))?;
-                for a in from_env.iter_mut().filter(|a| a.address.contains(gw)) {
-                    a.gateway = Some(gw);
-                }
-            }
-        }
-        addresses.extend(from_env);
-    }
-    let requested = if !conf.runtime_config.ips.is_empty() {
-        Some(&conf.runtime_config.ips)
-    } else {
-        conf.args
-            .as_ref()
-            .and_then(|a| a.cni.as_ref())
-            .map(|c| &c.ips)
-            .filter(|ips| !ips.is_empty())
-    };
-    if let Some(ips) = requested {
-        addresses = ips
-            .iter()
-            .map(|s| {
-                Ok(StaticAddress {
-                    address: parse_cidr(s)?,
-                    gateway: None,
-                })
-            })
-            .collect::<Result<_, CniError>>()?;
-    }
+    let addresses = addresses(conf, ipam, env_ip, env_gateway)?;
 
     let v4 = addresses.iter().filter(|a| a.address.is_ipv4()).count();
     let v6 = addresses.len() - v4;
@@ -342,7 +378,7 @@ mod tests {
     fn errors() {
         let e = load_json(json!({"cniVersion":"1.0.0"}), "", "").unwrap_err();
         assert_eq!(e.msg, "IPAM config missing 'ipam' key");
-        assert_eq!(e.code, 7);
+        assert_eq!(e.code, 999);
         let e = load_json(
             json!({"cniVersion":"1.0.0","ipam":{"addresses":[{"address":"10.1.0.2"}]}}),
             "",
@@ -350,9 +386,34 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(
-            e.msg,
-            "invalid CIDR 10.1.0.2: invalid CIDR address: 10.1.0.2"
+            (e.code, e.msg.as_str()),
+            (
+                999,
+                "the 'address' field is expected to be in CIDR notation, got: '10.1.0.2'"
+            )
         );
+        let e = load_json(json!({"cniVersion":"1.0.0","ipam":{}}), "10.1.0.2", "").unwrap_err();
+        assert_eq!(
+            e.msg,
+            "the 'ip' field is expected to be in CIDR notation, got: '10.1.0.2'"
+        );
+        for requested in [
+            json!({"cniVersion":"1.0.0","ipam":{},"args":{"cni":{"ips":["10.1.0.2"]}}}),
+            json!({"cniVersion":"1.0.0","ipam":{},"runtimeConfig":{"ips":["10.1.0.2"]}}),
+        ] {
+            assert_eq!(
+                load_json(requested, "", "").unwrap_err().msg,
+                "an entry in the 'ips' field is NOT in CIDR notation, got: '10.1.0.2'"
+            );
+        }
+        // Replaced addresses are not looked at, as upstream.
+        assert!(load_json(
+            json!({"cniVersion":"1.0.0","ipam":{"addresses":[{"address":"bad"}]},
+                   "runtimeConfig":{"ips":["10.1.0.2/24"]}}),
+            "",
+            ""
+        )
+        .is_ok());
         let e = load_json(
             json!({"cniVersion":"1.0.0","ipam":{}}),
             "10.0.0.2/24",

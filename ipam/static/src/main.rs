@@ -68,7 +68,7 @@ impl Plugin for Static {
         let conf = config::load(args)?;
         let prev = args
             .prev_result()?
-            .ok_or_else(|| CniError::invalid_config("Required prevResult missing"))?;
+            .ok_or_else(|| CniError::internal("Required prevResult missing"))?;
         verify(&conf, &prev, &args.ifname)
     }
 }

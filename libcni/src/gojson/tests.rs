@@ -183,12 +183,13 @@ fn unicode_simple_folding_like_go() {
 
 #[test]
 fn wrong_types_are_still_errors() {
+    // Worded as Go's decoder words them (type_errors_are_worded_as_go_does).
     let e = from_value::<Conf>(&json!({"snat": "yes"})).unwrap_err();
-    assert!(e.to_string().contains("invalid type"), "{e}");
+    assert!(e.to_string().contains("cannot unmarshal string"), "{e}");
     let e = from_value::<Mapping>(&json!({"hostPort": 1.5, "containerPort": 1})).unwrap_err();
-    assert!(e.to_string().contains("invalid type"), "{e}");
+    assert!(e.to_string().contains("cannot unmarshal number 1.5"), "{e}");
     let e = from_value::<Bandwidth>(&json!({"ingressRate": -1})).unwrap_err();
-    assert!(e.to_string().contains("invalid value"), "{e}");
+    assert!(e.to_string().contains("cannot unmarshal number -1"), "{e}");
     // A missing required field is still reported.
     let e = from_value::<Mapping>(&json!({"containerPort": 1})).unwrap_err();
     assert!(e.to_string().contains("hostPort"), "{e}");
@@ -244,4 +245,73 @@ fn huge_objects_with_many_duplicates_stay_linear() {
     let v = parse(text.as_bytes()).unwrap();
     let c = conf(v);
     assert_eq!(c.name, "199999");
+}
+
+#[test]
+fn type_errors_are_worded_as_go_does() {
+    #[derive(Debug, Deserialize)]
+    #[serde(rename = "Address")]
+    struct Address {
+        #[allow(dead_code)]
+        address: String,
+    }
+    #[derive(Debug, Deserialize)]
+    #[serde(rename = "IPAMConfig")]
+    struct Ipam {
+        #[allow(dead_code)]
+        addresses: Vec<Address>,
+    }
+    #[derive(Debug, Deserialize)]
+    #[serde(rename = "NetConf", rename_all = "camelCase")]
+    struct Conf {
+        #[serde(default)]
+        #[allow(dead_code)]
+        mtu: i64,
+        #[serde(default)]
+        #[allow(dead_code)]
+        table: Option<u32>,
+        #[serde(default)]
+        #[allow(dead_code)]
+        is_gateway: bool,
+        #[serde(default)]
+        #[allow(dead_code)]
+        ipam: Option<Ipam>,
+    }
+    let err = |v: Value| from_value::<Conf>(&v).map(|_| ()).unwrap_err().to_string();
+    assert_eq!(
+        err(json!({"mtu": "1500"})),
+        "json: cannot unmarshal string into Go struct field NetConf.mtu of type int"
+    );
+    assert_eq!(
+        err(json!({"MTU": 1.5})),
+        "json: cannot unmarshal number 1.5 into Go struct field NetConf.mtu of type int"
+    );
+    assert_eq!(
+        err(json!({"table": -1})),
+        "json: cannot unmarshal number -1 into Go struct field NetConf.table of type uint32"
+    );
+    assert_eq!(
+        err(json!({"isGateway": "yes"})),
+        "json: cannot unmarshal string into Go struct field NetConf.isGateway of type bool"
+    );
+    #[derive(Debug, Deserialize)]
+    struct Dns {}
+    #[derive(Debug, Deserialize)]
+    #[serde(rename = "NetConf")]
+    struct WithDns {
+        #[serde(default)]
+        #[allow(dead_code)]
+        dns: Option<Dns>,
+    }
+    assert_eq!(
+        from_value::<WithDns>(&json!({"dns": "x"}))
+            .unwrap_err()
+            .to_string(),
+        "json: cannot unmarshal string into Go struct field NetConf.dns of type types.DNS"
+    );
+    // The innermost struct is named, with the whole path from the top.
+    assert_eq!(
+        err(json!({"ipam": {"addresses": [{"address": 5}]}})),
+        "json: cannot unmarshal number into Go struct field Address.ipam.addresses.address of type string"
+    );
 }

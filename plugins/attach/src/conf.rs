@@ -10,6 +10,8 @@ use serde_json::Value;
 /// `"ipam": {"type": ...}`; the rest of the object is the IPAM plugin's business.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "IPAM")]
 pub struct IpamRef {
     #[serde(rename = "type")]
     pub kind: String,
@@ -81,30 +83,53 @@ pub fn mac_by_precedence(
     }
 }
 
-/// A MAC address from the config or the runtime, as a config error when malformed.
+/// A MAC address from the config or the runtime. The reference reports a malformed one as
+/// a plain error (code 999) with Go's `net.ParseMAC` wording.
 pub fn parse_mac(text: &str) -> Result<[u8; 6], CniError> {
-    netkit::link::parse_mac(text)
-        .map_err(|e| CniError::invalid_config(format!("invalid args {text} for MAC addr: {e}")))
+    netkit::link::parse_mac(text).map_err(|_| {
+        CniError::internal(format!(
+            "invalid args {text} for MAC addr: {}",
+            go_mac_error(text)
+        ))
+    })
 }
 
-/// An MTU field: 0 means "kernel default"; negative or too large is a config error.
+/// Go's `net.ParseMAC` error text for `text`.
+pub fn go_mac_error(text: &str) -> String {
+    format!("address {text}: invalid MAC address")
+}
+
+/// An MTU field: 0 means "kernel default"; negative or too large is an error.
 pub fn mtu(raw: i64) -> Result<Option<u32>, CniError> {
     match u32::try_from(raw) {
         Ok(0) => Ok(None),
         Ok(v) => Ok(Some(v)),
-        Err(_) => Err(CniError::invalid_config(format!("invalid MTU {raw}"))),
+        Err(_) => Err(CniError::internal(format!("invalid MTU {raw}"))),
     }
 }
 
-/// A network interface name given in the config (master, bridge, device...).
-pub fn ifname(field: &str, name: &str) -> Result<(), CniError> {
-    netkit::link::validate_ifname(name)
-        .map_err(|e| CniError::invalid_config(format!("invalid {field}: {e}")))
+/// The MTU check of the plugins with a master (macvlan, ipvlan, vlan): between 0 and the
+/// master's MTU, worded and coded (999) as the reference does.
+pub fn mtu_within_master(raw: i64, master_mtu: u32) -> Result<Option<u32>, CniError> {
+    if raw < 0 || raw > i64::from(master_mtu) {
+        return Err(CniError::internal(format!(
+            "invalid MTU {raw}, must be [0, master MTU({master_mtu})]"
+        )));
+    }
+    mtu(raw)
 }
 
-/// The decode error of a config, worded like the reference's.
+/// A network interface name given in the config (master, bridge, device...). The reference
+/// has no such check (the kernel refuses the name later); ours fails early, with the
+/// reference's code for a failed ADD (999).
+pub fn ifname(field: &str, name: &str) -> Result<(), CniError> {
+    netkit::link::validate_ifname(name)
+        .map_err(|e| CniError::internal(format!("invalid {field}: {e}")))
+}
+
+/// The decode error of a config, worded like the reference's (`fmt.Errorf`, so code 999).
 pub fn decode_error(e: impl std::fmt::Display) -> CniError {
-    CniError::decode(format!("failed to load netconf: {e}"))
+    CniError::internal(format!("failed to load netconf: {e}"))
 }
 
 #[cfg(test)]

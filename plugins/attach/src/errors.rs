@@ -2,8 +2,8 @@
 
 use libcni::error::CniError;
 
-/// A netkit failure as a CNI error: netkit's `From` conversion (bad input is a config error,
-/// the rest internal), named for `map_err` call sites.
+/// A netkit failure as a CNI error: netkit's `From` conversion (code 999, bad input
+/// included), named for `map_err` call sites.
 pub fn kernel(e: netkit::Error) -> CniError {
     CniError::from(e)
 }

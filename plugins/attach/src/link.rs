@@ -146,19 +146,19 @@ pub fn master<S: Netlink>(sock: &mut S, name: &str) -> Result<Link, CniError> {
             .map_err(kernel)?
             .ok_or_else(|| CniError::internal("no default route interface found"));
     }
-    sock.link_by_name(name)
-        .map_err(|e| kernel_ctx(e, format!("failed to lookup master {name:?}")))
+    sock.link_by_name(name).map_err(|e| {
+        if e.is_not_found() {
+            // Go's netlink words a missing link "Link not found"; operators match on it.
+            CniError::internal(format!("failed to lookup master {name:?}: Link not found"))
+        } else {
+            kernel_ctx(e, format!("failed to lookup master {name:?}"))
+        }
+    })
 }
 
-/// A child link's MTU may not exceed its parent's.
-pub fn check_mtu(mtu: Option<u32>, master: &Link) -> Result<(), CniError> {
-    match mtu {
-        Some(m) if m > master.mtu => Err(CniError::invalid_config(format!(
-            "invalid MTU {m}, must be [0, master MTU({})]",
-            master.mtu
-        ))),
-        _ => Ok(()),
-    }
+/// A child link's MTU (as configured, possibly negative) must lie in [0, parent's MTU].
+pub fn check_mtu(mtu: i64, master: &Link) -> Result<(), CniError> {
+    crate::conf::mtu_within_master(mtu, master.mtu).map(|_| ())
 }
 
 /// The master of a child link (macvlan, ipvlan, vlan), looked up where it lives (the
@@ -168,7 +168,7 @@ pub fn master_checked<S: Netlink>(
     cont: &mut S,
     in_container: bool,
     name: &str,
-    mtu: Option<u32>,
+    mtu: i64,
 ) -> Result<Link, CniError> {
     let sock = if in_container { cont } else { host };
     let m = master(sock, name)?;

@@ -41,17 +41,39 @@ pub struct Config {
     pub latency_ms: u32,
 }
 
-/// A configuration error (CNI code 7), worded like the reference where it has a message.
+/// A configuration error, worded like the reference where it has a message (a plain error
+/// there, so code 999).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
-    #[error("invalid {key}: {detail}")]
-    BadValue { key: String, detail: String },
-    #[error("if rate is set, burst must also be set ({direction})")]
+    /// A limit of the wrong JSON type, in Go's `encoding/json` wording (`field` is the JSON
+    /// path Go reports, `value` what was found).
+    #[error("failed to parse network configuration: json: cannot unmarshal {} into Go struct field {field} of type uint64", go_value_kind(value))]
+    NotUint64 { field: String, value: Value },
+    /// `runtimeConfig.bandwidth` is not an object.
+    #[error("failed to parse network configuration: json: cannot unmarshal {} into Go struct field .runtimeConfig.bandwidth of type main.BandwidthEntry", go_value_kind(value).split(' ').next().unwrap_or_default())]
+    NotAnEntry { value: Value },
+    /// Ours (`latencyMs` is not the reference's).
+    #[error("invalid latencyMs: {value} is not a whole number of milliseconds between 1 and {MAX_LATENCY_MS}")]
+    BadLatency { value: Value },
+    #[error("if rate is set, burst must also be set")]
     RateWithoutBurst { direction: &'static str },
-    #[error("if burst is set, rate must also be set ({direction})")]
+    #[error("if burst is set, rate must also be set")]
     BurstWithoutRate { direction: &'static str },
-    #[error("burst cannot be more than 4GB ({direction})")]
+    #[error("burst cannot be more than 4GB")]
     BurstTooLarge { direction: &'static str },
+}
+
+/// How Go's decoder names a JSON value it cannot store in an integer field (a number is
+/// named with its literal; for other targets only the first word is).
+fn go_value_kind(v: &Value) -> String {
+    match v {
+        Value::Number(n) => format!("number {n}"),
+        Value::String(_) => "string".into(),
+        Value::Bool(_) => "bool".into(),
+        Value::Array(_) => "array".into(),
+        Value::Object(_) => "object".into(),
+        Value::Null => "null".into(),
+    }
 }
 
 impl Config {
@@ -65,13 +87,12 @@ impl Config {
         let runtime =
             gojson::get(config, "runtimeConfig").and_then(|r| gojson::get_in(r, "bandwidth"));
         let limits = if top_level {
-            limits_from(config, "")?
+            limits_from(config, "PluginConf.")?
         } else if let Some(rt) = runtime {
-            let obj = rt.as_object().ok_or_else(|| ConfigError::BadValue {
-                key: "runtimeConfig.bandwidth".into(),
-                detail: "must be an object".into(),
-            })?;
-            limits_from(obj, "runtimeConfig.bandwidth.")?
+            let obj = rt
+                .as_object()
+                .ok_or_else(|| ConfigError::NotAnEntry { value: rt.clone() })?;
+            limits_from(obj, "BandwidthEntry.runtimeConfig.bandwidth.")?
         } else {
             Limits::default()
         };
@@ -81,12 +102,7 @@ impl Config {
                 let ms = v
                     .as_u64()
                     .filter(|ms| (1..=u64::from(MAX_LATENCY_MS)).contains(ms));
-                let bad = || ConfigError::BadValue {
-                    key: "latencyMs".into(),
-                    detail: format!(
-                        "{v} is not a whole number of milliseconds between 1 and {MAX_LATENCY_MS}"
-                    ),
-                };
+                let bad = || ConfigError::BadLatency { value: v.clone() };
                 u32::try_from(ms.ok_or_else(bad)?).map_err(|_| bad())?
             }
         };
@@ -98,9 +114,9 @@ fn limits_from(obj: &Map<String, Value>, prefix: &str) -> Result<Limits, ConfigE
     let get = |key: &str| -> Result<u64, ConfigError> {
         match gojson::get(obj, key) {
             None => Ok(0),
-            Some(v) => v.as_u64().ok_or_else(|| ConfigError::BadValue {
-                key: format!("{prefix}{key}"),
-                detail: format!("{v} is not a non-negative integer"),
+            Some(v) => v.as_u64().ok_or_else(|| ConfigError::NotUint64 {
+                field: format!("{prefix}{key}"),
+                value: v.clone(),
             }),
         }
     };
@@ -241,10 +257,7 @@ mod tests {
             }
         );
         let e = parse(json!({"runtimeConfig": {"bandwidth": {"ingressBurst": 5}}})).unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "if burst is set, rate must also be set (ingress)"
-        );
+        assert_eq!(e.to_string(), "if burst is set, rate must also be set");
     }
 
     #[test]
@@ -259,7 +272,7 @@ mod tests {
         );
         assert_eq!(
             validate(1, u64::MAX, "egress").unwrap_err().to_string(),
-            "burst cannot be more than 4GB (egress)"
+            "burst cannot be more than 4GB"
         );
     }
 
@@ -268,18 +281,23 @@ mod tests {
         for bad in [json!(-1), json!(1.5), json!("100"), json!(true), json!([1])] {
             let e = parse(json!({"ingressRate": bad.clone(), "ingressBurst": 10})).unwrap_err();
             assert!(
-                matches!(e, ConfigError::BadValue { ref key, .. } if key == "ingressRate"),
+                matches!(e, ConfigError::NotUint64 { ref field, .. } if field == "PluginConf.ingressRate"),
                 "{bad}: {e}"
             );
         }
+        let e = parse(json!({"ingressRate": -1, "ingressBurst": 10})).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "failed to parse network configuration: json: cannot unmarshal number -1 into Go struct field PluginConf.ingressRate of type uint64"
+        );
         let e = parse(json!({"runtimeConfig": {"bandwidth": 5}})).unwrap_err();
         assert!(e.to_string().contains("runtimeConfig.bandwidth"), "{e}");
         let e =
             parse(json!({"runtimeConfig": {"bandwidth": {"egressRate": "x", "egressBurst": 1}}}))
                 .unwrap_err();
-        assert!(
-            e.to_string().contains("runtimeConfig.bandwidth.egressRate"),
-            "{e}"
+        assert_eq!(
+            e.to_string(),
+            "failed to parse network configuration: json: cannot unmarshal string into Go struct field BandwidthEntry.runtimeConfig.bandwidth.egressRate of type uint64"
         );
     }
 

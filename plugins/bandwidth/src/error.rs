@@ -7,16 +7,16 @@ use crate::shaping::ShapeError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BandwidthError {
-    /// Bad limits or latency (code 7).
+    /// Bad limits or latency (code 999, as upstream).
     #[error("{0}")]
     Config(#[from] ConfigError),
-    /// Limits the kernel cannot represent (code 7).
+    /// Limits the kernel cannot represent (code 999).
     #[error("invalid {direction} limit: {source}")]
     Shape {
         direction: &'static str,
         source: ShapeError,
     },
-    /// Called outside a chain, or the chain is not veth-based (code 7, as a config problem).
+    /// Called outside a chain, or the chain is not veth-based (code 999, as upstream).
     #[error("{0}")]
     Chain(String),
     /// The CNI version is older than chaining (code 1).
@@ -37,13 +37,14 @@ impl From<BandwidthError> for CniError {
     fn from(e: BandwidthError) -> CniError {
         let msg = e.to_string();
         match e {
+            // Plain errors upstream, which its skeleton reports with code 999.
             BandwidthError::Config(_) | BandwidthError::Shape { .. } | BandwidthError::Chain(_) => {
-                CniError::invalid_config(msg)
+                CniError::internal(msg)
             }
             BandwidthError::Version { config } => {
                 CniError::incompatible_version(msg).with_details(format!(
-                    "config is {config:?}, plugin supports {:?}",
-                    crate::SUPPORTED_VERSIONS
+                    "config is {config:?}, plugin supports {}",
+                    libcni::error::go_quoted_list(crate::SUPPORTED_VERSIONS)
                 ))
             }
             BandwidthError::Kernel(_) | BandwidthError::Mismatch(_) | BandwidthError::Gc(_) => {

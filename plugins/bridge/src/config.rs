@@ -13,6 +13,8 @@ const MAX_VLAN: i64 = 4094;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "NetConf")]
 struct RawConf {
     bridge: String,
     is_gateway: bool,
@@ -63,6 +65,8 @@ struct RawRuntimeConfig {
 }
 
 #[derive(Debug, Default, Deserialize)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "VlanTrunk")]
 struct RawTrunk {
     #[serde(rename = "minID")]
     min_id: Option<i64>,
@@ -127,14 +131,14 @@ impl NetConf {
 }
 
 fn invalid(msg: impl Into<String>) -> CniError {
-    CniError::invalid_config(msg)
+    CniError::internal(msg)
 }
 
 /// Parses and validates the configuration of a call (stdin + CNI_ARGS).
 pub fn load(args: &CmdArgs) -> Result<NetConf, CniError> {
     let raw: RawConf = args
         .decode_config()
-        .map_err(|e| CniError::decode(format!("failed to load netconf: {e}")))?;
+        .map_err(|e| CniError::internal(format!("failed to load netconf: {e}")))?;
     from_raw(raw, &args.network_name, &args.args)
 }
 
@@ -194,7 +198,12 @@ fn from_raw(raw: RawConf, network: &str, cni_args: &str) -> Result<NetConf, CniE
     let mac = if mac_text.is_empty() {
         None
     } else {
-        Some(netkit::link::parse_mac(&mac_text).map_err(|e| invalid(e.to_string()))?)
+        // Refused before anything is made; worded as the reference's veth setup reports it.
+        Some(netkit::link::parse_mac(&mac_text).map_err(|_| {
+            invalid(format!(
+                "failed to make veth pair: address {mac_text}: invalid MAC address"
+            ))
+        })?)
     };
 
     let dns = raw.dns.filter(|d| !d.is_empty());
@@ -274,7 +283,7 @@ mod tests {
 
     fn parse(v: Value, cni_args: &str) -> Result<NetConf, CniError> {
         let raw: RawConf =
-            libcni::gojson::from_value(&v).map_err(|e| CniError::decode(e.to_string()))?;
+            libcni::gojson::from_value(&v).map_err(|e| CniError::internal(e.to_string()))?;
         from_raw(raw, "net", cni_args)
     }
 

@@ -5,7 +5,7 @@ use libcni::error::CniError;
 /// A netkit (netlink/netns/sysctl) failure. Bad input is a config error, the rest internal.
 pub fn kernel(e: netkit::Error) -> CniError {
     match e {
-        netkit::Error::Invalid { .. } => CniError::invalid_config(e.to_string()),
+        netkit::Error::Invalid { .. } => CniError::internal(e.to_string()),
         _ => CniError::internal(e.to_string()),
     }
 }

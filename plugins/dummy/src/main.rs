@@ -16,6 +16,8 @@ use serde::Deserialize;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "NetConf")]
 struct RawConf {
     ipam: Option<IpamRef>,
 }
@@ -24,10 +26,11 @@ struct RawConf {
 fn load(args: &CmdArgs) -> Result<String, CniError> {
     let raw: RawConf = args
         .decode_config()
-        .map_err(|e| CniError::decode(format!("failed to parse network config: {e}")))?;
+        .map_err(|e| CniError::internal(format!("failed to parse network config: {e}")))?;
     let ipam_type = conf::ipam_type(&raw.ipam);
     if ipam_type.is_empty() {
-        return Err(CniError::invalid_config(
+        // A plain error upstream, so code 999.
+        return Err(CniError::internal(
             "dummy interface requires an IPAM configuration",
         ));
     }
@@ -175,11 +178,11 @@ mod tests {
         let e = load(&cmd_args(json!({"type": "dummy"}), "")).unwrap_err();
         assert_eq!(
             (e.code, e.msg.as_str()),
-            (7, "dummy interface requires an IPAM configuration")
+            (999, "dummy interface requires an IPAM configuration")
         );
         assert_eq!(
             load(&cmd_args(json!({"ipam": "x"}), "")).unwrap_err().code,
-            6
+            999
         );
         assert_eq!(
             load(&cmd_args(json!({"IPAM": {"Type": "static"}}), "")).unwrap(),

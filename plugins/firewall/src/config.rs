@@ -40,6 +40,8 @@ pub enum IngressPolicy {
 }
 
 #[derive(Debug, Default, Deserialize)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "FirewallNetConf")]
 struct RawConf {
     #[serde(default)]
     backend: Option<String>,
@@ -86,12 +88,12 @@ pub fn parse(
     config: &serde_json::Map<String, serde_json::Value>,
 ) -> Result<FirewallConf, CniError> {
     let raw: RawConf = libcni::gojson::from_map(config)
-        .map_err(|e| CniError::decode(format!("failed to parse firewall configuration: {e}")))?;
+        .map_err(|e| CniError::internal(format!("failed to load netconf: {e}")))?;
     let backend = match raw.backend.as_deref() {
         None | Some("") => None,
         Some(name) if BackendKind::from_name(name).is_some() => BackendKind::from_name(name),
         Some(other) => {
-            return Err(CniError::invalid_config(format!(
+            return Err(CniError::internal(format!(
                 "unknown firewall backend {other:?}: expected \"iptables\" or \"firewalld\""
             )))
         }
@@ -101,7 +103,7 @@ pub fn parse(
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| DEFAULT_ADMIN_CHAIN.to_string());
     if !valid_chain_name(&admin_chain) {
-        return Err(CniError::invalid_config(format!(
+        return Err(CniError::internal(format!(
             "invalid iptablesAdminChainName {admin_chain:?}"
         )));
     }
@@ -110,7 +112,7 @@ pub fn parse(
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| DEFAULT_ZONE.to_string());
     if !valid_zone(&zone) {
-        return Err(CniError::invalid_config(format!(
+        return Err(CniError::internal(format!(
             "invalid firewalldZone {zone:?}"
         )));
     }
@@ -119,7 +121,7 @@ pub fn parse(
         Some("same-bridge") => IngressPolicy::SameBridge,
         Some("isolated") => IngressPolicy::Isolated,
         Some(other) => {
-            return Err(CniError::invalid_config(format!(
+            return Err(CniError::internal(format!(
                 "unknown ingress policy: {other:?}"
             )))
         }

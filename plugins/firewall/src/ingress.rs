@@ -153,12 +153,12 @@ fn bridge_name(result: &CniResult, policy: &str) -> Result<String, CniError> {
         .map(|i| i.name.clone())
         .unwrap_or_default();
     if name.is_empty() {
-        return Err(CniError::invalid_config(format!(
+        return Err(CniError::internal(format!(
             "interface needs to be set for ingress policy {policy:?}, make sure to chain \"firewall\" plugin with \"bridge\""
         )));
     }
     netkit::link::validate_ifname(&name)
-        .map_err(|e| CniError::invalid_config(format!("bad bridge name in prevResult: {e}")))?;
+        .map_err(|e| CniError::internal(format!("bad bridge name in prevResult: {e}")))?;
     Ok(name)
 }
 

@@ -59,7 +59,7 @@ impl Plugin for Firewall {
         let conf = config::parse(&args.config)?;
         let result = args
             .prev_result()?
-            .ok_or_else(|| CniError::invalid_config("missing prevResult from earlier plugin"))?;
+            .ok_or_else(|| CniError::internal("missing prevResult from earlier plugin"))?;
         let ips = addresses(&result);
         let kind = backend(&conf);
         let records = Records::new(&conf.data_dir, &args.network_name);
@@ -125,7 +125,7 @@ impl Plugin for Firewall {
         let conf = config::parse(&args.config)?;
         let result = args
             .prev_result()?
-            .ok_or_else(|| CniError::invalid_config("Required prevResult missing"))?;
+            .ok_or_else(|| CniError::internal("Required prevResult missing"))?;
         let ips = addresses(&result);
         match backend(&conf) {
             BackendKind::Iptables => iptables_backend::check(&ips, &conf.admin_chain)?,

@@ -25,6 +25,8 @@ pub struct NetConf {
 }
 
 #[derive(Deserialize)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "NetConf")]
 struct RawConf {
     #[serde(default)]
     name: String,
@@ -43,7 +45,7 @@ struct RawConf {
 impl NetConf {
     pub fn from_map(map: &Map<String, Value>) -> Result<NetConf, CniError> {
         let raw: RawConf = libcni::gojson::from_map(map)
-            .map_err(|e| CniError::decode(format!("flannel: failed to load netconf: {e}")))?;
+            .map_err(|e| CniError::internal(format!("failed to load netconf: {e}")))?;
         Ok(NetConf {
             name: raw.name,
             cni_version: raw.cni_version,

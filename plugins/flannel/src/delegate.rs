@@ -15,18 +15,18 @@ use crate::subnet_env::SubnetEnv;
 pub fn build(conf: &NetConf, env: &SubnetEnv) -> Result<Map<String, Value>, CniError> {
     let mut d = conf.delegate.clone().unwrap_or_default();
     if d.get("type").is_some_and(|t| !t.is_string()) {
-        return Err(CniError::invalid_config(
-            "flannel: 'delegate' dictionary, if present, must have (string) 'type' field",
+        return Err(CniError::internal(
+            "'delegate' dictionary, if present, must have (string) 'type' field",
         ));
     }
     if d.contains_key("name") {
-        return Err(CniError::invalid_config(
-            "flannel: 'delegate' dictionary must not have 'name' field, it'll be set by flannel",
+        return Err(CniError::internal(
+            "'delegate' dictionary must not have 'name' field, it'll be set by flannel",
         ));
     }
     if d.contains_key("ipam") {
-        return Err(CniError::invalid_config(
-            "flannel: 'delegate' dictionary must not have 'ipam' field, it'll be set by flannel",
+        return Err(CniError::internal(
+            "'delegate' dictionary must not have 'ipam' field, it'll be set by flannel",
         ));
     }
     if let Some(rc) = &conf.runtime_config {
@@ -60,8 +60,8 @@ fn ipam(conf: &NetConf, env: &SubnetEnv) -> Result<Map<String, Value>, CniError>
     ipam.insert("ranges".into(), Value::Array(ranges));
     let mut routes: Vec<Route> = match ipam.get("routes") {
         Some(v) => libcni::gojson::from_value(v).map_err(|e| {
-            CniError::invalid_config(format!(
-                "flannel: failed to assemble Delegate IPAM: failed to parse ipam.routes: {e}"
+            CniError::internal(format!(
+                "failed to assemble Delegate IPAM: failed to parse ipam.routes: {e}"
             ))
         })?,
         None => Vec::new(),
@@ -194,7 +194,7 @@ mod tests {
             let v = json!({"name": "n", "delegate": delegate});
             let conf = NetConf::from_map(v.as_object().unwrap()).unwrap();
             let err = build(&conf, &env).unwrap_err();
-            assert_eq!(err.code, libcni::error::codes::INVALID_CONFIG, "{delegate}");
+            assert_eq!(err.code, libcni::error::codes::INTERNAL, "{delegate}");
         }
         let v = json!({"name": "n", "ipam": {"routes": "x"}});
         let conf = NetConf::from_map(v.as_object().unwrap()).unwrap();

@@ -17,6 +17,8 @@ pub const DEFAULT_DATA_DIR: &str = "/run/cni/host-device";
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "NetConf")]
 struct RawConf {
     device: String,
     hwaddr: String,
@@ -92,8 +94,12 @@ pub fn load(args: &CmdArgs, sysfs: &Sysfs) -> Result<NetConf, CniError> {
         conf::ifname("device", &raw.device)?;
         Selector::Name(raw.device)
     } else if !raw.hwaddr.is_empty() {
-        let mac = netkit::link::parse_mac(&raw.hwaddr).map_err(|e| {
-            CniError::invalid_config(format!("failed to parse MAC address {:?}: {e}", raw.hwaddr))
+        let mac = netkit::link::parse_mac(&raw.hwaddr).map_err(|_| {
+            CniError::internal(format!(
+                "failed to find host device: failed to parse MAC address {:?}: {}",
+                raw.hwaddr,
+                conf::go_mac_error(&raw.hwaddr)
+            ))
         })?;
         Selector::Mac(mac)
     } else if !raw.kernelpath.is_empty() {
@@ -103,7 +109,7 @@ pub fn load(args: &CmdArgs, sysfs: &Sysfs) -> Result<NetConf, CniError> {
         find::check_bus_id(&raw.pci_bus_id)?;
         Selector::Pci(raw.pci_bus_id)
     } else {
-        return Err(CniError::invalid_config(
+        return Err(CniError::internal(
             "specify either \"device\", \"hwaddr\", \"kernelpath\" or \"pciBusID\"",
         ));
     };
@@ -128,7 +134,7 @@ fn build(
         data_dir
     };
     if !Path::new(&data_dir).is_absolute() {
-        return Err(CniError::invalid_config(format!(
+        return Err(CniError::internal(format!(
             "dataDir {data_dir:?} must be an absolute path"
         )));
     }
@@ -183,7 +189,10 @@ mod tests {
             msg(json!({})),
             "specify either \"device\", \"hwaddr\", \"kernelpath\" or \"pciBusID\""
         );
-        assert!(msg(json!({"hwaddr": "zz"})).starts_with("failed to parse MAC address \"zz\""));
+        assert_eq!(
+            msg(json!({"hwaddr": "zz"})),
+            "failed to find host device: failed to parse MAC address \"zz\": address zz: invalid MAC address"
+        );
         assert!(msg(json!({"kernelpath": "/etc"}))
             .contains("must be absolute and begin with /sys/devices/"));
         assert!(msg(json!({"kernelpath": "/sys/devices/../../etc"})).contains("must be absolute"));
@@ -191,6 +200,6 @@ mod tests {
         assert!(msg(json!({"runtimeConfig": {"deviceID": "0000:00:1f.6"}}))
             .contains("not found or unsupported"));
         assert!(msg(json!({"device": "eth1", "dataDir": "rel"})).contains("absolute"));
-        assert_eq!(load_json(json!({"device": 5})).unwrap_err().code, 6);
+        assert_eq!(load_json(json!({"device": 5})).unwrap_err().code, 999);
     }
 }

@@ -36,7 +36,7 @@ impl Sysfs {
 }
 
 fn invalid(msg: impl Into<String>) -> CniError {
-    CniError::invalid_config(msg)
+    CniError::internal(msg)
 }
 
 /// A bus device ID is one path component (no `/`, not `.` or `..`).
@@ -126,18 +126,21 @@ pub fn host_link(sock: &mut Socket, sysfs: &Sysfs, selector: &Selector) -> Resul
         )))
     };
     match selector {
-        Selector::Name(name) => sock.link_by_name(name).map_err(|e| fail(e.to_string())),
+        // Go's netlink words a missing link "Link not found"; operators match on it.
+        Selector::Name(name) => sock.link_by_name(name).map_err(|e| {
+            if e.is_not_found() {
+                fail("Link not found".into())
+            } else {
+                fail(e.to_string())
+            }
+        }),
         Selector::Mac(mac) => sock
             .links()
             .map_err(kernel)?
             .into_iter()
             .find(|l| l.mac == mac)
-            .ok_or_else(|| {
-                fail(format!(
-                    "no interface with MAC {}",
-                    netkit::link::format_mac(mac)
-                ))
-            }),
+            // The reference's words when no interface has the MAC.
+            .ok_or_else(|| fail("failed to find physical interface".into())),
         Selector::KernelPath(path) => first_in(sock, &Path::new(path).join("net")),
         Selector::Pci(addr) => {
             let dev = sysfs.pci(addr);

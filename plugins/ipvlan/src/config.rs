@@ -10,6 +10,8 @@ use serde::Deserialize;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "NetConf")]
 struct RawConf {
     master: String,
     mode: String,
@@ -30,6 +32,9 @@ pub struct NetConf {
     pub mode: IpVlanMode,
     pub flags: IpVlanFlags,
     pub mtu: Option<u32>,
+    /// `mtu` as configured (may be negative): checked against the master's MTU once the
+    /// master is found, as the reference does.
+    pub requested_mtu: i64,
     pub link_in_container: bool,
     pub ipam_type: String,
     pub dns: Dns,
@@ -43,7 +48,7 @@ pub fn mode_from_str(s: &str) -> Result<IpVlanMode, CniError> {
         "" | "l2" => Ok(IpVlanMode::L2),
         "l3" => Ok(IpVlanMode::L3),
         "l3s" => Ok(IpVlanMode::L3S),
-        other => Err(CniError::invalid_config(format!(
+        other => Err(CniError::internal(format!(
             "unknown ipvlan mode: {other:?}"
         ))),
     }
@@ -55,7 +60,7 @@ pub fn flag_from_str(s: &str) -> Result<IpVlanFlags, CniError> {
         "" | "bridge" => Ok(IpVlanFlags::empty()),
         "private" => Ok(IpVlanFlags::Private),
         "vepa" => Ok(IpVlanFlags::Vepa),
-        other => Err(CniError::invalid_config(format!(
+        other => Err(CniError::internal(format!(
             "unknown ipvlan flag: {other:?} (bridge, private or vepa)"
         ))),
     }
@@ -84,7 +89,7 @@ pub fn load(args: &CmdArgs) -> Result<NetConf, CniError> {
             match p.interfaces.as_slice() {
                 [only] if !only.name.is_empty() => master = only.name.clone(),
                 _ => {
-                    return Err(CniError::invalid_config(
+                    return Err(CniError::internal(
                         "chained master failure. PrevResult lacks a single named interface",
                     ))
                 }
@@ -99,7 +104,8 @@ pub fn load(args: &CmdArgs) -> Result<NetConf, CniError> {
         master_from_prev_result,
         mode: mode_from_str(&raw.mode)?,
         flags: flag_from_str(&raw.flag)?,
-        mtu: conf::mtu(raw.mtu)?,
+        mtu: u32::try_from(raw.mtu).ok().filter(|m| *m != 0),
+        requested_mtu: raw.mtu,
         link_in_container: raw.link_in_container,
         ipam_type: conf::ipam_type(&raw.ipam),
         dns: conf::dns(raw.dns),
@@ -160,10 +166,10 @@ mod tests {
     #[test]
     fn bad_values() {
         let code = |v: Value| load_json(v).unwrap_err().code;
-        assert_eq!(code(json!({"mode": "bridge"})), 7);
-        assert_eq!(code(json!({"flag": "l2"})), 7);
-        assert_eq!(code(json!({"mtu": -2})), 7);
-        assert_eq!(code(json!({"master": "a b"})), 7);
-        assert_eq!(code(json!({"mode": 2})), 6);
+        assert_eq!(code(json!({"mode": "bridge"})), 999);
+        assert_eq!(code(json!({"flag": "l2"})), 999);
+        assert_eq!(load_json(json!({"mtu": -2})).unwrap().requested_mtu, -2);
+        assert_eq!(code(json!({"master": "a b"})), 999);
+        assert_eq!(code(json!({"mode": 2})), 999);
     }
 }

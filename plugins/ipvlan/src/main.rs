@@ -20,7 +20,13 @@ struct Ipvlan;
 
 /// The master, looked up where it lives, with the MTU checked against it.
 fn master(conf: &NetConf, host: &mut Socket, cont: &mut Socket) -> Result<Link, CniError> {
-    link::master_checked(host, cont, conf.link_in_container, &conf.master, conf.mtu)
+    link::master_checked(
+        host,
+        cont,
+        conf.link_in_container,
+        &conf.master,
+        conf.requested_mtu,
+    )
 }
 
 /// ADD with the link request built by `message` (the ipvlan request; tests on a kernel without

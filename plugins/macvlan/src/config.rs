@@ -9,6 +9,8 @@ use serde::Deserialize;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "NetConf")]
 struct RawConf {
     master: String,
     mode: String,
@@ -27,6 +29,9 @@ pub struct NetConf {
     pub master: String,
     pub mode: MacVlanMode,
     pub mtu: Option<u32>,
+    /// `mtu` as configured (may be negative): checked against the master's MTU once the
+    /// master is found, as the reference does.
+    pub requested_mtu: i64,
     /// `mac` < CNI_ARGS `MAC` < `runtimeConfig.mac`.
     pub mac: Option<[u8; 6]>,
     /// The master lives in the container netns (created there by an earlier plugin).
@@ -43,7 +48,7 @@ pub fn mode_from_str(s: &str) -> Result<MacVlanMode, CniError> {
         "private" => Ok(MacVlanMode::Private),
         "vepa" => Ok(MacVlanMode::Vepa),
         "passthru" => Ok(MacVlanMode::Passthrough),
-        other => Err(CniError::invalid_config(format!(
+        other => Err(CniError::internal(format!(
             "unknown macvlan mode: {other:?}"
         ))),
     }
@@ -68,7 +73,8 @@ pub fn load(args: &CmdArgs) -> Result<NetConf, CniError> {
     Ok(NetConf {
         master: raw.master,
         mode: mode_from_str(&raw.mode)?,
-        mtu: conf::mtu(raw.mtu)?,
+        mtu: u32::try_from(raw.mtu).ok().filter(|m| *m != 0),
+        requested_mtu: raw.mtu,
         mac,
         link_in_container: raw.link_in_container,
         bc_queue_len: (raw.bcqueuelen != 0).then_some(raw.bcqueuelen),
@@ -136,15 +142,16 @@ mod tests {
     #[test]
     fn bad_values() {
         let code = |v: Value| load_json(v, "").unwrap_err().code;
-        assert_eq!(code(json!({"mode": "l2"})), 7);
+        assert_eq!(code(json!({"mode": "l2"})), 999);
         assert_eq!(
             load_json(json!({"mode": "l2"}), "").unwrap_err().msg,
             "unknown macvlan mode: \"l2\""
         );
-        assert_eq!(code(json!({"mtu": -1})), 7);
-        assert_eq!(code(json!({"mac": "02:00"})), 7);
-        assert_eq!(code(json!({"master": "a/b"})), 7);
-        assert_eq!(code(json!({"bcqueuelen": -1})), 6);
-        assert_eq!(code(json!({"linkInContainer": "yes"})), 6);
+        // A negative MTU is refused against the master's, once it is found.
+        assert_eq!(load_json(json!({"mtu": -1}), "").unwrap().requested_mtu, -1);
+        assert_eq!(code(json!({"mac": "02:00"})), 999);
+        assert_eq!(code(json!({"master": "a/b"})), 999);
+        assert_eq!(code(json!({"bcqueuelen": -1})), 999);
+        assert_eq!(code(json!({"linkInContainer": "yes"})), 999);
     }
 }

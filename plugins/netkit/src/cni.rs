@@ -8,15 +8,12 @@
 
 use libcni::error::CniError;
 
-/// Bad input (an invalid interface name, a malformed sysctl key...) is an invalid
-/// configuration (code 7); every other kernel failure is internal (code 999), as in the
-/// reference plugins.
+/// Every kernel failure is internal (code 999), bad input included (an invalid interface
+/// name, a malformed sysctl key...): the reference plugins return these as plain Go errors,
+/// which their skeleton reports as 999, and tools match on the code.
 impl From<crate::Error> for CniError {
     fn from(e: crate::Error) -> CniError {
-        match e {
-            crate::Error::Invalid { .. } => CniError::invalid_config(e.to_string()),
-            _ => CniError::internal(e.to_string()),
-        }
+        CniError::internal(e.to_string())
     }
 }
 
@@ -34,12 +31,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn invalid_input_is_a_config_error_and_the_rest_internal() {
+    fn every_kernel_failure_is_internal() {
         let bad = crate::Error::invalid("failed to find link \"a/b\"", "invalid name");
         let e = CniError::from(bad);
         assert_eq!(
             (e.code, e.msg.as_str()),
-            (7, "failed to find link \"a/b\": invalid name")
+            (999, "failed to find link \"a/b\": invalid name")
         );
         let gone = crate::Error::kernel("failed to delete link eth0", libc::EBUSY);
         let e = CniError::from(gone);

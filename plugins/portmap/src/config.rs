@@ -58,6 +58,8 @@ impl PortMapping {
 }
 
 #[derive(Debug, Deserialize)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "PortMapEntry")]
 struct RawMapping {
     #[serde(rename = "hostPort")]
     host_port: i64,
@@ -76,6 +78,8 @@ struct RawRuntimeConfig {
 }
 
 #[derive(Debug, Default, Deserialize)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "PortMapConf")]
 struct RawConf {
     #[serde(default)]
     snat: Option<bool>,
@@ -124,7 +128,7 @@ fn check_condition_tokens(conditions: &[String], field: &str) -> Result<(), CniE
         if t.chars()
             .any(|c| matches!(c, ';' | '\n' | '\r' | '#' | '\0'))
         {
-            return Err(CniError::invalid_config(format!(
+            return Err(CniError::internal(format!(
                 "invalid token {t:?} in {field}: contains ; # NUL or a line break"
             )));
         }
@@ -137,10 +141,11 @@ fn parse_mapping(m: RawMapping) -> Result<PortMapping, CniError> {
         u16::try_from(v)
             .ok()
             .filter(|p| *p > 0)
-            .ok_or_else(|| CniError::invalid_config(format!("Invalid {what} port number: {v}")))
+            .ok_or_else(|| CniError::internal(format!("Invalid {what} port number: {v}")))
     };
-    let host_port = port(m.host_port, "host")?;
+    // The reference checks the container port first.
     let container_port = port(m.container_port, "container")?;
+    let host_port = port(m.host_port, "host")?;
     let protocol = match m
         .protocol
         .as_deref()
@@ -151,7 +156,7 @@ fn parse_mapping(m: RawMapping) -> Result<PortMapping, CniError> {
         Some("udp") => Protocol::Udp,
         Some("sctp") => Protocol::Sctp,
         Some(other) => {
-            return Err(CniError::invalid_config(format!(
+            return Err(CniError::internal(format!(
                 "invalid protocol {other:?} in port mapping {host_port}: expected tcp, udp or sctp"
             )))
         }
@@ -159,7 +164,7 @@ fn parse_mapping(m: RawMapping) -> Result<PortMapping, CniError> {
     let host_ip = match m.host_ip.as_deref().map(str::trim) {
         None | Some("") => None,
         Some(s) => Some(s.parse::<IpAddr>().map_err(|_| {
-            CniError::invalid_config(format!("invalid hostIP {s:?} in port mapping {host_port}"))
+            CniError::internal(format!("invalid hostIP {s:?} in port mapping {host_port}"))
         })?),
     };
     Ok(PortMapping {
@@ -170,32 +175,21 @@ fn parse_mapping(m: RawMapping) -> Result<PortMapping, CniError> {
     })
 }
 
-/// Parses and validates the request config.
+/// Parses and validates the request config, in the reference's order and words (plain
+/// errors there, code 999; ADD and DEL prefix them with "failed to parse config: ").
 pub fn parse(config: &serde_json::Map<String, serde_json::Value>) -> Result<PortMapConf, CniError> {
     let raw: RawConf = libcni::gojson::from_map(config)
-        .map_err(|e| CniError::decode(format!("failed to parse portmap configuration: {e}")))?;
-
-    let mappings = raw
-        .runtime_config
-        .and_then(|r| r.port_mappings)
-        .unwrap_or_default()
-        .into_iter()
-        .map(parse_mapping)
-        .collect::<Result<Vec<_>, _>>()?;
+        .map_err(|e| CniError::internal(format!("failed to parse network configuration: {e}")))?;
 
     if raw.mark_masq_bit.is_some() && raw.external_set_mark_chain.is_some() {
-        return Err(CniError::invalid_config(
+        return Err(CniError::internal(
             "Cannot specify externalSetMarkChain and markMasqBit",
         ));
     }
     let mark_masq_bit = match raw.mark_masq_bit {
         None => DEFAULT_MARK_MASQ_BIT,
         Some(b) if (0..=31).contains(&b) => b as u32,
-        Some(b) => {
-            return Err(CniError::invalid_config(format!(
-                "MasqMarkBit must be between 0 and 31, got {b}"
-            )))
-        }
+        Some(_) => return Err(CniError::internal("MasqMarkBit must be between 0 and 31")),
     };
     if let Some(chain) = &raw.external_set_mark_chain {
         let ok = !chain.is_empty()
@@ -204,7 +198,7 @@ pub fn parse(config: &serde_json::Map<String, serde_json::Value>) -> Result<Port
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
         if !ok {
-            return Err(CniError::invalid_config(format!(
+            return Err(CniError::internal(format!(
                 "invalid externalSetMarkChain {chain:?}"
             )));
         }
@@ -219,11 +213,18 @@ pub fn parse(config: &serde_json::Map<String, serde_json::Value>) -> Result<Port
         Some("iptables") => Some(Backend::Iptables),
         Some("nftables") => Some(Backend::Nftables),
         Some(other) => {
-            return Err(CniError::invalid_config(format!(
-                "unknown portmap backend {other:?}: expected \"iptables\" or \"nftables\""
+            return Err(CniError::internal(format!(
+                "unrecognized backend {other:?}"
             )))
         }
     };
+    let mappings = raw
+        .runtime_config
+        .and_then(|r| r.port_mappings)
+        .unwrap_or_default()
+        .into_iter()
+        .map(parse_mapping)
+        .collect::<Result<Vec<_>, _>>()?;
     let conf = PortMapConf {
         mappings,
         snat: raw.snat.unwrap_or(true),
@@ -234,47 +235,50 @@ pub fn parse(config: &serde_json::Map<String, serde_json::Value>) -> Result<Port
         conditions_v6,
         backend,
     };
-    if backend == Some(Backend::Nftables) {
-        if raw.external_set_mark_chain.is_some() {
-            return Err(CniError::invalid_config(
-                "externalSetMarkChain is supported only for iptables backend",
-            ));
-        }
-        if raw.mark_masq_bit.is_some() {
-            return Err(CniError::invalid_config(
-                "markMasqBit is supported only for iptables backend",
-            ));
-        }
+    // Ours: the nftables backend has no mark to set (the reference ignores the field).
+    if backend == Some(Backend::Nftables) && raw.mark_masq_bit.is_some() {
+        return Err(CniError::internal(
+            "markMasqBit is supported only for iptables backend",
+        ));
     }
-    conf.check_conditions_fit(backend)?;
+    conf.check_backend_options(backend)?;
     Ok(conf)
 }
 
 impl PortMapConf {
-    /// Conditions must be written in the syntax of the backend that will use them.
-    pub fn check_conditions_fit(&self, backend: Option<Backend>) -> Result<(), CniError> {
+    /// Options of the other backend are refused when the backend is configured, as the
+    /// reference words it (it names every such option).
+    pub fn check_backend_options(&self, backend: Option<Backend>) -> Result<(), CniError> {
+        let Some(backend) = backend else {
+            return Ok(());
+        };
+        let (name, other) = match backend {
+            Backend::Iptables => ("iptables", "nftables"),
+            Backend::Nftables => ("nftables", "iptables"),
+        };
+        let mut wrong: Vec<&str> = Vec::new();
+        if backend == Backend::Nftables && self.external_set_mark_chain.is_some() {
+            wrong.push("externalSetMarkChain");
+        }
         for (conds, field) in [
             (&self.conditions_v4, "conditionsV4"),
             (&self.conditions_v6, "conditionsV6"),
         ] {
-            if conds.is_empty() {
+            // As the reference: an empty list, or one whose first token is empty, says nothing.
+            if conds.first().is_none_or(|t| t.is_empty()) {
                 continue;
             }
-            match (backend, is_iptables_syntax(conds)) {
-                (Some(Backend::Nftables), true) => {
-                    return Err(CniError::invalid_config(format!(
-                        "{field} is in iptables syntax but backend is nftables"
-                    )))
-                }
-                (Some(Backend::Iptables), false) => {
-                    return Err(CniError::invalid_config(format!(
-                        "{field} is in nftables syntax but backend is iptables"
-                    )))
-                }
-                _ => {}
+            if is_iptables_syntax(conds) == (backend == Backend::Nftables) {
+                wrong.push(field);
             }
         }
-        Ok(())
+        if wrong.is_empty() {
+            return Ok(());
+        }
+        Err(CniError::internal(format!(
+            "{name} backend was requested but configuration contains {other}-specific options [{}]",
+            wrong.join(" ")
+        )))
     }
 
     /// The backend implied by the conditions' syntax, if any conditions are set.

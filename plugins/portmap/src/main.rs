@@ -46,10 +46,12 @@ fn choose_backend(conf: &PortMapConf, network: &str) -> Result<Backend, CniError
     ))
 }
 
-fn addresses(args: &CmdArgs) -> Result<(CniResult, Vec<IpNetwork>), CniError> {
-    let result = args.prev_result()?.ok_or_else(|| {
-        CniError::invalid_config("must be called as chained plugin: prevResult is missing")
-    })?;
+/// prevResult's container addresses; `missing` is the error when there is no prevResult
+/// (the reference words it differently for ADD and CHECK).
+fn addresses(args: &CmdArgs, missing: &str) -> Result<(CniResult, Vec<IpNetwork>), CniError> {
+    let result = args
+        .prev_result()?
+        .ok_or_else(|| CniError::internal(missing))?;
     let (v4, v6) = config::container_addresses(&result, &args.ifname);
     Ok((result, v4.into_iter().chain(v6).collect()))
 }
@@ -77,15 +79,24 @@ fn unforward(backend: Backend, args: &CmdArgs) -> Result<(), CniError> {
     }
 }
 
+/// ADD and DEL report a bad config as the reference does: "failed to parse config: ...".
+fn parse_for_add_or_del(args: &CmdArgs) -> Result<PortMapConf, CniError> {
+    config::parse(&args.config).map_err(|e| attach_context(e, "failed to parse config"))
+}
+
+fn attach_context(e: CniError, outer: &str) -> CniError {
+    CniError::new(e.code, format!("{outer}: {}", e.msg), e.details)
+}
+
 impl Plugin for PortMap {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
-        let conf = config::parse(&args.config)?;
-        let (result, containers) = addresses(args)?;
+        let conf = parse_for_add_or_del(args)?;
+        let (result, containers) = addresses(args, "must be called as chained plugin")?;
         if conf.mappings.is_empty() || containers.is_empty() {
             return Ok(result);
         }
         let backend = choose_backend(&conf, &args.network_name)?;
-        conf.check_conditions_fit(Some(backend))?;
+        conf.check_backend_options(Some(backend))?;
         for container in &containers {
             let step = (|| {
                 if conf.snat {
@@ -109,7 +120,7 @@ impl Plugin for PortMap {
     /// Removes this container's rules. Unlike the reference this does not depend on the
     /// runtime re-sending portMappings: the objects are found by (network, container ID).
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
-        let conf = config::parse(&args.config)?;
+        let conf = parse_for_add_or_del(args)?;
         let backend = match conf.backend {
             Some(b) => b,
             None if conf.backend_from_conditions().is_none() => {
@@ -131,7 +142,7 @@ impl Plugin for PortMap {
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = config::parse(&args.config)?;
-        let (_, containers) = addresses(args)?;
+        let (_, containers) = addresses(args, "Required prevResult missing")?;
         if conf.mappings.is_empty() {
             return Ok(());
         }

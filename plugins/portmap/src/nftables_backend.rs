@@ -68,7 +68,7 @@ pub fn entry_conditions(tokens: &[String], v6: bool) -> Result<EntryConditions, 
     match Matches::parse(&text, v6) {
         Ok(m) => Ok(EntryConditions::Native(m)),
         Err(SyntaxError::Unsupported(_)) => Ok(EntryConditions::ByNft(text)),
-        Err(SyntaxError::Invalid(detail)) => Err(CniError::invalid_config(format!(
+        Err(SyntaxError::Invalid(detail)) => Err(CniError::internal(format!(
             "{}: {detail}",
             if v6 { "conditionsV6" } else { "conditionsV4" }
         ))),

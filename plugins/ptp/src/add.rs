@@ -101,7 +101,7 @@ fn gateways(ips: &[IpConfig]) -> Result<Vec<IpAddr>, CniError> {
     ips.iter()
         .map(|ip| {
             ip.gateway.ok_or_else(|| {
-                CniError::invalid_config(format!(
+                CniError::internal(format!(
                     "IPAM returned {} without a gateway; ptp routes the container through it",
                     ip.address
                 ))

@@ -9,6 +9,8 @@ use serde::Deserialize;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "NetConf")]
 struct RawConf {
     ip_masq: bool,
     ip_masq_backend: Option<String>,
@@ -36,7 +38,7 @@ pub fn load(args: &CmdArgs) -> Result<NetConf, CniError> {
         None => None,
         Some(s) => Some(
             Backend::parse(s)
-                .ok_or_else(|| CniError::invalid_config(format!("unknown ipmasq backend {s:?}")))?,
+                .ok_or_else(|| CniError::internal(format!("unknown ipmasq backend {s:?}")))?,
         ),
     };
     let dns = conf::dns_is_set(args).then(|| conf::dns(raw.dns));
@@ -80,10 +82,11 @@ mod tests {
     fn bad_values() {
         assert_eq!(
             load_json(json!({"ipMasqBackend": "x"})).unwrap_err().code,
-            7
+            999
         );
-        assert_eq!(load_json(json!({"mtu": -1})).unwrap_err().code, 7);
-        assert_eq!(load_json(json!({"mtu": "1400"})).unwrap_err().code, 6);
-        assert_eq!(load_json(json!({"ipMasq": "yes"})).unwrap_err().code, 6);
+        // Plain errors upstream: code 999.
+        assert_eq!(load_json(json!({"mtu": -1})).unwrap_err().code, 999);
+        assert_eq!(load_json(json!({"mtu": "1400"})).unwrap_err().code, 999);
+        assert_eq!(load_json(json!({"ipMasq": "yes"})).unwrap_err().code, 999);
     }
 }

@@ -9,6 +9,8 @@ use libcni::CniError;
 use serde::Deserialize;
 
 #[derive(Deserialize, Default)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "NetConf")]
 struct Raw {
     #[serde(default)]
     table: Option<i64>,
@@ -43,13 +45,13 @@ impl Sbr {
 }
 
 fn invalid(msg: impl Into<String>) -> CniError {
-    CniError::invalid_config(msg)
+    CniError::internal(msg)
 }
 
 pub fn parse(args: &CmdArgs) -> Result<Sbr, CniError> {
     let raw: Raw = args
         .decode_config()
-        .map_err(|e| CniError::decode(format!("failed to parse network configuration: {e}")))?;
+        .map_err(|e| CniError::internal(format!("failed to parse network configuration: {e}")))?;
     from_raw(raw)
 }
 

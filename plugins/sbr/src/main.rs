@@ -16,7 +16,7 @@ struct SbrPlugin;
 
 fn require_prev_result(args: &CmdArgs) -> Result<CniResult, CniError> {
     args.prev_result()?
-        .ok_or_else(|| CniError::invalid_config("This plugin must be called as chained plugin"))
+        .ok_or_else(|| CniError::internal("This plugin must be called as chained plugin"))
 }
 
 /// The container netns, flock'ed for the whole call (the reference locks the same file, so

@@ -9,6 +9,8 @@ use serde_json::{Map, Value};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "NetConf")]
 struct RawConf {
     multi_queue: bool,
     mtu: i64,

@@ -42,9 +42,7 @@ impl<'de> Deserialize<'de> for Sysctls {
                     // The reference rejects a key given twice (also as dotted vs slashed form).
                     let canon = canonical_key(&key);
                     if out.iter().any(|(k, _)| canonical_key(k) == canon) {
-                        return Err(serde::de::Error::custom(format!(
-                            "duplicate sysctl key {key:?}"
-                        )));
+                        return Err(serde::de::Error::custom(DUPLICATE_SYSCTL));
                     }
                     out.push((key, value));
                 }
@@ -54,6 +52,9 @@ impl<'de> Deserialize<'de> for Sysctls {
         d.deserialize_any(SysctlVisitor)
     }
 }
+
+/// The reference's error for a sysctl key given twice (a plain error: code 999).
+const DUPLICATE_SYSCTL: &str = "duplicated sysctl keys are not allowed";
 
 /// `net.ipv4.ip_forward` and `net/ipv4/ip_forward` name the same sysctl.
 fn canonical_key(key: &str) -> String {
@@ -106,9 +107,7 @@ fn check_repeated_sysctl_keys(stdin: &[u8]) -> Result<(), String> {
                 map.next_value::<IgnoredAny>()?;
                 let canon = canonical_key(&key);
                 if self.0.contains(&canon) {
-                    return Err(serde::de::Error::custom(format!(
-                        "duplicate sysctl key {key:?}"
-                    )));
+                    return Err(serde::de::Error::custom(DUPLICATE_SYSCTL));
                 }
                 self.0.push(canon);
             }
@@ -118,12 +117,14 @@ fn check_repeated_sysctl_keys(stdin: &[u8]) -> Result<(), String> {
     // Anything that is not an object is reported by the decoding pass.
     let mut de = serde_json::Deserializer::from_slice(stdin);
     match de.deserialize_map(TopLevel) {
-        Err(e) if e.to_string().contains("duplicate sysctl key") => Err(e.to_string()),
+        Err(e) if e.to_string().starts_with(DUPLICATE_SYSCTL) => Err(DUPLICATE_SYSCTL.into()),
         _ => Ok(()),
     }
 }
 
 #[derive(Debug, Default, Deserialize)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "TuningConf")]
 struct RawConf {
     #[serde(default)]
     sysctl: Sysctls,
@@ -158,6 +159,8 @@ struct RawArgs {
 }
 
 #[derive(Debug, Default, Deserialize)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "IPAMArgs")]
 struct RawCniArgs {
     #[serde(default)]
     sysctl: Sysctls,
@@ -199,12 +202,11 @@ impl Tuning {
 
 /// Parses the request (keys matched as Go does) and CNI_ARGS.
 pub fn parse(args: &CmdArgs) -> Result<Tuning, CniError> {
-    let decode_err =
-        |e: String| CniError::decode(format!("failed to parse tuning configuration: {e}"));
-    check_repeated_sysctl_keys(&args.stdin).map_err(decode_err)?;
+    // Both are plain errors upstream (code 999): the repeated key bare, the decoder's wrapped.
+    check_repeated_sysctl_keys(&args.stdin).map_err(CniError::internal)?;
     let raw: RawConf = args
         .decode_config()
-        .map_err(|e| decode_err(e.to_string()))?;
+        .map_err(|e| CniError::internal(format!("failed to load netconf: {e}")))?;
     let pairs = args.cni_args()?;
     libcni::args::check_known(&pairs, &["IgnoreUnknown", "MAC"])?;
     let env_mac = libcni::args::get(&pairs, "MAC").map(str::to_string);
@@ -252,21 +254,22 @@ fn merge(raw: RawConf, env_mac: Option<String>) -> Result<Tuning, CniError> {
     }
 
     let mac = match mac {
-        Some(m) => Some(
-            netkit::link::parse_mac(&m)
-                .map_err(|e| CniError::invalid_config(format!("invalid mac {m:?}: {e}")))?,
-        ),
+        Some(m) => Some(netkit::link::parse_mac(&m).map_err(|_| {
+            CniError::internal(format!(
+                "invalid args {m} for MAC addr: address {m}: invalid MAC address"
+            ))
+        })?),
         None => None,
     };
     let mtu = match mtu {
         Some(m) => Some(u32::try_from(m).ok().filter(|m| *m > 0).ok_or_else(|| {
-            CniError::invalid_config(format!("invalid mtu {m}: must be a positive number"))
+            CniError::internal(format!("invalid mtu {m}: must be a positive number"))
         })?),
         None => None,
     };
     let tx_qlen = match tx_qlen {
         Some(q) => Some(u32::try_from(q).map_err(|_| {
-            CniError::invalid_config(format!(
+            CniError::internal(format!(
                 "invalid txQLen {q}: must be between 0 and 4294967295"
             ))
         })?),
@@ -292,9 +295,9 @@ mod tests {
     use super::*;
 
     fn parse_json(s: &str, env_mac: Option<&str>) -> Result<Tuning, CniError> {
-        check_repeated_sysctl_keys(s.as_bytes()).map_err(CniError::decode)?;
+        check_repeated_sysctl_keys(s.as_bytes()).map_err(CniError::internal)?;
         let raw: RawConf = libcni::gojson::from_slice(s.as_bytes())
-            .map_err(|e| CniError::decode(e.to_string()))?;
+            .map_err(|e| CniError::internal(e.to_string()))?;
         merge(raw, env_mac.map(str::to_string))
     }
 
@@ -313,7 +316,10 @@ mod tests {
             None,
         )
         .unwrap_err();
-        assert!(e.msg.contains("duplicate sysctl key"), "{e}");
+        assert_eq!(
+            (e.code, e.msg.as_str()),
+            (999, "duplicated sysctl keys are not allowed")
+        );
         let e = parse_json(
             r#"{"sysctl":{"net.ipv4.ip_forward":"1","net/ipv4/ip_forward":"0"}}"#,
             None,
@@ -364,9 +370,12 @@ mod tests {
 
     #[test]
     fn bad_values_are_config_errors() {
-        assert_eq!(parse_json(r#"{"mac":"zz"}"#, None).unwrap_err().code, 7);
-        assert_eq!(parse_json(r#"{"mtu":-5}"#, None).unwrap_err().code, 7);
-        assert_eq!(parse_json(r#"{"txQLen":-1}"#, None).unwrap_err().code, 7);
+        assert_eq!(
+            parse_json(r#"{"mac":"zz"}"#, None).unwrap_err().msg,
+            "invalid args zz for MAC addr: address zz: invalid MAC address"
+        );
+        assert_eq!(parse_json(r#"{"mtu":-5}"#, None).unwrap_err().code, 999);
+        assert_eq!(parse_json(r#"{"txQLen":-1}"#, None).unwrap_err().code, 999);
         assert!(parse_json(r#"{"sysctl":{"net.a":1}}"#, None).is_err());
         assert!(parse_json(r#"{"sysctl":["x"]}"#, None).is_err());
     }

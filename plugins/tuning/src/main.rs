@@ -20,11 +20,8 @@ fn open_netns(path: &str) -> Result<Netns, CniError> {
 }
 
 fn require_prev_result(args: &CmdArgs) -> Result<CniResult, CniError> {
-    args.prev_result()?.ok_or_else(|| {
-        CniError::invalid_config(
-            "Required prevResult missing: tuning must be called as a chained plugin",
-        )
-    })
+    args.prev_result()?
+        .ok_or_else(|| CniError::internal("Required prevResult missing"))
 }
 
 /// Everything ADD does inside the container netns; undone on failure.

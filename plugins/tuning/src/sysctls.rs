@@ -32,8 +32,13 @@ pub fn resolve(key: &str, ifname: &str) -> Result<PathBuf, CniError> {
             .map(|p| p.replace(IFNAME_PLACEHOLDER, ifname))
             .collect()
     };
-    netkit::sysctl::sysctl_path(&parts.join("/"))
-        .map_err(|e| CniError::invalid_config(format!("invalid net sysctl key {key:?}: {e}")))
+    netkit::sysctl::sysctl_path(&parts.join("/")).map_err(|_| {
+        // The reference names the key as it rewrote it: dots to slashes, then IFNAME.
+        let rewritten = key
+            .replace('.', "/")
+            .replacen(IFNAME_PLACEHOLDER, ifname, 1);
+        CniError::internal(format!("invalid net sysctl key: {rewritten:?}"))
+    })
 }
 
 /// Parses allowlist text: one pattern per line, blank lines and `#` comments skipped.
@@ -43,7 +48,7 @@ pub fn parse_allowlist(text: &str) -> Result<Vec<regex_lite::Regex>, CniError> {
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .map(|l| {
             regex_lite::Regex::new(l).map_err(|e| {
-                CniError::invalid_config(format!(
+                CniError::internal(format!(
                     "invalid pattern {l:?} in sysctl allowlist {ALLOWLIST_PATH}: {e}"
                 ))
             })
@@ -57,8 +62,9 @@ pub fn check_allowed(sysctls: &Sysctls, allowlist: &[regex_lite::Regex]) -> Resu
     for (key, _) in &sysctls.0 {
         if !allowlist.iter().any(|re| re.is_match(key)) {
             let patterns: Vec<&str> = allowlist.iter().map(regex_lite::Regex::as_str).collect();
-            return Err(CniError::invalid_config(format!(
-                "sysctl {key} is not allowed; only the following sysctls are allowed: {patterns:?}"
+            return Err(CniError::internal(format!(
+                "Sysctl {key} is not allowed. Only the following sysctls are allowed: [{}]",
+                patterns.join(" ")
             )));
         }
     }

@@ -11,6 +11,8 @@ const MAX_VLAN_ID: i64 = 4094;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "NetConf")]
 struct RawConf {
     master: String,
     vlan_id: i64,
@@ -25,6 +27,9 @@ pub struct NetConf {
     pub master: String,
     pub vlan_id: u16,
     pub mtu: Option<u32>,
+    /// `mtu` as configured (may be negative): checked against the master's MTU once the
+    /// master is found, as the reference does.
+    pub requested_mtu: i64,
     pub link_in_container: bool,
     pub ipam_type: String,
     pub dns: Dns,
@@ -33,21 +38,23 @@ pub struct NetConf {
 pub fn load(args: &CmdArgs) -> Result<NetConf, CniError> {
     let raw: RawConf = args.decode_config().map_err(conf::decode_error)?;
     if raw.master.is_empty() {
-        return Err(CniError::invalid_config(
-            "\"master\" field is required. It specifies the host interface name to create the VLAN for.",
+        return Err(CniError::internal(
+            "\"master\" field is required. It specifies the host interface name to create the VLAN for",
         ));
     }
     conf::ifname("master", &raw.master)?;
     if !(0..=MAX_VLAN_ID).contains(&raw.vlan_id) {
-        return Err(CniError::invalid_config(format!(
-            "invalid VLAN ID {} (must be between 0 and 4094 inclusive)",
+        return Err(CniError::internal(format!(
+            // The reference's wording (its bound is 4094 all the same).
+            "invalid VLAN ID {} (must be between 0 and 4095 inclusive)",
             raw.vlan_id
         )));
     }
     Ok(NetConf {
         master: raw.master,
         vlan_id: raw.vlan_id as u16,
-        mtu: conf::mtu(raw.mtu)?,
+        mtu: u32::try_from(raw.mtu).ok().filter(|m| *m != 0),
+        requested_mtu: raw.mtu,
         link_in_container: raw.link_in_container,
         ipam_type: conf::ipam_type(&raw.ipam),
         dns: conf::dns(raw.dns),
@@ -94,10 +101,16 @@ mod tests {
             .starts_with("\"master\" field is required"));
         assert_eq!(
             e(json!({"master": "eth0", "vlanId": 4095})).msg,
-            "invalid VLAN ID 4095 (must be between 0 and 4094 inclusive)"
+            "invalid VLAN ID 4095 (must be between 0 and 4095 inclusive)"
         );
-        assert_eq!(e(json!({"master": "eth0", "vlanId": -1})).code, 7);
-        assert_eq!(e(json!({"master": "eth0", "mtu": -1})).code, 7);
-        assert_eq!(e(json!({"master": "eth0", "vlanId": "1"})).code, 6);
+        assert_eq!(e(json!({"master": "eth0", "vlanId": -1})).code, 999);
+        // A negative MTU is refused against the master's, once it is found.
+        assert_eq!(
+            load_json(json!({"master": "eth0", "mtu": -1}))
+                .unwrap()
+                .requested_mtu,
+            -1
+        );
+        assert_eq!(e(json!({"master": "eth0", "vlanId": "1"})).code, 999);
     }
 }

@@ -19,7 +19,7 @@ struct Vlan;
 
 /// The master, looked up where it lives, with the MTU checked against it.
 fn master<S: Netlink>(conf: &NetConf, host: &mut S, cont: &mut S) -> Result<Link, CniError> {
-    link::master_checked(host, cont, conf.link_in_container, &conf.master, conf.mtu)
+    link::master_checked(host, cont, conf.link_in_container, &conf.master, conf.requested_mtu)
 }
 
 /// The vlan link request for VLAN `id`.
@@ -260,7 +260,7 @@ mod tests {
         drop(guard);
         assert_eq!(
             (e.code, e.msg.as_str()),
-            (7, "invalid MTU 9000, must be [0, master MTU(1500)]")
+            (999, "invalid MTU 9000, must be [0, master MTU(1500)]")
         );
     }
 

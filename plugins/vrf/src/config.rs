@@ -5,6 +5,8 @@ use libcni::CniError;
 use serde::Deserialize;
 
 #[derive(Deserialize, Default)]
+// Go's struct name, for its wording of type errors.
+#[serde(rename = "VRFNetConf")]
 struct Raw {
     #[serde(default)]
     vrfname: String,
@@ -23,19 +25,19 @@ impl VrfConf {
     pub fn parse(args: &CmdArgs) -> Result<VrfConf, CniError> {
         let raw: Raw = args
             .decode_config()
-            .map_err(|e| CniError::decode(format!("failed to load netconf: {e}")))?;
+            .map_err(|e| CniError::internal(format!("failed to load netconf: {e}")))?;
         from_raw(raw)
     }
 }
 
 fn from_raw(raw: Raw) -> Result<VrfConf, CniError> {
     if raw.vrfname.is_empty() {
-        return Err(CniError::invalid_config(
+        return Err(CniError::internal(
             "configuration is expected to have a valid vrf name",
         ));
     }
     netkit::link::validate_ifname(&raw.vrfname)
-        .map_err(|e| CniError::invalid_config(format!("invalid vrfname: {e}")))?;
+        .map_err(|e| CniError::internal(format!("invalid vrfname: {e}")))?;
     Ok(VrfConf {
         name: raw.vrfname,
         table: (raw.table != 0).then_some(raw.table),
@@ -71,7 +73,7 @@ mod tests {
         );
         let e = raw(json!({"table": 5})).unwrap_err();
         assert_eq!(e.msg, "configuration is expected to have a valid vrf name");
-        assert_eq!(e.code, 7);
+        assert_eq!(e.code, 999);
         assert!(raw(json!({"vrfname": "a/b"})).is_err());
         assert!(raw(json!({"vrfname": "much-too-long-vrf-name"})).is_err());
     }

@@ -19,7 +19,7 @@ struct VrfPlugin;
 
 fn require_prev_result(args: &CmdArgs) -> Result<CniResult, CniError> {
     args.prev_result()?
-        .ok_or_else(|| CniError::invalid_config("missing prevResult from earlier plugin"))
+        .ok_or_else(|| CniError::internal("missing prevResult from earlier plugin"))
 }
 
 fn socket_in(path: &str) -> Result<Socket, CniError> {
