@@ -280,7 +280,7 @@ mod tests {
         let e = run_add(&kernel, &ipam, config(json!({"mtu": 9000}))).unwrap_err();
         assert_eq!(
             (e.code, e.msg.as_str()),
-            (7, "invalid MTU 9000, must be [0, master MTU(1500)]")
+            (999, "invalid MTU 9000, must be [0, master MTU(1500)]")
         );
         assert_eq!(kernel.state(), before);
         assert!(ipam.leases().is_empty());
