@@ -118,12 +118,13 @@ mod tests {
                 .mac,
             Some([2, 0, 0, 0, 0, 2])
         );
+        // Upstream returns every config error as a plain Go error: code 999.
         let code = |v: Value| load_json(v, "").unwrap_err().code;
-        assert_eq!(code(json!({"owner": -1})), 6);
-        assert_eq!(code(json!({"group": 4294967296u64})), 6);
-        assert_eq!(code(json!({"args": "x"})), 6);
-        assert_eq!(code(json!({"mtu": -1})), 7);
-        assert_eq!(code(json!({"bridge": "a/b"})), 7);
-        assert_eq!(code(json!({"mac": "nope"})), 7);
+        assert_eq!(code(json!({"owner": -1})), 999);
+        assert_eq!(code(json!({"group": 4294967296u64})), 999);
+        assert_eq!(code(json!({"args": "x"})), 999);
+        assert_eq!(code(json!({"mtu": -1})), 999);
+        assert_eq!(code(json!({"bridge": "a/b"})), 999);
+        assert_eq!(code(json!({"mac": "nope"})), 999);
     }
 }
