@@ -177,11 +177,8 @@ struct Wire100 {
         deserialize_with = "de_null_seq"
     )]
     routes: Vec<Route>,
-    #[serde(
-        default,
-        skip_serializing_if = "Dns::is_empty",
-        deserialize_with = "de_null_default"
-    )]
+    // Go's `types.DNS` is a struct: `omitempty` never drops it, so `"dns": {}` is always there.
+    #[serde(default, deserialize_with = "de_null_default")]
     dns: Dns,
 }
 
@@ -218,17 +215,6 @@ struct IpConfig040 {
 }
 
 #[derive(Serialize, Deserialize)]
-struct Route040 {
-    dst: IpNetwork,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "de_opt_ip"
-    )]
-    gw: Option<IpAddr>,
-}
-
-#[derive(Serialize, Deserialize)]
 struct Wire040 {
     #[serde(
         rename = "cniVersion",
@@ -253,12 +239,9 @@ struct Wire040 {
         skip_serializing_if = "Vec::is_empty",
         deserialize_with = "de_null_seq"
     )]
-    routes: Vec<Route040>,
-    #[serde(
-        default,
-        skip_serializing_if = "Dns::is_empty",
-        deserialize_with = "de_null_default"
-    )]
+    routes: Vec<Route>,
+    // Go's `types.DNS` is a struct: `omitempty` never drops it, so `"dns": {}` is always there.
+    #[serde(default, deserialize_with = "de_null_default")]
     dns: Dns,
 }
 
@@ -276,7 +259,7 @@ struct IpConfig020 {
         skip_serializing_if = "Vec::is_empty",
         deserialize_with = "de_null_seq"
     )]
-    routes: Vec<Route040>,
+    routes: Vec<Route>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -291,11 +274,8 @@ struct Wire020 {
     ip4: Option<IpConfig020>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     ip6: Option<IpConfig020>,
-    #[serde(
-        default,
-        skip_serializing_if = "Dns::is_empty",
-        deserialize_with = "de_null_default"
-    )]
+    // Go's `types.DNS` is a struct: `omitempty` never drops it, so `"dns": {}` is always there.
+    #[serde(default, deserialize_with = "de_null_default")]
     dns: Dns,
 }
 
@@ -462,11 +442,7 @@ fn from_040(w: Wire040) -> CniResult {
                 gateway: i.gateway,
             })
             .collect(),
-        routes: w
-            .routes
-            .into_iter()
-            .map(|r| Route::new(r.dst, r.gw))
-            .collect(),
+        routes: w.routes,
         dns: w.dns,
     }
 }
@@ -483,8 +459,7 @@ fn from_020(w: Wire020) -> CniResult {
             address: ipc.ip,
             gateway: ipc.gateway,
         });
-        r.routes
-            .extend(ipc.routes.into_iter().map(|rt| Route::new(rt.dst, rt.gw)));
+        r.routes.extend(ipc.routes);
     }
     r
 }
@@ -514,10 +489,7 @@ fn to_040(r: &CniResult, target: &str) -> Wire040 {
         routes: r
             .routes
             .iter()
-            .map(|rt| Route040 {
-                dst: rt.dst,
-                gw: rt.gw,
-            })
+            .cloned()
             .collect(),
         dns: r.dns.clone(),
     }
@@ -554,10 +526,7 @@ fn to_020(r: &CniResult, target: &str) -> Result<Wire020, CniError> {
             &mut w.ip6
         };
         if let Some(ipc) = slot {
-            ipc.routes.push(Route040 {
-                dst: rt.dst,
-                gw: rt.gw,
-            });
+            ipc.routes.push(rt.clone());
         }
     }
     Ok(w)
