@@ -4,7 +4,7 @@
 use attach::conf::{self, IpamRef};
 use libcni::error::CniError;
 use libcni::result::{CniResult, Dns};
-use libcni::skel::CmdArgs;
+use libcni::skel::{CmdArgs, Command};
 use netkit::packet_route::link::{IpVlanFlags, IpVlanMode};
 use serde::Deserialize;
 
@@ -22,8 +22,10 @@ struct RawConf {
 
 #[derive(Debug, Clone)]
 pub struct NetConf {
-    /// Resolved: the configured master, or the single interface of prevResult (chained), or
-    /// empty for the interface of the default route.
+    /// For ADD resolved: the configured master, or the single interface of prevResult
+    /// (chained), or empty for the interface of the default route. For the other commands
+    /// only the configured one: their prevResult is ipvlan's own result (or a whole chain's),
+    /// whose interface is the container link, not the master.
     pub master: String,
     pub mode: IpVlanMode,
     pub flags: IpVlanFlags,
@@ -75,7 +77,7 @@ pub fn load(args: &CmdArgs) -> Result<NetConf, CniError> {
         .prev_result()
         .map_err(|e| attach::errors::context(e, "could not parse prevResult"))?;
     let mut master = raw.master;
-    if master.is_empty() {
+    if master.is_empty() && args.command == Command::Add {
         if let Some(p) = &prev {
             // Chained after a plugin that made the master: it is prevResult's only interface.
             match p.interfaces.as_slice() {
@@ -149,6 +151,20 @@ mod tests {
             e.msg,
             "chained master failure. PrevResult lacks a single named interface"
         );
+        // CHECK and DEL get ipvlan's own result (or a chain's) as prevResult: its interface is
+        // the container link, not the master, and several interfaces are no error.
+        for command in [Command::Check, Command::Del] {
+            for p in [&prev, &two] {
+                let args = CmdArgs {
+                    command,
+                    ..attach::testing::cmd_args(
+                        json!({"cniVersion": "1.0.0", "prevResult": p}),
+                        "",
+                    )
+                };
+                assert_eq!(load(&args).unwrap().master, "", "{command:?}");
+            }
+        }
     }
 
     #[test]
