@@ -486,11 +486,7 @@ fn to_040(r: &CniResult, target: &str) -> Wire040 {
                 gateway: i.gateway,
             })
             .collect(),
-        routes: r
-            .routes
-            .iter()
-            .cloned()
-            .collect(),
+        routes: r.routes.clone(),
         dns: r.dns.clone(),
     }
 }

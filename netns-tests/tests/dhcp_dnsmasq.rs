@@ -317,7 +317,16 @@ fn add_without_a_free_lease_fails_within_the_timeouts() {
     server.exec_ok(&["ip", "link", "set", "br0", "up"]);
     for (port, ifname) in [("port0", "eth0"), ("port1", "eth1")] {
         server.exec_ok(&[
-            "ip", "link", "add", port, "type", "veth", "peer", "name", ifname, "netns",
+            "ip",
+            "link",
+            "add",
+            port,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            ifname,
+            "netns",
             pod.name(),
         ]);
         server.exec_ok(&["ip", "link", "set", port, "master", "br0", "up"]);
@@ -325,7 +334,14 @@ fn add_without_a_free_lease_fails_within_the_timeouts() {
     for (timing, limit) in [
         (&["-timeout", "2s", "-resendmax", "8s"][..], 60),
         (
-            &["-timeout", "2s", "-resendmax", "8s", "--resendtimeout", "10s"][..],
+            &[
+                "-timeout",
+                "2s",
+                "-resendmax",
+                "8s",
+                "--resendtimeout",
+                "10s",
+            ][..],
             15,
         ),
     ] {
@@ -334,9 +350,8 @@ fn add_without_a_free_lease_fails_within_the_timeouts() {
         let (_daemon, socket) = daemon_with(&dhcp, &dir, timing);
         let conf = json!({"cniVersion": "1.0.0", "name": "mynet", "type": "bridge",
             "ipam": {"type": "dhcp", "daemonSocketPath": socket}});
-        let call = |cmd: &str, ifname: &str| {
-            PluginCall::new(&dhcp, cmd, "dummy", pod.path_str(), ifname)
-        };
+        let call =
+            |cmd: &str, ifname: &str| PluginCall::new(&dhcp, cmd, "dummy", pod.path_str(), ifname);
         let first = call("ADD", "eth0").run_ok(&conf);
         assert_eq!(first["ips"][0]["address"], "10.93.0.10/24", "{first}");
         let started = Instant::now();
@@ -385,7 +400,16 @@ fn concurrent_dels_of_one_attachment_return_promptly() {
     let server = Netns::new("dhcpd-srv");
     let pod = Netns::new("dhcpd-pod");
     server.exec_ok(&[
-        "ip", "link", "add", "srv0", "type", "veth", "peer", "name", "eth0", "netns",
+        "ip",
+        "link",
+        "add",
+        "srv0",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
         pod.name(),
     ]);
     server.exec_ok(&["ip", "addr", "add", "10.91.0.1/24", "dev", "srv0"]);
@@ -406,9 +430,7 @@ fn concurrent_dels_of_one_attachment_return_promptly() {
         assert!(ip.starts_with("10.91.0."), "{r}");
         let started = Instant::now();
         std::thread::scope(|s| {
-            let dels: Vec<_> = (0..3)
-                .map(|_| s.spawn(|| call("DEL").run(&conf)))
-                .collect();
+            let dels: Vec<_> = (0..3).map(|_| s.spawn(|| call("DEL").run(&conf))).collect();
             for d in dels {
                 let out = d.join().expect("DEL thread");
                 assert!(out.success, "round {round}: {}{}", out.stdout, out.stderr);

@@ -150,13 +150,7 @@ fn failed_add_gives_the_device_back() {
         "ADD",
         &hd_conf("1.0.0", Some(&ipam), &st, json!({"device": "hd0"})),
     );
-    assert!(
-        e["msg"]
-            .as_str()
-            .unwrap()
-            .contains("to \"eth0\""),
-        "{e}"
-    );
+    assert!(e["msg"].as_str().unwrap().contains("to \"eth0\""), "{e}");
     assert_eq!(device_on_host(&host), before);
     pod.exec_ok(&["ip", "link", "del", "eth0"]);
     // IPAM fails after the move: the device goes home with its state, no lease, no state file.
@@ -263,7 +257,11 @@ fn device_moves_into_a_netns_that_has_a_link_of_its_name() {
     assert_eq!(moved["address"], host_mac);
     assert_eq!(moved["ifalias"], "hd0");
     assert!(pod.link_is_up("eth0"));
-    assert_eq!(pod.link("hd0").unwrap()["address"], pods_own, "pod's hd0 kept");
+    assert_eq!(
+        pod.link("hd0").unwrap()["address"],
+        pods_own,
+        "pod's hd0 kept"
+    );
     assert!(host.link("hd0").is_none());
     assert!(
         links_named_like(&pod, "temp_").is_empty() && links_named_like(&host, "temp_").is_empty(),

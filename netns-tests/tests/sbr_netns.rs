@@ -317,11 +317,11 @@ fn ptp_then_sbr_passes_check() {
     let main4 = p
         .pod
         .exec_ok(&["ip", "-4", "route", "show", "table", "main"]);
-    assert!(!main4.contains("via 10.65.0.1"), "sbr moved the routes: {main4}");
     assert!(
-        r["routes"].as_array().is_some_and(|a| !a.is_empty()),
-        "{r}"
+        !main4.contains("via 10.65.0.1"),
+        "sbr moved the routes: {main4}"
     );
+    assert!(r["routes"].as_array().is_some_and(|a| !a.is_empty()), "{r}");
     let check = p.cnitool("check", "sbr-ptp", "eth0");
     assert!(
         check.status.success(),
@@ -330,9 +330,8 @@ fn ptp_then_sbr_passes_check() {
         String::from_utf8_lossy(&check.stderr)
     );
     // Precision: the route sbr moved, gone from its table, is missed.
-    p.pod.exec_ok(&[
-        "ip", "-4", "route", "del", "10.166.0.0/16", "table", "100",
-    ]);
+    p.pod
+        .exec_ok(&["ip", "-4", "route", "del", "10.166.0.0/16", "table", "100"]);
     let check = p.cnitool("check", "sbr-ptp", "eth0");
     assert!(!check.status.success(), "CHECK missed a deleted route");
     let err = String::from_utf8_lossy(&check.stdout).into_owned()

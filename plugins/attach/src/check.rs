@@ -127,8 +127,7 @@ pub fn routes(cont: &mut Socket, expected: &[Route], ips: &[IpConfig]) -> Result
         let dst = prefix_of(&r.dst);
         let mut tables = vec![netkit::route::TABLE_MAIN];
         for ip in ips.iter().filter(|ip| {
-            ip.address.is_ipv4() == r.dst.is_ipv4()
-                && r.gw.is_none_or(|gw| ip.address.contains(gw))
+            ip.address.is_ipv4() == r.dst.is_ipv4() && r.gw.is_none_or(|gw| ip.address.contains(gw))
         }) {
             tables.extend(tables_of(&rules, ip));
         }

@@ -128,7 +128,10 @@ pub fn move_out(
     }
     if let Err(e) = cont.move_link(dev.index, host_ns) {
         back_in_container(cont);
-        return Err(kernel_ctx(e, format!("failed to move {tmp:?} to host netns")));
+        return Err(kernel_ctx(
+            e,
+            format!("failed to move {tmp:?} to host netns"),
+        ));
     }
     let in_host = host
         .link_by_name(&tmp)

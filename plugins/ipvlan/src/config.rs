@@ -157,10 +157,7 @@ mod tests {
             for p in [&prev, &two] {
                 let args = CmdArgs {
                     command,
-                    ..attach::testing::cmd_args(
-                        json!({"cniVersion": "1.0.0", "prevResult": p}),
-                        "",
-                    )
+                    ..attach::testing::cmd_args(json!({"cniVersion": "1.0.0", "prevResult": p}), "")
                 };
                 assert_eq!(load(&args).unwrap().master, "", "{command:?}");
             }
