@@ -177,8 +177,13 @@ struct Wire100 {
         deserialize_with = "de_null_seq"
     )]
     routes: Vec<Route>,
-    // Go's `types.DNS` is a struct: `omitempty` never drops it, so `"dns": {}` is always there.
-    #[serde(default, deserialize_with = "de_null_default")]
+    // The latest libcni omits an empty DNS in 0.3.x/0.4.0 and 1.x results (1.1.1 printed
+    // `"dns": {}`).
+    #[serde(
+        default,
+        skip_serializing_if = "Dns::is_empty",
+        deserialize_with = "de_null_default"
+    )]
     dns: Dns,
 }
 
@@ -240,8 +245,13 @@ struct Wire040 {
         deserialize_with = "de_null_seq"
     )]
     routes: Vec<Route>,
-    // Go's `types.DNS` is a struct: `omitempty` never drops it, so `"dns": {}` is always there.
-    #[serde(default, deserialize_with = "de_null_default")]
+    // The latest libcni omits an empty DNS in 0.3.x/0.4.0 and 1.x results (1.1.1 printed
+    // `"dns": {}`).
+    #[serde(
+        default,
+        skip_serializing_if = "Dns::is_empty",
+        deserialize_with = "de_null_default"
+    )]
     dns: Dns,
 }
 
@@ -274,7 +284,8 @@ struct Wire020 {
     ip4: Option<IpConfig020>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     ip6: Option<IpConfig020>,
-    // Go's `types.DNS` is a struct: `omitempty` never drops it, so `"dns": {}` is always there.
+    // Go's 0.2.0 `types.DNS` is a plain struct, which `omitempty` never drops: `"dns": {}` is
+    // always there, in 1.1.1 and in the latest release.
     #[serde(default, deserialize_with = "de_null_default")]
     dns: Dns,
 }
@@ -406,13 +417,16 @@ impl CniResult {
         let target = if version.is_empty() { "0.1.0" } else { version };
         let fam = family(target).ok_or_else(|| unsupported_version(target))?;
         let v = match fam {
+            // The latest libcni prints a 1.x result through a map (to drop an empty DNS), so
+            // its keys come out sorted, at every level.
             Family::V100 => serde_json::to_value(Wire100 {
                 cni_version: target.into(),
                 interfaces: self.interfaces.clone(),
                 ips: self.ips.clone(),
                 routes: self.routes.clone(),
                 dns: self.dns.clone(),
-            }),
+            })
+            .map(sorted_keys),
             Family::V040 => serde_json::to_value(to_040(self, target)),
             Family::V020 => serde_json::to_value(to_020(self, target)?),
         };
@@ -522,10 +536,29 @@ fn to_020(r: &CniResult, target: &str) -> Result<Wire020, CniError> {
             &mut w.ip6
         };
         if let Some(ipc) = slot {
-            ipc.routes.push(rt.clone());
+            // The latest libcni's 0.2.0 conversion keeps only these two.
+            ipc.routes.push(Route::new(rt.dst, rt.gw));
         }
     }
     Ok(w)
+}
+
+/// `v` with the keys of every object in byte order, as Go's `json.Marshal` of a map.
+fn sorted_keys(v: Value) -> Value {
+    match v {
+        Value::Object(m) => {
+            let mut entries: Vec<(String, Value)> = m.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            Value::Object(
+                entries
+                    .into_iter()
+                    .map(|(k, v)| (k, sorted_keys(v)))
+                    .collect(),
+            )
+        }
+        Value::Array(a) => Value::Array(a.into_iter().map(sorted_keys).collect()),
+        other => other,
+    }
 }
 
 /// Converts a result JSON of any version to `to_version`.

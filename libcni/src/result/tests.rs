@@ -49,8 +49,8 @@ fn v100_to_040_and_03x() {
             {"version": "6", "interface": 2, "address": "fd00::5/64", "gateway": "fd00::1"},
             {"version": "4", "interface": 2, "address": "10.2.0.5/24"}
         ],
-        // Every version shares Go's `types.Route`: the latest release prints its mtu, advmss,
-        // priority, table and scope in 0.x results too (1.1.1's Route had only dst and gw).
+        // 0.3.x/0.4.0 share Go's `types.Route`: the latest release prints its mtu, advmss,
+        // priority, table and scope there too (1.1.1's Route had only dst and gw).
         "routes": [
             {"dst": "0.0.0.0/0", "gw": "10.1.0.1", "mtu": 1400, "priority": 10, "table": 100, "scope": 0},
             {"dst": "::/0"},
@@ -71,8 +71,7 @@ fn v100_to_020_keeps_first_of_each_family() {
     let expected = json!({
         "cniVersion": "0.2.0",
         "ip4": {"ip": "10.1.0.5/24", "gateway": "10.1.0.1",
-                "routes": [{"dst": "0.0.0.0/0", "gw": "10.1.0.1", "mtu": 1400, "priority": 10, "table": 100, "scope": 0},
-                           {"dst": "192.168.0.0/16", "gw": "10.1.0.254"}]},
+                "routes": [{"dst": "0.0.0.0/0", "gw": "10.1.0.1"}, {"dst": "192.168.0.0/16", "gw": "10.1.0.254"}]},
         "ip6": {"ip": "fd00::5/64", "gateway": "fd00::1", "routes": [{"dst": "::/0"}]},
         "dns": {"nameservers": ["10.1.0.1"], "domain": "example.org", "search": ["a.example.org"], "options": ["ndots:2"]}
     });
@@ -96,13 +95,13 @@ fn v040_up_to_100_drops_version() {
         "cniVersion": "1.0.0",
         "interfaces": [{"name": "eth0", "mac": "aa:bb:cc:dd:ee:ff", "sandbox": "/run/netns/x"}],
         "ips": [{"interface": 0, "address": "10.0.0.2/8"}],
-        "routes": [{"dst": "0.0.0.0/0", "gw": "10.0.0.1"}],
-        "dns": {}
+        "routes": [{"dst": "0.0.0.0/0", "gw": "10.0.0.1"}]
     });
     assert_eq!(convert(&v040, "1.0.0").unwrap(), expected);
     // 0.4.0 -> 0.3.1 copy
     let mut e031 = v040.clone();
     e031["cniVersion"] = "0.3.1".into();
+    e031.as_object_mut().unwrap().remove("dns");
     assert_eq!(convert(&v040, "0.3.1").unwrap(), e031);
 }
 
@@ -190,16 +189,14 @@ fn nulls_are_tolerated() {
     let v = json!({"cniVersion": "1.0.0", "interfaces": null, "ips": null, "routes": null, "dns": null});
     let r = CniResult::from_value(&v).unwrap();
     assert!(r.ips.is_empty());
-    assert_eq!(
-        r.to_value("1.0.0").unwrap(),
-        json!({"cniVersion": "1.0.0", "dns": {}})
-    );
+    assert_eq!(r.to_value("1.0.0").unwrap(), json!({"cniVersion": "1.0.0"}));
 }
 
-/// What the reference prints for each cniVersion, field by field and in Go's order: Go's
-/// `types.DNS` is a struct, which `omitempty` never drops, so every version carries
-/// `"dns": {}`; empty lists, a missing gateway and a zero route MTU are left out; 0.x
-/// interfaces have no mtu, socketPath or pciID; 0.3.x/0.4.0 IPs carry `version`.
+/// What the latest reference prints for each cniVersion, field by field: 0.1.0/0.2.0 always
+/// carry `"dns": {}` (a plain Go struct, which `omitempty` never drops) and routes with only
+/// dst and gw; 0.3.x/0.4.0 and 1.x drop an empty DNS; 0.x interfaces have no mtu, socketPath
+/// or pciID; 0.3.x/0.4.0 IPs carry `version`; 1.x is printed through a map, so its keys are
+/// sorted at every level; empty lists, a missing gateway and zero route fields are left out.
 #[test]
 fn every_version_prints_go_fields_in_go_order() {
     let r = CniResult {
@@ -216,7 +213,10 @@ fn every_version_prints_go_fields_in_go_order() {
             address: "10.9.0.2/24".parse().unwrap(),
             gateway: Some("10.9.0.1".parse().unwrap()),
         }],
-        routes: vec![Route::new("0.0.0.0/0".parse().unwrap(), None)],
+        routes: vec![Route {
+            mtu: Some(1400),
+            ..Route::new("0.0.0.0/0".parse().unwrap(), None)
+        }],
         dns: Dns::default(),
     };
     let text = |v: &str| serde_json::to_string(&r.to_value(v).unwrap()).unwrap();
@@ -232,7 +232,7 @@ fn every_version_prints_go_fields_in_go_order() {
         assert_eq!(
             text(v),
             format!(
-                r#"{{"cniVersion":"{v}","interfaces":[{{"name":"eth0","mac":"02:00:00:00:00:01","sandbox":"/run/netns/p"}}],"ips":[{{"version":"4","interface":0,"address":"10.9.0.2/24","gateway":"10.9.0.1"}}],"routes":[{{"dst":"0.0.0.0/0"}}],"dns":{{}}}}"#
+                r#"{{"cniVersion":"{v}","interfaces":[{{"name":"eth0","mac":"02:00:00:00:00:01","sandbox":"/run/netns/p"}}],"ips":[{{"version":"4","interface":0,"address":"10.9.0.2/24","gateway":"10.9.0.1"}}],"routes":[{{"dst":"0.0.0.0/0","mtu":1400}}]}}"#
             )
         );
     }
@@ -240,10 +240,20 @@ fn every_version_prints_go_fields_in_go_order() {
         assert_eq!(
             text(v),
             format!(
-                r#"{{"cniVersion":"{v}","interfaces":[{{"name":"eth0","mac":"02:00:00:00:00:01","mtu":1500,"sandbox":"/run/netns/p"}}],"ips":[{{"interface":0,"address":"10.9.0.2/24","gateway":"10.9.0.1"}}],"routes":[{{"dst":"0.0.0.0/0"}}],"dns":{{}}}}"#
+                r#"{{"cniVersion":"{v}","interfaces":[{{"mac":"02:00:00:00:00:01","mtu":1500,"name":"eth0","sandbox":"/run/netns/p"}}],"ips":[{{"address":"10.9.0.2/24","gateway":"10.9.0.1","interface":0}}],"routes":[{{"dst":"0.0.0.0/0","mtu":1400}}]}}"#
             )
         );
     }
+    // A DNS with content: printed in every version (sorted in 1.x).
+    let mut with_dns = r.clone();
+    with_dns.dns.nameservers = vec!["10.9.0.53".into()];
+    with_dns.dns.domain = "example.test".into();
+    assert!(serde_json::to_string(&with_dns.to_value("1.0.0").unwrap())
+        .unwrap()
+        .contains(r#""dns":{"domain":"example.test","nameservers":["10.9.0.53"]}"#));
+    assert!(serde_json::to_string(&with_dns.to_value("0.4.0").unwrap())
+        .unwrap()
+        .ends_with(r#""dns":{"nameservers":["10.9.0.53"],"domain":"example.test"}}"#));
     // An IPAM-only result: no interfaces, no `interface` index.
     let ipam_only = CniResult {
         interfaces: vec![],
@@ -256,7 +266,7 @@ fn every_version_prints_go_fields_in_go_order() {
     };
     assert_eq!(
         serde_json::to_string(&ipam_only.to_value("1.0.0").unwrap()).unwrap(),
-        r#"{"cniVersion":"1.0.0","ips":[{"address":"10.9.0.2/24","gateway":"10.9.0.1"}],"dns":{}}"#
+        r#"{"cniVersion":"1.0.0","ips":[{"address":"10.9.0.2/24","gateway":"10.9.0.1"}]}"#
     );
 }
 
