@@ -1,4 +1,4 @@
-//! Results in every spec version and the conversions between them (spec-catalog §1.7).
+//! Results in every spec version and the conversions between them.
 //!
 //! Plugins build a [`CniResult`] (the 1.x shape) and print it with [`CniResult::to_value`] in the
 //! request's version; a prevResult of any version is read with [`CniResult::from_value`].

@@ -1,5 +1,5 @@
 //! The plugin skeleton: environment + stdin → verb, with the spec's validation, version gating
-//! and output rules (spec-catalog §1.1–§1.3).
+//! and output rules.
 
 use crate::error::{codes, to_indented_json, CniError};
 use crate::result::CniResult;

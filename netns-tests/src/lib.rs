@@ -114,6 +114,69 @@ macro_rules! require_driver {
     };
 }
 
+/// Whether this kernel can make what the driver-dependent tests need, probed once per process
+/// in a scratch netns (the answer is cached). `kind` is a link kind `ip link add ... type <kind>`
+/// takes (`dummy`, `vrf`, `ipip`, `wireguard`, ...; `vlan`, `macvlan`, `ipvlan`, `macvtap` on a
+/// veth parent), or one of: `bridge_vlan_filtering` (CONFIG_BRIDGE_VLAN_FILTERING), `tap`
+/// (`/dev/net/tun`). Use it with [`require_driver!`]:
+/// `require_driver!(kernel_has("vrf"), "vrf driver")`.
+pub fn kernel_has(kind: &str) -> bool {
+    static KNOWN: OnceLock<Mutex<HashMap<String, bool>>> = OnceLock::new();
+    let known = KNOWN.get_or_init(Default::default);
+    if let Some(&present) = known.lock().unwrap_or_else(|p| p.into_inner()).get(kind) {
+        return present;
+    }
+    let present = probe_kernel(kind);
+    known
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(kind.to_string(), present);
+    present
+}
+
+fn probe_kernel(kind: &str) -> bool {
+    let ns = Netns::new("probe");
+    let on_veth = |kind: &str, extra: &[&str]| {
+        ns.exec_ok(&[
+            "ip", "link", "add", "p0", "type", "veth", "peer", "name", "p1",
+        ]);
+        let mut argv = vec![
+            "ip", "link", "add", "link", "p0", "name", "k0", "type", kind,
+        ];
+        argv.extend(extra);
+        ns.exec(&argv).status.success()
+    };
+    match kind {
+        "vlan" => on_veth("vlan", &["id", "5"]),
+        "macvlan" | "ipvlan" | "macvtap" => on_veth(kind, &[]),
+        "bridge_vlan_filtering" => ns
+            .exec(&[
+                "ip",
+                "link",
+                "add",
+                "b0",
+                "type",
+                "bridge",
+                "vlan_filtering",
+                "1",
+            ])
+            .status
+            .success(),
+        "tap" => ns
+            .exec(&["ip", "tuntap", "add", "dev", "t0", "mode", "tap"])
+            .status
+            .success(),
+        "vrf" => ns
+            .exec(&["ip", "link", "add", "k0", "type", "vrf", "table", "7"])
+            .status
+            .success(),
+        other => ns
+            .exec(&["ip", "link", "add", "k0", "type", other])
+            .status
+            .success(),
+    }
+}
+
 /// The workspace root (parent of this crate).
 pub fn workspace_root() -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));

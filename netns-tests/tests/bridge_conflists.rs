@@ -16,24 +16,10 @@ fn run_example(file: &str) {
     let uses_vlans =
         list["plugins"][0].get("vlan").is_some() || list["plugins"][0].get("vlanTrunk").is_some();
     if uses_vlans {
-        let probe = Netns::new("brcf-probe");
-        if !probe
-            .exec(&[
-                "ip",
-                "link",
-                "add",
-                "p0",
-                "type",
-                "bridge",
-                "vlan_filtering",
-                "1",
-            ])
-            .status
-            .success()
-        {
-            eprintln!("skipping {file}: no bridge VLAN filtering in this kernel");
-            return;
-        }
+        netns_tests::require_driver!(
+            netns_tests::kernel_has("bridge_vlan_filtering"),
+            "bridge VLAN filtering (CONFIG_BRIDGE_VLAN_FILTERING)"
+        );
     }
     let ipam = TempDir::new("brcf-ipam");
     if list["plugins"][0].get("ipam").is_some() {

@@ -35,28 +35,14 @@ fn port_vlans(host: &Netns, port: &str) -> Vec<VlanEntry> {
     out
 }
 
-/// Whether the kernel has CONFIG_BRIDGE_VLAN_FILTERING (probed in a scratch netns).
-fn kernel_has_vlan_filtering() -> bool {
-    let ns = Netns::new("brvl-probe");
-    let ok = ns
-        .exec(&[
-            "ip",
-            "link",
-            "add",
-            "probe0",
-            "type",
-            "bridge",
-            "vlan_filtering",
-            "1",
-        ])
-        .status
-        .success();
-    if !ok {
-        eprintln!(
-            "skipping: this kernel has no bridge VLAN filtering (CONFIG_BRIDGE_VLAN_FILTERING)"
-        );
-    }
-    ok
+/// Skips (fails under FERROCNI_REQUIRE_DRIVERS=1) without CONFIG_BRIDGE_VLAN_FILTERING.
+macro_rules! require_vlan_filtering {
+    () => {
+        netns_tests::require_driver!(
+            netns_tests::kernel_has("bridge_vlan_filtering"),
+            "bridge VLAN filtering (CONFIG_BRIDGE_VLAN_FILTERING)"
+        )
+    };
 }
 
 fn vlan_filtering(host: &Netns, br: &str) -> bool {
@@ -67,13 +53,20 @@ fn vlan_filtering(host: &Netns, br: &str) -> bool {
 #[test]
 fn vlan_access_and_trunk_state() {
     require_root!();
-    if !kernel_has_vlan_filtering() {
-        return;
-    }
+    require_vlan_filtering!();
     let imp = ours();
     let host = Netns::new("brvl-host");
+    // The bridge's default VLAN (1) stays on the port unless `preserveDefaultVlan` is false;
+    // a trunk without `vlan` has VLAN 1 as its native (untagged PVID) VLAN.
     let cases: Vec<(Value, Vec<VlanEntry>)> = vec![
-        (json!({"vlan": 100}), vec![(100, true, true)]),
+        (
+            json!({"vlan": 100}),
+            vec![(1, false, true), (100, true, true)],
+        ),
+        (
+            json!({"vlan": 100, "preserveDefaultVlan": false}),
+            vec![(100, true, true)],
+        ),
         (
             json!({"vlanTrunk": [{"minID": 10, "maxID": 12}, {"id": 20}]}),
             vec![
@@ -86,7 +79,15 @@ fn vlan_access_and_trunk_state() {
         ),
         (
             json!({"vlan": 30, "vlanTrunk": [{"id": 31}]}),
-            vec![(30, true, true), (31, false, false)],
+            vec![(1, false, true), (30, true, true), (31, false, false)],
+        ),
+        (
+            json!({"vlan": 32, "vlanTrunk": [{"id": 33}], "preserveDefaultVlan": false}),
+            vec![(32, true, true), (33, false, false)],
+        ),
+        (
+            json!({"vlanTrunk": [{"id": 50}], "preserveDefaultVlan": false}),
+            vec![(1, true, true), (50, false, false)],
         ),
         (
             json!({"vlan": 40, "preserveDefaultVlan": true}),
@@ -110,9 +111,7 @@ fn vlan_access_and_trunk_state() {
 #[test]
 fn vlan_isolates_pods_and_gateway_per_vlan() {
     require_root!();
-    if !kernel_has_vlan_filtering() {
-        return;
-    }
+    require_vlan_filtering!();
     let imp = ours();
     let host = Netns::new("brvg-host");
     let ipam = TempDir::new("brvg-ipam");
@@ -288,4 +287,187 @@ fn hairpin_reflects_frames_back_to_the_port() {
         !hairpin_roundtrip(false),
         "hairpin off: the frame must not come back"
     );
+}
+
+/// The MAC address of `ifname` in `ns`.
+fn mac_of(ns: &Netns, ifname: &str) -> String {
+    ns.link(ifname).expect("link exists")["address"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn vlan_access_port_and_gateway_match_the_reference() {
+    require_root!();
+    require_vlan_filtering!();
+    let reference = netns_tests::skip_unless!(reference(), "reference bridge not installed");
+    let mut seen = Vec::new();
+    for imp in [ours(), reference] {
+        let host = Netns::new("brvr-host");
+        let ipam = TempDir::new("brvr-ipam");
+        let pod = Netns::new("brvr-pod");
+        let c = conf(
+            "1.0.0",
+            "vrnet",
+            Some(&ipam),
+            json!([[{"subnet": "10.87.0.0/24"}]]),
+            json!({"vlan": 100, "isGateway": true}),
+        );
+        let a = Attachment::new(&imp, &host, "vr", &pod);
+        let r = a.add(&c);
+        let port = r["interfaces"][1]["name"].as_str().unwrap().to_string();
+        let gateway_port = veths(&host)
+            .into_iter()
+            .find(|v| v != &port && v != "cni0.100")
+            .expect("the VLAN gateway's bridge port");
+        let state = json!({
+            "filtering": vlan_filtering(&host, "cni0"),
+            "port": port_vlans(&host, &port),
+            "gateway_port": port_vlans(&host, &gateway_port),
+            "gateway": host.addresses("cni0.100").into_iter()
+                .filter(|a| !a.starts_with("fe80:")).collect::<Vec<_>>(),
+            "gateway_up": host.link_is_up("cni0.100"),
+            "interfaces": r["interfaces"].as_array().unwrap().iter()
+                .map(|i| {
+                    // Host veth names are random.
+                    let name = i["name"].as_str().unwrap_or_default();
+                    if name.starts_with("veth") { "veth" } else { name }.to_string()
+                })
+                .collect::<Vec<_>>(),
+        });
+        ping_ok(&pod, "10.87.0.1");
+        a.del(&c, Some(&r));
+        assert!(leases(&ipam, "vrnet").is_empty());
+        seen.push(state);
+    }
+    assert_eq!(seen[0], seen[1], "ours, reference");
+    assert_eq!(
+        seen[0]["port"],
+        json!([[1, false, true], [100, true, true]])
+    );
+}
+
+#[test]
+fn isolated_ports_of_a_vlan_reach_only_its_gateway() {
+    require_root!();
+    require_vlan_filtering!();
+    let imp = ours();
+    let host = Netns::new("brvi-host");
+    let ipam = TempDir::new("brvi-ipam");
+    let c = conf(
+        "1.0.0",
+        "vinet",
+        Some(&ipam),
+        json!([[{"subnet": "10.88.0.0/24"}]]),
+        json!({"vlan": 30, "isGateway": true, "portIsolation": true}),
+    );
+    let pods: Vec<Netns> = (0..2).map(|_| Netns::new("brvi-pod")).collect();
+    let atts: Vec<Attachment> = pods
+        .iter()
+        .enumerate()
+        .map(|(i, p)| Attachment::new(&imp, &host, &format!("vi{i}"), p))
+        .collect();
+    let results: Vec<Value> = atts.iter().map(|a| a.add(&c)).collect();
+    for r in &results {
+        let port = r["interfaces"][1]["name"].as_str().unwrap();
+        assert!(port_flag(&host, port, "isolated"), "{port} not isolated");
+        assert_eq!(
+            port_vlans(&host, port),
+            vec![(1, false, true), (30, true, true)]
+        );
+    }
+    ping_ok(&pods[0], "10.88.0.1");
+    ping_ok(&pods[1], "10.88.0.1");
+    assert!(
+        !ping(&pods[0], &ip_of(&pods[1], "eth0", false)),
+        "isolated ports of one VLAN must not talk"
+    );
+    for (a, r) in atts.iter().zip(&results) {
+        a.del(&c, Some(r));
+    }
+    assert!(leases(&ipam, "vinet").is_empty());
+}
+
+/// Pods come and go on a bridge the plugin creates: the bridge keeps one MAC of its own, never
+/// one of its ports' (which an unpinned bridge takes), and reports it in every result.
+fn bridge_mac_through_churn(imp: &Impl, extra: Value, l3: bool) {
+    let host = Netns::new("brmac-host");
+    let ipam = TempDir::new("brmac-ipam");
+    let c = conf(
+        "1.0.0",
+        "macnet",
+        l3.then_some(&ipam),
+        json!([[{"subnet": "10.89.0.0/24"}]]),
+        extra.clone(),
+    );
+    let pods: Vec<Netns> = (0..3).map(|_| Netns::new("brmac-pod")).collect();
+    let mut first_mac = None;
+    let mut attached = Vec::new();
+    for (i, p) in pods.iter().enumerate() {
+        let a = Attachment::new(imp, &host, &format!("mac{i}"), p);
+        let r = a.add(&c);
+        let mac = mac_of(&host, "cni0");
+        let first = first_mac.get_or_insert_with(|| mac.clone());
+        assert_eq!(&mac, first, "bridge MAC changed after ADD {i} ({extra})");
+        assert_eq!(r["interfaces"][0]["mac"], mac.as_str(), "result of ADD {i}");
+        for port in veths(&host) {
+            assert_ne!(
+                mac_of(&host, &port),
+                mac,
+                "bridge has port {port}'s MAC ({extra})"
+            );
+        }
+        attached.push((a, r));
+    }
+    // Leaving in ADD order removes the lowest-indexed ports first.
+    for (a, r) in attached {
+        a.del(&c, Some(&r));
+        assert_eq!(
+            mac_of(&host, "cni0"),
+            first_mac.clone().unwrap(),
+            "after a DEL ({extra})"
+        );
+    }
+}
+
+#[test]
+fn bridge_mac_is_its_own_and_survives_pods_coming_and_going() {
+    require_root!();
+    let imp = ours();
+    bridge_mac_through_churn(&imp, json!({"isGateway": true}), true);
+    bridge_mac_through_churn(&imp, json!({}), true);
+    bridge_mac_through_churn(&imp, json!({}), false);
+    // The reference pins the MAC only when it sets a gateway address.
+    if let Some(reference) = reference() {
+        bridge_mac_through_churn(&reference, json!({"isGateway": true}), true);
+    }
+}
+
+#[test]
+fn existing_bridge_keeps_its_mac_through_add_and_del() {
+    require_root!();
+    let imp = ours();
+    for (extra, l3) in [(json!({"isGateway": true}), true), (json!({}), false)] {
+        let host = Netns::new("brown-host");
+        let ipam = TempDir::new("brown-ipam");
+        host.exec_ok(&["ip", "link", "add", "cni0", "type", "bridge"]);
+        let own = mac_of(&host, "cni0");
+        let pod = Netns::new("brown-pod");
+        let c = conf(
+            "1.0.0",
+            "ownnet",
+            l3.then_some(&ipam),
+            json!([[{"subnet": "10.90.0.0/24"}]]),
+            extra.clone(),
+        );
+        let a = Attachment::new(&imp, &host, "own", &pod);
+        let r = a.add(&c);
+        assert_eq!(mac_of(&host, "cni0"), own, "after ADD ({extra})");
+        assert_eq!(r["interfaces"][0]["mac"], own.as_str());
+        assert_ne!(r["interfaces"][1]["mac"], own.as_str());
+        assert!(a.check(&c, &r).status.success());
+        a.del(&c, Some(&r));
+        assert_eq!(mac_of(&host, "cni0"), own, "after DEL ({extra})");
+    }
 }

@@ -24,10 +24,7 @@ fn dm_conf(version: &str, ipam: &TempDir) -> Value {
 #[test]
 fn add_check_del_where_the_driver_exists() {
     require_root!();
-    if !kernel_has("dummy") {
-        eprintln!("skipping dummy ADD/CHECK/DEL: this kernel has no dummy driver (proven by message only, see request_matches_iproute2)");
-        return;
-    }
+    netns_tests::require_driver!(kernel_has("dummy"), "dummy driver");
     let mut imps = vec![ours("dummy")];
     imps.extend(reference("dummy"));
     let mut seen = Vec::new();
@@ -119,10 +116,7 @@ fn del_without_the_link_or_the_netns_releases_the_lease() {
 #[test]
 fn example_runs_where_the_driver_exists() {
     require_root!();
-    if !kernel_has("dummy") {
-        eprintln!("skipping the dummy example run: this kernel has no dummy driver");
-        return;
-    }
+    netns_tests::require_driver!(kernel_has("dummy"), "dummy driver");
     let r = run_example("dummy-service-address.conflist", |_| {});
     assert_eq!(r["interfaces"][0]["name"], "eth0");
 }

@@ -358,3 +358,49 @@ fn example_runs() {
     });
     assert_eq!(r["interfaces"][0]["name"], "eth0");
 }
+
+/// A dummy device (as upstream's tests use) moved in and back, ours against the reference.
+#[test]
+fn dummy_device_moves_in_and_back_like_the_reference() {
+    require_root!();
+    netns_tests::require_driver!(kernel_has("dummy"), "dummy driver");
+    let reference = skip_unless!(
+        reference("host-device"),
+        "reference host-device not installed"
+    );
+    let ours = ours("host-device");
+    let mut seen = Vec::new();
+    for imp in [&ours, &reference] {
+        let host = Netns::new("hdd-host");
+        host.exec_ok(&["ip", "link", "add", "hd0", "type", "dummy"]);
+        host.exec_ok(&["ip", "link", "set", "hd0", "up"]);
+        let mac = host.link("hd0").unwrap()["address"].clone();
+        let pod = Netns::new("hdd-pod");
+        let (ipam, st) = (TempDir::new("hdd-ipam"), TempDir::new("hdd-state"));
+        let c = hd_conf("1.0.0", Some(&ipam), &st, json!({"device": "hd0"}));
+        let a = Attachment::new(imp, &host, "hddpod", &pod);
+        let r = a.add(&c);
+        assert!(
+            host.link("hd0").is_none(),
+            "{}: still on the host",
+            imp.label
+        );
+        let d = link_details(&pod, "eth0");
+        assert_eq!(d["address"], mac, "{}: not the same device", imp.label);
+        let state = json!({"kind": d["linkinfo"]["info_kind"],
+            "up": pod.link_is_up("eth0"), "addrs": global_addrs(&pod, "eth0"),
+            "routes": routes(&pod)});
+        Attachment::new(&ours, &host, "hddpod", &pod).check(&c, &r);
+        a.del(&c, Some(&r));
+        assert!(pod.link("eth0").is_none() && leases(&ipam).is_empty());
+        let back = link_details(&host, "hd0");
+        assert_eq!(back["linkinfo"]["info_kind"], "dummy", "{}", imp.label);
+        assert_eq!(
+            back["address"], mac,
+            "{}: another device came back",
+            imp.label
+        );
+        seen.push((normalize(r), state));
+    }
+    assert_eq!(seen[0], seen[1], "ours, reference");
+}

@@ -38,10 +38,7 @@ fn iv_conf(version: &str, ipam: &TempDir, extra: Value) -> Value {
 #[test]
 fn same_result_and_kernel_objects_as_reference() {
     require_root!();
-    if !kernel_has("ipvlan") {
-        eprintln!("skipping ipvlan vs reference: this kernel has no ipvlan driver (proven by message only, see request_matches_iproute2)");
-        return;
-    }
+    netns_tests::require_driver!(kernel_has("ipvlan"), "ipvlan driver");
     let reference = skip_unless!(reference("ipvlan"), "reference ipvlan not installed");
     let ours = ours("ipvlan");
     for (version, extra) in [
@@ -179,10 +176,7 @@ fn del_without_the_link_or_the_netns_releases_the_lease() {
 #[test]
 fn example_is_valid_and_runs_where_the_driver_exists() {
     require_root!();
-    if !kernel_has("ipvlan") {
-        eprintln!("skipping the ipvlan example run: this kernel has no ipvlan driver");
-        return;
-    }
+    netns_tests::require_driver!(kernel_has("ipvlan"), "ipvlan driver");
     let r = run_example("ipvlan-l3s.conflist", |host| {
         host.exec_ok(&[
             "ip", "link", "add", "eth1", "type", "veth", "peer", "name", "eth1p",
@@ -234,4 +228,37 @@ fn check_without_master_uses_the_links_parent() {
     let e = a.fails("CHECK", &chained);
     assert!(e["msg"].as_str().is_some_and(|m| !m.is_empty()), "{e}");
     a.ok("DEL", &chained, None);
+}
+
+/// Every mode on a dummy master (as upstream's tests use), ours against the reference.
+#[test]
+fn every_mode_on_a_dummy_master_matches_the_reference() {
+    require_root!();
+    netns_tests::require_driver!(kernel_has("ipvlan"), "ipvlan driver");
+    netns_tests::require_driver!(kernel_has("dummy"), "dummy driver");
+    let reference = skip_unless!(reference("ipvlan"), "reference ipvlan not installed");
+    let ours = ours("ipvlan");
+    for mode in ["l2", "l3", "l3s"] {
+        let mut seen = Vec::new();
+        for imp in [&ours, &reference] {
+            let host = Netns::new("ivd-host");
+            host.exec_ok(&["ip", "link", "add", "uplink0", "type", "dummy"]);
+            host.exec_ok(&["ip", "link", "set", "uplink0", "up"]);
+            let pod = Netns::new("ivd-pod");
+            let ipam = TempDir::new("ivd-ipam");
+            let c = iv_conf("1.0.0", &ipam, json!({"master": "uplink0", "mode": mode}));
+            let a = Attachment::new(imp, &host, "ivdpod", &pod);
+            let r = a.add(&c);
+            let d = link_details(&pod, "eth0");
+            let state = json!({"kind": d["linkinfo"]["info_kind"],
+                "mode": d["linkinfo"]["info_data"]["mode"], "mtu": d["mtu"],
+                "up": pod.link_is_up("eth0"), "addrs": global_addrs(&pod, "eth0"),
+                "routes": routes(&pod)});
+            Attachment::new(&ours, &host, "ivdpod", &pod).check(&c, &r);
+            a.del(&c, Some(&r));
+            assert!(pod.link("eth0").is_none() && leases(&ipam).is_empty());
+            seen.push((normalize(r), state));
+        }
+        assert_eq!(seen[0], seen[1], "mode {mode} (ours, reference)");
+    }
 }

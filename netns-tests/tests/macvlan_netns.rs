@@ -291,3 +291,36 @@ fn example_runs() {
     });
     assert_eq!(r["ips"][0]["address"], "192.168.100.100/24");
 }
+
+/// Every mode on a dummy master (as upstream's tests use), ours against the reference.
+#[test]
+fn every_mode_on_a_dummy_master_matches_the_reference() {
+    require_root!();
+    netns_tests::require_driver!(kernel_has("dummy"), "dummy driver");
+    let reference = skip_unless!(reference("macvlan"), "reference macvlan not installed");
+    let ours = ours("macvlan");
+    for mode in ["bridge", "private", "vepa", "passthru"] {
+        let mut seen = Vec::new();
+        for imp in [&ours, &reference] {
+            let host = Netns::new("mvd-host");
+            host.exec_ok(&["ip", "link", "add", "uplink0", "type", "dummy"]);
+            host.exec_ok(&["ip", "link", "set", "uplink0", "up"]);
+            let pod = Netns::new("mvd-pod");
+            let ipam = TempDir::new("mvd-ipam");
+            let c = mv_conf(
+                "1.0.0",
+                Some(&ipam),
+                json!({"master": "uplink0", "mode": mode}),
+            );
+            let a = Attachment::new(imp, &host, "mvdpod", &pod);
+            let r = a.add(&c);
+            let state = kernel_state(&pod);
+            Attachment::new(&ours, &host, "mvdpod", &pod).check(&c, &r);
+            a.del(&c, Some(&r));
+            assert!(pod.link("eth0").is_none() && leases(&ipam).is_empty());
+            assert!(host.link("uplink0").is_some(), "the master must stay");
+            seen.push((normalize(r), state));
+        }
+        assert_eq!(seen[0], seen[1], "mode {mode} (ours, reference)");
+    }
+}

@@ -35,10 +35,7 @@ fn vl_conf(version: &str, ipam: &TempDir, extra: Value) -> Value {
 #[test]
 fn same_result_and_kernel_objects_as_reference() {
     require_root!();
-    if !kernel_has("vlan") {
-        eprintln!("skipping vlan vs reference: this kernel has no 802.1Q driver (proven by message only, see request_matches_iproute2)");
-        return;
-    }
+    netns_tests::require_driver!(kernel_has("vlan"), "802.1Q (vlan) driver");
     let reference = skip_unless!(reference("vlan"), "reference vlan not installed");
     let ours = ours("vlan");
     for (version, extra) in [
@@ -157,10 +154,7 @@ fn del_without_the_link_or_the_netns_releases_the_lease() {
 #[test]
 fn example_runs_where_the_driver_exists() {
     require_root!();
-    if !kernel_has("vlan") {
-        eprintln!("skipping the vlan example run: this kernel has no 802.1Q driver");
-        return;
-    }
+    netns_tests::require_driver!(kernel_has("vlan"), "802.1Q (vlan) driver");
     let r = run_example("vlan-tagged.conflist", |host| {
         host.exec_ok(&[
             "ip", "link", "add", "eth1", "type", "veth", "peer", "name", "eth1p",

@@ -295,21 +295,9 @@ pub fn ping_ok(from: &Netns, to: &str) {
     from.exec_ok(&["ping", "-c", "1", "-W", "2", to]);
 }
 
-/// Whether this kernel can create links of `kind` (it cannot make dummy, vlan or ipvlan
-/// links here): tries one in a scratch netns.
-pub fn kernel_has(kind: &str) -> bool {
-    let ns = Netns::new("probe");
-    ns.exec_ok(&[
-        "ip", "link", "add", "p0", "type", "veth", "peer", "name", "p1",
-    ]);
-    let mut args: Vec<&str> = vec!["ip", "link", "add"];
-    match kind {
-        "dummy" => args.extend(["d0", "type", "dummy"]),
-        "vlan" => args.extend(["link", "p0", "name", "v0", "type", "vlan", "id", "5"]),
-        other => args.extend(["link", "p0", "name", "k0", "type", other]),
-    }
-    ns.exec(&args).status.success()
-}
+/// The shared driver probe (netns-tests' `kernel_has`).
+#[allow(unused_imports)]
+pub use netns_tests::kernel_has;
 
 /// Runs `conflist-examples/<file>` through our cnitool (ADD, CHECK, DEL, DEL) with the host
 /// side in a fresh netns prepared by `setup`, every IPAM `dataDir` in a temp dir; asserts

@@ -5,7 +5,7 @@ use ipnetwork::IpNetwork;
 use libcni::error::CniError;
 use libcni::result::{CniResult, Interface, IpConfig, Route};
 use libcni::skel::CmdArgs;
-use netkit::{Family, Link, Socket};
+use netkit::{Family, Kernel, Link, LiveKernel, Netlink, Socket};
 
 use crate::errors::kernel;
 
@@ -33,7 +33,7 @@ pub fn container_interface(prev: &CniResult, args: &CmdArgs) -> Result<Interface
 }
 
 /// The container link recorded in `intf`, found in the container and with the recorded MAC.
-pub fn container_link(cont: &mut Socket, intf: &Interface) -> Result<Link, CniError> {
+pub fn container_link<S: Netlink>(cont: &mut S, intf: &Interface) -> Result<Link, CniError> {
     if intf.name.is_empty() {
         return Err(fail("Container interface name missing in prevResult: "));
     }
@@ -88,7 +88,11 @@ fn tables_of(rules: &[netkit::Rule], ip: &IpConfig) -> Vec<u32> {
 
 /// Every IP is on `link`, and a route to its prefix exists in the main table or in the
 /// address's own source-routing table (see [`tables_of`]).
-pub fn interface_ips(cont: &mut Socket, link: &Link, ips: &[IpConfig]) -> Result<(), CniError> {
+pub fn interface_ips<S: Netlink>(
+    cont: &mut S,
+    link: &Link,
+    ips: &[IpConfig],
+) -> Result<(), CniError> {
     let addrs = cont
         .addresses(Some(link.index), Family::Any)
         .map_err(kernel)?;
@@ -120,7 +124,11 @@ pub fn interface_ips(cont: &mut Socket, link: &Link, ips: &[IpConfig]) -> Result
 /// Every route of prevResult (with its gateway when it names one) is in the main table, or
 /// in the source-routing table of one of prevResult's addresses `ips` whose subnet holds the
 /// gateway (any of them, for a route without one): where sbr moves it.
-pub fn routes(cont: &mut Socket, expected: &[Route], ips: &[IpConfig]) -> Result<(), CniError> {
+pub fn routes<S: Netlink>(
+    cont: &mut S,
+    expected: &[Route],
+    ips: &[IpConfig],
+) -> Result<(), CniError> {
     let rules = cont.rules(Family::Any).map_err(kernel)?;
     let all_routes = cont.routes(Family::Any, None).map_err(kernel)?;
     for r in expected {
@@ -160,8 +168,27 @@ pub fn attachment(
     missing: &str,
     link_checks: impl FnOnce(&mut Socket, &Link, &CniResult) -> Result<(), CniError>,
 ) -> Result<(), CniError> {
-    let (_netns, mut cont) = crate::link::open_netns(&args.netns)?;
-    crate::ipam::call_if_set(args, ipam_type, "CHECK")?;
+    attachment_with(
+        &LiveKernel,
+        &crate::ipam::ExecIpam,
+        args,
+        ipam_type,
+        missing,
+        link_checks,
+    )
+}
+
+/// [`attachment`] through `kernel` and `ipam`.
+pub fn attachment_with<K: Kernel, I: crate::ipam::Ipam>(
+    kernel: &K,
+    ipam: &I,
+    args: &CmdArgs,
+    ipam_type: &str,
+    missing: &str,
+    link_checks: impl FnOnce(&mut K::Socket, &Link, &CniResult) -> Result<(), CniError>,
+) -> Result<(), CniError> {
+    let (_netns, mut cont) = crate::link::open_netns_with(kernel, &args.netns)?;
+    ipam.call_if_set(args, ipam_type, "CHECK")?;
     let prev = prev_result(args, missing)?;
     let intf = container_interface(&prev, args)?;
     let link = container_link(&mut cont, &intf)?;

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 use libcni::error::CniError;
 use libcni::result::CniResult;
 use netkit::packet_route::address::AddressFlags;
-use netkit::{sysctl, AddressOptions, Family, Netns, Socket};
+use netkit::{AddressOptions, Family, Kernel, LiveKernel, Netlink, Netns, Socket};
 
-use crate::errors::{kernel, kernel_ctx};
+use crate::errors::kernel_ctx;
 
 /// How long IPv6 duplicate address detection may take.
 const DAD_TIMEOUT: Duration = Duration::from_secs(5);
@@ -25,10 +25,21 @@ pub fn configure_iface(
     ifname: &str,
     result: &CniResult,
 ) -> Result<(), CniError> {
+    configure_iface_with(&LiveKernel, netns, sock, ifname, result)
+}
+
+/// [`configure_iface`] through `kernel` (`sock` is a socket of `netns`).
+pub fn configure_iface_with<K: Kernel>(
+    kernel: &K,
+    netns: &K::Ns,
+    sock: &mut K::Socket,
+    ifname: &str,
+    result: &CniResult,
+) -> Result<(), CniError> {
     if result.interfaces.is_empty() {
         return Err(CniError::internal("no interfaces to configure"));
     }
-    let link = sock.link_by_name(ifname).map_err(kernel)?;
+    let link = sock.link_by_name(ifname).map_err(CniError::from)?;
     let (mut v4gw, mut v6gw) = (None, None);
     let mut ipv6_enabled = false;
     for ip in &result.ips {
@@ -40,7 +51,7 @@ pub fn configure_iface(
             )));
         }
         if ip.address.is_ipv6() && !ipv6_enabled {
-            enable_ipv6(netns, ifname)?;
+            enable_ipv6(kernel, netns, ifname)?;
             ipv6_enabled = true;
         }
         sock.add_address(link.index, ip.address, &AddressOptions::default())
@@ -87,10 +98,10 @@ pub fn configure_iface(
 
 /// `disable_ipv6=0` on lo and the interface when it is set, and `keep_addr_on_down=1`, so
 /// the IPv6 addresses can be added and survive a down/up.
-fn enable_ipv6(netns: &Netns, ifname: &str) -> Result<(), CniError> {
+fn enable_ipv6<K: Kernel>(kernel: &K, netns: &K::Ns, ifname: &str) -> Result<(), CniError> {
     for iface in ["lo", ifname] {
         let key = format!("net/ipv6/conf/{iface}/disable_ipv6");
-        let current = match sysctl::read_in(netns, &key) {
+        let current = match kernel.sysctl_read(netns, &key) {
             Ok(v) => v,
             Err(e) => {
                 eprintln!("failed to read sysctl {key:?}: {e}");
@@ -100,7 +111,7 @@ fn enable_ipv6(netns: &Netns, ifname: &str) -> Result<(), CniError> {
         if current.trim() == "0" {
             continue;
         }
-        sysctl::write_in(netns, &key, "0").map_err(|e| {
+        kernel.sysctl_write(netns, &key, "0").map_err(|e| {
             kernel_ctx(
                 e,
                 format!(
@@ -110,7 +121,7 @@ fn enable_ipv6(netns: &Netns, ifname: &str) -> Result<(), CniError> {
             )
         })?;
     }
-    let _ = sysctl::write_if_different_in(
+    let _ = kernel.sysctl_write_if_different(
         netns,
         &format!("net/ipv6/conf/{ifname}/keep_addr_on_down"),
         "1",
@@ -119,10 +130,12 @@ fn enable_ipv6(netns: &Netns, ifname: &str) -> Result<(), CniError> {
 }
 
 /// Waits until no IPv6 address of the link is tentative; a failed DAD is an error.
-fn settle_addresses(sock: &mut Socket, index: u32, ifname: &str) -> Result<(), CniError> {
+fn settle_addresses<S: Netlink>(sock: &mut S, index: u32, ifname: &str) -> Result<(), CniError> {
     let start = Instant::now();
     loop {
-        let addrs = sock.addresses(Some(index), Family::V6).map_err(kernel)?;
+        let addrs = sock
+            .addresses(Some(index), Family::V6)
+            .map_err(CniError::from)?;
         if let Some(bad) = addrs
             .iter()
             .find(|a| a.flags.contains(AddressFlags::Dadfailed))
@@ -151,8 +164,15 @@ fn settle_addresses(sock: &mut Socket, index: u32, ifname: &str) -> Result<(), C
 /// changes) and, with `ndisc`, `net.ipv6.conf.<if>.ndisc_notify=1`; failures are ignored,
 /// as in the reference (IPv6 may be off).
 pub fn announce_addresses(netns: &Netns, ifname: &str, ndisc: bool) {
-    let _ = sysctl::write_in(netns, &format!("net/ipv4/conf/{ifname}/arp_notify"), "1");
+    announce_addresses_with(&LiveKernel, netns, ifname, ndisc)
+}
+
+/// [`announce_addresses`] through `kernel`.
+pub fn announce_addresses_with<K: Kernel>(kernel: &K, netns: &K::Ns, ifname: &str, ndisc: bool) {
+    let arp = format!("net/ipv4/conf/{ifname}/arp_notify");
+    let _ = kernel.sysctl_write(netns, &arp, "1");
     if ndisc {
-        let _ = sysctl::write_in(netns, &format!("net/ipv6/conf/{ifname}/ndisc_notify"), "1");
+        let ndisc = format!("net/ipv6/conf/{ifname}/ndisc_notify");
+        let _ = kernel.sysctl_write(netns, &ndisc, "1");
     }
 }

@@ -2,13 +2,10 @@
 
 use libcni::error::CniError;
 
-/// A netkit failure: bad input (an invalid name, say) is a config error, the rest internal
-/// (code 999, like the reference).
+/// A netkit failure as a CNI error: netkit's `From` conversion (bad input is a config error,
+/// the rest internal), named for `map_err` call sites.
 pub fn kernel(e: netkit::Error) -> CniError {
-    match e {
-        netkit::Error::Invalid { .. } => CniError::invalid_config(e.to_string()),
-        _ => CniError::internal(e.to_string()),
-    }
+    CniError::from(e)
 }
 
 /// A netkit failure with an outer context: "`outer`: `cause`".

@@ -29,34 +29,139 @@ fn plugin(args: &CmdArgs, ipam_type: &str) -> Result<PathBuf, CniError> {
     invoke::find_in_path(ipam_type, &paths)
 }
 
-/// IPAM ADD: the delegate's result in the current shape.
-pub fn add(args: &CmdArgs, ipam_type: &str) -> Result<CniResult, CniError> {
-    let bin = plugin(args, ipam_type)?;
-    let value = invoke::exec_plugin_with_result(&bin, &args.stdin, &env(args, "ADD"))?;
-    CniResult::from_value(&value)
+/// The IPAM delegation of a plugin: executing the configured IPAM plugin ([`ExecIpam`]) or,
+/// in unit tests, a fake that answers in-process. Cheap to clone (an undo step keeps a copy),
+/// shareable with the thread that runs it alongside the link's creation.
+pub trait Ipam: Clone + Send + Sync + 'static {
+    /// IPAM ADD: the delegate's result in the current shape.
+    fn add(&self, args: &CmdArgs, ipam_type: &str) -> Result<CniResult, CniError>;
+
+    /// IPAM DEL, CHECK, GC or STATUS.
+    fn call(&self, args: &CmdArgs, ipam_type: &str, command: &str) -> Result<(), CniError>;
+
+    /// IPAM ADD that registers the IPAM DEL undoing it, refuses a result without IPs (the
+    /// reference's "IPAM plugin returned missing IP config") and points every IP at interface
+    /// `iface` of the plugin's result.
+    fn add_for_interface(
+        &self,
+        args: &CmdArgs,
+        ipam_type: &str,
+        iface: usize,
+        rollback: &mut Rollback,
+    ) -> Result<CniResult, CniError> {
+        let result = self.add(args, ipam_type)?;
+        self.undo_add(args, ipam_type, rollback);
+        for_interface(result, iface)
+    }
+
+    /// [`Ipam::add_for_interface`] running while `work` does (on this thread: it may enter
+    /// namespaces) what does not depend on the addresses, typically creating the link: the
+    /// IPAM plugin's exec and file locking overlap the kernel work. IPAM plugins that may need
+    /// the link run after `work` instead. The IPAM DEL undo is registered whenever IPAM
+    /// succeeded, also when `work` failed.
+    fn add_alongside<T>(
+        &self,
+        args: &CmdArgs,
+        ipam_type: &str,
+        iface: usize,
+        rollback: &mut Rollback,
+        work: impl FnOnce(&mut Rollback) -> Result<T, CniError>,
+    ) -> Result<(T, CniResult), CniError> {
+        let (worked, ipam) = if independent_of_the_link(ipam_type) {
+            std::thread::scope(|scope| {
+                // Spawned from this thread, the delegate runs in its netns (the host's).
+                let delegate = scope.spawn(|| self.add(args, ipam_type));
+                let worked = work(rollback);
+                let ipam = delegate
+                    .join()
+                    .unwrap_or_else(|_| Err(CniError::internal("IPAM delegation failed")));
+                (worked, ipam)
+            })
+        } else {
+            let worked = work(rollback);
+            match worked {
+                Ok(w) => (Ok(w), self.add(args, ipam_type)),
+                Err(e) => return Err(e),
+            }
+        };
+        let result = match ipam {
+            Ok(r) => {
+                self.undo_add(args, ipam_type, rollback);
+                r
+            }
+            Err(e) => {
+                worked?;
+                return Err(e);
+            }
+        };
+        let worked = worked?;
+        Ok((worked, for_interface(result, iface)?))
+    }
+
+    /// [`Ipam::add_alongside`] when an IPAM plugin is configured, `work` alone otherwise.
+    fn add_alongside_if_set<T>(
+        &self,
+        args: &CmdArgs,
+        ipam_type: &str,
+        iface: usize,
+        rollback: &mut Rollback,
+        work: impl FnOnce(&mut Rollback) -> Result<T, CniError>,
+    ) -> Result<(T, Option<CniResult>), CniError> {
+        if ipam_type.is_empty() {
+            return Ok((work(rollback)?, None));
+        }
+        self.add_alongside(args, ipam_type, iface, rollback, work)
+            .map(|(t, r)| (t, Some(r)))
+    }
+
+    /// IPAM `command` (typically DEL) when an IPAM plugin is configured, running while `work`
+    /// does (or before it, for IPAM plugins that may need the link); both outcomes are
+    /// returned.
+    fn call_alongside<T>(
+        &self,
+        args: &CmdArgs,
+        ipam_type: &str,
+        command: &str,
+        work: impl FnOnce() -> T,
+    ) -> (Result<(), CniError>, T) {
+        if ipam_type.is_empty() {
+            return (Ok(()), work());
+        }
+        if !independent_of_the_link(ipam_type) {
+            let ipam = self.call(args, ipam_type, command);
+            return (ipam, work());
+        }
+        std::thread::scope(|scope| {
+            let delegate = scope.spawn(|| self.call(args, ipam_type, command));
+            let worked = work();
+            let ipam = delegate
+                .join()
+                .unwrap_or_else(|_| Err(CniError::internal("IPAM delegation failed")));
+            (ipam, worked)
+        })
+    }
+
+    /// The verb passed on when an IPAM plugin is configured; nothing otherwise.
+    fn call_if_set(&self, args: &CmdArgs, ipam_type: &str, command: &str) -> Result<(), CniError> {
+        if ipam_type.is_empty() {
+            Ok(())
+        } else {
+            self.call(args, ipam_type, command)
+        }
+    }
+
+    /// Registers the IPAM DEL that undoes a successful IPAM ADD.
+    fn undo_add(&self, args: &CmdArgs, ipam_type: &str, rollback: &mut Rollback) {
+        let (ipam, undo_args, undo_type) = (self.clone(), args.clone(), ipam_type.to_string());
+        rollback.push(format!("IPAM DEL ({ipam_type})"), move || {
+            ipam.call(&undo_args, &undo_type, "DEL")
+                .map_err(|e| e.to_string())
+        });
+    }
 }
 
-/// IPAM DEL, CHECK, GC or STATUS.
-pub fn call(args: &CmdArgs, ipam_type: &str, command: &str) -> Result<(), CniError> {
-    let bin = plugin(args, ipam_type)?;
-    invoke::exec_plugin_without_result(&bin, &args.stdin, &env(args, command))
-}
-
-/// IPAM ADD that registers the IPAM DEL undoing it, refuses a result without IPs (the
-/// reference's "IPAM plugin returned missing IP config") and points every IP at interface
-/// `iface` of the plugin's result.
-pub fn add_for_interface(
-    args: &CmdArgs,
-    ipam_type: &str,
-    iface: usize,
-    rollback: &mut Rollback,
-) -> Result<CniResult, CniError> {
-    let mut result = add(args, ipam_type)?;
-    let undo_args = args.clone();
-    let undo_type = ipam_type.to_string();
-    rollback.push(format!("IPAM DEL ({ipam_type})"), move || {
-        call(&undo_args, &undo_type, "DEL").map_err(|e| e.to_string())
-    });
+/// The IPAM plugin's result for interface `iface` (an error without any IP).
+fn for_interface(mut result: CniResult, iface: usize) -> Result<CniResult, CniError> {
     if result.ips.is_empty() {
         return Err(CniError::internal("IPAM plugin returned missing IP config"));
     }
@@ -64,6 +169,23 @@ pub fn add_for_interface(
         ip.interface = Some(iface);
     }
     Ok(result)
+}
+
+/// The IPAM plugin found on `CNI_PATH`, executed.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ExecIpam;
+
+impl Ipam for ExecIpam {
+    fn add(&self, args: &CmdArgs, ipam_type: &str) -> Result<CniResult, CniError> {
+        let bin = plugin(args, ipam_type)?;
+        let value = invoke::exec_plugin_with_result(&bin, &args.stdin, &env(args, "ADD"))?;
+        CniResult::from_value(&value)
+    }
+
+    fn call(&self, args: &CmdArgs, ipam_type: &str, command: &str) -> Result<(), CniError> {
+        let bin = plugin(args, ipam_type)?;
+        invoke::exec_plugin_without_result(&bin, &args.stdin, &env(args, command))
+    }
 }
 
 /// IPAM plugins that never touch the container's interface, so they may run while the link is
@@ -74,11 +196,29 @@ fn independent_of_the_link(ipam_type: &str) -> bool {
     matches!(ipam_type, "host-local" | "static")
 }
 
-/// [`add_for_interface`] running while `work` does (on this thread: it may enter
-/// namespaces) what does not depend on the addresses, typically creating the link: the IPAM
-/// plugin's exec and file locking overlap the kernel work. IPAM plugins that may need the link
-/// run after `work` instead. The IPAM DEL undo is registered whenever IPAM succeeded, also
-/// when `work` failed.
+// The executed IPAM plugin, for the plugins that are not generic over [`Ipam`].
+
+/// [`Ipam::add`] of [`ExecIpam`].
+pub fn add(args: &CmdArgs, ipam_type: &str) -> Result<CniResult, CniError> {
+    ExecIpam.add(args, ipam_type)
+}
+
+/// [`Ipam::call`] of [`ExecIpam`].
+pub fn call(args: &CmdArgs, ipam_type: &str, command: &str) -> Result<(), CniError> {
+    ExecIpam.call(args, ipam_type, command)
+}
+
+/// [`Ipam::add_for_interface`] of [`ExecIpam`].
+pub fn add_for_interface(
+    args: &CmdArgs,
+    ipam_type: &str,
+    iface: usize,
+    rollback: &mut Rollback,
+) -> Result<CniResult, CniError> {
+    ExecIpam.add_for_interface(args, ipam_type, iface, rollback)
+}
+
+/// [`Ipam::add_alongside`] of [`ExecIpam`].
 pub fn add_alongside<T>(
     args: &CmdArgs,
     ipam_type: &str,
@@ -86,48 +226,10 @@ pub fn add_alongside<T>(
     rollback: &mut Rollback,
     work: impl FnOnce(&mut Rollback) -> Result<T, CniError>,
 ) -> Result<(T, CniResult), CniError> {
-    let (worked, ipam) = if independent_of_the_link(ipam_type) {
-        std::thread::scope(|scope| {
-            // Spawned from this thread, the delegate runs in its netns (the host's).
-            let delegate = scope.spawn(|| add(args, ipam_type));
-            let worked = work(rollback);
-            let ipam = delegate
-                .join()
-                .unwrap_or_else(|_| Err(CniError::internal("IPAM delegation failed")));
-            (worked, ipam)
-        })
-    } else {
-        let worked = work(rollback);
-        match worked {
-            Ok(w) => (Ok(w), add(args, ipam_type)),
-            Err(e) => return Err(e),
-        }
-    };
-    let mut result = match ipam {
-        Ok(r) => {
-            let undo_args = args.clone();
-            let undo_type = ipam_type.to_string();
-            rollback.push(format!("IPAM DEL ({ipam_type})"), move || {
-                call(&undo_args, &undo_type, "DEL").map_err(|e| e.to_string())
-            });
-            r
-        }
-        Err(e) => {
-            worked?;
-            return Err(e);
-        }
-    };
-    let worked = worked?;
-    if result.ips.is_empty() {
-        return Err(CniError::internal("IPAM plugin returned missing IP config"));
-    }
-    for ip in &mut result.ips {
-        ip.interface = Some(iface);
-    }
-    Ok((worked, result))
+    ExecIpam.add_alongside(args, ipam_type, iface, rollback, work)
 }
 
-/// [`add_alongside`] when an IPAM plugin is configured, `work` alone otherwise.
+/// [`Ipam::add_alongside_if_set`] of [`ExecIpam`].
 pub fn add_alongside_if_set<T>(
     args: &CmdArgs,
     ipam_type: &str,
@@ -135,42 +237,20 @@ pub fn add_alongside_if_set<T>(
     rollback: &mut Rollback,
     work: impl FnOnce(&mut Rollback) -> Result<T, CniError>,
 ) -> Result<(T, Option<CniResult>), CniError> {
-    if ipam_type.is_empty() {
-        return Ok((work(rollback)?, None));
-    }
-    add_alongside(args, ipam_type, iface, rollback, work).map(|(t, r)| (t, Some(r)))
+    ExecIpam.add_alongside_if_set(args, ipam_type, iface, rollback, work)
 }
 
-/// IPAM `command` (typically DEL) when an IPAM plugin is configured, running while `work`
-/// does (or before it, for IPAM plugins that may need the link); both outcomes are returned.
+/// [`Ipam::call_alongside`] of [`ExecIpam`].
 pub fn call_alongside<T>(
     args: &CmdArgs,
     ipam_type: &str,
     command: &str,
     work: impl FnOnce() -> T,
 ) -> (Result<(), CniError>, T) {
-    if ipam_type.is_empty() {
-        return (Ok(()), work());
-    }
-    if !independent_of_the_link(ipam_type) {
-        let ipam = call(args, ipam_type, command);
-        return (ipam, work());
-    }
-    std::thread::scope(|scope| {
-        let delegate = scope.spawn(|| call(args, ipam_type, command));
-        let worked = work();
-        let ipam = delegate
-            .join()
-            .unwrap_or_else(|_| Err(CniError::internal("IPAM delegation failed")));
-        (ipam, worked)
-    })
+    ExecIpam.call_alongside(args, ipam_type, command, work)
 }
 
-/// The verb passed on when an IPAM plugin is configured; nothing otherwise.
+/// [`Ipam::call_if_set`] of [`ExecIpam`].
 pub fn call_if_set(args: &CmdArgs, ipam_type: &str, command: &str) -> Result<(), CniError> {
-    if ipam_type.is_empty() {
-        Ok(())
-    } else {
-        call(args, ipam_type, command)
-    }
+    ExecIpam.call_if_set(args, ipam_type, command)
 }

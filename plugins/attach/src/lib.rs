@@ -2,6 +2,11 @@
 //! of `libcni` (protocol) and `netkit` (kernel): IPAM delegation, addressing the container
 //! interface from a result (Go `ipam.ConfigureIface`), CHECK of a prevResult against the
 //! kernel, new links under a temporary name, rollback of a failed ADD and a tolerant DEL.
+//!
+//! The steps are generic over netkit's [`netkit::Kernel`] and [`ipam::Ipam`] (the `*_with`
+//! functions and the `Ipam` methods), so a plugin's ADD/DEL/CHECK can run on netkit's fake
+//! kernel in unit tests (see [`testing`], feature `fake`); the functions without `_with` are
+//! the same steps on the live kernel and the executed IPAM plugin.
 
 pub mod check;
 pub mod conf;

@@ -5,7 +5,7 @@ use std::io::Read;
 
 use libcni::error::CniError;
 use libcni::result::Interface;
-use netkit::{Link, Netns, Socket};
+use netkit::{Kernel, Link, LiveKernel, Netlink, Netns, Socket};
 
 use crate::errors::{kernel, kernel_ctx};
 
@@ -23,13 +23,13 @@ pub fn random_veth_name() -> Result<String, CniError> {
 
 /// Creates a link with `create(cont, temporary name)` (which must make it appear in the netns
 /// of `cont`, either through `cont` or from elsewhere), renames it to `ifname` there and
-/// returns it. A rename failure deletes the link.
+/// returns it. A failure after the creation deletes the link.
 /// `kind` words the errors like the reference ("failed to create macvlan: ...").
-pub fn create_renamed(
-    cont: &mut Socket,
+pub fn create_renamed<S: Netlink>(
+    cont: &mut S,
     ifname: &str,
     kind: &str,
-    mut create: impl FnMut(&mut Socket, &str) -> netkit::Result<()>,
+    mut create: impl FnMut(&mut S, &str) -> netkit::Result<()>,
 ) -> Result<Link, CniError> {
     let mut attempt = 0;
     let tmp = loop {
@@ -40,9 +40,14 @@ pub fn create_renamed(
             Err(e) => return Err(kernel_ctx(e, format!("failed to create {kind}"))),
         }
     };
-    let link = cont
-        .link_by_name(&tmp)
-        .map_err(|e| kernel_ctx(e, format!("failed to find the new {kind}")))?;
+    // Until it is returned, the caller cannot undo the new link: every failure deletes it.
+    let link = match cont.link_by_name(&tmp) {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = cont.delete_link_by_name(&tmp);
+            return Err(kernel_ctx(e, format!("failed to find the new {kind}")));
+        }
+    };
     if let Err(e) = cont.set_link_name(link.index, ifname) {
         let _ = cont.delete_link(link.index);
         return Err(kernel_ctx(
@@ -50,8 +55,10 @@ pub fn create_renamed(
             format!("failed to rename {kind} to {ifname:?}"),
         ));
     }
-    cont.link_by_name(ifname)
-        .map_err(|e| kernel_ctx(e, format!("failed to refetch {kind} {ifname:?}")))
+    cont.link_by_name(ifname).map_err(|e| {
+        let _ = cont.delete_link(link.index);
+        kernel_ctx(e, format!("failed to refetch {kind} {ifname:?}"))
+    })
 }
 
 /// The result's entry for a container link.
@@ -66,11 +73,22 @@ pub fn container_interface(link: &Link, sandbox: &str) -> Interface {
 
 /// Registers the deletion of the container link `ifname` as an undo step.
 pub fn undo_delete(rollback: &mut crate::rollback::Rollback, netns: &Netns, ifname: &str) {
-    let path = netns.path().to_path_buf();
-    let name = ifname.to_string();
+    let path = netns.path().display().to_string();
+    undo_delete_with(&LiveKernel, rollback, &path, ifname);
+}
+
+/// [`undo_delete`] through `kernel`, the netns given by its path (reopened by the undo step).
+pub fn undo_delete_with<K: Kernel>(
+    kernel: &K,
+    rollback: &mut crate::rollback::Rollback,
+    netns_path: &str,
+    ifname: &str,
+) {
+    let (kernel, path, name) = (kernel.clone(), netns_path.to_string(), ifname.to_string());
     rollback.push(format!("delete {ifname}"), move || {
-        let ns = Netns::open(&path).map_err(|e| e.to_string())?;
-        Socket::open_in(&ns)
+        let ns = kernel.open_netns(&path).map_err(|e| e.to_string())?;
+        kernel
+            .socket_in(&ns)
             .and_then(|mut s| s.delete_link_by_name(&name))
             .map(|_| ())
             .map_err(|e| e.to_string())
@@ -80,32 +98,48 @@ pub fn undo_delete(rollback: &mut crate::rollback::Rollback, netns: &Netns, ifna
 /// DEL of the container link: an empty CNI_NETNS, a netns that is gone or a link that is gone
 /// are all fine.
 pub fn delete_in_netns(netns_path: &str, ifname: &str) -> Result<(), CniError> {
+    delete_in_netns_with(&LiveKernel, netns_path, ifname)
+}
+
+/// [`delete_in_netns`] through `kernel`.
+pub fn delete_in_netns_with<K: Kernel>(
+    kernel: &K,
+    netns_path: &str,
+    ifname: &str,
+) -> Result<(), CniError> {
     if netns_path.is_empty() {
         return Ok(());
     }
-    let ns = match Netns::open(netns_path) {
+    let ns = match kernel.open_netns(netns_path) {
         Ok(ns) => ns,
         Err(e) if e.is_netns_not_found() => return Ok(()),
-        Err(e) => return Err(kernel(e)),
+        Err(e) => return Err(CniError::from(e)),
     };
-    Socket::open_in(&ns)
+    kernel
+        .socket_in(&ns)
         .and_then(|mut s| s.delete_link_by_name(ifname))
         .map(|_| ())
-        .map_err(kernel)
+        .map_err(CniError::from)
 }
 
 /// Opens the container netns of an ADD or CHECK ("failed to open netns ..." otherwise).
 pub fn open_netns(path: &str) -> Result<(Netns, Socket), CniError> {
-    let ns =
-        Netns::open(path).map_err(|e| kernel_ctx(e, format!("failed to open netns {path:?}")))?;
-    let sock = Socket::open_in(&ns).map_err(kernel)?;
+    open_netns_with(&LiveKernel, path)
+}
+
+/// [`open_netns`] through `kernel`.
+pub fn open_netns_with<K: Kernel>(kernel: &K, path: &str) -> Result<(K::Ns, K::Socket), CniError> {
+    let ns = kernel
+        .open_netns(path)
+        .map_err(|e| kernel_ctx(e, format!("failed to open netns {path:?}")))?;
+    let sock = kernel.socket_in(&ns).map_err(CniError::from)?;
     Ok((ns, sock))
 }
 
 /// The parent of a macvlan, ipvlan or vlan link: `name`, or the interface of the default
 /// route when `name` is empty, looked up through `sock` (the host's, or the container's for
 /// `linkInContainer`).
-pub fn master(sock: &mut Socket, name: &str) -> Result<Link, CniError> {
+pub fn master<S: Netlink>(sock: &mut S, name: &str) -> Result<Link, CniError> {
     if name.is_empty() {
         return sock
             .default_route_link()
@@ -129,9 +163,9 @@ pub fn check_mtu(mtu: Option<u32>, master: &Link) -> Result<(), CniError> {
 
 /// The master of a child link (macvlan, ipvlan, vlan), looked up where it lives (the
 /// container with `linkInContainer`), with the child's MTU checked against it.
-pub fn master_checked(
-    host: &mut Socket,
-    cont: &mut Socket,
+pub fn master_checked<S: Netlink>(
+    host: &mut S,
+    cont: &mut S,
     in_container: bool,
     name: &str,
     mtu: Option<u32>,
@@ -161,8 +195,19 @@ pub fn del_with_ipam(
     ipam_type: &str,
     plugin: &str,
 ) -> Result<(), CniError> {
-    let (ipam, link) = crate::ipam::call_alongside(args, ipam_type, "DEL", || {
-        delete_in_netns(&args.netns, &args.ifname)
+    del_with_ipam_with(&LiveKernel, &crate::ipam::ExecIpam, args, ipam_type, plugin)
+}
+
+/// [`del_with_ipam`] through `kernel` and `ipam`.
+pub fn del_with_ipam_with<K: Kernel, I: crate::ipam::Ipam>(
+    kernel: &K,
+    ipam: &I,
+    args: &libcni::skel::CmdArgs,
+    ipam_type: &str,
+    plugin: &str,
+) -> Result<(), CniError> {
+    let (ipam, link) = ipam.call_alongside(args, ipam_type, "DEL", || {
+        delete_in_netns_with(kernel, &args.netns, &args.ifname)
     });
     let mut failures = crate::errors::Failures::default();
     failures.note(link);

@@ -105,6 +105,7 @@ fn add_steps(
     let mut cont = Socket::open_in(&netns).map_err(errors::kernel)?;
 
     let br = setup_bridge(&mut host, conf)?;
+    pin_bridge_mac(&mut host, &br)?;
     let (host_veth, cont_link) =
         setup_veth(&mut host, &mut cont, &netns, &br, args, conf, rollback)?;
 
@@ -190,15 +191,6 @@ fn add_steps(
         cont.set_link_up(cont_link.index).map_err(errors::kernel)?;
     }
 
-    // Pin the bridge MAC: otherwise it follows the lowest port MAC and changes as pods come
-    // and go, and neighbours keep a stale entry for the gateway.
-    let br_now = host.link_by_index(br.index).map_err(errors::kernel)?;
-    if let Ok(mac) = <[u8; 6]>::try_from(br_now.mac.as_slice()) {
-        host.set_link_mac(br.index, &mac)
-            .map_err(|e| errors::context(errors::kernel(e), "could not set bridge's mac"))?;
-    }
-    result.interfaces[0].mac = br_now.mac_string();
-
     let host_now = if conf.disable_container_interface {
         host.link_by_index(host_veth.index)
             .map_err(errors::kernel)?
@@ -211,6 +203,18 @@ fn add_steps(
         result.dns = dns.clone();
     }
     Ok(result)
+}
+
+/// Pins the bridge's MAC to the one it has before this ADD's veth joins: an unpinned bridge
+/// takes its lowest port's MAC, which would change as pods come and go and leave neighbours
+/// with a stale entry for the gateway. A new bridge keeps its own random MAC (never a port's),
+/// and a bridge that already existed keeps the MAC it has.
+fn pin_bridge_mac(host: &mut Socket, br: &Link) -> Result<(), CniError> {
+    if let Ok(mac) = <[u8; 6]>::try_from(br.mac.as_slice()) {
+        host.set_link_mac(br.index, &mac)
+            .map_err(|e| errors::context(errors::kernel(e), "could not set bridge's mac"))?;
+    }
+    Ok(())
 }
 
 /// Creates (or adopts) the bridge and brings it up, with promisc, VLAN filtering and
@@ -537,17 +541,21 @@ fn ensure_vlan_gateway(host: &mut Socket, br: &Link, conf: &NetConf) -> Result<L
         mtu: (br.mtu != 0).then_some(br.mtu),
         master: Some(br.index),
         up: true,
-        peer_up: true,
+        // Not `peer_up`: the kernel refuses a veth pair whose peer is up at creation (ENOTCONN);
+        // the gateway end is set up once the pair exists.
         ..Default::default()
     };
     match host.create_veth(&spec) {
         Ok(()) => {
-            let port_link = host.link_by_name(&port).map_err(errors::kernel)?;
-            let vconf = NetConf {
-                trunk: None,
-                ..conf.clone()
-            };
-            setup_port_vlans(host, br, port_link.index, &vconf)?;
+            if let Err(e) = configure_vlan_gateway(host, br, conf, &port, &name) {
+                // Half-configured, it would be adopted as it is by the next ADD: remove it.
+                if let Err(undo) = host.delete_link_by_name(&port) {
+                    eprintln!(
+                        "bridge: could not remove the unfinished vlan gateway {port:?}: {undo}"
+                    );
+                }
+                return Err(e);
+            }
         }
         // Created concurrently by another ADD.
         Err(e) if e.is_exists() => {}
@@ -559,6 +567,30 @@ fn ensure_vlan_gateway(host: &mut Socket, br: &Link, conf: &NetConf) -> Result<L
         }
     }
     host.link_by_name(&name).map_err(errors::kernel)
+}
+
+/// The bridge end of a new VLAN gateway gets the VLAN as untagged PVID, then the gateway end
+/// is set up.
+fn configure_vlan_gateway(
+    host: &mut Socket,
+    br: &Link,
+    conf: &NetConf,
+    port: &str,
+    name: &str,
+) -> Result<(), CniError> {
+    let port_link = host.link_by_name(port).map_err(errors::kernel)?;
+    let vconf = NetConf {
+        trunk: None,
+        ..conf.clone()
+    };
+    setup_port_vlans(host, br, port_link.index, &vconf)?;
+    let gateway = host.link_by_name(name).map_err(errors::kernel)?;
+    host.set_link_up(gateway.index).map_err(|e| {
+        errors::context(
+            errors::kernel(e),
+            format!("failed to set vlan gateway {name:?} up"),
+        )
+    })
 }
 
 /// Polls until the host veth reports operstate UP (its peer is up), like the reference's

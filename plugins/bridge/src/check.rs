@@ -1,4 +1,4 @@
-//! CHECK (spec-catalog §4.1): bridge, container veth, host veth and addressing as recorded in
+//! CHECK: bridge, container veth, host veth and addressing as recorded in
 //! prevResult. Unlike the reference, an L2-only config (no IPAM) passes.
 
 use ipnetwork::IpNetwork;

@@ -1,4 +1,4 @@
-//! The bridge network configuration: fields, defaults and validation (spec-catalog §4.1).
+//! The bridge network configuration: fields, defaults and validation.
 
 use libcni::error::CniError;
 use libcni::result::Dns;
@@ -25,7 +25,8 @@ struct RawConf {
     promisc_mode: bool,
     vlan: i64,
     vlan_trunk: Option<Vec<RawTrunk>>,
-    preserve_default_vlan: bool,
+    /// Absent (or null): true, as upstream (the port keeps the bridge's default VLAN).
+    preserve_default_vlan: Option<bool>,
     macspoofchk: bool,
     enabledad: bool,
     disable_container_interface: bool,
@@ -210,7 +211,7 @@ fn from_raw(raw: RawConf, network: &str, cni_args: &str) -> Result<NetConf, CniE
         promisc: raw.promisc_mode,
         vlan: raw.vlan as u16,
         trunk,
-        preserve_default_vlan: raw.preserve_default_vlan,
+        preserve_default_vlan: raw.preserve_default_vlan.unwrap_or(true),
         macspoofchk: raw.macspoofchk,
         enable_dad: raw.enabledad,
         disable_container_interface: raw.disable_container_interface,
@@ -357,6 +358,18 @@ mod tests {
                 .trunk,
             None
         );
+    }
+
+    #[test]
+    fn the_default_vlan_is_preserved_unless_disabled() {
+        let preserve = |v| parse(v, "").unwrap().preserve_default_vlan;
+        assert!(preserve(serde_json::json!({"vlan": 5})));
+        assert!(preserve(
+            serde_json::json!({"vlan": 5, "preserveDefaultVlan": null})
+        ));
+        assert!(!preserve(
+            serde_json::json!({"vlan": 5, "preserveDefaultVlan": false})
+        ));
     }
 
     #[test]

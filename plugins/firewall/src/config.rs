@@ -1,4 +1,4 @@
-//! firewall configuration (spec-catalog §4.7).
+//! firewall configuration.
 
 use std::path::PathBuf;
 

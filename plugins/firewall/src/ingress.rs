@@ -141,10 +141,6 @@ pub fn policy_rules(bridge: &str, isolated: bool) -> Vec<PolicyRule> {
     rules
 }
 
-fn nf(e: netkit::netfilter::Error) -> CniError {
-    CniError::internal(e.to_string())
-}
-
 fn refs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
@@ -208,7 +204,7 @@ fn wanted(family: Family, rules: &[PolicyRule]) -> Vec<Wanted> {
 
 fn setup_over_netlink(family: Family, rules: &[PolicyRule]) -> Result<(), CniError> {
     let fam = nft_family(family);
-    let mut sock = Socket::new().map_err(nf)?;
+    let mut sock = Socket::new()?;
     let prelude = |b: &mut nft::Batch| {
         crate::netlink_backend::ensure_forward(b, fam);
         for chain in [STAGE1, STAGE2] {
@@ -225,15 +221,14 @@ fn setup_over_netlink(family: Family, rules: &[PolicyRule]) -> Result<(), CniErr
 
 fn setup_with_tool(ipt: &Iptables, rules: &[PolicyRule]) -> Result<(), CniError> {
     for chain in [STAGE1, STAGE2] {
-        ipt.ensure_chain(FILTER, chain).map_err(nf)?;
+        ipt.ensure_chain(FILTER, chain)?;
     }
     for rule in rules {
         let args = rule.args();
         match rule.place {
             Place::First => ipt.insert_unique(FILTER, rule.chain, 1, &refs(&args)),
             Place::Last => ipt.append_unique(FILTER, rule.chain, &refs(&args)),
-        }
-        .map_err(nf)?;
+        }?;
     }
     Ok(())
 }
@@ -263,11 +258,8 @@ pub fn check(policy: IngressPolicy, result: &CniResult) -> Result<(), CniError> 
     for family in families(result) {
         if host::iptables_uses_nf_tables(family, FILTER) {
             let fam = nft_family(family);
-            let mut sock = Socket::new().map_err(nf)?;
-            if let Some(w) = xt_rules::missing(&mut sock, &wanted(family, &rules))
-                .map_err(nf)?
-                .first()
-            {
+            let mut sock = Socket::new()?;
+            if let Some(w) = xt_rules::missing(&mut sock, &wanted(family, &rules))?.first() {
                 return Err(CniError::internal(format!(
                     "an ingress policy rule is missing from {} {FILTER}/{}",
                     fam.name(),
@@ -279,7 +271,7 @@ pub fn check(policy: IngressPolicy, result: &CniResult) -> Result<(), CniError> 
         let ipt = Iptables::for_table(family, FILTER);
         for rule in &rules {
             let args = rule.args();
-            if !ipt.exists(FILTER, rule.chain, &refs(&args)).map_err(nf)? {
+            if !ipt.exists(FILTER, rule.chain, &refs(&args))? {
                 return Err(CniError::internal(format!(
                     "{} rule `{}` not found in {FILTER}/{}",
                     ipt.tool(),

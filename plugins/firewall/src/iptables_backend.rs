@@ -26,10 +26,6 @@ const FILTER: &str = "filter";
 const FORWARD: &str = "FORWARD";
 pub const PRIV_CHAIN: &str = "CNI-FORWARD";
 
-fn nf(e: netkit::netfilter::Error) -> CniError {
-    CniError::internal(e.to_string())
-}
-
 fn strs(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
@@ -122,12 +118,10 @@ pub fn require_tools() -> Result<(), CniError> {
 }
 
 fn setup_chains(ipt: &Iptables, admin_chain: &str) -> Result<(), CniError> {
-    ipt.ensure_chain(FILTER, PRIV_CHAIN).map_err(nf)?;
-    ipt.ensure_chain(FILTER, admin_chain).map_err(nf)?;
-    ipt.insert_unique(FILTER, FORWARD, 1, &refs(&forward_jump()))
-        .map_err(nf)?;
-    ipt.insert_unique(FILTER, PRIV_CHAIN, 1, &refs(&admin_jump(admin_chain)))
-        .map_err(nf)?;
+    ipt.ensure_chain(FILTER, PRIV_CHAIN)?;
+    ipt.ensure_chain(FILTER, admin_chain)?;
+    ipt.insert_unique(FILTER, FORWARD, 1, &refs(&forward_jump()))?;
+    ipt.insert_unique(FILTER, PRIV_CHAIN, 1, &refs(&admin_jump(admin_chain)))?;
     Ok(())
 }
 
@@ -178,7 +172,7 @@ fn add_with_tool(ips: &[IpAddr], admin_chain: &str) -> Result<(), CniError> {
             setup_chains(&ipt, admin_chain)?;
             let mut missing = Vec::new();
             for rule in addrs.into_iter().flat_map(address_rules) {
-                if !ipt.exists(FILTER, PRIV_CHAIN, &refs(&rule)).map_err(nf)? {
+                if !ipt.exists(FILTER, PRIV_CHAIN, &refs(&rule))? {
                     missing.push(rule);
                 }
             }
@@ -186,9 +180,7 @@ fn add_with_tool(ips: &[IpAddr], admin_chain: &str) -> Result<(), CniError> {
             for rule in &missing {
                 script.append(PRIV_CHAIN, &refs(rule));
             }
-            script
-                .apply(&ipt, "failed to add the container's firewall rules")
-                .map_err(nf)?;
+            script.apply(&ipt, "failed to add the container's firewall rules")?;
             added.push((ipt, missing));
         }
         Ok(())
@@ -243,7 +235,7 @@ pub fn check(ips: &[IpAddr], admin_chain: &str) -> Result<(), CniError> {
         require_tools()?;
         let ipt = Iptables::for_table(family_of(v6), FILTER);
         for chain in [PRIV_CHAIN, admin_chain] {
-            if !ipt.chain_exists(FILTER, chain).map_err(nf)? {
+            if !ipt.chain_exists(FILTER, chain)? {
                 return Err(CniError::internal(format!(
                     "{} chain {FILTER}/{chain} does not exist",
                     ipt.tool()
@@ -261,7 +253,7 @@ pub fn check(ips: &[IpAddr], admin_chain: &str) -> Result<(), CniError> {
                 .map(|r| (PRIV_CHAIN, r)),
         );
         for (chain, rule) in wanted {
-            if !ipt.exists(FILTER, chain, &refs(&rule)).map_err(nf)? {
+            if !ipt.exists(FILTER, chain, &refs(&rule))? {
                 return Err(CniError::internal(format!(
                     "{} rule `{}` not found in {FILTER}/{chain}",
                     ipt.tool(),

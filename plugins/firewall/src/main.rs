@@ -1,6 +1,6 @@
 //! `firewall`: a chained CNI plugin that lets the container's traffic through the host
 //! firewall (iptables CNI-FORWARD rules, or firewalld zone sources) and applies the
-//! `ingressPolicy` isolation between bridges (spec-catalog §4.7).
+//! `ingressPolicy` isolation between bridges.
 
 mod config;
 mod firewalld;

@@ -18,10 +18,6 @@ const ATTEMPTS: usize = 5;
 /// The errno of "rule vanished" (a concurrent DEL got there first).
 const ENOENT: i32 = 2;
 
-fn nf(e: netkit::netfilter::Error) -> CniError {
-    CniError::internal(e.to_string())
-}
-
 fn family(v6: bool) -> Family {
     if v6 {
         Family::Ip6
@@ -95,7 +91,7 @@ fn wanted(fam: Family, ips: &[IpAddr], admin_chain: &str) -> Vec<Wanted> {
 /// transaction; copies a concurrent ADD added meanwhile are removed again.
 pub fn add(ips: &[IpAddr], v6: bool, admin_chain: &str) -> Result<(), CniError> {
     let fam = family(v6);
-    let mut sock = Socket::new().map_err(nf)?;
+    let mut sock = Socket::new()?;
     let prelude = |b: &mut Batch| {
         ensure_forward(b, fam);
         xt::ensure_chain(b, fam, FILTER, PRIV_CHAIN);
@@ -115,7 +111,7 @@ pub fn del(ips: &[IpAddr], v6: bool) -> Result<(), CniError> {
     let wanted: Vec<Rule> = ips.iter().flat_map(|ip| address_rules(*ip)).collect();
     for _ in 0..ATTEMPTS {
         let mut b = Batch::new();
-        for r in sock.rules(fam, FILTER, PRIV_CHAIN).map_err(nf)? {
+        for r in sock.rules(fam, FILTER, PRIV_CHAIN)? {
             if wanted.iter().any(|w| xt::same_rule(&r, w)) {
                 if let Some(h) = r.handle {
                     b.delete_rule(fam, FILTER, PRIV_CHAIN, h);
@@ -125,7 +121,7 @@ pub fn del(ips: &[IpAddr], v6: bool) -> Result<(), CniError> {
         match sock.commit(&b) {
             Ok(_) => return Ok(()),
             Err(e) if matches!(e.errno(), Some(ENOENT)) => continue,
-            Err(e) => return Err(nf(e)),
+            Err(e) => return Err(CniError::from(e)),
         }
     }
     Err(CniError::internal(
@@ -136,19 +132,16 @@ pub fn del(ips: &[IpAddr], v6: bool) -> Result<(), CniError> {
 /// CHECK for one family.
 pub fn check(ips: &[IpAddr], v6: bool, admin_chain: &str) -> Result<(), CniError> {
     let fam = family(v6);
-    let mut sock = Socket::new().map_err(nf)?;
+    let mut sock = Socket::new()?;
     for chain in [PRIV_CHAIN, admin_chain] {
-        if sock.chain(fam, FILTER, chain).map_err(nf)?.is_none() {
+        if sock.chain(fam, FILTER, chain)?.is_none() {
             return Err(CniError::internal(format!(
                 "iptables chain {} {FILTER}/{chain} does not exist",
                 fam.name()
             )));
         }
     }
-    if let Some(w) = xt_rules::missing(&mut sock, &wanted(fam, ips, admin_chain))
-        .map_err(nf)?
-        .first()
-    {
+    if let Some(w) = xt_rules::missing(&mut sock, &wanted(fam, ips, admin_chain))?.first() {
         return Err(CniError::internal(format!(
             "a firewall rule is missing from {} {FILTER}/{}",
             fam.name(),

@@ -101,6 +101,9 @@ impl Plugin for Ipvlan {
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
+        // CHECK's prevResult holds this plugin's own result (or a chain's), whose interface is
+        // the ipvlan itself, not a master: without a configured master, `load` leaves it
+        // empty and CHECK goes by the link's parent.
         let conf = config::load(args)?;
         check::attachment(
             args,

@@ -1,4 +1,4 @@
-//! CNI `loopback` plugin: brings `lo` up in the container netns (spec-catalog §4.4).
+//! CNI `loopback` plugin: brings `lo` up in the container netns.
 //! No configuration fields; CNI_IFNAME is ignored (always `lo`).
 
 use std::net::IpAddr;

@@ -187,7 +187,7 @@ impl Socket {
     }
 }
 
-fn address_message(index: u32, address: IpNetwork) -> AddressMessage {
+pub(crate) fn address_message(index: u32, address: IpNetwork) -> AddressMessage {
     let mut msg = AddressMessage::default();
     msg.header.index = index;
     msg.header.prefix_len = address.prefix();

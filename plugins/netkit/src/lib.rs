@@ -8,7 +8,12 @@
 
 pub mod addr;
 pub mod bridge_port;
+#[cfg(feature = "cni")]
+pub mod cni;
 pub mod error;
+#[cfg(any(test, feature = "fake"))]
+pub mod fake;
+pub mod kernel;
 pub mod link;
 pub mod link_kinds;
 pub mod link_move;
@@ -28,6 +33,7 @@ pub mod vxlan_link;
 
 pub use addr::{Address, AddressOptions, Family};
 pub use error::{Error, Result, ResultExt};
+pub use kernel::{Kernel, LiveKernel, Netlink};
 pub use link::{BridgeOptions, Link, VethSpec};
 pub use netlink::Socket;
 pub use netns::{Netns, NetnsGuard};

@@ -1,4 +1,4 @@
-//! portmap configuration (spec-catalog §4.5): fields, defaults, validation, backend choice,
+//! portmap configuration: fields, defaults, validation, backend choice,
 //! and the container addresses taken from prevResult.
 
 use std::net::IpAddr;

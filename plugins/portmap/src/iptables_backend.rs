@@ -28,10 +28,6 @@ const OLD_TOP_LEVEL_SNAT_CHAIN: &str = "CNI-HOSTPORT-SNAT";
 /// multiport accepts at most 15 ports per rule.
 const MULTIPORT_MAX: usize = 15;
 
-fn nf(e: netkit::netfilter::Error) -> CniError {
-    CniError::internal(e.to_string())
-}
-
 /// A chain, the rules it holds, and the rules in other chains that jump to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Chain {
@@ -61,20 +57,17 @@ impl Chain {
 
     /// Creates the chain and its rules and jumps; existing identical rules are kept.
     pub fn setup(&self, ipt: &Iptables) -> Result<(), CniError> {
-        ipt.ensure_chain(NAT, &self.name).map_err(nf)?;
+        ipt.ensure_chain(NAT, &self.name)?;
         for rule in &self.rules {
-            ipt.append_unique(NAT, &self.name, &as_refs(rule))
-                .map_err(nf)?;
+            ipt.append_unique(NAT, &self.name, &as_refs(rule))?;
         }
         for entry_chain in &self.entry_chains {
             for entry in &self.entry_rules {
                 let r = self.jump(entry);
                 if self.prepend_entry {
-                    ipt.insert_unique(NAT, entry_chain, 1, &as_refs(&r))
-                        .map_err(nf)?;
+                    ipt.insert_unique(NAT, entry_chain, 1, &as_refs(&r))?;
                 } else {
-                    ipt.append_unique(NAT, entry_chain, &as_refs(&r))
-                        .map_err(nf)?;
+                    ipt.append_unique(NAT, entry_chain, &as_refs(&r))?;
                 }
             }
         }
@@ -85,18 +78,17 @@ impl Chain {
     /// Returns whether the chain existed.
     pub fn teardown(&self, ipt: &Iptables) -> Result<bool, CniError> {
         // A chain that does not exist cannot be jumped to: one call settles the common case.
-        if !ipt.clear_chain(NAT, &self.name).map_err(nf)? {
+        if !ipt.clear_chain(NAT, &self.name)? {
             return Ok(false);
         }
         let from: Vec<&str> = self.entry_chains.iter().map(String::as_str).collect();
-        ipt.remove_chain_and_jumps(NAT, &self.name, &from)
-            .map_err(nf)?;
+        ipt.remove_chain_and_jumps(NAT, &self.name, &from)?;
         Ok(true)
     }
 
     /// CHECK: the chain, each rule and each jump exist.
     pub fn check(&self, ipt: &Iptables) -> Result<(), CniError> {
-        if !ipt.chain_exists(NAT, &self.name).map_err(nf)? {
+        if !ipt.chain_exists(NAT, &self.name)? {
             return Err(CniError::internal(format!(
                 "chain {} not found in {} table {NAT}",
                 self.name,
@@ -104,7 +96,7 @@ impl Chain {
             )));
         }
         for rule in &self.rules {
-            if !ipt.exists(NAT, &self.name, &as_refs(rule)).map_err(nf)? {
+            if !ipt.exists(NAT, &self.name, &as_refs(rule))? {
                 return Err(CniError::internal(format!(
                     "rule `{}` not found in {} chain {NAT}/{}",
                     rule.join(" "),
@@ -116,7 +108,7 @@ impl Chain {
         for entry_chain in &self.entry_chains {
             for entry in &self.entry_rules {
                 let r = self.jump(entry);
-                if !ipt.exists(NAT, entry_chain, &as_refs(&r)).map_err(nf)? {
+                if !ipt.exists(NAT, entry_chain, &as_refs(&r))? {
                     return Err(CniError::internal(format!(
                         "rule `{}` not found in {} chain {NAT}/{entry_chain}",
                         r.join(" "),
@@ -364,7 +356,7 @@ pub fn forward_ports(
             &ipt,
             &format!("failed to set up port forwarding chain {}", chain.name),
         )
-        .map_err(nf)
+        .map_err(CniError::from)
 }
 
 /// DEL for one family: the container's `CNI-DN-*` chain (and the legacy `CNI-SN-*` one) with
@@ -387,8 +379,7 @@ fn unforward_family(family: Family, network: &str, container_id: &str) -> Result
                 NAT,
                 &chain.name,
                 &from,
-            )
-            .map_err(nf)?;
+            )?;
         }
     }
     if host::legacy_table_in_use(family, NAT) {

@@ -1,5 +1,5 @@
 //! `portmap`: a chained CNI plugin forwarding host ports to the container (DNAT), with
-//! hairpin and localhost masquerading, on iptables or nftables (spec-catalog §4.5).
+//! hairpin and localhost masquerading, on iptables or nftables.
 
 mod config;
 mod iptables_backend;

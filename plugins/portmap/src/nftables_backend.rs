@@ -35,10 +35,6 @@ const SRCNAT: i32 = 100;
 /// How often a transaction is rebuilt when a rule it deletes vanished meanwhile.
 const ATTEMPTS: usize = 5;
 
-fn nf(e: netkit::netfilter::Error) -> CniError {
-    CniError::internal(e.to_string())
-}
-
 fn family(v6: bool) -> Family {
     if v6 {
         Family::Ip6
@@ -247,7 +243,7 @@ fn existing(
 ) -> Result<Vec<(&'static str, u64)>, CniError> {
     let mut out = Vec::new();
     for chain in CONTAINER_CHAINS {
-        for r in sock.rules(fam, TABLE, chain).map_err(nf)? {
+        for r in sock.rules(fam, TABLE, chain)? {
             if r.comment().as_deref() == Some(container_id) {
                 if let Some(h) = r.handle {
                     out.push((*chain, h));
@@ -300,7 +296,7 @@ pub fn forward_ports(
     let fam = family(v6);
     let conditions = entry_conditions(conf.conditions(v6), v6)?;
     let rules = container_rules(conf, container_id, container);
-    let mut sock = Socket::new().map_err(nf)?;
+    let mut sock = Socket::new()?;
     replace_rules(
         &mut sock,
         fam,
@@ -349,9 +345,9 @@ pub fn check_ports(
 ) -> Result<(), CniError> {
     let v6 = container.is_ipv6();
     let fam = family(v6);
-    let mut sock = Socket::new().map_err(nf)?;
+    let mut sock = Socket::new()?;
     for chain in ["prerouting", "output", HOSTPORTS_ALL] {
-        if sock.rules(fam, TABLE, chain).map_err(nf)?.is_empty() {
+        if sock.rules(fam, TABLE, chain)?.is_empty() {
             return Err(CniError::internal(format!(
                 "nftables chain {} {TABLE} {chain} is missing or empty",
                 fam.name()

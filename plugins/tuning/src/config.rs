@@ -1,5 +1,5 @@
 //! The tuning configuration: top-level fields, `runtimeConfig.mac`, `args.cni.*` and CNI_ARGS
-//! `MAC=` merged into one [`Tuning`] (spec-catalog §4.6).
+//! `MAC=` merged into one [`Tuning`].
 
 use std::fmt;
 

@@ -8,10 +8,6 @@ use netkit::{Link, Socket};
 use crate::backup::Backup;
 use crate::config::Tuning;
 
-fn kernel(e: netkit::Error) -> CniError {
-    CniError::internal(e.to_string())
-}
-
 /// The current values of the attributes `tuning` configures.
 pub fn capture(link: &Link, tuning: &Tuning) -> Backup {
     Backup {
@@ -30,19 +26,19 @@ pub fn capture(link: &Link, tuning: &Tuning) -> Backup {
 /// txqueuelen).
 pub fn apply(sock: &mut Socket, link: &Link, tuning: &Tuning) -> Result<(), CniError> {
     if let Some(mac) = &tuning.mac {
-        sock.set_link_mac(link.index, mac).map_err(kernel)?;
+        sock.set_link_mac(link.index, mac)?;
     }
     if tuning.promisc {
-        sock.set_link_promisc(link.index, true).map_err(kernel)?;
+        sock.set_link_promisc(link.index, true)?;
     }
     if let Some(mtu) = tuning.mtu {
-        sock.set_link_mtu(link.index, mtu).map_err(kernel)?;
+        sock.set_link_mtu(link.index, mtu)?;
     }
     if let Some(on) = tuning.allmulti {
         set_allmulti(sock, link.index, on)?;
     }
     if let Some(qlen) = tuning.tx_qlen {
-        sock.set_link_txqueuelen(link.index, qlen).map_err(kernel)?;
+        sock.set_link_txqueuelen(link.index, qlen)?;
     }
     Ok(())
 }
@@ -54,7 +50,7 @@ fn set_allmulti(sock: &mut Socket, index: u32, on: bool) -> Result<(), CniError>
         "set allmulticast off"
     };
     sock.set_link(index, what, |b| b.allmulticast(on))
-        .map_err(kernel)
+        .map_err(CniError::from)
 }
 
 /// Puts back every value recorded in `backup`; keeps going after a failure and reports the
@@ -68,24 +64,30 @@ pub fn restore(sock: &mut Socket, link: &Link, backup: &Backup) -> Result<(), Cn
         }
     };
     if let Some(mtu) = backup.mtu {
-        note(sock.set_link_mtu(link.index, mtu).map_err(kernel));
+        note(sock.set_link_mtu(link.index, mtu).map_err(CniError::from));
     }
     if let Some(mac) = &backup.mac {
         match netkit::link::parse_mac(mac) {
-            Ok(m) => note(sock.set_link_mac(link.index, &m).map_err(kernel)),
+            Ok(m) => note(sock.set_link_mac(link.index, &m).map_err(CniError::from)),
             Err(e) => note(Err(CniError::decode(format!(
                 "bad MAC in tuning backup: {e}"
             )))),
         }
     }
     if let Some(on) = backup.promisc {
-        note(sock.set_link_promisc(link.index, on).map_err(kernel));
+        note(
+            sock.set_link_promisc(link.index, on)
+                .map_err(CniError::from),
+        );
     }
     if let Some(on) = backup.allmulti {
         note(set_allmulti(sock, link.index, on));
     }
     if let Some(qlen) = backup.tx_qlen {
-        note(sock.set_link_txqueuelen(link.index, qlen).map_err(kernel));
+        note(
+            sock.set_link_txqueuelen(link.index, qlen)
+                .map_err(CniError::from),
+        );
     }
     first_error.map_or(Ok(()), Err)
 }

@@ -1,5 +1,5 @@
 //! `tuning`: a chained CNI plugin that sets sysctls and link attributes on the container
-//! interface, backs the original link values up and restores them on DEL (spec-catalog §4.6).
+//! interface, backs the original link values up and restores them on DEL.
 
 mod backup;
 mod config;
@@ -14,10 +14,6 @@ use netkit::{Netns, Socket};
 use crate::config::Tuning;
 
 struct TuningPlugin;
-
-fn kernel(e: netkit::Error) -> CniError {
-    CniError::internal(e.to_string())
-}
 
 fn open_netns(path: &str) -> Result<Netns, CniError> {
     Netns::open(path).map_err(|e| CniError::internal(format!("failed to open netns {path:?}: {e}")))
@@ -45,8 +41,8 @@ fn add_in_netns(args: &CmdArgs, tuning: &Tuning) -> Result<(), CniError> {
 }
 
 fn tune_link(args: &CmdArgs, tuning: &Tuning) -> Result<(), CniError> {
-    let mut sock = Socket::new().map_err(kernel)?;
-    let link = sock.link_by_name(&args.ifname).map_err(kernel)?;
+    let mut sock = Socket::new()?;
+    let link = sock.link_by_name(&args.ifname)?;
     let path = backup::path(&tuning.data_dir, &args.container_id, &args.ifname);
     let existing = backup::load(&path)?;
     let fresh = link_settings::capture(&link, tuning);
@@ -93,7 +89,7 @@ impl Plugin for TuningPlugin {
         sysctls::enforce_allowlist(&tuning.sysctls)?;
         let mut result = require_prev_result(args)?;
         let ns = open_netns(&args.netns)?;
-        ns.run(|| add_in_netns(args, &tuning)).map_err(kernel)??;
+        ns.run(|| add_in_netns(args, &tuning))??;
         if let Some(mac) = &tuning.mac {
             update_result_mac(&mut result, &args.ifname, mac);
         }
@@ -114,8 +110,8 @@ impl Plugin for TuningPlugin {
             match Netns::open(&args.netns) {
                 Ok(ns) => {
                     let restored = ns.run(|| -> Result<(), CniError> {
-                        let mut sock = Socket::new().map_err(kernel)?;
-                        match sock.find_link(&args.ifname).map_err(kernel)? {
+                        let mut sock = Socket::new()?;
+                        match sock.find_link(&args.ifname)? {
                             Some(link) => link_settings::restore(&mut sock, &link, &saved),
                             None => Ok(()),
                         }
@@ -154,11 +150,10 @@ impl Plugin for TuningPlugin {
         let ns = open_netns(&args.netns)?;
         ns.run(|| -> Result<(), CniError> {
             sysctls::verify(&tuning.sysctls, &args.ifname)?;
-            let mut sock = Socket::new().map_err(kernel)?;
-            let link = sock.link_by_name(&args.ifname).map_err(kernel)?;
+            let mut sock = Socket::new()?;
+            let link = sock.link_by_name(&args.ifname)?;
             link_settings::verify(&link, &tuning)
-        })
-        .map_err(kernel)?
+        })?
     }
 }
 

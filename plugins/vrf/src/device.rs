@@ -10,13 +10,9 @@ use netkit::{AddressOptions, Family, Link, Route, Socket};
 
 use crate::config::{first_free_table, VrfConf};
 
-fn kernel(e: netkit::Error) -> CniError {
-    CniError::internal(e.to_string())
-}
-
 /// The VRF named `name`, if it exists; an error if the name belongs to another kind of link.
 fn find_vrf(sock: &mut Socket, name: &str) -> Result<Option<(Link, u32)>, CniError> {
-    match sock.find_link(name).map_err(kernel)? {
+    match sock.find_link(name)? {
         None => Ok(None),
         Some(link) => match netkit::vrf::table_of(&link) {
             Some(table) => Ok(Some((link, table))),
@@ -31,8 +27,7 @@ fn create_vrf(sock: &mut Socket, conf: &VrfConf) -> Result<(Link, u32), CniError
         Some(t) => t,
         None => {
             let taken: Vec<u32> = sock
-                .links()
-                .map_err(kernel)?
+                .links()?
                 .iter()
                 .filter_map(netkit::vrf::table_of)
                 .collect();
@@ -43,7 +38,7 @@ fn create_vrf(sock: &mut Socket, conf: &VrfConf) -> Result<(Link, u32), CniError
     };
     sock.create_vrf(&conf.name, table)
         .map_err(|e| CniError::internal(format!("could not add VRF {}: {e}", conf.name)))?;
-    let link = sock.link_by_name(&conf.name).map_err(kernel)?;
+    let link = sock.link_by_name(&conf.name)?;
     if let Err(e) = sock.set_link_up(link.index) {
         let _ = sock.delete_link(link.index);
         return Err(CniError::internal(format!(
@@ -113,18 +108,14 @@ fn enslave(sock: &mut Socket, vrf: &Link, table: u32, ifname: &str) -> Result<()
     // and the main-table routes through it are flushed: both are saved and put back.
     let global_v6 = |sock: &mut Socket| -> Result<Vec<_>, CniError> {
         Ok(sock
-            .addresses(Some(link.index), Family::V6)
-            .map_err(kernel)?
+            .addresses(Some(link.index), Family::V6)?
             .into_iter()
             .filter(|a| a.scope == AddressScope::Universe)
             .map(|a| a.address)
             .collect())
     };
     let before = global_v6(sock)?;
-    let routes = routes_to_move(
-        &sock.routes(Family::Any, Some(TABLE_MAIN)).map_err(kernel)?,
-        link.index,
-    );
+    let routes = routes_to_move(&sock.routes(Family::Any, Some(TABLE_MAIN))?, link.index);
     sock.set_link_master(link.index, vrf.index).map_err(|e| {
         CniError::internal(format!(
             "could not set vrf {} as master of {ifname}: {e}",
@@ -177,8 +168,7 @@ fn wait_for_local_route(
     let mut delay = Duration::from_millis(10);
     for _ in 0..=8 {
         let found = sock
-            .routes(Family::V6, Some(table))
-            .map_err(kernel)?
+            .routes(Family::V6, Some(table))?
             .iter()
             .any(|r| r.oif == Some(link.index) && r.dst.ip() == addr.ip() && r.dst.prefix() == 128);
         if found {
@@ -199,7 +189,7 @@ pub fn leave(sock: &mut Socket, conf: &VrfConf, ifname: &str) -> Result<(), CniE
     let Some((vrf, _)) = find_vrf(sock, &conf.name)? else {
         return Ok(());
     };
-    if let Some(link) = sock.find_link(ifname).map_err(kernel)? {
+    if let Some(link) = sock.find_link(ifname)? {
         if link.master == Some(vrf.index) {
             sock.set_link_nomaster(link.index).map_err(|e| {
                 CniError::internal(format!(
@@ -208,15 +198,11 @@ pub fn leave(sock: &mut Socket, conf: &VrfConf, ifname: &str) -> Result<(), CniE
             })?;
         }
     }
-    if sock
-        .links_with_master(vrf.index)
-        .map_err(kernel)?
-        .is_empty()
-    {
+    if sock.links_with_master(vrf.index)?.is_empty() {
         match sock.delete_link(vrf.index) {
             Ok(()) => {}
             Err(e) if e.is_not_found() => {}
-            Err(e) => return Err(kernel(e)),
+            Err(e) => return Err(CniError::from(e)),
         }
     }
     Ok(())
@@ -233,7 +219,7 @@ pub fn verify(sock: &mut Socket, conf: &VrfConf, ifname: &str) -> Result<(), Cni
             conf.table.unwrap_or_default()
         )));
     }
-    let members = sock.links_with_master(vrf.index).map_err(kernel)?;
+    let members = sock.links_with_master(vrf.index)?;
     if members.iter().any(|l| l.name == ifname) {
         Ok(())
     } else {

@@ -17,18 +17,14 @@ const VERSIONS: &[&str] = &["0.3.1", "0.4.0", "1.0.0", "1.1.0"];
 
 struct VrfPlugin;
 
-fn kernel(e: netkit::Error) -> CniError {
-    CniError::internal(e.to_string())
-}
-
 fn require_prev_result(args: &CmdArgs) -> Result<CniResult, CniError> {
     args.prev_result()?
         .ok_or_else(|| CniError::invalid_config("missing prevResult from earlier plugin"))
 }
 
 fn socket_in(path: &str) -> Result<Socket, CniError> {
-    let ns = Netns::open(path).map_err(kernel)?;
-    Socket::open_in(&ns).map_err(kernel)
+    let ns = Netns::open(path)?;
+    Socket::open_in(&ns).map_err(CniError::from)
 }
 
 impl Plugin for VrfPlugin {
@@ -49,9 +45,9 @@ impl Plugin for VrfPlugin {
         let ns = match Netns::open(&args.netns) {
             Ok(ns) => ns,
             Err(e) if e.is_netns_not_found() => return Ok(()),
-            Err(e) => return Err(kernel(e)),
+            Err(e) => return Err(CniError::from(e)),
         };
-        let mut sock = Socket::open_in(&ns).map_err(kernel)?;
+        let mut sock = Socket::open_in(&ns)?;
         device::leave(&mut sock, &conf, &args.ifname)
             .map_err(|e| CniError::internal(format!("cmdDel failed: {}", e.msg)))
     }

@@ -7,9 +7,9 @@ use std::net::IpAddr;
 use ipnetwork::IpNetwork;
 
 use crate::config::{inside, overlaps, Mode, OverlayConfig};
-use crate::fasthash::FastMap;
 use crate::mac::vtep_mac;
 use crate::peers::{Peer, PeerSet};
+use rustc_hash::FxHashMap;
 
 /// Facts about this node needed to plan.
 #[derive(Debug, Clone)]
@@ -88,9 +88,9 @@ pub fn desired_state(
         peers: BTreeMap::new(),
         problems: peers.problems.clone(),
     };
-    let mut macs: FastMap<[u8; 6], &str> = FastMap::default();
+    let mut macs: FxHashMap<[u8; 6], &str> = FxHashMap::default();
     macs.insert(d.vtep_mac, "this node");
-    let mut underlays: FastMap<IpAddr, &str> = FastMap::default();
+    let mut underlays: FxHashMap<IpAddr, &str> = FxHashMap::default();
     let mut ranges = Ranges::default();
     for peer in &peers.peers {
         if is_self(peer, subnet, facts.local_ip) {

@@ -8,7 +8,6 @@ pub mod batch;
 pub mod config;
 pub mod desired;
 pub mod error;
-pub mod fasthash;
 pub mod lock;
 pub mod mac;
 pub mod peers;

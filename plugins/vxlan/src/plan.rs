@@ -14,7 +14,7 @@ use netkit::packet_route::route::{RouteProtocol, RouteScope, RouteType};
 use netkit::route::{Route, TABLE_MAIN};
 
 use crate::desired::{Desired, PeerRoute};
-use crate::fasthash::{FastMap, FastSet};
+use rustc_hash::{FxHashMap, FxHashSet};
 
 /// The `rtm_protocol` marking routes programmed by this plugin (`proto 90` in `ip route`).
 /// Unassigned in iproute2's rt_protos list.
@@ -169,7 +169,7 @@ pub fn plan(desired: &Desired, observed: &Observed, links: Links) -> Plan {
 
     // Desired L2 entries (only with a device).
     let mut want_neigh: BTreeMap<IpAddr, [u8; 6]> = BTreeMap::new();
-    let mut want_fdb: FastMap<[u8; 6], IpAddr> = FastMap::default();
+    let mut want_fdb: FxHashMap<[u8; 6], IpAddr> = FxHashMap::default();
     if links.device.is_some() {
         for (route, _) in desired.peers.values() {
             if let PeerRoute::Vxlan {
@@ -185,8 +185,8 @@ pub fn plan(desired: &Desired, observed: &Observed, links: Links) -> Plan {
     }
 
     // Routes: index ours and foreign ones by destination.
-    let mut ours: FastMap<IpNetwork, Vec<&Route>> = FastMap::default();
-    let mut foreign: FastMap<IpNetwork, &Route> = FastMap::default();
+    let mut ours: FxHashMap<IpNetwork, Vec<&Route>> = FxHashMap::default();
+    let mut foreign: FxHashMap<IpNetwork, &Route> = FxHashMap::default();
     for r in &observed.routes {
         if is_ours(r, desired.network, links) {
             ours.entry(r.dst_network()).or_default().push(r);
@@ -194,7 +194,7 @@ pub fn plan(desired: &Desired, observed: &Observed, links: Links) -> Plan {
             foreign.insert(r.dst_network(), r);
         }
     }
-    let mut wanted_dsts = FastSet::default();
+    let mut wanted_dsts = FxHashSet::default();
     for (subnet, (route, origin)) in &desired.peers {
         let Some(want) = peer_route(desired.network, *subnet, route, links) else {
             continue;
@@ -231,7 +231,7 @@ pub fn plan(desired: &Desired, observed: &Observed, links: Links) -> Plan {
     }
 
     // Neighbours on our device.
-    let mut seen_neigh = FastSet::default();
+    let mut seen_neigh = FxHashSet::default();
     for (ip, lladdr) in &observed.neighbours {
         seen_neigh.insert(*ip);
         match want_neigh.get(ip) {
@@ -247,7 +247,7 @@ pub fn plan(desired: &Desired, observed: &Observed, links: Links) -> Plan {
     }
 
     // FDB on our device: exactly one remote per wanted MAC.
-    let mut fdb_ok = FastSet::default();
+    let mut fdb_ok = FxHashSet::default();
     for (mac, dst) in &observed.fdb {
         match want_fdb.get(mac) {
             Some(want) if dst.as_ref() == Some(want) && !fdb_ok.contains(mac) => {
