@@ -5,9 +5,13 @@
 //! - **Object keys match struct fields case-insensitively** when no field has the exact name
 //!   (containerd sends `runtimeConfig.portMappings` as `[{"HostPort": 80, ...}]` and
 //!   `runtimeConfig.bandwidth` as `{"IngressRate": ...}`: go-cni's structs carry no JSON tags).
-//!   The exact name is tried first, then Unicode simple case folding, as Go does.
-//! - **Duplicate keys: the last one wins** (serde refuses `duplicate field`), also when the
-//!   duplicates differ only in case.
+//!   The exact name is tried first, then Unicode simple case folding, as Go does. Matching
+//!   is per field: a key naming a field exactly wins over any key that only folds to it, so
+//!   where Go's struct has two fields whose names differ only in case (static IPAM's
+//!   `address` and `Address`, both in what Go marshals) and ours models one, that one gets
+//!   its own key, not its twin's.
+//! - **Duplicate keys: the last one wins** (serde refuses `duplicate field`); among keys that
+//!   only fold to a field, the last one too.
 //! - **`null` is "no value"**: a `null` struct field leaves the field at its default, and `null`
 //!   where a string, number, bool, list or map is expected decodes to that type's zero value.
 //! - **Unknown keys are ignored** (no struct here uses `deny_unknown_fields`).
@@ -54,12 +58,16 @@ pub fn parse(bytes: &[u8]) -> Result<Value, Error> {
 }
 
 /// The value Go would decode into a struct field named `field` of the object `obj`: the last
-/// non-null entry whose key is `field` or equal to it under case folding.
+/// non-null entry whose key is `field`, or when there is none, the last one equal to it under
+/// case folding (matching per field, as in [`from_value`]).
 pub fn get<'a>(obj: &'a Map<String, Value>, field: &str) -> Option<&'a Value> {
-    obj.iter()
-        .rev()
-        .find(|(k, v)| !v.is_null() && fold_eq(k, field))
-        .map(|(_, v)| v)
+    let last = |matches: &dyn Fn(&str) -> bool| {
+        obj.iter()
+            .rev()
+            .find(|(k, v)| !v.is_null() && matches(k))
+            .map(|(_, v)| v)
+    };
+    last(&|k| k == field).or_else(|| last(&|k| fold_eq(k, field)))
 }
 
 /// [`get`] on a value that may not be an object.
@@ -172,30 +180,38 @@ fn visit_number<'de, V: Visitor<'de>>(n: &Number, visitor: V) -> Result<V::Value
     }
 }
 
-/// Entries of an object decoded into a struct with `fields`: keys mapped onto field names
-/// (exact, then folded), nulls dropped (the field keeps its default), the last duplicate
-/// winning, keys of no field left out (they would be ignored anyway).
+/// Entries of an object decoded into a struct with `fields`: keys mapped onto field names,
+/// nulls dropped (the field keeps its default), keys of no field left out (they would be
+/// ignored anyway). Matching is per field: a field takes the last key that names it exactly,
+/// and only when no key does, the last key equal to it under case folding. A Go struct may
+/// hold fields whose names differ only in case (static IPAM's `address` string beside its
+/// untagged `Address` IPNet, which Go marshals as an object); a Rust struct that models only
+/// one of them must not receive the other's value.
 fn struct_entries<'de>(
     entries: impl Iterator<Item = (&'de str, &'de Value)>,
     fields: &'static [&'static str],
 ) -> Vec<(&'de str, &'de Value)> {
+    // Per field: the position of its chosen entry in `out`, and whether that key was exact.
     let mut out: Vec<Option<(&'de str, &'de Value)>> = Vec::new();
-    let mut slot: HashMap<&'static str, usize> = HashMap::new();
+    let mut slot: HashMap<&'static str, (usize, bool)> = HashMap::new();
     for (key, value) in entries {
         if value.is_null() {
             continue;
         }
-        let Some(field) = fields
-            .iter()
-            .copied()
-            .find(|f| *f == key)
-            .or_else(|| fields.iter().copied().find(|f| fold_eq(key, f)))
-        else {
-            continue;
+        let (field, exact) = match fields.iter().copied().find(|f| *f == key) {
+            Some(f) => (f, true),
+            None => match fields.iter().copied().find(|f| fold_eq(key, f)) {
+                Some(f) => (f, false),
+                None => continue,
+            },
         };
-        if let Some(previous) = slot.insert(field, out.len()) {
-            out[previous] = None;
+        match slot.get(field) {
+            // An exact key already holds this field: a folded one does not displace it.
+            Some(&(_, true)) if !exact => continue,
+            Some(&(previous, _)) => out[previous] = None,
+            None => {}
         }
+        slot.insert(field, (out.len(), exact));
         out.push(Some((field, value)));
     }
     out.into_iter().flatten().collect()

@@ -177,6 +177,8 @@ struct Wire100 {
         deserialize_with = "de_null_seq"
     )]
     routes: Vec<Route>,
+    // The latest libcni omits an empty DNS in 0.3.x/0.4.0 and 1.x results (1.1.1 printed
+    // `"dns": {}`).
     #[serde(
         default,
         skip_serializing_if = "Dns::is_empty",
@@ -218,17 +220,6 @@ struct IpConfig040 {
 }
 
 #[derive(Serialize, Deserialize)]
-struct Route040 {
-    dst: IpNetwork,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "de_opt_ip"
-    )]
-    gw: Option<IpAddr>,
-}
-
-#[derive(Serialize, Deserialize)]
 struct Wire040 {
     #[serde(
         rename = "cniVersion",
@@ -253,7 +244,9 @@ struct Wire040 {
         skip_serializing_if = "Vec::is_empty",
         deserialize_with = "de_null_seq"
     )]
-    routes: Vec<Route040>,
+    routes: Vec<Route>,
+    // The latest libcni omits an empty DNS in 0.3.x/0.4.0 and 1.x results (1.1.1 printed
+    // `"dns": {}`).
     #[serde(
         default,
         skip_serializing_if = "Dns::is_empty",
@@ -276,7 +269,7 @@ struct IpConfig020 {
         skip_serializing_if = "Vec::is_empty",
         deserialize_with = "de_null_seq"
     )]
-    routes: Vec<Route040>,
+    routes: Vec<Route>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -291,11 +284,9 @@ struct Wire020 {
     ip4: Option<IpConfig020>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     ip6: Option<IpConfig020>,
-    #[serde(
-        default,
-        skip_serializing_if = "Dns::is_empty",
-        deserialize_with = "de_null_default"
-    )]
+    // Go's 0.2.0 `types.DNS` is a plain struct, which `omitempty` never drops: `"dns": {}` is
+    // always there, in 1.1.1 and in the latest release.
+    #[serde(default, deserialize_with = "de_null_default")]
     dns: Dns,
 }
 
@@ -426,13 +417,16 @@ impl CniResult {
         let target = if version.is_empty() { "0.1.0" } else { version };
         let fam = family(target).ok_or_else(|| unsupported_version(target))?;
         let v = match fam {
+            // The latest libcni prints a 1.x result through a map (to drop an empty DNS), so
+            // its keys come out sorted, at every level.
             Family::V100 => serde_json::to_value(Wire100 {
                 cni_version: target.into(),
                 interfaces: self.interfaces.clone(),
                 ips: self.ips.clone(),
                 routes: self.routes.clone(),
                 dns: self.dns.clone(),
-            }),
+            })
+            .map(sorted_keys),
             Family::V040 => serde_json::to_value(to_040(self, target)),
             Family::V020 => serde_json::to_value(to_020(self, target)?),
         };
@@ -462,11 +456,7 @@ fn from_040(w: Wire040) -> CniResult {
                 gateway: i.gateway,
             })
             .collect(),
-        routes: w
-            .routes
-            .into_iter()
-            .map(|r| Route::new(r.dst, r.gw))
-            .collect(),
+        routes: w.routes,
         dns: w.dns,
     }
 }
@@ -483,8 +473,7 @@ fn from_020(w: Wire020) -> CniResult {
             address: ipc.ip,
             gateway: ipc.gateway,
         });
-        r.routes
-            .extend(ipc.routes.into_iter().map(|rt| Route::new(rt.dst, rt.gw)));
+        r.routes.extend(ipc.routes);
     }
     r
 }
@@ -511,14 +500,7 @@ fn to_040(r: &CniResult, target: &str) -> Wire040 {
                 gateway: i.gateway,
             })
             .collect(),
-        routes: r
-            .routes
-            .iter()
-            .map(|rt| Route040 {
-                dst: rt.dst,
-                gw: rt.gw,
-            })
-            .collect(),
+        routes: r.routes.clone(),
         dns: r.dns.clone(),
     }
 }
@@ -554,13 +536,29 @@ fn to_020(r: &CniResult, target: &str) -> Result<Wire020, CniError> {
             &mut w.ip6
         };
         if let Some(ipc) = slot {
-            ipc.routes.push(Route040 {
-                dst: rt.dst,
-                gw: rt.gw,
-            });
+            // The latest libcni's 0.2.0 conversion keeps only these two.
+            ipc.routes.push(Route::new(rt.dst, rt.gw));
         }
     }
     Ok(w)
+}
+
+/// `v` with the keys of every object in byte order, as Go's `json.Marshal` of a map.
+fn sorted_keys(v: Value) -> Value {
+    match v {
+        Value::Object(m) => {
+            let mut entries: Vec<(String, Value)> = m.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            Value::Object(
+                entries
+                    .into_iter()
+                    .map(|(k, v)| (k, sorted_keys(v)))
+                    .collect(),
+            )
+        }
+        Value::Array(a) => Value::Array(a.into_iter().map(sorted_keys).collect()),
+        other => other,
+    }
 }
 
 /// Converts a result JSON of any version to `to_version`.

@@ -243,19 +243,24 @@ fn ns_identity(path: &str) -> Option<(u64, u64)> {
     Some((m.dev(), m.ino()))
 }
 
-/// Refuses to act on the plugin's own network namespace (it would rewire the host).
+/// Whether `CNI_NETNS_OVERRIDE` lets a plugin act on its own network namespace: what the
+/// reference's skel accepts (`1`, or `true` in any case: `TRUE`, `True`, ...) and what Go's
+/// `strconv.ParseBool` reads as true (adds `t`, `T`).
+pub fn netns_override_set(value: &str) -> bool {
+    value == "1" || value == "t" || value == "T" || value.eq_ignore_ascii_case("true")
+}
+
+/// Refuses to act on the plugin's own network namespace (it would rewire the host), with the
+/// reference's text and code. The reference checks after the plugin did its work; we check
+/// before, so nothing is changed.
 fn check_not_own_netns(env: &impl Env, netns: &str) -> Result<(), CniError> {
-    if netns.is_empty() {
-        return Ok(());
-    }
-    let overridden = matches!(env.var("CNI_NETNS_OVERRIDE").as_str(), "1" | "true");
-    if overridden {
+    if netns.is_empty() || netns_override_set(&env.var("CNI_NETNS_OVERRIDE")) {
         return Ok(());
     }
     match (ns_identity(netns), ns_identity("/proc/self/ns/net")) {
-        (Some(a), Some(b)) if a == b => Err(CniError::invalid_netns(format!(
-            "netns {netns:?} is the plugin's own network namespace"
-        ))),
+        (Some(a), Some(b)) if a == b => Err(CniError::invalid_netns(
+            "plugin's netns and netns from CNI_NETNS should not be the same",
+        )),
         _ => Ok(()),
     }
 }

@@ -32,15 +32,20 @@ fn dnsmasq_path() -> Option<PathBuf> {
 /// dnsmasq on `srv0`: leases of 2 minutes (its minimum) with T1 = 2 s and T2 = 6 s. Without
 /// its ICMP conflict check, which delays every first OFFER by 3 s.
 fn dnsmasq(bin: &Path, server: &Netns, dir: &TempDir) -> Guard {
+    dnsmasq_on(bin, server, dir, "srv0", "10.91.0.10,10.91.0.50")
+}
+
+/// [`dnsmasq`] on `interface` with the address range `range` (`first,last`).
+fn dnsmasq_on(bin: &Path, server: &Netns, dir: &TempDir, interface: &str, range: &str) -> Guard {
     let child = server
         .command(&[bin.to_str().unwrap()])
         .args([
             "--no-daemon",
             "--conf-file=/dev/null",
             "--port=0",
-            "--interface=srv0",
+            &format!("--interface={interface}"),
             "--bind-interfaces",
-            "--dhcp-range=10.91.0.10,10.91.0.50,255.255.255.0,2m",
+            &format!("--dhcp-range={range},255.255.255.0,2m"),
             "--dhcp-option=option:T1,2",
             "--dhcp-option=option:T2,6",
             "--log-dhcp",
@@ -58,13 +63,22 @@ fn dnsmasq(bin: &Path, server: &Netns, dir: &TempDir) -> Guard {
 
 /// Our DHCP daemon with short retransmissions, its socket in `dir`; killed on drop.
 fn daemon(dhcp: &Path, dir: &TempDir) -> (Guard, PathBuf) {
+    daemon_with(
+        dhcp,
+        dir,
+        &["-timeout", "1s", "-resendmax", "2s", "-resendtimeout=20s"],
+    )
+}
+
+/// Our DHCP daemon with the timing flags `timing`.
+fn daemon_with(dhcp: &Path, dir: &TempDir, timing: &[&str]) -> (Guard, PathBuf) {
     let socket = dir.join("dhcp.sock");
     let daemon_log = std::fs::File::create(dir.join("daemon.log")).unwrap();
     let guard = Guard(
         Command::new(dhcp)
             .args(["daemon", "-socketpath"])
             .arg(&socket)
-            .args(["-timeout", "1s", "-resendmax", "2s", "-resendtimeout=20s"])
+            .args(timing)
             .arg(format!("-pidfile={}", dir.join("daemon.pid").display()))
             .stdout(Stdio::null())
             .stderr(daemon_log)
@@ -279,4 +293,163 @@ fn macvlan_with_dhcp_through_cnitool() {
     });
     assert!(pod.link("eth0").is_none());
     tool.run_ok(&["del", "macvlan-dhcp", pod.path_str()]);
+}
+
+/// The reference's "lease unavailable" specs: a server with a single address, a pod with two
+/// interfaces on its segment. The first ADD gets the address (and keeps renewing it: T1 is
+/// 2 s); the second ADD gets no OFFER and must fail within the daemon's timeouts with the
+/// reference's error, whatever the server does meanwhile: with the 1.1.1 suite's flags
+/// (`-timeout 2s -resendmax 8s`: retries end when the backoff reaches `-resendmax`) and with
+/// the latest suite's (`--resendtimeout 10s` added: retries end after 10 s). Both DELs then
+/// return at once.
+#[test]
+fn add_without_a_free_lease_fails_within_the_timeouts() {
+    require_root!();
+    let dnsmasq_bin = skip_unless!(
+        dnsmasq_path(),
+        "dnsmasq not installed (apt-get install dnsmasq)"
+    );
+    let dhcp = our_binary("dhcp");
+    let server = Netns::new("dhcpu-srv");
+    let pod = Netns::new("dhcpu-pod");
+    server.exec_ok(&["ip", "link", "add", "br0", "type", "bridge"]);
+    server.exec_ok(&["ip", "addr", "add", "10.93.0.1/24", "dev", "br0"]);
+    server.exec_ok(&["ip", "link", "set", "br0", "up"]);
+    for (port, ifname) in [("port0", "eth0"), ("port1", "eth1")] {
+        server.exec_ok(&[
+            "ip",
+            "link",
+            "add",
+            port,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            ifname,
+            "netns",
+            pod.name(),
+        ]);
+        server.exec_ok(&["ip", "link", "set", port, "master", "br0", "up"]);
+    }
+    for (timing, limit) in [
+        (&["-timeout", "2s", "-resendmax", "8s"][..], 60),
+        (
+            &[
+                "-timeout",
+                "2s",
+                "-resendmax",
+                "8s",
+                "--resendtimeout",
+                "10s",
+            ][..],
+            15,
+        ),
+    ] {
+        let dir = TempDir::new("dhcp-unavail");
+        let _server = dnsmasq_on(&dnsmasq_bin, &server, &dir, "br0", "10.93.0.10,10.93.0.10");
+        let (_daemon, socket) = daemon_with(&dhcp, &dir, timing);
+        let conf = json!({"cniVersion": "1.0.0", "name": "mynet", "type": "bridge",
+            "ipam": {"type": "dhcp", "daemonSocketPath": socket}});
+        let call =
+            |cmd: &str, ifname: &str| PluginCall::new(&dhcp, cmd, "dummy", pod.path_str(), ifname);
+        let first = call("ADD", "eth0").run_ok(&conf);
+        assert_eq!(first["ips"][0]["address"], "10.93.0.10/24", "{first}");
+        let started = Instant::now();
+        let out = call("ADD", "eth1").run(&conf);
+        let took = started.elapsed();
+        assert!(!out.success, "{timing:?}: second ADD got {}", out.stdout);
+        assert_eq!(
+            out.json["msg"], "error calling DHCP.Allocate: no more tries",
+            "{timing:?}: {}",
+            out.stdout
+        );
+        assert!(
+            took < Duration::from_secs(limit),
+            "{timing:?}: the second ADD took {took:?} ({})",
+            std::fs::read_to_string(dir.join("daemon.log")).unwrap_or_default()
+        );
+        for ifname in ["eth1", "eth0"] {
+            let started = Instant::now();
+            call("DEL", ifname).run_ok(&conf);
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "{timing:?}: DEL {ifname} took {:?}",
+                started.elapsed()
+            );
+        }
+        wait_for("the release", Duration::from_secs(5), || {
+            !std::fs::read_to_string(dir.join("leases"))
+                .unwrap_or_default()
+                .contains("10.93.0.10")
+        });
+    }
+}
+
+/// The reference's "multiple DELs for the same container": ADD, then three DELs at once, then
+/// another; with the daemon's default timings (as that spec runs it). Each DEL returns
+/// promptly, the lease is released once, and an ADD afterwards gets a lease again.
+#[test]
+fn concurrent_dels_of_one_attachment_return_promptly() {
+    require_root!();
+    let dnsmasq_bin = skip_unless!(
+        dnsmasq_path(),
+        "dnsmasq not installed (apt-get install dnsmasq)"
+    );
+    let dhcp = our_binary("dhcp");
+    let dir = TempDir::new("dhcp-dels");
+    let server = Netns::new("dhcpd-srv");
+    let pod = Netns::new("dhcpd-pod");
+    server.exec_ok(&[
+        "ip",
+        "link",
+        "add",
+        "srv0",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        pod.name(),
+    ]);
+    server.exec_ok(&["ip", "addr", "add", "10.91.0.1/24", "dev", "srv0"]);
+    server.exec_ok(&["ip", "link", "set", "srv0", "up"]);
+    pod.exec_ok(&["ip", "link", "set", "eth0", "up"]);
+    let _server = dnsmasq(&dnsmasq_bin, &server, &dir);
+    let (_daemon, socket) = daemon_with(&dhcp, &dir, &[]);
+    let conf = json!({"cniVersion": "1.0.0", "name": "mynet", "type": "ipvlan",
+        "ipam": {"type": "dhcp", "daemonSocketPath": socket}});
+    let call = |cmd: &str| PluginCall::new(&dhcp, cmd, "dummy", pod.path_str(), "eth0");
+    for round in 0..2 {
+        let r = call("ADD").run_ok(&conf);
+        let ip = r["ips"][0]["address"]
+            .as_str()
+            .and_then(|a| a.split('/').next())
+            .unwrap_or_default()
+            .to_string();
+        assert!(ip.starts_with("10.91.0."), "{r}");
+        let started = Instant::now();
+        std::thread::scope(|s| {
+            let dels: Vec<_> = (0..3).map(|_| s.spawn(|| call("DEL").run(&conf))).collect();
+            for d in dels {
+                let out = d.join().expect("DEL thread");
+                assert!(out.success, "round {round}: {}{}", out.stdout, out.stderr);
+            }
+        });
+        call("DEL").run_ok(&conf);
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "round {round}: the DELs took {:?}",
+            started.elapsed()
+        );
+        wait_for("the release", Duration::from_secs(5), || {
+            !std::fs::read_to_string(dir.join("leases"))
+                .unwrap_or_default()
+                .contains(&ip)
+        });
+        assert_eq!(
+            count(&dir.join("log"), &format!("DHCPRELEASE(srv0) {ip}")),
+            round + 1
+        );
+    }
 }

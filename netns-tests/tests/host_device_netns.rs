@@ -150,13 +150,7 @@ fn failed_add_gives_the_device_back() {
         "ADD",
         &hd_conf("1.0.0", Some(&ipam), &st, json!({"device": "hd0"})),
     );
-    assert!(
-        e["msg"]
-            .as_str()
-            .unwrap()
-            .contains("failed to rename device \"hd0\" to \"eth0\""),
-        "{e}"
-    );
+    assert!(e["msg"].as_str().unwrap().contains("to \"eth0\""), "{e}");
     assert_eq!(device_on_host(&host), before);
     pod.exec_ok(&["ip", "link", "del", "eth0"]);
     // IPAM fails after the move: the device goes home with its state, no lease, no state file.
@@ -234,6 +228,124 @@ fn del_tolerates_a_vanished_netns_and_gc_recovers_a_returned_device() {
     a.del(&c, None);
     assert!(leases(&ipam).is_empty());
     assert!(std::fs::read_dir(st.path()).unwrap().next().is_none());
+}
+
+/// The container already has a link with the device's host name (a second NIC named like the
+/// host's, or a pod that got a device of that name earlier): the device crosses under the
+/// temporary name `temp_<ifindex>` and is renamed inside, as the reference does; the pod's own
+/// link is untouched. DEL gives it back the same way, and a link of the device's name on the
+/// host at DEL time fails the DEL without losing the device: it stays in the pod as `eth0`
+/// until the name is free, and the DEL retried then succeeds.
+#[test]
+fn device_moves_into_a_netns_that_has_a_link_of_its_name() {
+    require_root!();
+    let host = host_with_device("hd-cl-h");
+    let pod = Netns::new("hd-cl-p");
+    let st = TempDir::new("hd-cl-state");
+    let ours = ours("host-device");
+    pod.exec_ok(&[
+        "ip", "link", "add", "hd0", "type", "veth", "peer", "name", "podpeer",
+    ]);
+    let pods_own = pod.link("hd0").unwrap()["address"].clone();
+    let host_mac = host.link("hd0").unwrap()["address"].clone();
+    let c = hd_conf("1.1.0", None, &st, json!({"device": "hd0"}));
+    let a = Attachment::new(&ours, &host, "clpod", &pod);
+    let r = a.add(&c);
+    assert_eq!(r["interfaces"][0]["name"], "eth0");
+    assert_eq!(r["interfaces"][0]["mac"], host_mac);
+    let moved = pod.link("eth0").expect("eth0 in the pod");
+    assert_eq!(moved["address"], host_mac);
+    assert_eq!(moved["ifalias"], "hd0");
+    assert!(pod.link_is_up("eth0"));
+    assert_eq!(
+        pod.link("hd0").unwrap()["address"],
+        pods_own,
+        "pod's hd0 kept"
+    );
+    assert!(host.link("hd0").is_none());
+    assert!(
+        links_named_like(&pod, "temp_").is_empty() && links_named_like(&host, "temp_").is_empty(),
+        "a temporary name was left behind"
+    );
+    a.check(&c, &r);
+
+    // DEL while the host has a link named hd0: it fails, the device is still the pod's eth0.
+    host.exec_ok(&[
+        "ip", "link", "add", "hd0", "type", "veth", "peer", "name", "squat",
+    ]);
+    let e = a.fails("DEL", &with_prev(&c, Some(&r)));
+    assert!(
+        e["msg"]
+            .as_str()
+            .unwrap()
+            .contains("to original name \"hd0\""),
+        "{e}"
+    );
+    assert_eq!(pod.link("eth0").expect("eth0 kept")["address"], host_mac);
+    assert!(pod.link_is_up("eth0"), "eth0 up again after the failed DEL");
+    assert!(links_named_like(&host, "temp_").is_empty());
+    host.exec_ok(&["ip", "link", "del", "hd0"]);
+    a.del(&c, Some(&r));
+    assert_eq!(host.link("hd0").expect("device back")["address"], host_mac);
+    assert_eq!(pod.link("hd0").unwrap()["address"], pods_own);
+    assert!(pod.link("eth0").is_none());
+    assert_eq!(
+        device_on_host(&host),
+        json!({"present": true, "up": true, "addrs": ["10.99.0.5/24"],
+            "route": "10.199.0.0/16 via 10.99.0.254 dev hd0"})
+    );
+    a.del(&c, Some(&r));
+}
+
+fn links_named_like(ns: &Netns, prefix: &str) -> Vec<String> {
+    ns.exec_ok(&["ip", "-o", "link", "show"])
+        .lines()
+        .filter_map(|l| l.split(':').nth(1))
+        .map(|n| n.trim().split('@').next().unwrap_or("").to_string())
+        .filter(|n| n.starts_with(prefix))
+        .collect()
+}
+
+/// A static IPAM config as Go's json.Marshal writes it from static's own struct (the
+/// reference's test does exactly that): each address carries the tagged `address` string and
+/// the untagged `Address` IPNet object beside it. ADD and CHECK must read `address`, not its
+/// case twin.
+#[test]
+fn check_with_a_go_marshalled_static_ipam_config() {
+    require_root!();
+    let mut imps = vec![ours("host-device")];
+    if let Some(dir) = netns_tests::reference_plugin_dir(&["host-device", "static"]) {
+        imps.push(Impl {
+            label: "reference",
+            bin: dir.join("host-device"),
+            cni_path: dir.display().to_string(),
+        });
+    }
+    for imp in &imps {
+        let host = host_with_device("hd-gm-h");
+        let pod = Netns::new("hd-gm-p");
+        let st = TempDir::new("hd-gm-state");
+        let mut c = hd_conf("1.0.0", None, &st, json!({"device": "hd0"}));
+        c["ipam"] = json!({
+            "Name": "",
+            "type": "static",
+            "routes": [{"dst": "10.77.0.0/16", "gw": "10.10.0.254"}],
+            "addresses": [{
+                "address": "10.10.0.1/24",
+                "gateway": "10.10.0.254",
+                "Address": {"IP": "10.10.0.1", "Mask": "////AA=="},
+                "Version": "4"
+            }],
+            "dns": {}
+        });
+        let a = Attachment::new(imp, &host, "gmpod", &pod);
+        let r = a.add(&c);
+        assert_eq!(r["ips"][0]["address"], "10.10.0.1/24", "{}", imp.label);
+        assert_eq!(global_addrs(&pod, "eth0"), vec!["10.10.0.1/24"]);
+        a.check(&c, &r);
+        a.del(&c, Some(&r));
+        assert!(host.link("hd0").is_some(), "{}: device back", imp.label);
+    }
 }
 
 #[test]

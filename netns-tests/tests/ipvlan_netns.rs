@@ -9,7 +9,7 @@
 mod main_support;
 
 use main_support::*;
-use netns_tests::{require_root, skip_unless, Netns, TempDir};
+use netns_tests::{require_driver, require_root, skip_unless, Netns, TempDir};
 use serde_json::{json, Value};
 
 fn host_with_uplink(prefix: &str) -> Netns {
@@ -184,6 +184,50 @@ fn example_is_valid_and_runs_where_the_driver_exists() {
         host.exec_ok(&["ip", "link", "set", "eth1", "up"]);
     });
     assert_eq!(r["interfaces"][0]["name"], "eth0");
+}
+
+/// CHECK of an ipvlan made without `master`: ADD took the default route's interface, or,
+/// chained, prevResult's single interface; CHECK's prevResult is ipvlan's own result (its
+/// interface is the container link) or a whole chain's (several interfaces), so the master
+/// is the container link's parent, which must exist. The reference fails these CHECKs
+/// (it looks up an empty master name); ours passes them, and still fails when the master is
+/// gone.
+#[test]
+fn check_without_master_uses_the_links_parent() {
+    require_root!();
+    require_driver!(kernel_has("ipvlan"), "ipvlan driver");
+    let ours = ours("ipvlan");
+
+    // Master from the default route.
+    let host = host_with_uplink("iv-ck-h");
+    let pod = Netns::new("iv-ck-p");
+    let ipam = TempDir::new("iv-ck-ipam");
+    let c = iv_conf("1.0.0", &ipam, json!({"mode": "l2"}));
+    let a = Attachment::new(&ours, &host, "ckpod", &pod);
+    let r = a.add(&c);
+    a.check(&c, &r);
+    // A chain's prevResult: the host's interface first, then ipvlan's.
+    let mut chain = r.clone();
+    chain["interfaces"] = json!([{"name": "uplink0"}, r["interfaces"][0].clone()]);
+    chain["ips"][0]["interface"] = json!(1);
+    a.check(&c, &chain);
+    a.del(&c, Some(&r));
+    assert!(pod.link("eth0").is_none() && leases(&ipam).is_empty());
+
+    // Chained without IPAM: master and addresses from prevResult.
+    let mut chained = json!({"cniVersion": "1.0.0", "name": "mainnet", "type": "ipvlan",
+        "prevResult": {"cniVersion": "1.0.0",
+            "interfaces": [{"name": "uplink0"}],
+            "ips": [{"interface": 0, "address": "10.94.0.77/24"}]}});
+    let r = a.add(&chained);
+    assert_eq!(global_addrs(&pod, "eth0"), vec!["10.94.0.77/24"]);
+    chained["prevResult"] = r.clone();
+    a.ok("CHECK", &chained, None);
+    // The master gone (the kernel removes its ipvlans with it): CHECK fails.
+    host.exec_ok(&["ip", "link", "del", "uplink0"]);
+    let e = a.fails("CHECK", &chained);
+    assert!(e["msg"].as_str().is_some_and(|m| !m.is_empty()), "{e}");
+    a.ok("DEL", &chained, None);
 }
 
 /// Every mode on a dummy master (as upstream's tests use), ours against the reference.

@@ -244,3 +244,60 @@ fn kindnet_example_runs() {
     assert_eq!(r["ips"][0]["address"], "10.244.0.2/24");
     assert_eq!(r["interfaces"][1]["name"], "eth0");
 }
+
+/// CNI_NETNS naming the plugin's own netns is refused before anything is done (code 8, the
+/// reference's text): no veth, no lease. The reference refuses only after its ADD did the
+/// work. `CNI_NETNS_OVERRIDE` lifts the refusal for the values the reference accepts (`1`,
+/// `true` in any case) and Go's ParseBool adds (`t`); others do not.
+#[test]
+fn own_netns_is_refused_before_any_work() {
+    require_root!();
+    let host = Netns::new("ptp-own-h");
+    let ipam = TempDir::new("ptp-own-ipam");
+    let ours = ours("ptp");
+    let c = ptp_conf("1.0.0", &ipam, false, json!({}));
+    let run = |bin: &std::path::Path, command: &str, over: Option<&str>| {
+        let mut cmd = host.command(&[bin.to_str().unwrap()]);
+        cmd.env("CNI_COMMAND", command)
+            .env("CNI_CONTAINERID", "own-ns")
+            .env("CNI_NETNS", host.path_str())
+            .env("CNI_IFNAME", "eth0")
+            .env("CNI_PATH", &ours.cni_path)
+            .env_remove("CNI_NETNS_OVERRIDE");
+        if let Some(v) = over {
+            cmd.env("CNI_NETNS_OVERRIDE", v);
+        }
+        netns_tests::run_with_stdin(&mut cmd, c.to_string().as_bytes())
+    };
+    let links_before = links_of_kind(&host, "veth");
+    for over in [None, Some(""), Some("0"), Some("false"), Some("yes")] {
+        let out = run(&ours.bin, "ADD", over);
+        assert!(!out.status.success(), "{over:?}");
+        let e: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(e["code"], 8, "{over:?}: {e}");
+        assert_eq!(
+            e["msg"], "plugin's netns and netns from CNI_NETNS should not be the same",
+            "{e}"
+        );
+    }
+    assert_eq!(
+        links_of_kind(&host, "veth"),
+        links_before,
+        "a veth was made"
+    );
+    assert!(leases(&ipam).is_empty(), "a lease was taken");
+    // The override: host-local (which only writes its store) runs for each accepted value.
+    let host_local = host_local_of(&ours).bin;
+    for over in ["1", "true", "TRUE", "True", "t"] {
+        let out = run(&host_local, "ADD", Some(over));
+        assert!(
+            out.status.success(),
+            "CNI_NETNS_OVERRIDE={over}: {}",
+            text(&out.stdout)
+        );
+        assert_eq!(leases(&ipam).len(), 1, "{over}");
+        let out = run(&host_local, "DEL", Some(over));
+        assert!(out.status.success(), "{over}: {}", text(&out.stdout));
+        assert!(leases(&ipam).is_empty());
+    }
+}

@@ -288,3 +288,55 @@ fn failed_add_rolls_back_and_del_survives_missing_link_and_netns() {
     )
     .run_ok(&conf);
 }
+
+/// A chain ptp + sbr that ADDed cleanly passes CHECK: ptp finds its subnet and gateway routes
+/// in the table sbr moved them to (found by sbr's source rule for the address), not only in
+/// the main table as the reference looks (whose CHECK of this chain fails). Still precise: a
+/// route gone from that table fails the CHECK.
+#[test]
+fn ptp_then_sbr_passes_check() {
+    require_root!();
+    for b in ["ptp", "host-local", "sbr", "cnitool"] {
+        our_binary(b);
+    }
+    let leases = TempDir::new("sbrp-unused");
+    let net = json!({"cniVersion": "1.0.0", "name": "sbr-ptp", "plugins": [
+        {"type": "ptp", "ipMasq": false,
+         "ipam": {"type": "host-local", "dataDir": leases.path(),
+                  "ranges": [[{"subnet": "10.65.0.0/24"}], [{"subnet": "fd65::/64"}]],
+                  "routes": [{"dst": "0.0.0.0/0"}, {"dst": "10.166.0.0/16", "gw": "10.65.0.1"}]}},
+        {"type": "sbr"}
+    ]});
+    let p = pod("sbrp", our_bin_dir(), &[net]);
+    let r = p.add("sbr-ptp", "eth0");
+    let t100 = p
+        .pod
+        .exec_ok(&["ip", "-4", "route", "show", "table", "100"]);
+    assert!(t100.contains("default via 10.65.0.1 dev eth0"), "{t100}");
+    assert!(t100.contains("10.166.0.0/16 via 10.65.0.1"), "{t100}");
+    let main4 = p
+        .pod
+        .exec_ok(&["ip", "-4", "route", "show", "table", "main"]);
+    assert!(
+        !main4.contains("via 10.65.0.1"),
+        "sbr moved the routes: {main4}"
+    );
+    assert!(r["routes"].as_array().is_some_and(|a| !a.is_empty()), "{r}");
+    let check = p.cnitool("check", "sbr-ptp", "eth0");
+    assert!(
+        check.status.success(),
+        "CHECK after sbr: {}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+    // Precision: the route sbr moved, gone from its table, is missed.
+    p.pod
+        .exec_ok(&["ip", "-4", "route", "del", "10.166.0.0/16", "table", "100"]);
+    let check = p.cnitool("check", "sbr-ptp", "eth0");
+    assert!(!check.status.success(), "CHECK missed a deleted route");
+    let err = String::from_utf8_lossy(&check.stdout).into_owned()
+        + &String::from_utf8_lossy(&check.stderr);
+    assert!(err.contains("10.166.0.0/16"), "{err}");
+    assert!(p.cnitool("del", "sbr-ptp", "eth0").status.success());
+    assert!(sbr_rules(&p).is_empty(), "{:?}", p.rules());
+}

@@ -59,7 +59,20 @@ fn build(kind: MessageType, xid: u32, id: &Identity) -> Message {
     m
 }
 
-/// Sends `msg` and waits up to `timeout` for a reply of one of `wanted` kinds to it.
+/// How long each exchange of one attempt may wait: `timeout` each, none past `end`.
+#[derive(Debug, Clone, Copy)]
+pub struct Limit {
+    pub timeout: Duration,
+    pub end: Instant,
+}
+
+impl Limit {
+    fn deadline(&self) -> Instant {
+        (Instant::now() + self.timeout).min(self.end)
+    }
+}
+
+/// Sends `msg` and waits (within `limit`) for a reply of one of `wanted` kinds to it.
 fn transact(
     sock: &PacketSocket,
     msg: &Message,
@@ -67,10 +80,10 @@ fn transact(
     dst: Ipv4Addr,
     dst_mac: [u8; 6],
     wanted: &[MessageType],
-    timeout: Duration,
+    limit: Limit,
 ) -> io::Result<(Message, [u8; 6])> {
     sock.send(src, dst, dst_mac, &msg.encode())?;
-    let deadline = Instant::now() + timeout;
+    let deadline = limit.deadline();
     while let Some(r) = sock.recv(deadline)? {
         let Some(reply) = Message::decode(&r.payload) else {
             continue;
@@ -84,7 +97,7 @@ fn transact(
     }
     Err(io::Error::new(
         io::ErrorKind::TimedOut,
-        format!("no DHCP reply within {timeout:?}"),
+        format!("no DHCP reply within {:?}", limit.timeout),
     ))
 }
 
@@ -104,7 +117,7 @@ fn nak_or(reply: Message, mac: [u8; 6], server: Option<Ipv4Addr>) -> io::Result<
 }
 
 /// DISCOVER → OFFER → REQUEST → ACK, all broadcast.
-pub fn acquire(sock: &PacketSocket, id: &Identity, timeout: Duration) -> io::Result<Bound> {
+pub fn acquire(sock: &PacketSocket, id: &Identity, limit: Limit) -> io::Result<Bound> {
     let xid = random_u32();
     let discover = build(MessageType::Discover, xid, id);
     let any = Ipv4Addr::UNSPECIFIED;
@@ -116,7 +129,7 @@ pub fn acquire(sock: &PacketSocket, id: &Identity, timeout: Duration) -> io::Res
         bcast,
         BROADCAST_MAC,
         &[MessageType::Offer],
-        timeout,
+        limit,
     )?;
     let server = offer
         .ipv4_option(opt::SERVER_ID)
@@ -131,7 +144,7 @@ pub fn acquire(sock: &PacketSocket, id: &Identity, timeout: Duration) -> io::Res
         bcast,
         BROADCAST_MAC,
         &[MessageType::Ack, MessageType::Nak],
-        timeout,
+        limit,
     )?;
     nak_or(reply, mac, Some(server))
 }
@@ -143,7 +156,7 @@ pub fn extend(
     id: &Identity,
     lease: &Bound,
     rebind: bool,
-    timeout: Duration,
+    limit: Limit,
 ) -> io::Result<Bound> {
     let mut request = build(MessageType::Request, random_u32(), id);
     request.ciaddr = lease.address();
@@ -159,7 +172,7 @@ pub fn extend(
         dst,
         mac,
         &[MessageType::Ack, MessageType::Nak],
-        timeout,
+        limit,
     )?;
     nak_or(reply, from, Some(lease.server_id))
 }

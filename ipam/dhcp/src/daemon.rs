@@ -38,7 +38,7 @@ pub fn parse_flags(argv: &[String]) -> Result<Flags, String> {
         timing: Timing {
             timeout: Duration::from_secs(10),
             resend_max: Duration::from_secs(62),
-            resend_timeout: Duration::from_secs(208),
+            resend_timeout: None,
             broadcast: false,
         },
     };
@@ -76,7 +76,7 @@ pub fn parse_flags(argv: &[String]) -> Result<Flags, String> {
             "socketpath" => f.socket_path = value,
             "timeout" => f.timing.timeout = dur(&value)?,
             "resendmax" => f.timing.resend_max = dur(&value)?,
-            "resendtimeout" => f.timing.resend_timeout = dur(&value)?,
+            "resendtimeout" => f.timing.resend_timeout = Some(dur(&value)?),
             "h" | "help" => return Err(USAGE.to_string()),
             other => return Err(format!("flag provided but not defined: -{other}\n{USAGE}")),
         }
@@ -135,7 +135,8 @@ impl Daemon {
                             self.flags.timing,
                         )
                         .map_err(|e| {
-                            CniError::internal(format!("{id}: failed to acquire a DHCP lease: {e}"))
+                            eprintln!("dhcp: {id}: failed to acquire a DHCP lease: {e}");
+                            CniError::internal(e.to_string())
                         })?;
                         *held = Some(Arc::clone(&l));
                         l
@@ -367,10 +368,11 @@ mod tests {
         assert!(f.timing.broadcast);
         assert_eq!(f.timing.timeout, Duration::from_secs(2));
         assert_eq!(f.timing.resend_max, Duration::from_secs(3));
-        assert_eq!(f.timing.resend_timeout, Duration::from_secs(20));
+        assert_eq!(f.timing.resend_timeout, Some(Duration::from_secs(20)));
         let d = parse_flags(&[]).unwrap();
         assert_eq!(d.socket_path, "/run/cni/dhcp.sock");
         assert_eq!(d.timing.timeout, Duration::from_secs(10));
+        assert_eq!(d.timing.resend_timeout, None);
         assert!(!d.timing.broadcast);
         assert!(parse_flags(&args(&["-bogus"])).is_err());
         assert!(parse_flags(&args(&["-timeout"])).is_err());

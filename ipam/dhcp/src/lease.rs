@@ -23,6 +23,13 @@ const DEFAULT_LEASE: Duration = Duration::from_secs(3600);
 const RESEND_FIRST: Duration = Duration::from_secs(4);
 const RESEND_FAST: Duration = Duration::from_secs(2);
 const RESEND_FAST_TRIES: u32 = 4;
+/// How long one acquisition retries at most when `-resendtimeout` is not given (the
+/// reference's default: the fast retries plus the backoff to the default `-resendmax`).
+pub const DEFAULT_RESEND_TIMEOUT: Duration = Duration::from_secs(208);
+
+/// The reference's error when retries are exhausted (its plugin prints it as
+/// `error calling DHCP.Allocate: no more tries`).
+pub const NO_MORE_TRIES: &str = "no more tries";
 
 /// The daemon-wide client timings (its flags).
 #[derive(Debug, Clone, Copy)]
@@ -31,8 +38,10 @@ pub struct Timing {
     pub timeout: Duration,
     /// The longest pause between retries.
     pub resend_max: Duration,
-    /// When retries of one acquisition or renewal stop.
-    pub resend_timeout: Duration,
+    /// When retries of one acquisition stop (`-resendtimeout`). Not given: when the backoff
+    /// has reached `resend_max` (as the reference did before it had the flag), and at the
+    /// latest after [`DEFAULT_RESEND_TIMEOUT`].
+    pub resend_timeout: Option<Duration>,
     pub broadcast: bool,
 }
 
@@ -66,15 +75,52 @@ fn times_of(ack: &crate::message::Message) -> Times {
     }
 }
 
-fn pause_after(attempt: u32, timing: &Timing) -> Duration {
-    let jitter = Duration::from_millis(u64::from(client::random_u32() % 2000));
+/// The pause after failed attempt `attempt` (from 0) before jitter: 2 s for the first few,
+/// then 4 s doubling up to `resend_max`.
+fn base_pause(attempt: u32, timing: &Timing) -> Duration {
     if attempt < RESEND_FAST_TRIES {
-        return RESEND_FAST.saturating_sub(Duration::from_secs(1)) + jitter;
+        return RESEND_FAST;
     }
     let doublings = (attempt - RESEND_FAST_TRIES).min(8);
-    let base =
-        (RESEND_FIRST * 2u32.pow(doublings)).min(timing.resend_max.max(Duration::from_secs(1)));
-    base.saturating_sub(Duration::from_secs(1)) + jitter
+    (RESEND_FIRST * 2u32.pow(doublings)).min(timing.resend_max.max(Duration::from_secs(1)))
+}
+
+fn pause_after(attempt: u32, timing: &Timing) -> Duration {
+    let jitter = Duration::from_millis(u64::from(client::random_u32() % 2000));
+    base_pause(attempt, timing).saturating_sub(Duration::from_secs(1)) + jitter
+}
+
+/// When the retries of one exchange stop: at `at` in any case, and with `at_resend_max`
+/// already once the backoff pause has reached `-resendmax`.
+#[derive(Debug, Clone, Copy)]
+struct GiveUp {
+    at: Instant,
+    at_resend_max: bool,
+}
+
+impl GiveUp {
+    /// An acquisition's: `-resendtimeout` when given, else the backoff's end.
+    fn acquisition(timing: &Timing) -> GiveUp {
+        GiveUp {
+            at: Instant::now() + timing.resend_timeout.unwrap_or(DEFAULT_RESEND_TIMEOUT),
+            at_resend_max: timing.resend_timeout.is_none(),
+        }
+    }
+
+    /// A renewal's or rebinding's: a point of the lease's life.
+    fn at(at: Instant) -> GiveUp {
+        GiveUp {
+            at,
+            at_resend_max: false,
+        }
+    }
+
+    /// Whether no attempt may follow failed attempt `attempt` (from 0).
+    fn after(&self, attempt: u32, timing: &Timing) -> bool {
+        self.at_resend_max
+            && attempt > RESEND_FAST_TRIES
+            && base_pause(attempt - 1, timing) >= timing.resend_max
+    }
 }
 
 /// Runs `f` on a packet socket opened on the interface inside the netns.
@@ -130,24 +176,34 @@ fn still_there(place: &Place) -> bool {
         .is_ok_and(|l| l.is_some())
 }
 
-/// Retries `attempt` with the reference's backoff until it succeeds, `give_up` passes, or
-/// `stop` says so.
+/// Retries `attempt` with the reference's backoff until it succeeds, `give_up` says so, or
+/// `stop` does. Each attempt gets its limit (the exchange timeout, and none past
+/// `give_up.at`), so the whole never runs past `give_up.at`. Exhausted retries are
+/// [`NO_MORE_TRIES`] (the last failure is logged).
 fn retry(
     timing: &Timing,
-    give_up: Instant,
+    give_up: GiveUp,
     stop: &mpsc::Receiver<()>,
-    mut attempt: impl FnMut() -> io::Result<Bound>,
+    mut attempt: impl FnMut(client::Limit) -> io::Result<Bound>,
 ) -> io::Result<Bound> {
     let mut n = 0;
     loop {
-        match attempt() {
+        if Instant::now() >= give_up.at {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, NO_MORE_TRIES));
+        }
+        let limit = client::Limit {
+            timeout: timing.timeout,
+            end: give_up.at,
+        };
+        match attempt(limit) {
             Ok(b) => return Ok(b),
             Err(e) => {
                 let wait = pause_after(n, timing);
-                n += 1;
-                if Instant::now() + wait >= give_up {
-                    return Err(e);
+                if give_up.after(n, timing) || Instant::now() + wait >= give_up.at {
+                    eprintln!("dhcp: {e}; {NO_MORE_TRIES}");
+                    return Err(io::Error::new(io::ErrorKind::TimedOut, NO_MORE_TRIES));
                 }
+                n += 1;
                 eprintln!("dhcp: {e}; retrying in {:.1}s", wait.as_secs_f64());
                 match stop.recv_timeout(wait) {
                     Err(RecvTimeoutError::Timeout) => {}
@@ -184,11 +240,10 @@ impl Lease {
     ) -> io::Result<Arc<Lease>> {
         identity.broadcast = timing.broadcast;
         let (stop_tx, stop_rx) = mpsc::channel();
-        let give_up = Instant::now() + timing.resend_timeout;
-        let bound = retry(&timing, give_up, &stop_rx, || {
+        let bound = retry(&timing, GiveUp::acquisition(&timing), &stop_rx, |limit| {
             with_socket(&place, |sock, mac| {
                 identity.mac = mac;
-                client::acquire(sock, &identity, timing.timeout)
+                client::acquire(sock, &identity, limit)
             })
         })?;
         eprintln!("dhcp: {client_id}: lease acquired: {}", bound.address());
@@ -231,16 +286,16 @@ impl Lease {
                 return;
             }
             let lease = self.current();
-            let renewed = retry(&timing, times.rebind, &stop, || {
+            let renewed = retry(&timing, GiveUp::at(times.rebind), &stop, |limit| {
                 with_socket(&self.place, |s, _| {
-                    client::extend(s, &self.identity, &lease, false, timing.timeout)
+                    client::extend(s, &self.identity, &lease, false, limit)
                 })
             })
             .or_else(|_| {
                 eprintln!("dhcp: {}: renewal failed, rebinding", self.client_id);
-                retry(&timing, times.expire, &stop, || {
+                retry(&timing, GiveUp::at(times.expire), &stop, |limit| {
                     with_socket(&self.place, |s, _| {
-                        client::extend(s, &self.identity, &lease, true, timing.timeout)
+                        client::extend(s, &self.identity, &lease, true, limit)
                     })
                 })
             });

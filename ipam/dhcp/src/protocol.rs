@@ -76,11 +76,9 @@ pub fn call(socket: &str, request: &Request) -> Result<Option<Value>, CallError>
             _ => CallError::Failed(CniError::internal(msg)),
         }
     })?;
+    let method = go_method(&request.method);
     let io = |e: std::io::Error| {
-        CallError::Failed(CniError::io(format!(
-            "error calling DHCP.{}: {e}",
-            request.method
-        )))
+        CallError::Failed(CniError::io(format!("error calling DHCP.{method}: {e}")))
     };
     let body = serde_json::to_vec(request).map_err(|e| io(std::io::Error::other(e)))?;
     stream.write_all(&body).map_err(io)?;
@@ -96,7 +94,20 @@ pub fn call(socket: &str, request: &Request) -> Result<Option<Value>, CallError>
         )))
     })?;
     match reply.error {
-        Some(e) => Err(CallError::Failed(e)),
+        // As the reference's plugin reports what its daemon answered.
+        Some(e) => Err(CallError::Failed(CniError {
+            msg: format!("error calling DHCP.{method}: {}", e.msg),
+            ..e
+        })),
         None => Ok(reply.result),
+    }
+}
+
+/// The reference's name of a daemon method (`allocate` is `Allocate`).
+fn go_method(method: &str) -> String {
+    let mut chars = method.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
     }
 }

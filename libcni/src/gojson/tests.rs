@@ -113,13 +113,22 @@ fn duplicate_keys_last_wins_also_across_case() {
     assert_eq!(conf(v.clone()).name, "b");
     assert!(!conf(v).snat);
     // Folded duplicates resolve in document order.
-    let v = parse(br#"{"runtimeConfig":{"mac":"aa:aa:aa:aa:aa:aa","MAC":"bb:bb:bb:bb:bb:bb"}}"#)
+    let v = parse(br#"{"runtimeConfig":{"Mac":"aa:aa:aa:aa:aa:aa","MAC":"bb:bb:bb:bb:bb:bb"}}"#)
         .unwrap();
     assert_eq!(
         conf(v).runtime_config.mac.as_deref(),
         Some("bb:bb:bb:bb:bb:bb")
     );
+    // The exact key holds its field whatever folded keys come after it.
+    let v = parse(br#"{"runtimeConfig":{"mac":"aa:aa:aa:aa:aa:aa","MAC":"bb:bb:bb:bb:bb:bb"}}"#)
+        .unwrap();
+    assert_eq!(
+        conf(v).runtime_config.mac.as_deref(),
+        Some("aa:aa:aa:aa:aa:aa")
+    );
     let v = parse(br#"{"Name":"x","name":"y","Name":"z"}"#).unwrap();
+    assert_eq!(conf(v).name, "y");
+    let v = parse(br#"{"NAME":"x","Name":"z"}"#).unwrap();
     assert_eq!(conf(v).name, "z");
 }
 
@@ -170,6 +179,40 @@ fn exact_field_name_beats_folded_match() {
     // A key matching neither exactly goes to the first field that folds to it.
     let t: Two = from_value(&json!({"Abc": 7})).unwrap();
     assert_eq!((t.abc, t.upper), (7, 0));
+}
+
+/// Go's struct has fields whose names differ only in case; ours models only one of them.
+/// Each key lands on its own field: the exact key, in whatever order, never the twin's.
+#[test]
+fn case_twin_of_an_unmodelled_go_field_does_not_displace_the_exact_key() {
+    #[derive(Debug, Deserialize)]
+    struct Address {
+        #[serde(default)]
+        address: String,
+        #[serde(default)]
+        gateway: Option<String>,
+    }
+    // What Go's json.Marshal writes for static IPAM's Address{AddressStr, Gateway, Address
+    // net.IPNet, Version}: the tagged string and the untagged IPNet object.
+    let marshalled = json!({
+        "address": "10.10.0.1/24",
+        "gateway": "10.10.0.254",
+        "Address": {"IP": "10.10.0.1", "Mask": "////AA=="},
+        "Version": "4"
+    });
+    let a: Address = from_value(&marshalled).unwrap();
+    assert_eq!(a.address, "10.10.0.1/24");
+    assert_eq!(a.gateway.as_deref(), Some("10.10.0.254"));
+    let reversed = json!({"Address": {"IP": "10.10.0.1"}, "address": "10.10.0.1/24"});
+    let a: Address = from_value(&reversed).unwrap();
+    assert_eq!(a.address, "10.10.0.1/24");
+    // Only a folded key: it is the field's.
+    let a: Address = from_value(&json!({"ADDRESS": "10.1.0.1/16"})).unwrap();
+    assert_eq!(a.address, "10.1.0.1/16");
+    // get() chooses the same way.
+    let obj = marshalled.as_object().unwrap();
+    assert_eq!(get(obj, "address"), Some(&json!("10.10.0.1/24")));
+    assert_eq!(get(obj, "version"), Some(&json!("4")));
 }
 
 #[test]

@@ -49,8 +49,10 @@ fn v100_to_040_and_03x() {
             {"version": "6", "interface": 2, "address": "fd00::5/64", "gateway": "fd00::1"},
             {"version": "4", "interface": 2, "address": "10.2.0.5/24"}
         ],
+        // 0.3.x/0.4.0 share Go's `types.Route`: the latest release prints its mtu, advmss,
+        // priority, table and scope there too (1.1.1's Route had only dst and gw).
         "routes": [
-            {"dst": "0.0.0.0/0", "gw": "10.1.0.1"},
+            {"dst": "0.0.0.0/0", "gw": "10.1.0.1", "mtu": 1400, "priority": 10, "table": 100, "scope": 0},
             {"dst": "::/0"},
             {"dst": "192.168.0.0/16", "gw": "10.1.0.254"}
         ],
@@ -188,6 +190,84 @@ fn nulls_are_tolerated() {
     let r = CniResult::from_value(&v).unwrap();
     assert!(r.ips.is_empty());
     assert_eq!(r.to_value("1.0.0").unwrap(), json!({"cniVersion": "1.0.0"}));
+}
+
+/// What the latest reference prints for each cniVersion, field by field: 0.1.0/0.2.0 always
+/// carry `"dns": {}` (a plain Go struct, which `omitempty` never drops) and routes with only
+/// dst and gw; 0.3.x/0.4.0 and 1.x drop an empty DNS; 0.x interfaces have no mtu, socketPath
+/// or pciID; 0.3.x/0.4.0 IPs carry `version`; 1.x is printed through a map, so its keys are
+/// sorted at every level; empty lists, a missing gateway and zero route fields are left out.
+#[test]
+fn every_version_prints_go_fields_in_go_order() {
+    let r = CniResult {
+        cni_version: "1.1.0".into(),
+        interfaces: vec![Interface {
+            name: "eth0".into(),
+            mac: "02:00:00:00:00:01".into(),
+            mtu: Some(1500),
+            sandbox: "/run/netns/p".into(),
+            ..Default::default()
+        }],
+        ips: vec![IpConfig {
+            interface: Some(0),
+            address: "10.9.0.2/24".parse().unwrap(),
+            gateway: Some("10.9.0.1".parse().unwrap()),
+        }],
+        routes: vec![Route {
+            mtu: Some(1400),
+            ..Route::new("0.0.0.0/0".parse().unwrap(), None)
+        }],
+        dns: Dns::default(),
+    };
+    let text = |v: &str| serde_json::to_string(&r.to_value(v).unwrap()).unwrap();
+    for v in ["0.1.0", "0.2.0"] {
+        assert_eq!(
+            text(v),
+            format!(
+                r#"{{"cniVersion":"{v}","ip4":{{"ip":"10.9.0.2/24","gateway":"10.9.0.1","routes":[{{"dst":"0.0.0.0/0"}}]}},"dns":{{}}}}"#
+            )
+        );
+    }
+    for v in ["0.3.0", "0.3.1", "0.4.0"] {
+        assert_eq!(
+            text(v),
+            format!(
+                r#"{{"cniVersion":"{v}","interfaces":[{{"name":"eth0","mac":"02:00:00:00:00:01","sandbox":"/run/netns/p"}}],"ips":[{{"version":"4","interface":0,"address":"10.9.0.2/24","gateway":"10.9.0.1"}}],"routes":[{{"dst":"0.0.0.0/0","mtu":1400}}]}}"#
+            )
+        );
+    }
+    for v in ["1.0.0", "1.1.0"] {
+        assert_eq!(
+            text(v),
+            format!(
+                r#"{{"cniVersion":"{v}","interfaces":[{{"mac":"02:00:00:00:00:01","mtu":1500,"name":"eth0","sandbox":"/run/netns/p"}}],"ips":[{{"address":"10.9.0.2/24","gateway":"10.9.0.1","interface":0}}],"routes":[{{"dst":"0.0.0.0/0","mtu":1400}}]}}"#
+            )
+        );
+    }
+    // A DNS with content: printed in every version (sorted in 1.x).
+    let mut with_dns = r.clone();
+    with_dns.dns.nameservers = vec!["10.9.0.53".into()];
+    with_dns.dns.domain = "example.test".into();
+    assert!(serde_json::to_string(&with_dns.to_value("1.0.0").unwrap())
+        .unwrap()
+        .contains(r#""dns":{"domain":"example.test","nameservers":["10.9.0.53"]}"#));
+    assert!(serde_json::to_string(&with_dns.to_value("0.4.0").unwrap())
+        .unwrap()
+        .ends_with(r#""dns":{"nameservers":["10.9.0.53"],"domain":"example.test"}}"#));
+    // An IPAM-only result: no interfaces, no `interface` index.
+    let ipam_only = CniResult {
+        interfaces: vec![],
+        ips: vec![IpConfig {
+            interface: None,
+            ..r.ips[0].clone()
+        }],
+        routes: vec![],
+        ..r.clone()
+    };
+    assert_eq!(
+        serde_json::to_string(&ipam_only.to_value("1.0.0").unwrap()).unwrap(),
+        r#"{"cniVersion":"1.0.0","ips":[{"address":"10.9.0.2/24","gateway":"10.9.0.1"}]}"#
+    );
 }
 
 #[test]

@@ -214,9 +214,27 @@ fn oversized_stdin_is_rejected() {
 fn own_netns_is_refused() {
     let mut e = env("ADD");
     e.0.insert("CNI_NETNS", "/proc/self/ns/net".into());
-    assert_eq!(fail_json(run_with(&e, CONF))["code"], 8);
-    e.0.insert("CNI_NETNS_OVERRIDE", "1".into());
-    assert!(matches!(run_with(&e, CONF), Outcome::Print(_)));
+    let refused = fail_json(run_with(&e, CONF));
+    assert_eq!(refused["code"], 8);
+    assert_eq!(
+        refused["msg"],
+        "plugin's netns and netns from CNI_NETNS should not be the same"
+    );
+    for yes in ["1", "true", "TRUE", "True", "tRUE", "t", "T"] {
+        e.0.insert("CNI_NETNS_OVERRIDE", yes.into());
+        assert!(
+            matches!(run_with(&e, CONF), Outcome::Print(_)),
+            "CNI_NETNS_OVERRIDE={yes} must override"
+        );
+    }
+    for no in ["", "0", "false", "yes", "on", "2", " true"] {
+        e.0.insert("CNI_NETNS_OVERRIDE", no.into());
+        assert_eq!(
+            fail_json(run_with(&e, CONF))["code"],
+            8,
+            "CNI_NETNS_OVERRIDE={no:?} must not override"
+        );
+    }
 }
 
 #[test]

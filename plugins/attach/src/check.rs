@@ -67,7 +67,27 @@ fn prefix_of(n: &IpNetwork) -> IpNetwork {
     IpNetwork::new(n.network(), n.prefix()).unwrap_or(*n)
 }
 
-/// Every IP is on `link`, and a main-table route to its prefix exists.
+/// The tables in which the routes of `ip` may live: the main table, and the table of each
+/// source rule `from <ip>/32|/128` — where sbr moves an interface's routes (a table of its
+/// own per address, found by that rule, however sbr numbered it). So a chain whose sbr ran
+/// after this plugin still passes this plugin's CHECK.
+fn tables_of(rules: &[netkit::Rule], ip: &IpConfig) -> Vec<u32> {
+    let addr = ip.address.ip();
+    let full = if addr.is_ipv4() { 32 } else { 128 };
+    let mut tables = vec![netkit::route::TABLE_MAIN];
+    for r in rules {
+        let own = r
+            .src
+            .is_some_and(|s| s.ip() == addr && s.prefix() == full && r.dst.is_none());
+        if own && !tables.contains(&r.table) {
+            tables.push(r.table);
+        }
+    }
+    tables
+}
+
+/// Every IP is on `link`, and a route to its prefix exists in the main table or in the
+/// address's own source-routing table (see [`tables_of`]).
 pub fn interface_ips<S: Netlink>(
     cont: &mut S,
     link: &Link,
@@ -76,9 +96,8 @@ pub fn interface_ips<S: Netlink>(
     let addrs = cont
         .addresses(Some(link.index), Family::Any)
         .map_err(kernel)?;
-    let routes = cont
-        .routes(Family::Any, Some(netkit::route::TABLE_MAIN))
-        .map_err(kernel)?;
+    let rules = cont.rules(Family::Any).map_err(kernel)?;
+    let all_routes = cont.routes(Family::Any, None).map_err(kernel)?;
     for ip in ips {
         if !addrs.iter().any(|a| a.address == ip.address) {
             return Err(fail(format!(
@@ -87,7 +106,11 @@ pub fn interface_ips<S: Netlink>(
             )));
         }
         let prefix = prefix_of(&ip.address);
-        if !routes.iter().any(|r| r.dst_network() == prefix) {
+        let tables = tables_of(&rules, ip);
+        if !all_routes
+            .iter()
+            .any(|r| r.dst_network() == prefix && tables.contains(&r.table_id()))
+        {
             let gw = ip.gateway.map(|g| g.to_string()).unwrap_or_default();
             return Err(fail(format!(
                 "Failed to find Gateway {gw} for interface {}",
@@ -98,16 +121,29 @@ pub fn interface_ips<S: Netlink>(
     Ok(())
 }
 
-/// Every route of prevResult is in the main table (with its gateway when it names one).
-pub fn routes<S: Netlink>(cont: &mut S, expected: &[Route]) -> Result<(), CniError> {
-    let table = cont
-        .routes(Family::Any, Some(netkit::route::TABLE_MAIN))
-        .map_err(kernel)?;
+/// Every route of prevResult (with its gateway when it names one) is in the main table, or
+/// in the source-routing table of one of prevResult's addresses `ips` whose subnet holds the
+/// gateway (any of them, for a route without one): where sbr moves it.
+pub fn routes<S: Netlink>(
+    cont: &mut S,
+    expected: &[Route],
+    ips: &[IpConfig],
+) -> Result<(), CniError> {
+    let rules = cont.rules(Family::Any).map_err(kernel)?;
+    let all_routes = cont.routes(Family::Any, None).map_err(kernel)?;
     for r in expected {
         let dst = prefix_of(&r.dst);
-        let found = table
-            .iter()
-            .any(|k| k.dst_network() == dst && (r.gw.is_none() || k.gateway == r.gw));
+        let mut tables = vec![netkit::route::TABLE_MAIN];
+        for ip in ips.iter().filter(|ip| {
+            ip.address.is_ipv4() == r.dst.is_ipv4() && r.gw.is_none_or(|gw| ip.address.contains(gw))
+        }) {
+            tables.extend(tables_of(&rules, ip));
+        }
+        let found = all_routes.iter().any(|k| {
+            k.dst_network() == dst
+                && tables.contains(&k.table_id())
+                && (r.gw.is_none() || k.gateway == r.gw)
+        });
         if !found {
             let gw =
                 r.gw.map(|g| g.to_string())
@@ -124,7 +160,8 @@ pub fn routes<S: Netlink>(cont: &mut S, expected: &[Route]) -> Result<(), CniErr
 /// The CHECK every main plugin does: IPAM CHECK (when an IPAM plugin is set), prevResult
 /// (`missing` is the error without one), the container interface of prevResult in
 /// `CNI_NETNS` with its recorded MAC, `link_checks` (the plugin's own: kind, mode, master...),
-/// then every IP with a route to its prefix and every route.
+/// then every IP with a route to its prefix and every route (in the main table or where sbr
+/// moved it).
 pub fn attachment(
     args: &CmdArgs,
     ipam_type: &str,
@@ -157,5 +194,5 @@ pub fn attachment_with<K: Kernel, I: crate::ipam::Ipam>(
     let link = container_link(&mut cont, &intf)?;
     link_checks(&mut cont, &link, &prev)?;
     interface_ips(&mut cont, &link, &prev.ips)?;
-    routes(&mut cont, &prev.routes)
+    routes(&mut cont, &prev.routes, &prev.ips)
 }

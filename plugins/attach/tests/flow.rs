@@ -90,9 +90,27 @@ fn macvlan_from_ipam_result_checks_and_deletes() {
     let intf = check::container_interface(&result, &args).unwrap();
     let l = check::container_link(&mut cont, &intf).unwrap();
     check::interface_ips(&mut cont, &l, &result.ips).unwrap();
-    check::routes(&mut cont, &result.routes).unwrap();
+    check::routes(&mut cont, &result.routes, &result.ips).unwrap();
+    // Moved to another table: found there only through a source rule of the address (sbr's).
     pod.exec_ok(&["ip", "route", "del", "10.6.0.0/16"]);
-    let e = check::routes(&mut cont, &result.routes).unwrap_err();
+    pod.exec_ok(&[
+        "ip",
+        "route",
+        "add",
+        "10.6.0.0/16",
+        "via",
+        "10.5.0.9",
+        "dev",
+        "net1",
+        "table",
+        "100",
+    ]);
+    assert!(check::routes(&mut cont, &result.routes, &result.ips).is_err());
+    pod.exec_ok(&["ip", "rule", "add", "from", "10.5.0.7/32", "table", "100"]);
+    check::routes(&mut cont, &result.routes, &result.ips).unwrap();
+    pod.exec_ok(&["ip", "rule", "del", "from", "10.5.0.7/32", "table", "100"]);
+    pod.exec_ok(&["ip", "route", "del", "10.6.0.0/16", "table", "100"]);
+    let e = check::routes(&mut cont, &result.routes, &result.ips).unwrap_err();
     assert!(e.msg.contains("10.6.0.0/16"), "{}", e.msg);
     pod.exec_ok(&["ip", "addr", "del", "10.5.0.7/24", "dev", "net1"]);
     assert!(check::interface_ips(&mut cont, &l, &result.ips)

@@ -1,13 +1,21 @@
 //! Moving the device into the container (renamed to `CNI_IFNAME`, its host name kept in its
-//! alias as the reference does) and back out under its original name. A name clash on either
-//! side never strands the device: each half-done move is undone.
+//! alias as the reference does) and back out under its original name. Both ways it crosses
+//! under a temporary name, as the reference does, so a link of the same name on the other side
+//! does not stop the move. A name clash on either side never strands the device: each
+//! half-done move is undone.
 
 use attach::errors::{kernel, kernel_ctx};
-use attach::link::random_veth_name;
 use libcni::error::CniError;
 use netkit::{Link, Netns, Socket};
 
-/// Moves `dev` (a host link) into `netns` as `ifname`, up.
+/// The name a device carries while it crosses between namespaces, as the reference names it
+/// (`temp_<ifindex>`): neither its host name nor `CNI_IFNAME` can clash on the other side.
+pub fn temp_name(index: u32) -> String {
+    format!("temp_{index}")
+}
+
+/// Moves `dev` (a host link) into `netns` as `ifname`, up. It crosses under a temporary name,
+/// so a container link that already has the device's host name is no obstacle.
 pub fn move_in(
     host: &mut Socket,
     host_ns: &Netns,
@@ -19,23 +27,50 @@ pub fn move_in(
     // Devices can be renamed only when down.
     host.set_link_down(dev.index)
         .map_err(|e| kernel_ctx(e, format!("failed to set {:?} down", dev.name)))?;
-    let restore_up = |host: &mut Socket| {
+    // Undo on the host: the original name back (it may still be under the temporary one), up
+    // as it was.
+    let restore_on_host = |host: &mut Socket| {
+        if let Ok(Some(l)) = host.find_link(&temp_name(dev.index)) {
+            let _ = host.set_link_name(l.index, &dev.name);
+        }
         if dev.is_up() {
-            let _ = host.set_link_up(dev.index);
+            if let Ok(Some(l)) = host.find_link(&dev.name) {
+                let _ = host.set_link_up(l.index);
+            }
         }
     };
-    if let Err(e) = host.move_link(dev.index, netns) {
-        restore_up(host);
-        return Err(kernel_ctx(e, "failed to move link"));
+    let tmp = temp_name(dev.index);
+    if let Err(e) = host.set_link_name(dev.index, &tmp) {
+        restore_on_host(host);
+        return Err(kernel_ctx(
+            e,
+            format!(
+                "failed to rename device {:?} to temporary name {tmp:?}",
+                dev.name
+            ),
+        ));
     }
-    let moved = cont.link_by_name(&dev.name).map_err(kernel)?;
+    if let Err(e) = host.move_link(dev.index, netns) {
+        restore_on_host(host);
+        return Err(kernel_ctx(
+            e,
+            format!("failed to move {tmp:?} to container ns"),
+        ));
+    }
+    // The kernel keeps the index when it is free in the target netns; look up by name anyway.
+    let moved = match cont.link_by_name(&tmp) {
+        Ok(l) => l,
+        Err(e) => return Err(kernel_ctx(e, format!("failed to find {tmp:?}"))),
+    };
     let renamed = cont
         .set_link_alias(moved.index, &dev.name)
         .and_then(|_| cont.set_link_name(moved.index, ifname));
     if let Err(e) = renamed {
-        // Back to the host under its own name (it still has it).
+        // Back to the host (under the temporary name, which cannot clash there) and then
+        // under its own name.
         if cont.move_link(moved.index, host_ns).is_ok() {
-            if let Ok(back) = host.link_by_name(&dev.name) {
+            if let Ok(back) = host.link_by_name(&tmp) {
+                let _ = host.set_link_name(back.index, &dev.name);
                 if dev.is_up() {
                     let _ = host.set_link_up(back.index);
                 }
@@ -43,7 +78,7 @@ pub fn move_in(
         }
         return Err(kernel_ctx(
             e,
-            format!("failed to rename device {:?} to {ifname:?}", dev.name),
+            format!("failed to rename device {tmp:?} to {ifname:?}"),
         ));
     }
     cont.set_link_up(moved.index)
@@ -51,9 +86,11 @@ pub fn move_in(
     cont.link_by_name(ifname).map_err(kernel)
 }
 
-/// Moves `ifname` out of the container back to the host as `original`, through a temporary
+/// Moves `ifname` out of the container back to the host as `original`, through the temporary
 /// name so that neither side's names clash. `Ok(false)` when `ifname` is not in the container,
-/// or is not the device (its alias, set by the move in, names another device or none).
+/// or is not the device (its alias, set by the move in, names another device or none). When
+/// the host already has a link named `original`, the device goes back into the container as
+/// `ifname` (up as it was) and the error says so: DEL can be retried once the name is free.
 pub fn move_out(
     cont: &mut Socket,
     netns: &Netns,
@@ -70,7 +107,7 @@ pub fn move_out(
     }
     cont.set_link_down(dev.index)
         .map_err(|e| kernel_ctx(e, format!("failed to set {ifname:?} down")))?;
-    let tmp = random_veth_name()?;
+    let tmp = temp_name(dev.index);
     // Undo: the device back as `ifname`, up as it was, so DEL can be retried.
     let back_in_container = |cont: &mut Socket| {
         if let Ok(Some(l)) = cont.find_link(&tmp) {
@@ -84,23 +121,28 @@ pub fn move_out(
     };
     if let Err(e) = cont.set_link_name(dev.index, &tmp) {
         back_in_container(cont);
-        return Err(kernel_ctx(e, format!("failed to rename {ifname:?}")));
+        return Err(kernel_ctx(
+            e,
+            format!("failed to rename device {ifname:?} to temporary name {tmp:?}"),
+        ));
     }
     if let Err(e) = cont.move_link(dev.index, host_ns) {
         back_in_container(cont);
         return Err(kernel_ctx(
             e,
-            format!("failed to move {original:?} to host netns"),
+            format!("failed to move {tmp:?} to host netns"),
         ));
     }
-    let in_host = host.link_by_name(&tmp).map_err(kernel)?;
+    let in_host = host
+        .link_by_name(&tmp)
+        .map_err(|e| kernel_ctx(e, format!("failed to find {tmp:?} in host namespace")))?;
     if let Err(e) = host.set_link_name(in_host.index, original) {
         if host.move_link(in_host.index, netns).is_ok() {
             back_in_container(cont);
         }
         return Err(kernel_ctx(
             e,
-            format!("failed to restore {ifname:?} to original name {original:?}"),
+            format!("failed to restore {tmp:?} to original name {original:?}"),
         ));
     }
     Ok(true)

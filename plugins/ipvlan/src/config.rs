@@ -4,7 +4,7 @@
 use attach::conf::{self, IpamRef};
 use libcni::error::CniError;
 use libcni::result::{CniResult, Dns};
-use libcni::skel::CmdArgs;
+use libcni::skel::{CmdArgs, Command};
 use netkit::packet_route::link::{IpVlanFlags, IpVlanMode};
 use serde::Deserialize;
 
@@ -24,11 +24,11 @@ struct RawConf {
 
 #[derive(Debug, Clone)]
 pub struct NetConf {
-    /// Resolved: the configured master, or the single interface of prevResult (chained), or
-    /// empty for the interface of the default route.
+    /// For ADD resolved: the configured master, or the single interface of prevResult
+    /// (chained), or empty for the interface of the default route. For the other commands
+    /// only the configured one: their prevResult is ipvlan's own result (or a whole chain's),
+    /// whose interface is the container link, not the master.
     pub master: String,
-    /// Whether `master` came from prevResult rather than the config.
-    pub master_from_prev_result: bool,
     pub mode: IpVlanMode,
     pub flags: IpVlanFlags,
     pub mtu: Option<u32>,
@@ -82,8 +82,7 @@ pub fn load(args: &CmdArgs) -> Result<NetConf, CniError> {
         .prev_result()
         .map_err(|e| attach::errors::context(e, "could not parse prevResult"))?;
     let mut master = raw.master;
-    let master_from_prev_result = master.is_empty() && prev.is_some();
-    if master.is_empty() {
+    if master.is_empty() && args.command == Command::Add {
         if let Some(p) = &prev {
             // Chained after a plugin that made the master: it is prevResult's only interface.
             match p.interfaces.as_slice() {
@@ -101,7 +100,6 @@ pub fn load(args: &CmdArgs) -> Result<NetConf, CniError> {
     }
     Ok(NetConf {
         master,
-        master_from_prev_result,
         mode: mode_from_str(&raw.mode)?,
         flags: flag_from_str(&raw.flag)?,
         mtu: u32::try_from(raw.mtu).ok().filter(|m| *m != 0),
@@ -148,19 +146,28 @@ mod tests {
             "ips": [{"address": "10.1.0.5/24", "interface": 0}]});
         let c = load_json(json!({"cniVersion": "1.0.0", "prevResult": prev})).unwrap();
         assert_eq!(c.master, "net1");
-        assert!(c.master_from_prev_result);
         assert_eq!(c.prev.unwrap().ips.len(), 1);
         // A configured master wins.
         let c = load_json(json!({"cniVersion": "1.0.0", "master": "eth9", "prevResult": prev}))
             .unwrap();
         assert_eq!(c.master, "eth9");
-        assert!(!c.master_from_prev_result);
         let two = json!({"cniVersion": "1.0.0", "interfaces": [{"name": "a"}, {"name": "b"}]});
         let e = load_json(json!({"cniVersion": "1.0.0", "prevResult": two})).unwrap_err();
         assert_eq!(
             e.msg,
             "chained master failure. PrevResult lacks a single named interface"
         );
+        // CHECK and DEL get ipvlan's own result (or a chain's) as prevResult: its interface is
+        // the container link, not the master, and several interfaces are no error.
+        for command in [Command::Check, Command::Del] {
+            for p in [&prev, &two] {
+                let args = CmdArgs {
+                    command,
+                    ..attach::testing::cmd_args(json!({"cniVersion": "1.0.0", "prevResult": p}), "")
+                };
+                assert_eq!(load(&args).unwrap().master, "", "{command:?}");
+            }
+        }
     }
 
     #[test]

@@ -107,20 +107,16 @@ impl Plugin for Ipvlan {
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
-        let mut conf = config::load(args)?;
-        // CHECK's prevResult holds this plugin's own result, whose only interface is the
-        // ipvlan itself, not a master: without a configured master, ADD used the default
-        // route's interface, so CHECK does too.
-        if conf.master_from_prev_result && conf.master == args.ifname {
-            conf.master.clear();
-        }
+        // CHECK's prevResult holds this plugin's own result (or a chain's), whose interface is
+        // the ipvlan itself, not a master: without a configured master, `load` leaves it
+        // empty and CHECK goes by the link's parent.
+        let conf = config::load(args)?;
         check::attachment(
             args,
             &conf.ipam_type,
             "Required prevResult missing",
             |cont, l, _| {
-                let mut host = Socket::new().map_err(kernel)?;
-                master(&conf, &mut host, cont)?;
+                check_master(&conf, cont, l)?;
                 check_kind(l, &conf)
             },
         )
@@ -136,6 +132,38 @@ impl Plugin for Ipvlan {
         ipam::call_if_set(args, &conf.ipam_type, "STATUS")?;
         link::master_status("ipvlan", conf.link_in_container, &conf.master)
     }
+}
+
+/// The master of the container link `l`. A configured one must exist (MTU checked as in ADD)
+/// and be `l`'s parent. Without `master`, ADD took the previous plugin's interface or the
+/// default route's, neither of which CHECK can know (its prevResult is ipvlan's own): the
+/// parent the kernel records for `l` must still exist.
+fn check_master(conf: &NetConf, cont: &mut Socket, l: &Link) -> Result<(), CniError> {
+    let mut host = Socket::new().map_err(kernel)?;
+    if !conf.master.is_empty() {
+        let m = master(conf, &mut host, cont)?;
+        if l.link.is_some_and(|parent| parent != m.index) {
+            return Err(CniError::internal(format!(
+                "Container interface {} is not on master {:?}",
+                l.name, conf.master
+            )));
+        }
+        return Ok(());
+    }
+    let parent = l.link.ok_or_else(|| {
+        CniError::internal(format!("Container interface {} has no master", l.name))
+    })?;
+    let sock = if conf.link_in_container {
+        cont
+    } else {
+        &mut host
+    };
+    sock.link_by_index(parent).map(|_| ()).map_err(|e| {
+        CniError::internal(format!(
+            "failed to lookup master of {} (ifindex {parent}): {e}",
+            l.name
+        ))
+    })
 }
 
 /// The container link is an ipvlan in the configured mode and flag.

@@ -18,6 +18,7 @@ use crate::link::Link;
 use crate::netlink::Socket;
 use crate::netns::Netns;
 use crate::route::{Route, TABLE_MAIN};
+use crate::rule::Rule;
 use crate::tap::TapSpec;
 
 /// The netlink operations of one network namespace (what [`Socket`] does for the plugins).
@@ -60,6 +61,11 @@ pub trait Netlink {
     fn delete_route(&mut self, route: &Route) -> Result<()>;
     /// Routes of `family` in `table` (every table when `None`).
     fn routes(&mut self, family: Family, table: Option<u32>) -> Result<Vec<Route>>;
+    /// Policy routing rules of `family` (CHECK looks up where sbr moved routes). None by
+    /// default: a model without rules has none.
+    fn rules(&mut self, _family: Family) -> Result<Vec<Rule>> {
+        Ok(Vec::new())
+    }
 
     /// Like [`Netlink::link_by_name`], but `Ok(None)` when it does not exist.
     fn find_link(&mut self, name: &str) -> Result<Option<Link>> {
@@ -221,6 +227,9 @@ impl Netlink for Socket {
     }
     fn routes(&mut self, family: Family, table: Option<u32>) -> Result<Vec<Route>> {
         Socket::routes(self, family, table)
+    }
+    fn rules(&mut self, family: Family) -> Result<Vec<Rule>> {
+        Socket::rules(self, family)
     }
     fn find_link(&mut self, name: &str) -> Result<Option<Link>> {
         Socket::find_link(self, name)
