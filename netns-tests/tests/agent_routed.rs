@@ -24,6 +24,8 @@ use netns_tests::{our_binary, require_driver, require_root, Netns, TempDir};
 
 const PREFIX: &str = "/coreos.com/network";
 const CONVERGE: Duration = Duration::from_secs(20);
+/// The subnet of the node programmed by hand as flanneld would (outside the agents' range).
+const FLANNELD_SUBNET: &str = "10.244.30.0/24";
 
 fn have_tools() -> bool {
     let found = [("etcd", "--version"), ("etcdctl", "version"), ("iperf3", "--version")]
@@ -400,6 +402,32 @@ impl Cluster {
         }
     }
 
+    /// Adds node 4 programmed by hand exactly as flanneld programs its node (`program`
+    /// gets the node and the agents' subnets and public addresses), with a pod on
+    /// `FLANNELD_SUBNET` and `lease` stored under it as flanneld stores it; then pods reach
+    /// each other both ways between it and the agents' nodes.
+    fn assert_flanneld_node(&mut self, lease: impl FnOnce(&Node) -> String, program: impl FnOnce(&Node, &[(String, String)])) {
+        let mut node = self.underlay.add_node(4);
+        let peers: Vec<(String, String)> = self
+            .subnets
+            .iter()
+            .cloned()
+            .zip(self.nodes.iter().map(|n| n.ip.clone()))
+            .collect();
+        program(&node, &peers);
+        let value = lease(&node);
+        self.etcd
+            .ctl_ok(&["put", &lease_key(FLANNELD_SUBNET), &value]);
+        let pod = node.add_pod(FLANNELD_SUBNET);
+        for p in &self.pods {
+            assert_ping(p, &pod);
+            assert_ping(&pod, p);
+        }
+        self.etcd.ctl_ok(&["del", &lease_key(FLANNELD_SUBNET)]);
+        drop(pod);
+        drop(node);
+    }
+
     fn assert_full_mesh(&self) {
         for (i, from) in self.pods.iter().enumerate() {
             for (j, to) in self.pods.iter().enumerate() {
@@ -508,6 +536,64 @@ fn wireguard_cluster_on_etcd() {
     c.assert_full_mesh();
     c.assert_source_preserved();
 
+    // A node set up as flanneld sets up its own (key, port, address, route, one peer per
+    // lease) with flanneld's lease: agents and it reach each other's pods.
+    let agent_keys: Vec<String> = c
+        .subnets
+        .iter()
+        .map(|s| {
+            let v: serde_json::Value =
+                serde_json::from_str(&c.etcd.get(&lease_key(s)).unwrap()).unwrap();
+            v["BackendData"]["PublicKey"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let flanneld_public = std::cell::RefCell::new(String::new());
+    c.assert_flanneld_node(
+        |node| {
+            format!(
+                r#"{{"PublicIP":"{}","PublicIPv6":null,"BackendType":"wireguard","BackendData":{{"PublicKey":"{}","Port":51820}}}}"#,
+                node.ip,
+                flanneld_public.borrow()
+            )
+        },
+        |node, peers| {
+            let ns = &node.ns;
+            ns.exec_ok(&["ip", "link", "add", "flannel-wg", "type", "wireguard"]);
+            ns.exec_ok(&["ip", "link", "set", "flannel-wg", "mtu", "1420"]);
+            ns.exec_ok(&["ip", "addr", "add", "10.244.30.0/32", "dev", "flannel-wg"]);
+            let kns = netkit::Netns::open(ns.path()).unwrap();
+            let mut wg = netkit::wireguard::WgSocket::open_in(&kns).unwrap();
+            let update = netkit::wireguard::DeviceUpdate {
+                private_key: Some(netkit::wireguard::clamped([0x5a; 32])),
+                listen_port: Some(51820),
+                replace_peers: true,
+                peers: peers
+                    .iter()
+                    .zip(&agent_keys)
+                    .map(|((subnet, ip), key)| netkit::wireguard::PeerUpdate {
+                        public_key: STANDARD.decode(key).unwrap().try_into().unwrap(),
+                        remove: false,
+                        preshared_key: None,
+                        endpoint: Some(format!("{ip}:51820").parse().unwrap()),
+                        persistent_keepalive: None,
+                        allowed_ips: vec![subnet.parse().unwrap()],
+                        replace_allowed_ips: true,
+                    })
+                    .collect(),
+            };
+            wg.set_device("flannel-wg", &update).unwrap();
+            let public = wg.get_device("flannel-wg").unwrap().public_key.unwrap();
+            *flanneld_public.borrow_mut() = STANDARD.encode(public);
+            ns.exec_ok(&["ip", "link", "set", "flannel-wg", "up"]);
+            ns.exec_ok(&[
+                "ip", "route", "add", "10.244.0.0/16", "dev", "flannel-wg", "scope", "link",
+            ]);
+        },
+    );
+    // Its lease gone, the agents drop the peer again.
+    assert!(wait_until(CONVERGE, || wg_device(&c.nodes[0], "flannel-wg")
+        .is_some_and(|d| d.peers.len() == 2)));
+
     // On the underlay: only WireGuard's UDP between the nodes, no pod address in clear.
     let (pod0, pod1) = (&c.pods[0], &c.pods[1]);
     let seen = capture(&c.underlay.ns, || {
@@ -609,6 +695,33 @@ fn ipip_cluster_on_etcd() {
     }
     c.assert_full_mesh();
     c.assert_source_preserved();
+
+    // A node set up as flanneld sets up its own, with flanneld's lease.
+    c.assert_flanneld_node(
+        |node| {
+            format!(
+                r#"{{"PublicIP":"{}","PublicIPv6":null,"BackendType":"ipip"}}"#,
+                node.ip
+            )
+        },
+        |node, peers| {
+            let ns = &node.ns;
+            ns.exec_ok(&[
+                "ip", "link", "add", "flannel.ipip", "type", "ipip", "local", &node.ip,
+            ]);
+            ns.exec_ok(&["ip", "link", "set", "flannel.ipip", "mtu", "1480", "up"]);
+            ns.exec_ok(&["ip", "addr", "add", "10.244.30.0/32", "dev", "flannel.ipip"]);
+            for (subnet, ip) in peers {
+                ns.exec_ok(&[
+                    "ip", "route", "add", subnet, "via", ip, "dev", "flannel.ipip", "onlink",
+                ]);
+            }
+        },
+    );
+    assert!(wait_until(CONVERGE, || !c.nodes[0]
+        .route_dsts("flannel.ipip")
+        .iter()
+        .any(|d| d == FLANNELD_SUBNET)));
 
     // On the underlay: IP-in-IP (protocol 4) between the nodes, the pod addresses inside.
     let (pod0, pod1) = (&c.pods[0], &c.pods[1]);

@@ -174,6 +174,13 @@ impl std::fmt::Display for SyncReport {
     }
 }
 
+/// A Curve25519 private key as X25519 uses it (and the kernel stores it).
+pub fn clamped(mut key: Key) -> Key {
+    key[0] &= 248;
+    key[31] = (key[31] & 127) | 64;
+    key
+}
+
 fn same_allowed_ips(a: &[IpNetwork], b: &[IpNetwork]) -> bool {
     let norm = |v: &[IpNetwork]| {
         let mut v: Vec<(IpAddr, u8)> = v.iter().map(|n| (n.network(), n.prefix())).collect();
@@ -321,7 +328,8 @@ impl WgSocket {
         let current = self.get_device(name)?;
         let mut report = SyncReport::default();
         let mut update = DeviceUpdate::default();
-        if current.private_key.as_ref() != Some(private_key) {
+        // The kernel stores the key clamped (as X25519 uses it): compare it that way.
+        if current.private_key.map(clamped) != Some(clamped(*private_key)) {
             update.private_key = Some(*private_key);
             report.device_changed = true;
         }
@@ -839,6 +847,19 @@ mod tests {
         assert_eq!(dev.listen_port, 51820);
         assert_eq!(dev.peers.len(), 1);
         assert_eq!(dev.peers[0].allowed_ips.len(), 2);
+    }
+
+    #[test]
+    fn keys_compare_clamped() {
+        let raw = [0xff; 32];
+        let c = clamped(raw);
+        assert_eq!((c[0], c[31]), (0xf8, 0x7f));
+        assert_eq!(clamped(c), c);
+        assert!(same_allowed_ips(
+            &["10.0.2.0/24".parse().unwrap(), "10.0.1.0/24".parse().unwrap()],
+            &["10.0.1.0/24".parse().unwrap(), "10.0.2.0/24".parse().unwrap()],
+        ));
+        assert!(!same_allowed_ips(&["10.0.1.0/24".parse().unwrap()], &[]));
     }
 
     #[test]
