@@ -28,16 +28,20 @@ const CONVERGE: Duration = Duration::from_secs(20);
 const FLANNELD_SUBNET: &str = "10.244.30.0/24";
 
 fn have_tools() -> bool {
-    let found = [("etcd", "--version"), ("etcdctl", "version"), ("iperf3", "--version")]
-        .iter()
-        .all(|(bin, arg)| {
-            Command::new(bin)
-                .arg(arg)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        });
+    let found = [
+        ("etcd", "--version"),
+        ("etcdctl", "version"),
+        ("iperf3", "--version"),
+    ]
+    .iter()
+    .all(|(bin, arg)| {
+        Command::new(bin)
+            .arg(arg)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    });
     if !found {
         eprintln!("skipping: etcd, etcdctl or iperf3 not installed (.ci/packages.txt)");
     }
@@ -75,7 +79,9 @@ impl Etcd {
             .args(["--listen-peer-urls", "http://127.0.0.1:2380"])
             .args(["--initial-advertise-peer-urls", "http://127.0.0.1:2380"])
             .args(["--initial-cluster", "m0=http://127.0.0.1:2380"])
-            .arg(format!("--listen-client-urls={client},http://127.0.0.1:2379"))
+            .arg(format!(
+                "--listen-client-urls={client},http://127.0.0.1:2379"
+            ))
             .arg(format!("--advertise-client-urls={client}"))
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -129,7 +135,10 @@ impl Drop for Etcd {
         if std::thread::panicking() {
             let log = fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default();
             let tail: Vec<&str> = log.lines().rev().take(10).collect();
-            eprintln!("--- etcd (last lines, newest first) ---\n{}", tail.join("\n"));
+            eprintln!(
+                "--- etcd (last lines, newest first) ---\n{}",
+                tail.join("\n")
+            );
         }
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
@@ -172,10 +181,16 @@ impl Agent {
         let child = Command::new("ip")
             .args(["netns", "exec", &self.ns])
             .arg(our_binary("ferrocni-agent"))
-            .arg(format!("--etcd-endpoints=http://{}:2379", Underlay::switch_ip()))
+            .arg(format!(
+                "--etcd-endpoints=http://{}:2379",
+                Underlay::switch_ip()
+            ))
             .arg(format!("--public-ip={}", self.ip))
             .arg("--iface=eth0")
-            .arg(format!("--subnet-file={}", self.dir.join("subnet.env").display()))
+            .arg(format!(
+                "--subnet-file={}",
+                self.dir.join("subnet.env").display()
+            ))
             .arg(format!("--state-dir={}", self.dir.join("state").display()))
             .arg("--subnet-lease-ttl=60")
             .arg("--resync-interval=3")
@@ -229,7 +244,12 @@ impl Agent {
             });
             subnet.is_some()
         });
-        assert!(ok, "agent in {} wrote no subnet.env:\n{}", self.ns, self.log());
+        assert!(
+            ok,
+            "agent in {} wrote no subnet.env:\n{}",
+            self.ns,
+            self.log()
+        );
         subnet.unwrap()
     }
 }
@@ -278,7 +298,11 @@ fn capture(ns: &Netns, during: impl FnOnce()) -> Vec<(Ipv4Addr, Ipv4Addr, u8, us
                 i32::from((libc::ETH_P_ALL as u16).to_be()),
             )
         };
-        assert!(fd >= 0, "AF_PACKET socket: {}", std::io::Error::last_os_error());
+        assert!(
+            fd >= 0,
+            "AF_PACKET socket: {}",
+            std::io::Error::last_os_error()
+        );
         let tv = libc::timeval {
             tv_sec: 0,
             tv_usec: 200_000,
@@ -342,9 +366,16 @@ fn iperf_rate(server: &Pod, client: &Pod) -> f64 {
     let mut last = String::new();
     let mut rate = 0.0;
     for _ in 0..30 {
-        let o = client
-            .ns
-            .exec(&["iperf3", "-c", &server.ip, "-t", "2", "-J"]);
+        let o = client.ns.exec(&[
+            "iperf3",
+            "-c",
+            &server.ip,
+            "-t",
+            "2",
+            "-J",
+            "--connect-timeout",
+            "3000",
+        ]);
         last = String::from_utf8_lossy(&o.stdout).into_owned();
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
         if v.get("error").is_none() {
@@ -406,7 +437,11 @@ impl Cluster {
     /// gets the node and the agents' subnets and public addresses), with a pod on
     /// `FLANNELD_SUBNET` and `lease` stored under it as flanneld stores it; then pods reach
     /// each other both ways between it and the agents' nodes.
-    fn assert_flanneld_node(&mut self, lease: impl FnOnce(&Node) -> String, program: impl FnOnce(&Node, &[(String, String)])) {
+    fn assert_flanneld_node(
+        &mut self,
+        lease: impl FnOnce(&Node) -> String,
+        program: impl FnOnce(&Node, &[(String, String)]),
+    ) {
         let mut node = self.underlay.add_node(4);
         let peers: Vec<(String, String)> = self
             .subnets
@@ -414,11 +449,13 @@ impl Cluster {
             .cloned()
             .zip(self.nodes.iter().map(|n| n.ip.clone()))
             .collect();
+        eprintln!("programming node 4 as flanneld would");
         program(&node, &peers);
         let value = lease(&node);
         self.etcd
             .ctl_ok(&["put", &lease_key(FLANNELD_SUBNET), &value]);
         let pod = node.add_pod(FLANNELD_SUBNET);
+        eprintln!("node 4's pod: {}", pod.ip);
         for p in &self.pods {
             assert_ping(p, &pod);
             assert_ping(&pod, p);
@@ -429,6 +466,10 @@ impl Cluster {
     }
 
     fn assert_full_mesh(&self) {
+        eprintln!(
+            "pods: {:?}",
+            self.pods.iter().map(|p| &p.ip).collect::<Vec<_>>()
+        );
         for (i, from) in self.pods.iter().enumerate() {
             for (j, to) in self.pods.iter().enumerate() {
                 if i != j {
@@ -456,7 +497,11 @@ impl Cluster {
         self.agents[0].start();
         assert_eq!(self.agents[0].wait_for_subnet(), self.subnets[0]);
         assert!(
-            wait_until(CONVERGE, || self.agents[0].log().matches("reconciled").count() >= 2),
+            wait_until(CONVERGE, || self.agents[0]
+                .log()
+                .matches("reconciled")
+                .count()
+                >= 2),
             "the restarted agent did not reconcile:\n{}",
             self.agents[0].log()
         );
@@ -511,14 +556,24 @@ fn wireguard_cluster_on_etcd() {
         assert_eq!(v["BackendData"]["Port"], 51820, "{value}");
         let dev = wg_device(&c.nodes[i], "flannel-wg").expect("flannel-wg");
         let public = dev.public_key.expect("device key");
-        assert_eq!(v["BackendData"]["PublicKey"], STANDARD.encode(public), "{value}");
+        assert_eq!(
+            v["BackendData"]["PublicKey"],
+            STANDARD.encode(public),
+            "{value}"
+        );
         assert_eq!(dev.listen_port, 51820);
-        assert_eq!(c.agents[i].env_value("FLANNEL_MTU").as_deref(), Some("1420"));
+        assert_eq!(
+            c.agents[i].env_value("FLANNEL_MTU").as_deref(),
+            Some("1420")
+        );
         assert_eq!(c.nodes[i].ns.link("flannel-wg").unwrap()["mtu"], 1420);
         // The key file is flanneld's format: base64 of the private key, mode 0400.
         let text = fs::read_to_string(c.agents[i].key_file()).unwrap();
         assert_eq!(STANDARD.decode(&text).unwrap().len(), 32);
-        assert_eq!(Some(STANDARD.decode(&text).unwrap()), dev.private_key.map(|k| k.to_vec()));
+        assert_eq!(
+            Some(STANDARD.decode(&text).unwrap()),
+            dev.private_key.map(|k| k.to_vec())
+        );
     }
     // Peers: the two others, allowed IPs = their subnets, endpoint = PublicIP:51820.
     let dev = wg_device(&c.nodes[0], "flannel-wg").unwrap();
@@ -527,9 +582,16 @@ fn wireguard_cluster_on_etcd() {
         assert_eq!(p.persistent_keepalive, 25);
         let ep = p.endpoint.expect("endpoint");
         assert_eq!(ep.port(), 51820);
-        let i = c.nodes.iter().position(|n| n.ip == ep.ip().to_string()).expect("a node");
+        let i = c
+            .nodes
+            .iter()
+            .position(|n| n.ip == ep.ip().to_string())
+            .expect("a node");
         assert_eq!(
-            p.allowed_ips.iter().map(|n| n.to_string()).collect::<Vec<_>>(),
+            p.allowed_ips
+                .iter()
+                .map(|n| n.to_string())
+                .collect::<Vec<_>>(),
             [c.subnets[i].clone()]
         );
     }
@@ -591,8 +653,11 @@ fn wireguard_cluster_on_etcd() {
         },
     );
     // Its lease gone, the agents drop the peer again.
-    assert!(wait_until(CONVERGE, || wg_device(&c.nodes[0], "flannel-wg")
-        .is_some_and(|d| d.peers.len() == 2)));
+    assert!(wait_until(CONVERGE, || wg_device(
+        &c.nodes[0],
+        "flannel-wg"
+    )
+    .is_some_and(|d| d.peers.len() == 2)));
 
     // On the underlay: only WireGuard's UDP between the nodes, no pod address in clear.
     let (pod0, pod1) = (&c.pods[0], &c.pods[1]);
@@ -605,9 +670,15 @@ fn wireguard_cluster_on_etcd() {
         .iter()
         .filter(|(s, d, ..)| is_node(*s) && is_node(*d))
         .collect();
-    assert!(!between_nodes.is_empty(), "no node-to-node traffic captured");
+    assert!(
+        !between_nodes.is_empty(),
+        "no node-to-node traffic captured"
+    );
     for (s, d, proto, ihl, pkt) in &between_nodes {
-        assert_eq!(*proto, 17, "{s} -> {d}: protocol {proto}, not WireGuard's UDP");
+        assert_eq!(
+            *proto, 17,
+            "{s} -> {d}: protocol {proto}, not WireGuard's UDP"
+        );
         let ports = (
             u16::from_be_bytes([pkt[*ihl], pkt[ihl + 1]]),
             u16::from_be_bytes([pkt[ihl + 2], pkt[ihl + 3]]),
@@ -620,7 +691,9 @@ fn wireguard_cluster_on_etcd() {
         );
     }
     assert!(
-        !seen.iter().any(|(s, d, ..)| in_pod_network(*s) || in_pod_network(*d)),
+        !seen
+            .iter()
+            .any(|(s, d, ..)| in_pod_network(*s) || in_pod_network(*d)),
         "a pod address crossed the underlay unencrypted"
     );
 
@@ -631,7 +704,10 @@ fn wireguard_cluster_on_etcd() {
     // A restart keeps the key file, the device key and the lease.
     let key_before = fs::read_to_string(c.agents[0].key_file()).unwrap();
     c.assert_restart_keeps_lease();
-    assert_eq!(fs::read_to_string(c.agents[0].key_file()).unwrap(), key_before);
+    assert_eq!(
+        fs::read_to_string(c.agents[0].key_file()).unwrap(),
+        key_before
+    );
 
     c.remove_node3(|n, subnet| {
         wg_device(n, "flannel-wg").is_some_and(|d| {
@@ -664,10 +740,14 @@ fn ipip_cluster_on_etcd() {
                 c.nodes[i].ip
             )
         );
-        assert_eq!(c.agents[i].env_value("FLANNEL_MTU").as_deref(), Some("1480"));
-        let link = c.nodes[i]
-            .ns
-            .exec_json(&["ip", "-j", "-d", "link", "show", "dev", "flannel.ipip"]);
+        assert_eq!(
+            c.agents[i].env_value("FLANNEL_MTU").as_deref(),
+            Some("1480")
+        );
+        let link =
+            c.nodes[i]
+                .ns
+                .exec_json(&["ip", "-j", "-d", "link", "show", "dev", "flannel.ipip"]);
         let link = &link[0];
         assert_eq!(link["mtu"], 1480);
         assert_eq!(link["linkinfo"]["info_kind"], "ipip");
@@ -707,13 +787,28 @@ fn ipip_cluster_on_etcd() {
         |node, peers| {
             let ns = &node.ns;
             ns.exec_ok(&[
-                "ip", "link", "add", "flannel.ipip", "type", "ipip", "local", &node.ip,
+                "ip",
+                "link",
+                "add",
+                "flannel.ipip",
+                "type",
+                "ipip",
+                "local",
+                &node.ip,
             ]);
             ns.exec_ok(&["ip", "link", "set", "flannel.ipip", "mtu", "1480", "up"]);
             ns.exec_ok(&["ip", "addr", "add", "10.244.30.0/32", "dev", "flannel.ipip"]);
             for (subnet, ip) in peers {
                 ns.exec_ok(&[
-                    "ip", "route", "add", subnet, "via", ip, "dev", "flannel.ipip", "onlink",
+                    "ip",
+                    "route",
+                    "add",
+                    subnet,
+                    "via",
+                    ip,
+                    "dev",
+                    "flannel.ipip",
+                    "onlink",
                 ]);
             }
         },
@@ -734,7 +829,10 @@ fn ipip_cluster_on_etcd() {
         .iter()
         .filter(|(s, d, ..)| is_node(*s) && is_node(*d))
         .collect();
-    assert!(!between_nodes.is_empty(), "no node-to-node traffic captured");
+    assert!(
+        !between_nodes.is_empty(),
+        "no node-to-node traffic captured"
+    );
     let mut inner_seen = false;
     for (s, d, proto, ihl, pkt) in &between_nodes {
         assert_eq!(*proto, 4, "{s} -> {d}: protocol {proto}, not IP-in-IP");
@@ -743,9 +841,14 @@ fn ipip_cluster_on_etcd() {
         assert!(in_pod_network(inner_src), "inner source {inner_src}");
         inner_seen |= inner_src.to_string() == pod0.ip;
     }
-    assert!(inner_seen, "pod 1's packets were not seen inside the tunnel");
     assert!(
-        !seen.iter().any(|(s, d, ..)| in_pod_network(*s) || in_pod_network(*d)),
+        inner_seen,
+        "pod 1's packets were not seen inside the tunnel"
+    );
+    assert!(
+        !seen
+            .iter()
+            .any(|(s, d, ..)| in_pod_network(*s) || in_pod_network(*d)),
         "a pod packet crossed the underlay unencapsulated"
     );
 

@@ -1025,7 +1025,16 @@ fn wireguard(_o: &Opts, goals: &mut Goals) {
         Ok(n) => n,
         Err(e) => return skip(goals, e.to_string()),
     };
-    if !sh(&["ip", "-n", ns.name(), "link", "add", "wg0", "type", "wireguard"]) {
+    if !sh(&[
+        "ip",
+        "-n",
+        ns.name(),
+        "link",
+        "add",
+        "wg0",
+        "type",
+        "wireguard",
+    ]) {
         return skip(goals, "this kernel has no wireguard driver".into());
     }
     let key = |i: usize| -> [u8; 32] { Sha256::digest(format!("fcb-peer-{i}")).into() };
@@ -1068,9 +1077,8 @@ fn wireguard(_o: &Opts, goals: &mut Goals) {
         split.set((u1 - u0, s1 - s0));
         Ok((elapsed, report))
     };
-    let shown = |split: (Duration, Duration)| {
-        format!("user {} + kernel {}", ms(split.0), ms(split.1))
-    };
+    let shown =
+        |split: (Duration, Duration)| format!("user {} + kernel {}", ms(split.0), ms(split.1));
     let (full, report) = match pass(&peers) {
         Ok(r) => r,
         Err(e) => return skip(goals, e),

@@ -62,25 +62,35 @@ pub struct PeerRoute {
     pub direct: bool,
 }
 
-/// The routes for the leases known: every other ipip lease (flannel's route network skips
-/// leases of other backends). `underlay_nets` are the underlay interface's IPv4 networks,
-/// for DirectRouting.
-pub fn plan(
+/// The peers among the leases known: every other ipip lease, `(subnet, PublicIP)` (flannel's
+/// route network skips leases of other backends).
+pub fn peers(
     own: &SubnetKey,
-    direct_routing: bool,
-    underlay_nets: &[Ipv4Network],
     leases: &BTreeMap<SubnetKey, StoredLease>,
-) -> Vec<PeerRoute> {
-    let mut routes: Vec<PeerRoute> = leases
+) -> Vec<(Ipv4Network, Ipv4Addr)> {
+    leases
         .iter()
         .filter(|(k, _)| *k != own)
         .filter_map(|(k, l)| {
             let a = l.attrs.as_ref()?;
-            (a.backend_type == "ipip").then(|| PeerRoute {
-                subnet: k.v4,
-                gateway: a.public_ip,
-                direct: direct_routing && underlay_nets.iter().any(|n| n.contains(a.public_ip)),
-            })
+            (a.backend_type == "ipip").then_some((k.v4, a.public_ip))
+        })
+        .collect()
+}
+
+/// The routes to `peers`. `underlay_nets` are the underlay interface's IPv4 networks, for
+/// DirectRouting.
+pub fn plan(
+    peers: &[(Ipv4Network, Ipv4Addr)],
+    direct_routing: bool,
+    underlay_nets: &[Ipv4Network],
+) -> Vec<PeerRoute> {
+    let mut routes: Vec<PeerRoute> = peers
+        .iter()
+        .map(|&(subnet, gateway)| PeerRoute {
+            subnet,
+            gateway,
+            direct: direct_routing && underlay_nets.iter().any(|n| n.contains(gateway)),
         })
         .collect();
     routes.sort();
@@ -139,7 +149,10 @@ mod tests {
         };
         let own = SubnetKey::parse("10.244.9.0-24").unwrap();
         let mut leases = BTreeMap::new();
-        leases.insert(own, stored(r#"{"PublicIP":"192.168.1.9","BackendType":"ipip"}"#));
+        leases.insert(
+            own,
+            stored(r#"{"PublicIP":"192.168.1.9","BackendType":"ipip"}"#),
+        );
         leases.insert(
             SubnetKey::parse("10.244.1.0-24").unwrap(),
             stored(r#"{"PublicIP":"192.168.1.1","PublicIPv6":null,"BackendType":"ipip"}"#),
@@ -154,10 +167,11 @@ mod tests {
         );
         leases.insert(SubnetKey::parse("10.244.4.0-24").unwrap(), stored("junk"));
         let underlay = ["192.168.1.0/24".parse().unwrap()];
-        let r = plan(&own, false, &underlay, &leases);
+        let peers = peers(&own, &leases);
+        let r = plan(&peers, false, &underlay);
         assert_eq!(r.len(), 2);
         assert!(r.iter().all(|p| !p.direct));
-        let r = plan(&own, true, &underlay, &leases);
+        let r = plan(&peers, true, &underlay);
         assert_eq!(
             r.iter().map(|p| p.direct).collect::<Vec<_>>(),
             [true, false]

@@ -153,10 +153,10 @@ impl Tunnel {
                 let direct_routing = *direct_routing;
                 let own = *own;
                 let network = net.network;
-                let leases = leases.clone();
+                let peers = ipip::peers(&own, leases);
                 Box::new(move || {
                     let underlay = Underlay::find(iface.as_deref(), public_ip)?;
-                    let routes = ipip::plan(&own, direct_routing, &underlay.networks, &leases);
+                    let routes = ipip::plan(&peers, direct_routing, &underlay.networks);
                     apply_ipip(network, own.v4, public_ip, &routes, &underlay)
                 })
             }

@@ -67,13 +67,8 @@ pub fn generate_private() -> Result<Key, std::io::Error> {
     let mut filled = 0;
     while filled < key.len() {
         // SAFETY: getrandom(2) writes at most the given length into our buffer.
-        let n = unsafe {
-            libc::getrandom(
-                key[filled..].as_mut_ptr().cast(),
-                key.len() - filled,
-                0,
-            )
-        };
+        let n =
+            unsafe { libc::getrandom(key[filled..].as_mut_ptr().cast(), key.len() - filled, 0) };
         if n < 0 {
             let e = std::io::Error::last_os_error();
             if e.kind() == std::io::ErrorKind::Interrupted {
@@ -106,8 +101,8 @@ pub fn load_or_create(path: &Path) -> Result<(KeyPair, bool), AgentError> {
             ))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let private = generate_private()
-                .map_err(|e| AgentError::io("generating a key for", path, e))?;
+            let private =
+                generate_private().map_err(|e| AgentError::io("generating a key for", path, e))?;
             write_key(path, &private)?;
             Ok((
                 KeyPair {
@@ -180,9 +175,15 @@ mod tests {
         assert_eq!(text.len(), 44);
         assert!(text.ends_with('='));
         assert_eq!(decode(&text).unwrap(), k);
-        assert_eq!(decode(&format!("{text}\n")).unwrap(), k, "a trailing newline is fine");
+        assert_eq!(
+            decode(&format!("{text}\n")).unwrap(),
+            k,
+            "a trailing newline is fine"
+        );
         assert!(decode("not a key").is_err());
-        assert!(decode(&STANDARD.encode([1u8; 16])).unwrap_err().contains("32 bytes"));
+        assert!(decode(&STANDARD.encode([1u8; 16]))
+            .unwrap_err()
+            .contains("32 bytes"));
     }
 
     #[test]
@@ -204,7 +205,11 @@ mod tests {
         let meta = fs::metadata(&path).unwrap();
         assert_eq!(meta.permissions().mode() & 0o777, 0o400);
         let text = fs::read_to_string(&path).unwrap();
-        assert_eq!(text, encode(&first.private), "base64, no newline, like flanneld");
+        assert_eq!(
+            text,
+            encode(&first.private),
+            "base64, no newline, like flanneld"
+        );
         let (again, created) = load_or_create(&path).unwrap();
         assert!(!created);
         assert_eq!(again, first);
@@ -216,7 +221,10 @@ mod tests {
         assert_eq!(load_or_create(&other).unwrap().0.private, [0x40; 32]);
         fs::write(&other, "garbage").unwrap();
         let err = load_or_create(&other).unwrap_err().to_string();
-        assert!(err.contains("genkey") && err.contains("private key"), "{err}");
+        assert!(
+            err.contains("genkey") && err.contains("private key"),
+            "{err}"
+        );
         fs::remove_dir_all(&dir).unwrap();
     }
 }

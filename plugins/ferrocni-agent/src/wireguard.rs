@@ -78,9 +78,9 @@ pub fn parse_backend(
         libcni::gojson::from_map(map).map_err(|e| bad(key, format!("\"Backend\": {e}")))?;
     let psk = match raw.psk.as_deref() {
         None | Some("") => None,
-        Some(text) => Some(
-            wgkey::decode(text).map_err(|e| bad(key, format!("\"Backend.PSK\": {e}")))?,
-        ),
+        Some(text) => {
+            Some(wgkey::decode(text).map_err(|e| bad(key, format!("\"Backend.PSK\": {e}")))?)
+        }
     };
     let keepalive = raw.keepalive.unwrap_or(0);
     let keepalive = u16::try_from(keepalive).map_err(|_| {
@@ -202,10 +202,13 @@ pub fn plan(
             persistent_keepalive: opts.keepalive,
         }
     };
-    let remote = leases.iter().filter(|(k, _)| *k != own).filter_map(|(k, l)| {
-        let a = l.attrs.as_ref()?;
-        (a.backend_type == "wireguard").then_some((k, a))
-    });
+    let remote = leases
+        .iter()
+        .filter(|(k, _)| *k != own)
+        .filter_map(|(k, l)| {
+            let a = l.attrs.as_ref()?;
+            (a.backend_type == "wireguard").then_some((k, a))
+        });
     let mut v4 = DevicePlan {
         name: DEVICE,
         listen_port: opts.listen_port,
@@ -234,8 +237,11 @@ pub fn plan(
                 (k.v6, a.public_ipv6, lease_data(a.backend_v6_data.as_ref()))
             {
                 let port = if port == 0 { opts.listen_port_v6 } else { port };
-                v6.peers
-                    .push(peer(key, SocketAddr::new(ip6.into(), port), vec![sn6.into()]));
+                v6.peers.push(peer(
+                    key,
+                    SocketAddr::new(ip6.into(), port),
+                    vec![sn6.into()],
+                ));
             }
         }
         return if dual { vec![v4, v6] } else { vec![v4] };
@@ -383,7 +389,9 @@ mod tests {
 
     #[test]
     fn peers_follow_the_leases() {
-        let n = net(r#"{"Network":"10.244.0.0/16","Backend":{"Type":"wireguard","PSK":"AwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwM=","PersistentKeepaliveInterval":5}}"#);
+        let n = net(
+            r#"{"Network":"10.244.0.0/16","Backend":{"Type":"wireguard","PSK":"AwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwM=","PersistentKeepaliveInterval":5}}"#,
+        );
         let own = SubnetKey::parse("10.244.9.0-24").unwrap();
         let mut leases = BTreeMap::new();
         leases.insert(own, lease(r#"{"PublicIP":"192.168.1.9","BackendType":"wireguard","BackendData":{"PublicKey":"AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=","Port":51820}}"#));
@@ -414,11 +422,20 @@ mod tests {
         assert_eq!(p.routes, vec!["10.244.0.0/16".parse().unwrap()]);
         assert_eq!(p.peers.len(), 2);
         assert_eq!(p.peers[0].public_key, wgkey::decode(PUB).unwrap());
-        assert_eq!(p.peers[0].endpoint, Some("192.168.1.1:6000".parse().unwrap()));
-        assert_eq!(p.peers[0].allowed_ips, vec!["10.244.1.0/24".parse().unwrap()]);
+        assert_eq!(
+            p.peers[0].endpoint,
+            Some("192.168.1.1:6000".parse().unwrap())
+        );
+        assert_eq!(
+            p.peers[0].allowed_ips,
+            vec!["10.244.1.0/24".parse().unwrap()]
+        );
         assert_eq!(p.peers[0].preshared_key, Some([3; 32]));
         assert_eq!(p.peers[0].persistent_keepalive, 5);
-        assert_eq!(p.peers[1].endpoint, Some("192.168.1.2:51820".parse().unwrap()));
+        assert_eq!(
+            p.peers[1].endpoint,
+            Some("192.168.1.2:51820".parse().unwrap())
+        );
     }
 
     #[test]
@@ -432,26 +449,59 @@ mod tests {
             lease(&format!(r#"{{"PublicIP":"192.168.1.1","PublicIPv6":"2001:db8::1","BackendType":"wireguard","BackendData":{{"PublicKey":"{PUB}","Port":51820}},"BackendV6Data":{{"PublicKey":"{PUB}","Port":51821}}}}"#)),
         );
         let n = net(&dual.replace("MODE", ""));
-        let plans = plan(&n, &opts(&n), &own, Some("2001:db8::9".parse().unwrap()), &leases);
+        let plans = plan(
+            &n,
+            &opts(&n),
+            &own,
+            Some("2001:db8::9".parse().unwrap()),
+            &leases,
+        );
         assert_eq!(plans.len(), 2);
         assert_eq!(plans[1].name, "flannel-wg-v6");
         assert_eq!(plans[1].listen_port, 51821);
-        assert_eq!(plans[1].addresses, vec!["fd00:10:244:9::/128".parse().unwrap()]);
-        assert_eq!(plans[1].peers[0].endpoint, Some("[2001:db8::1]:51821".parse().unwrap()));
-        assert_eq!(plans[1].peers[0].allowed_ips, vec!["fd00:10:244:1::/64".parse().unwrap()]);
+        assert_eq!(
+            plans[1].addresses,
+            vec!["fd00:10:244:9::/128".parse().unwrap()]
+        );
+        assert_eq!(
+            plans[1].peers[0].endpoint,
+            Some("[2001:db8::1]:51821".parse().unwrap())
+        );
+        assert_eq!(
+            plans[1].peers[0].allowed_ips,
+            vec!["fd00:10:244:1::/64".parse().unwrap()]
+        );
 
         // auto: the peer's IPv4 is private and both IPv6 ends are public: over IPv6.
         let n = net(&dual.replace("MODE", r#","Mode":"auto""#));
-        let plans = plan(&n, &opts(&n), &own, Some("2001:db8::9".parse().unwrap()), &leases);
+        let plans = plan(
+            &n,
+            &opts(&n),
+            &own,
+            Some("2001:db8::9".parse().unwrap()),
+            &leases,
+        );
         assert_eq!(plans.len(), 1);
         let p = &plans[0];
         assert_eq!(p.routes.len(), 2);
         assert_eq!(p.addresses.len(), 2);
-        assert_eq!(p.peers[0].endpoint, Some("[2001:db8::1]:51821".parse().unwrap()));
+        assert_eq!(
+            p.peers[0].endpoint,
+            Some("[2001:db8::1]:51821".parse().unwrap())
+        );
         assert_eq!(p.peers[0].allowed_ips.len(), 2);
         // ipv4: always the IPv4 endpoint.
         let n = net(&dual.replace("MODE", r#","Mode":"ipv4""#));
-        let plans = plan(&n, &opts(&n), &own, Some("2001:db8::9".parse().unwrap()), &leases);
-        assert_eq!(plans[0].peers[0].endpoint, Some("192.168.1.1:51820".parse().unwrap()));
+        let plans = plan(
+            &n,
+            &opts(&n),
+            &own,
+            Some("2001:db8::9".parse().unwrap()),
+            &leases,
+        );
+        assert_eq!(
+            plans[0].peers[0].endpoint,
+            Some("192.168.1.1:51820".parse().unwrap())
+        );
     }
 }

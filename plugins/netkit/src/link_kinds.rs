@@ -10,8 +10,8 @@ use std::os::fd::AsRawFd;
 
 use netlink_packet_core::DefaultNla;
 use netlink_packet_route::link::{
-    InfoData, InfoIpTunnel, InfoIpVlan, InfoMacVlan, InfoVlan, IpVlanFlags, IpVlanMode, LinkAttribute, LinkInfo,
-    LinkMessage, MacVlanMode,
+    InfoData, InfoIpTunnel, InfoIpVlan, InfoMacVlan, InfoVlan, IpVlanFlags, IpVlanMode,
+    LinkAttribute, LinkInfo, LinkMessage, MacVlanMode,
 };
 
 use crate::error::Result;

@@ -228,7 +228,12 @@ impl WgSocket {
 
     fn resolve_family(&mut self, name: &str) -> Result<u16> {
         let ctx = || format!("failed to resolve generic netlink family {name:?}");
-        let mut msg = Message::new(GENL_ID_CTRL, NLM_F_REQUEST | NLM_F_ACK, CTRL_CMD_GETFAMILY, 1);
+        let mut msg = Message::new(
+            GENL_ID_CTRL,
+            NLM_F_REQUEST | NLM_F_ACK,
+            CTRL_CMD_GETFAMILY,
+            1,
+        );
         let mut z = name.as_bytes().to_vec();
         z.push(0);
         msg.attr(CTRL_ATTR_FAMILY_NAME, &z);
@@ -563,7 +568,11 @@ fn encode_peer(p: &PeerUpdate) -> Vec<u8> {
         return b;
     }
     if p.replace_allowed_ips {
-        put_attr(&mut b, WGPEER_A_FLAGS, &WGPEER_F_REPLACE_ALLOWEDIPS.to_ne_bytes());
+        put_attr(
+            &mut b,
+            WGPEER_A_FLAGS,
+            &WGPEER_F_REPLACE_ALLOWEDIPS.to_ne_bytes(),
+        );
     }
     if let Some(k) = &p.preshared_key {
         put_attr(&mut b, WGPEER_A_PRESHARED_KEY, k);
@@ -584,7 +593,11 @@ fn encode_peer(p: &PeerUpdate) -> Vec<u8> {
             let one = begin_nested(&mut b, 0);
             match net.network() {
                 IpAddr::V4(v4) => {
-                    put_attr(&mut b, WGALLOWEDIP_A_FAMILY, &(libc::AF_INET as u16).to_ne_bytes());
+                    put_attr(
+                        &mut b,
+                        WGALLOWEDIP_A_FAMILY,
+                        &(libc::AF_INET as u16).to_ne_bytes(),
+                    );
                     put_attr(&mut b, WGALLOWEDIP_A_IPADDR, &v4.octets());
                 }
                 IpAddr::V6(v6) => {
@@ -856,8 +869,14 @@ mod tests {
         assert_eq!((c[0], c[31]), (0xf8, 0x7f));
         assert_eq!(clamped(c), c);
         assert!(same_allowed_ips(
-            &["10.0.2.0/24".parse().unwrap(), "10.0.1.0/24".parse().unwrap()],
-            &["10.0.1.0/24".parse().unwrap(), "10.0.2.0/24".parse().unwrap()],
+            &[
+                "10.0.2.0/24".parse().unwrap(),
+                "10.0.1.0/24".parse().unwrap()
+            ],
+            &[
+                "10.0.1.0/24".parse().unwrap(),
+                "10.0.2.0/24".parse().unwrap()
+            ],
         ));
         assert!(!same_allowed_ips(&["10.0.1.0/24".parse().unwrap()], &[]));
     }
