@@ -407,8 +407,10 @@ struct Cluster {
 
 impl Cluster {
     fn start(tag: &str, config: &str) -> Cluster {
+        eprintln!("{tag}: starting etcd");
         let underlay = Underlay::new(tag);
         let etcd = Etcd::start(&underlay);
+        eprintln!("{tag}: etcd up; starting three agents");
         etcd.ctl_ok(&["put", &format!("{PREFIX}/config"), config]);
         let files = TempDir::new(tag);
         let mut nodes: Vec<Node> = (1..=3).map(|i| underlay.add_node(i)).collect();
