@@ -182,6 +182,11 @@ pub fn clamped(mut key: Key) -> Key {
 }
 
 fn same_allowed_ips(a: &[IpNetwork], b: &[IpNetwork]) -> bool {
+    // The common case (one subnet per family, same order) without allocating.
+    let key = |n: &IpNetwork| (n.network(), n.prefix());
+    if a.len() == b.len() && a.iter().zip(b).all(|(x, y)| key(x) == key(y)) {
+        return true;
+    }
     let norm = |v: &[IpNetwork]| {
         let mut v: Vec<(IpAddr, u8)> = v.iter().map(|n| (n.network(), n.prefix())).collect();
         v.sort();
