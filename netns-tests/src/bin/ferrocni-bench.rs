@@ -78,7 +78,7 @@ fn usage(msg: &str) -> ! {
     eprintln!(
         "usage: ferrocni-bench [--ours DIR] [--reference DIR] [--pods N] [--concurrent N] [--scale-pods N]\n\
          \x20                     [--cri-pods N]\n\
-         \x20                     [--only sizes,exec,loopback,bridge,rss,concurrent,bandwidth,ptp,macvlan,ipvlan,hostlocal,scale,vxlan,netfilter,cri]"
+         \x20                     [--only sizes,exec,loopback,bridge,rss,concurrent,bandwidth,ptp,macvlan,ipvlan,hostlocal,scale,vxlan,wireguard,netfilter,cri]"
     );
     std::process::exit(2)
 }
@@ -922,6 +922,8 @@ fn vxlan(o: &Opts) {
 /// The footprint goals (issue 13), judged on what this run measured.
 #[derive(Default)]
 struct Goals {
+    /// The wireguard peer pass over WG_PEERS peers (full, no-change), or why it was skipped.
+    wireguard: Option<Result<(Duration, Duration), String>>,
     /// (plugin, ours, reference) stripped sizes in bytes.
     sizes: Vec<(&'static str, u64, u64)>,
     /// Peak RSS of a bridge ADD (ours, reference), KiB.
@@ -972,6 +974,24 @@ impl Goals {
                 "peak RSS of a bridge ADD ≤ 1/4 of the reference: not measured (section rss)"
             ),
         }
+        match &self.wireguard {
+            Some(Ok((full, noop))) => {
+                println!(
+                    "{} wireguard full pass over {WG_PEERS} peers ≤ {}: {}",
+                    verdict(*full <= WG_FULL_GOAL),
+                    ms(WG_FULL_GOAL),
+                    ms(*full)
+                );
+                println!(
+                    "{} wireguard no-change pass over {WG_PEERS} peers ≤ {}: {}",
+                    verdict(*noop <= WG_NOOP_GOAL),
+                    ms(WG_NOOP_GOAL),
+                    ms(*noop)
+                );
+            }
+            Some(Err(why)) => println!("wireguard passes over {WG_PEERS} peers: skipped ({why})"),
+            None => println!("wireguard passes: not measured (section wireguard)"),
+        }
         match self.exec_version {
             Some(t) => println!(
                 "{} exec + VERSION ≤ {}: {}",
@@ -982,6 +1002,119 @@ impl Goals {
             None => println!("exec + VERSION ≤ 1.00 ms: not measured (section exec)"),
         }
     }
+}
+
+const WG_PEERS: usize = 5000;
+const WG_FULL_GOAL: Duration = Duration::from_millis(500);
+const WG_NOOP_GOAL: Duration = Duration::from_millis(50);
+
+/// The agent's wireguard peer pass (netkit's `sync_device`: one dump of the device, then
+/// only the differences) over WG_PEERS peers, on a device in a scratch netns that stays
+/// down (no packet is ever sent to the peers' endpoints): the first pass adds them all,
+/// no-change passes only read, a one-peer change adds one and removes one.
+fn wireguard(_o: &Opts, goals: &mut Goals) {
+    use netkit::wireguard::{PeerConfig, WgSocket};
+    use sha2::{Digest, Sha256};
+    println!("\n## wireguard peer pass, {WG_PEERS} peers (the agent's wireguard backend)");
+    let ns = Netns::new("fcb-wg");
+    let skip = |goals: &mut Goals, why: String| {
+        println!("  skipped: {why}");
+        goals.wireguard = Some(Err(why));
+    };
+    let kns = match netkit::Netns::open(ns.path()) {
+        Ok(n) => n,
+        Err(e) => return skip(goals, e.to_string()),
+    };
+    if !sh(&[
+        "ip",
+        "-n",
+        ns.name(),
+        "link",
+        "add",
+        "wg0",
+        "type",
+        "wireguard",
+    ]) {
+        return skip(goals, "this kernel has no wireguard driver".into());
+    }
+    let key = |i: usize| -> [u8; 32] { Sha256::digest(format!("fcb-peer-{i}")).into() };
+    let peer = |i: usize| PeerConfig {
+        public_key: key(i),
+        endpoint: Some(std::net::SocketAddr::new(
+            std::net::Ipv4Addr::new(192, 168, (i / 250) as u8, (i % 250 + 1) as u8).into(),
+            51820,
+        )),
+        allowed_ips: vec![netkit::ipnetwork::IpNetwork::new(
+            std::net::Ipv4Addr::new(10, 90 + (i / 256) as u8, (i % 256) as u8, 0).into(),
+            24,
+        )
+        .expect("a /24")],
+        preshared_key: None,
+        persistent_keepalive: 0,
+    };
+    let mut peers: Vec<PeerConfig> = (0..WG_PEERS).map(peer).collect();
+    let private = key(usize::MAX);
+    // CPU time of this process: user = our code, system = the kernel's work for it.
+    let cpu = || {
+        // SAFETY: getrusage(2) fills the struct we own.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+        let d = |tv: libc::timeval| {
+            Duration::from_micros(tv.tv_sec as u64 * 1_000_000 + tv.tv_usec as u64)
+        };
+        (d(ru.ru_utime), d(ru.ru_stime))
+    };
+    let split = std::cell::Cell::new((Duration::ZERO, Duration::ZERO));
+    let pass = |peers: &[PeerConfig]| -> Result<(Duration, netkit::wireguard::SyncReport), String> {
+        let (u0, s0) = cpu();
+        let t = Instant::now();
+        let mut wg = WgSocket::open_in(&kns).map_err(|e| e.to_string())?;
+        let report = wg
+            .sync_device("wg0", &private, 51820, peers)
+            .map_err(|e| e.to_string())?;
+        let elapsed = t.elapsed();
+        let (u1, s1) = cpu();
+        split.set((u1 - u0, s1 - s0));
+        Ok((elapsed, report))
+    };
+    let shown =
+        |split: (Duration, Duration)| format!("user {} + kernel {}", ms(split.0), ms(split.1));
+    let (full, report) = match pass(&peers) {
+        Ok(r) => r,
+        Err(e) => return skip(goals, e),
+    };
+    println!(
+        "{:<48} {:>14}   ({report}; {})",
+        "full pass (empty device)",
+        ms(full),
+        shown(split.get())
+    );
+    let mut noop = Vec::new();
+    for _ in 0..5 {
+        match pass(&peers) {
+            Ok((t, r)) if r.is_noop() => noop.push(t),
+            Ok((_, r)) => return skip(goals, format!("a no-change pass changed things: {r}")),
+            Err(e) => return skip(goals, e),
+        }
+    }
+    let noop = median(noop);
+    println!(
+        "{:<48} {:>14}   (last: {})",
+        "no-change pass (median of 5)",
+        ms(noop),
+        shown(split.get())
+    );
+    peers[0] = peer(WG_PEERS);
+    match pass(&peers) {
+        Ok((t, r)) => println!(
+            "{:<48} {:>14}   ({r}; {})",
+            "one node replaced",
+            ms(t),
+            shown(split.get())
+        ),
+        Err(e) => println!("  one node replaced: {e}"),
+    }
+    goals.wireguard = Some(Ok((full, noop)));
 }
 
 /// Pods through a private containerd's CRI, as kubelet runs them (the pod network of
@@ -1142,6 +1275,9 @@ fn main() {
     }
     if want("vxlan") {
         vxlan(&o);
+    }
+    if want("wireguard") {
+        wireguard(&o, &mut goals);
     }
     if want("netfilter") {
         netfilter_scale(&o);

@@ -25,6 +25,7 @@ use crate::startup::connect_and_read_config;
 use crate::store::{Binding, Snapshot, Store};
 use crate::subnet_env::{self, SubnetEnv};
 use crate::template::{self, Ipv6Values, TemplateValues};
+use crate::tunnel::Tunnel;
 
 /// MTU written to subnet.env when the device cannot be read back (flannel's 1500 − 50).
 const FALLBACK_MTU: u32 = 1450;
@@ -43,8 +44,10 @@ pub struct Agent {
     opts: Options,
     store: Store,
     net: NetConfig,
-    /// IPv4 first, then IPv6 on a dual-stack network.
+    /// IPv4 first, then IPv6 on a dual-stack network (vxlan; none for a routed backend).
     overlays: Vec<FamilyOverlay>,
+    /// The wireguard or ipip backend, when the network config names one.
+    tunnel: Option<Tunnel>,
     /// This node's IPv6 underlay address, on a dual-stack network.
     public_ipv6: Option<Ipv6Addr>,
     own: OwnLease,
@@ -59,8 +62,26 @@ pub struct Agent {
 pub async fn run(opts: Options) -> Result<(), AgentError> {
     let public_ip = node_addr::public_ip(&opts)?;
     let (mut store, net) = connect_and_read_config(&opts).await?;
+    let public_ipv6 = match net.ipv6 {
+        Some(_) => Some(node_addr::public_ipv6(&opts)?),
+        None => None,
+    };
+    let tunnel = Tunnel::new(&net, opts.iface.clone(), public_ip, public_ipv6)?;
+    let backend = match &tunnel {
+        Some(t) => t.describe(),
+        None => format!(
+            "vxlan VNI {} port {}{}",
+            net.backend.vni,
+            net.backend.effective_port(),
+            if net.backend.direct_routing {
+                ", DirectRouting"
+            } else {
+                ""
+            }
+        ),
+    };
     log!(
-        "network {} (/{} subnets in {}..{}){}, vxlan VNI {} port {}{}",
+        "network {} (/{} subnets in {}..{}){}, {backend}",
         net.network,
         net.subnet_len,
         net.subnet_min,
@@ -72,18 +93,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
                 v6.network, v6.subnet_len, v6.subnet_min, v6.subnet_max
             ))
             .unwrap_or_default(),
-        net.backend.vni,
-        net.backend.effective_port(),
-        if net.backend.direct_routing {
-            ", DirectRouting"
-        } else {
-            ""
-        }
     );
-    let public_ipv6 = match net.ipv6 {
-        Some(_) => Some(node_addr::public_ipv6(&opts)?),
-        None => None,
-    };
     let settings = |public_ip: IpAddr| OverlaySettings {
         engine: match &opts.vxlan_bin {
             Some(bin) => Engine::Exec(bin.clone()),
@@ -98,7 +108,9 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         overlay: Overlay::new(settings(public_ip.into()), &net, IpFamily::V4),
         last_peers: None,
     }];
-    if let Some(ip6) = public_ipv6 {
+    if tunnel.is_some() {
+        overlays.clear();
+    } else if let Some(ip6) = public_ipv6 {
         overlays.push(FamilyOverlay {
             overlay: Overlay::new(settings(ip6.into()), &net, IpFamily::V6),
             last_peers: None,
@@ -111,11 +123,12 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         ttl: opts.lease_ttl,
         renew_margin: opts.renew_margin,
     };
+    let routed_attrs = tunnel.as_ref().map(Tunnel::lease_attrs);
     let own = acquire::acquire(
         &mut store,
         &net,
         public_ip,
-        &|key| lease_attrs(public_ip, public_ipv6, &net, key),
+        &|key| lease_attrs(routed_attrs.as_ref(), public_ip, public_ipv6, &net, key),
         previous,
         timing,
     )
@@ -127,6 +140,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         store,
         net,
         overlays,
+        tunnel,
         public_ipv6,
         own,
         timing,
@@ -153,12 +167,17 @@ fn derived_mac(subnet: IpNetwork) -> String {
 /// Our lease value for `key`. The VTEP MACs are the ones the vxlan reconcile gives the
 /// devices (derived from the VTEP addresses), so flanneld peers can program us from the first
 /// moment; [`Agent::publish_macs`] corrects them should the devices say otherwise.
+/// A routed backend's value (`routed`) does not depend on the key.
 fn lease_attrs(
+    routed: Option<&LeaseAttrs>,
     public_ip: Ipv4Addr,
     public_ipv6: Option<Ipv6Addr>,
     net: &NetConfig,
     key: &SubnetKey,
 ) -> LeaseAttrs {
+    if let Some(attrs) = routed {
+        return attrs.clone();
+    }
     let vni = net.backend.vni;
     let attrs = LeaseAttrs::vxlan(public_ip, vni, Some(derived_mac(key.v4.into())));
     match (key.v6, public_ipv6) {
@@ -212,6 +231,15 @@ impl Agent {
     /// VTEP MACs if the lease lacks them and writes subnet.env and the conflist. A failing
     /// family does not keep the other from being reconciled.
     async fn reconcile(&mut self) -> Result<(), AgentError> {
+        if let Some(tunnel) = &mut self.tunnel {
+            let pass = tunnel
+                .reconcile(&self.net, &self.own.key, &self.members.known)
+                .await;
+            let masq = self.reconcile_masquerade().await;
+            let mtu = pass?;
+            masq?;
+            return self.write_node_files(mtu);
+        }
         let mut mtu: Option<u32> = None;
         let mut macs = Vec::new();
         let mut failure = None;
@@ -469,11 +497,12 @@ impl Agent {
             let public_ip = self.own.attrs.public_ip;
             let public_ipv6 = self.public_ipv6;
             let net = self.net.clone();
+            let routed_attrs = self.tunnel.as_ref().map(Tunnel::lease_attrs);
             let result = acquire::acquire(
                 &mut self.store,
                 &self.net,
                 public_ip,
-                &|key| lease_attrs(public_ip, public_ipv6, &net, key),
+                &|key| lease_attrs(routed_attrs.as_ref(), public_ip, public_ipv6, &net, key),
                 Some(self.own.key),
                 self.timing,
             )

@@ -44,6 +44,8 @@ pub enum AgentError {
     },
     #[error("conflist template {path}: {msg}")]
     Template { path: PathBuf, msg: String },
+    #[error("WireGuard key file {path}: {msg}")]
+    KeyFile { path: PathBuf, msg: String },
     #[error("overlay reconcile failed: {0}")]
     Reconcile(String),
     #[error("masquerade rules (--ip-masq): {0}")]

@@ -6,6 +6,7 @@ mod agent;
 mod error;
 mod etcd;
 mod files;
+mod ipip;
 mod key;
 mod lease;
 mod log;
@@ -20,6 +21,9 @@ mod startup;
 mod store;
 mod subnet_env;
 mod template;
+mod tunnel;
+mod wgkey;
+mod wireguard;
 
 use std::process::ExitCode;
 

@@ -31,6 +31,16 @@ pub struct Backend {
     pub port: u16,
     pub direct_routing: bool,
     pub mtu: Option<u32>,
+    /// Which data plane; the fields above are vxlan's (`direct_routing` also ipip's).
+    pub kind: BackendKind,
+}
+
+/// flannel's `Backend.Type` values the agent runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackendKind {
+    Vxlan,
+    Wireguard(crate::wireguard::WireguardOptions),
+    Ipip,
 }
 
 impl Backend {
@@ -89,7 +99,7 @@ struct RawVxlan {
     learning: bool,
 }
 
-fn bad(key: &str, msg: impl Into<String>) -> AgentError {
+pub(crate) fn bad(key: &str, msg: impl Into<String>) -> AgentError {
     AgentError::BadConfig {
         key: key.to_string(),
         msg: msg.into(),
@@ -187,6 +197,12 @@ impl NetConfig {
         }
 
         let backend = parse_backend(key, raw.backend)?;
+        if backend.kind == BackendKind::Ipip && ipv6.is_some() {
+            return Err(bad(
+                key,
+                "the ipip backend carries IPv4 only; EnableIPv6 needs the vxlan or wireguard backend",
+            ));
+        }
         Ok(NetConfig {
             network,
             subnet_len,
@@ -259,11 +275,16 @@ fn parse_backend(
         Some(_) => return Err(bad(key, "\"Backend.Type\" must be a string")),
         None => "udp".to_string(),
     };
-    if ty != "vxlan" {
-        return Err(bad(
-            key,
-            format!("backend type {ty:?} is not supported by ferrocni-agent (only \"vxlan\")"),
-        ));
+    match ty.as_str() {
+        "vxlan" => {}
+        "wireguard" => return crate::wireguard::parse_backend(key, &map),
+        "ipip" => return crate::ipip::parse_backend(key, &map),
+        _ => {
+            return Err(bad(
+                key,
+                format!("backend type {ty:?} is not supported by ferrocni-agent (only \"vxlan\", \"wireguard\" and \"ipip\")"),
+            ))
+        }
     }
     let raw: RawVxlan = libcni::gojson::from_value(&serde_json::Value::Object(map))
         .map_err(|e| bad(key, format!("\"Backend\": {e}")))?;
@@ -290,6 +311,7 @@ fn parse_backend(
         port: raw.port.unwrap_or(0),
         direct_routing: raw.direct_routing,
         mtu: raw.mtu,
+        kind: BackendKind::Vxlan,
     })
 }
 
@@ -313,7 +335,8 @@ mod tests {
                 vni: 1,
                 port: 0,
                 direct_routing: false,
-                mtu: None
+                mtu: None,
+                kind: BackendKind::Vxlan,
             }
         );
         assert_eq!(c.backend.effective_port(), 8472);
@@ -347,7 +370,8 @@ mod tests {
                 vni: 42,
                 port: 4789,
                 direct_routing: true,
-                mtu: None
+                mtu: None,
+                kind: BackendKind::Vxlan,
             }
         );
     }

@@ -30,6 +30,7 @@ pub mod testutil;
 pub mod uplink;
 pub mod vrf;
 pub mod vxlan_link;
+pub mod wireguard;
 
 pub use addr::{Address, AddressOptions, Family};
 pub use error::{Error, Result, ResultExt};

@@ -10,8 +10,8 @@ use std::os::fd::AsRawFd;
 
 use netlink_packet_core::DefaultNla;
 use netlink_packet_route::link::{
-    InfoData, InfoIpVlan, InfoMacVlan, InfoVlan, IpVlanFlags, IpVlanMode, LinkAttribute, LinkInfo,
-    LinkMessage, MacVlanMode,
+    InfoData, InfoIpTunnel, InfoIpVlan, InfoMacVlan, InfoVlan, IpVlanFlags, IpVlanMode,
+    LinkAttribute, LinkInfo, LinkMessage, MacVlanMode,
 };
 
 use crate::error::Result;
@@ -114,6 +114,46 @@ pub fn vlan_message(spec: &VlanSpec<'_>) -> LinkMessage {
 /// The RTM_NEWLINK body for a dummy link (`ip link add name N [netns NS] type dummy`).
 pub fn dummy_message(base: &NewLinkBase<'_>) -> LinkMessage {
     new_link_message(base, "dummy", None)
+}
+
+/// `ip link add name N [mtu X] type wireguard`
+pub fn wireguard_message(base: &NewLinkBase<'_>) -> LinkMessage {
+    new_link_message(base, "wireguard", None)
+}
+
+/// `ip link add name N [mtu X] type ipip local L [dev P]`: a tunnel with no fixed remote, its
+/// outer destination taken from each route's gateway (flannel's `flannel.ipip`).
+pub fn ipip_message(base: &NewLinkBase<'_>, local: std::net::Ipv4Addr) -> LinkMessage {
+    let mut data = Vec::new();
+    if let Some(parent) = base.parent {
+        data.push(InfoIpTunnel::Link(parent));
+    }
+    data.push(InfoIpTunnel::Local(local.into()));
+    let base = NewLinkBase {
+        parent: None,
+        ..*base
+    };
+    new_link_message(&base, "ipip", Some(InfoData::IpTunnel(data)))
+}
+
+/// The local address of an ipip link, and whether it has a fixed remote.
+pub fn ipip_endpoints(link: &Link) -> Option<(Option<std::net::IpAddr>, bool)> {
+    if !link.is_kind("ipip") {
+        return None;
+    }
+    let InfoData::IpTunnel(items) = info_data(link)? else {
+        return None;
+    };
+    let mut local = None;
+    let mut remote = false;
+    for item in items {
+        match item {
+            InfoIpTunnel::Local(ip) if !ip.is_unspecified() => local = Some(*ip),
+            InfoIpTunnel::Remote(ip) if !ip.is_unspecified() => remote = true,
+            _ => {}
+        }
+    }
+    Some((local, remote))
 }
 
 impl Socket {

@@ -1,0 +1,863 @@
+//! `ferrocni-agent` with flannel's routed backends, `wireguard` and `ipip`: three simulated
+//! nodes (namespaces on one underlay bridge) and a one-member etcd in the switch netns, all
+//! made here. Each test checks what a cluster operator would: pods ping across nodes with
+//! their own source address, the underlay carries only the backend's encapsulation (captured
+//! on the switch), a node whose lease goes is dropped by the others, a restarted agent keeps
+//! its key and lease, and iperf3 through the tunnel moves data at a sane rate.
+//!
+//! The kernel must have the driver (`wireguard`, `ipip`): without it the tests skip, and fail
+//! under `FERROCNI_REQUIRE_DRIVERS=1` (the full-kernel run).
+
+use std::fs;
+use std::net::Ipv4Addr;
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine;
+use netns_tests::cluster::{nth, ping, udp_source_seen, wait_until, Node, Pod, Underlay};
+use netns_tests::{our_binary, require_driver, require_root, Netns, TempDir};
+
+const PREFIX: &str = "/coreos.com/network";
+const CONVERGE: Duration = Duration::from_secs(20);
+/// The subnet of the node programmed by hand as flanneld would (outside the agents' range).
+const FLANNELD_SUBNET: &str = "10.244.30.0/24";
+
+fn have_tools() -> bool {
+    let found = [
+        ("etcd", "--version"),
+        ("etcdctl", "version"),
+        ("iperf3", "--version"),
+    ]
+    .iter()
+    .all(|(bin, arg)| {
+        Command::new(bin)
+            .arg(arg)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    if !found {
+        eprintln!("skipping: etcd, etcdctl or iperf3 not installed (.ci/packages.txt)");
+    }
+    found
+}
+
+/// Whether this kernel can make a link of `kind` (tried in a scratch netns; an ipip
+/// tunnel needs a local address, or it collides with the netns's fallback `tunl0`).
+fn kernel_has(kind: &str) -> bool {
+    let ns = Netns::new("probe");
+    let mut argv = vec!["ip", "link", "add", "probe0", "type", kind];
+    if kind == "ipip" {
+        argv.extend(["local", "172.31.250.99"]);
+    }
+    ns.exec(&argv).status.success()
+}
+
+/// A one-member etcd in the switch netns, killed on drop.
+struct Etcd {
+    ns: String,
+    child: Option<Child>,
+    dir: TempDir,
+}
+
+impl Etcd {
+    fn start(underlay: &Underlay) -> Etcd {
+        let dir = TempDir::new("etcd");
+        let ns = underlay.ns.name().to_string();
+        let client = format!("http://{}:2379", Underlay::switch_ip());
+        let log = fs::File::create(dir.join("etcd.log")).unwrap();
+        let child = Command::new("ip")
+            .args(["netns", "exec", &ns, "etcd"])
+            .args(["--name", "m0", "--data-dir"])
+            .arg(dir.join("m0"))
+            .args(["--listen-peer-urls", "http://127.0.0.1:2380"])
+            .args(["--initial-advertise-peer-urls", "http://127.0.0.1:2380"])
+            .args(["--initial-cluster", "m0=http://127.0.0.1:2380"])
+            .arg(format!(
+                "--listen-client-urls={client},http://127.0.0.1:2379"
+            ))
+            .arg(format!("--advertise-client-urls={client}"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start etcd");
+        let etcd = Etcd {
+            ns,
+            child: Some(child),
+            dir,
+        };
+        assert!(
+            wait_until(Duration::from_secs(20), || etcd
+                .ctl(&["endpoint", "health"])
+                .status
+                .success()),
+            "etcd did not become healthy"
+        );
+        etcd
+    }
+
+    fn ctl(&self, args: &[&str]) -> Output {
+        Command::new("ip")
+            .args(["netns", "exec", &self.ns, "etcdctl", "--command-timeout=5s"])
+            .arg("--endpoints=http://127.0.0.1:2379")
+            .args(args)
+            .env("ETCDCTL_API", "3")
+            .output()
+            .expect("run etcdctl")
+    }
+
+    fn ctl_ok(&self, args: &[&str]) -> String {
+        let out = self.ctl(args);
+        assert!(
+            out.status.success(),
+            "etcdctl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn get(&self, key: &str) -> Option<String> {
+        let out = self.ctl_ok(&["get", key, "--print-value-only"]);
+        let v = out.trim_end();
+        (!v.is_empty()).then(|| v.to_string())
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let log = fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(10).collect();
+            eprintln!(
+                "--- etcd (last lines, newest first) ---\n{}",
+                tail.join("\n")
+            );
+        }
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// One long-running agent inside a node's netns, its files (and WireGuard key) in `dir`.
+struct Agent {
+    ns: String,
+    dir: PathBuf,
+    ip: String,
+    child: Option<Child>,
+}
+
+impl Agent {
+    fn new(node: &Node, root: &TempDir) -> Agent {
+        let dir = root.join(format!("node{}", node.index));
+        fs::create_dir_all(&dir).unwrap();
+        Agent {
+            ns: node.ns.name().to_string(),
+            dir,
+            ip: node.ip.clone(),
+            child: None,
+        }
+    }
+
+    fn key_file(&self) -> PathBuf {
+        self.dir.join("wgkey")
+    }
+
+    fn start(&mut self) {
+        assert!(self.child.is_none());
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("agent.log"))
+            .unwrap();
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.ns])
+            .arg(our_binary("ferrocni-agent"))
+            .arg(format!(
+                "--etcd-endpoints=http://{}:2379",
+                Underlay::switch_ip()
+            ))
+            .arg(format!("--public-ip={}", self.ip))
+            .arg("--iface=eth0")
+            .arg(format!(
+                "--subnet-file={}",
+                self.dir.join("subnet.env").display()
+            ))
+            .arg(format!("--state-dir={}", self.dir.join("state").display()))
+            .arg("--subnet-lease-ttl=60")
+            .arg("--resync-interval=3")
+            // flanneld's variable: each node its own key file.
+            .env("WIREGUARD_KEY_FILE", self.key_file())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start ferrocni-agent");
+        self.child = Some(child);
+    }
+
+    fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    fn log(&self) -> String {
+        fs::read_to_string(self.dir.join("agent.log")).unwrap_or_default()
+    }
+
+    fn subnet_env(&self) -> Option<String> {
+        fs::read_to_string(self.dir.join("subnet.env")).ok()
+    }
+
+    fn env_value(&self, key: &str) -> Option<String> {
+        let env = self.subnet_env()?;
+        env.lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+            .map(String::from)
+    }
+
+    /// The leased subnet (`10.244.3.0/24`) from subnet.env.
+    fn wait_for_subnet(&self) -> String {
+        let mut subnet = None;
+        let ok = wait_until(CONVERGE, || {
+            subnet = self.env_value("FLANNEL_SUBNET").and_then(|first| {
+                let (ip, len) = first.split_once('/')?;
+                let ip: Ipv4Addr = ip.parse().ok()?;
+                Some(format!("{}/{len}", Ipv4Addr::from(u32::from(ip) - 1)))
+            });
+            subnet.is_some()
+        });
+        assert!(
+            ok,
+            "agent in {} wrote no subnet.env:\n{}",
+            self.ns,
+            self.log()
+        );
+        subnet.unwrap()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- agent log ({}) ---\n{}", self.ns, self.log());
+        }
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn lease_key(subnet: &str) -> String {
+    format!("{PREFIX}/subnets/{}", subnet.replace('/', "-"))
+}
+
+fn assert_ping(from: &Pod, to: &Pod) {
+    assert!(
+        wait_until(CONVERGE, || ping(&from.ns, &to.ip)),
+        "{} cannot reach {}",
+        from.ip,
+        to.ip
+    );
+}
+
+/// IPv4 headers of the frames seen in `ns` while `during` runs: `(src, dst, protocol,
+/// header length, packet)`. An AF_PACKET socket on a thread inside `ns`, so it sees every
+/// frame crossing the switch's bridge and ports.
+fn capture(ns: &Netns, during: impl FnOnce()) -> Vec<(Ipv4Addr, Ipv4Addr, u8, usize, Vec<u8>)> {
+    let ns_file = fs::File::open(ns.path()).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        // SAFETY: setns(2) on a namespace fd we own, on this thread only; socket(2) and
+        // setsockopt(2) on a descriptor we own; recv(2) into our own buffer.
+        let fd = unsafe {
+            assert_eq!(libc::setns(ns_file.as_raw_fd(), libc::CLONE_NEWNET), 0);
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW,
+                i32::from((libc::ETH_P_ALL as u16).to_be()),
+            )
+        };
+        assert!(
+            fd >= 0,
+            "AF_PACKET socket: {}",
+            std::io::Error::last_os_error()
+        );
+        let tv = libc::timeval {
+            tv_sec: 0,
+            tv_usec: 200_000,
+        };
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&tv as *const libc::timeval).cast(),
+                std::mem::size_of::<libc::timeval>() as u32,
+            )
+        };
+        ready_tx.send(()).unwrap();
+        let mut frames = Vec::new();
+        let mut buf = vec![0u8; 65536];
+        while !stop2.load(Ordering::Relaxed) {
+            let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+            if n > 0 {
+                frames.push(buf[..n as usize].to_vec());
+            }
+        }
+        unsafe { libc::close(fd) };
+        frames
+    });
+    ready_rx.recv().unwrap();
+    during();
+    stop.store(true, Ordering::Relaxed);
+    let frames = reader.join().unwrap();
+    frames
+        .into_iter()
+        .filter(|f| f.len() >= 34 && f[12..14] == [0x08, 0x00])
+        .map(|f| {
+            let ip = f[14..].to_vec();
+            let ihl = usize::from(ip[0] & 0x0f) * 4;
+            let src = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
+            let dst = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
+            (src, dst, ip[9], ihl, ip)
+        })
+        .collect()
+}
+
+fn in_pod_network(ip: Ipv4Addr) -> bool {
+    ip.octets()[0] == 10 && ip.octets()[1] == 244
+}
+
+fn is_node(ip: Ipv4Addr) -> bool {
+    ip.to_string().starts_with("172.31.250.") && ip.octets()[3] != 254
+}
+
+/// iperf3 from `client` to `server` for two seconds: received bits per second.
+fn iperf_rate(server: &Pod, client: &Pod) -> f64 {
+    let mut srv = server
+        .ns
+        .command(&["iperf3", "-s", "-1", "-B", &server.ip])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start iperf3 server");
+    // iperf3 -J exits 0 even when it could not connect: the JSON says so.
+    let mut last = String::new();
+    let mut rate = 0.0;
+    for _ in 0..30 {
+        let o = client.ns.exec(&[
+            "iperf3",
+            "-c",
+            &server.ip,
+            "-t",
+            "2",
+            "-J",
+            "--connect-timeout",
+            "3000",
+        ]);
+        last = String::from_utf8_lossy(&o.stdout).into_owned();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        if v.get("error").is_none() {
+            rate = v["end"]["sum_received"]["bits_per_second"]
+                .as_f64()
+                .unwrap_or(0.0);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = srv.kill();
+    let _ = srv.wait();
+    if rate == 0.0 {
+        eprintln!("iperf3 said: {last}");
+    }
+    rate
+}
+
+/// What both backends share: etcd, three nodes with agents and one pod each.
+struct Cluster {
+    pods: Vec<Pod>,
+    agents: Vec<Agent>,
+    subnets: Vec<String>,
+    nodes: Vec<Node>,
+    etcd: Etcd,
+    underlay: Underlay,
+    _files: TempDir,
+}
+
+impl Cluster {
+    fn start(tag: &str, config: &str) -> Cluster {
+        eprintln!("{tag}: starting etcd");
+        let underlay = Underlay::new(tag);
+        let etcd = Etcd::start(&underlay);
+        eprintln!("{tag}: etcd up; starting three agents");
+        etcd.ctl_ok(&["put", &format!("{PREFIX}/config"), config]);
+        let files = TempDir::new(tag);
+        let mut nodes: Vec<Node> = (1..=3).map(|i| underlay.add_node(i)).collect();
+        let mut agents: Vec<Agent> = nodes.iter().map(|n| Agent::new(n, &files)).collect();
+        for a in &mut agents {
+            a.start();
+        }
+        let subnets: Vec<String> = agents.iter().map(Agent::wait_for_subnet).collect();
+        let pods = nodes
+            .iter_mut()
+            .zip(&subnets)
+            .map(|(n, s)| n.add_pod(s))
+            .collect();
+        Cluster {
+            pods,
+            agents,
+            subnets,
+            nodes,
+            etcd,
+            underlay,
+            _files: files,
+        }
+    }
+
+    /// Adds node 4 programmed by hand exactly as flanneld programs its node (`program`
+    /// gets the node and the agents' subnets and public addresses), with a pod on
+    /// `FLANNELD_SUBNET` and `lease` stored under it as flanneld stores it; then pods reach
+    /// each other both ways between it and the agents' nodes.
+    fn assert_flanneld_node(
+        &mut self,
+        lease: impl FnOnce(&Node) -> String,
+        program: impl FnOnce(&Node, &[(String, String)]),
+    ) {
+        let mut node = self.underlay.add_node(4);
+        let peers: Vec<(String, String)> = self
+            .subnets
+            .iter()
+            .cloned()
+            .zip(self.nodes.iter().map(|n| n.ip.clone()))
+            .collect();
+        eprintln!("programming node 4 as flanneld would");
+        program(&node, &peers);
+        let value = lease(&node);
+        self.etcd
+            .ctl_ok(&["put", &lease_key(FLANNELD_SUBNET), &value]);
+        let pod = node.add_pod(FLANNELD_SUBNET);
+        eprintln!("node 4's pod: {}", pod.ip);
+        for p in &self.pods {
+            assert_ping(p, &pod);
+            assert_ping(&pod, p);
+        }
+        self.etcd.ctl_ok(&["del", &lease_key(FLANNELD_SUBNET)]);
+        drop(pod);
+        drop(node);
+    }
+
+    fn assert_full_mesh(&self) {
+        eprintln!(
+            "pods: {:?}",
+            self.pods.iter().map(|p| &p.ip).collect::<Vec<_>>()
+        );
+        for (i, from) in self.pods.iter().enumerate() {
+            for (j, to) in self.pods.iter().enumerate() {
+                if i != j {
+                    assert_ping(from, to);
+                }
+            }
+        }
+    }
+
+    fn assert_source_preserved(&self) {
+        let seen = udp_source_seen(&self.pods[1].ns, &self.pods[0].ns, &self.pods[1].ip);
+        assert_eq!(
+            seen.map(|ip| ip.to_string()),
+            Some(self.pods[0].ip.clone()),
+            "the pod's source address must survive the tunnel"
+        );
+    }
+
+    /// Stops node 1's agent and starts it again: same lease value, same subnet, pods still
+    /// reach each other.
+    fn assert_restart_keeps_lease(&mut self) -> String {
+        let key = lease_key(&self.subnets[0]);
+        let before = self.etcd.get(&key).expect("node 1's lease");
+        self.agents[0].stop();
+        self.agents[0].start();
+        assert_eq!(self.agents[0].wait_for_subnet(), self.subnets[0]);
+        assert!(
+            wait_until(CONVERGE, || self.agents[0]
+                .log()
+                .matches("reconciled")
+                .count()
+                >= 2),
+            "the restarted agent did not reconcile:\n{}",
+            self.agents[0].log()
+        );
+        assert_eq!(self.etcd.get(&key).as_deref(), Some(before.as_str()));
+        assert_ping(&self.pods[0], &self.pods[1]);
+        assert_ping(&self.pods[1], &self.pods[0]);
+        before
+    }
+
+    /// Node 3 leaves (agent stopped, lease deleted): `gone(node)` must come true on the others.
+    fn remove_node3(&mut self, gone: impl Fn(&Node, &str) -> bool) {
+        self.agents[2].stop();
+        self.etcd.ctl_ok(&["del", &lease_key(&self.subnets[2])]);
+        for n in &self.nodes[..2] {
+            assert!(
+                wait_until(CONVERGE, || gone(n, &self.subnets[2])),
+                "{} still has node 3 ({})",
+                n.ns.name(),
+                self.subnets[2]
+            );
+        }
+        assert!(!ping(&self.pods[0].ns, &self.pods[2].ip));
+        assert_ping(&self.pods[0], &self.pods[1]);
+    }
+}
+
+fn wg_device(node: &Node, dev: &str) -> Option<netkit::wireguard::Device> {
+    let ns = netkit::Netns::open(node.ns.path()).ok()?;
+    netkit::wireguard::WgSocket::open_in(&ns)
+        .ok()?
+        .get_device(dev)
+        .ok()
+}
+
+#[test]
+fn wireguard_cluster_on_etcd() {
+    require_root!();
+    if !have_tools() {
+        return;
+    }
+    require_driver!(kernel_has("wireguard"), "wireguard driver");
+    let mut c = Cluster::start(
+        "wg",
+        r#"{"Network":"10.244.0.0/16","SubnetMin":"10.244.1.0","SubnetMax":"10.244.20.0","Backend":{"Type":"wireguard","PersistentKeepaliveInterval":25}}"#,
+    );
+    // The leases are flanneld's, with each node's public key.
+    for (i, subnet) in c.subnets.iter().enumerate() {
+        let value = c.etcd.get(&lease_key(subnet)).expect("lease");
+        let v: serde_json::Value = serde_json::from_str(&value).unwrap();
+        assert_eq!(v["BackendType"], "wireguard", "{value}");
+        assert_eq!(v["PublicIP"], c.nodes[i].ip);
+        assert_eq!(v["BackendData"]["Port"], 51820, "{value}");
+        let dev = wg_device(&c.nodes[i], "flannel-wg").expect("flannel-wg");
+        let public = dev.public_key.expect("device key");
+        assert_eq!(
+            v["BackendData"]["PublicKey"],
+            STANDARD.encode(public),
+            "{value}"
+        );
+        assert_eq!(dev.listen_port, 51820);
+        assert_eq!(
+            c.agents[i].env_value("FLANNEL_MTU").as_deref(),
+            Some("1420")
+        );
+        assert_eq!(c.nodes[i].ns.link("flannel-wg").unwrap()["mtu"], 1420);
+        // The key file is flanneld's format: base64 of the private key, mode 0400.
+        let text = fs::read_to_string(c.agents[i].key_file()).unwrap();
+        assert_eq!(STANDARD.decode(&text).unwrap().len(), 32);
+        assert_eq!(
+            Some(STANDARD.decode(&text).unwrap()),
+            dev.private_key.map(|k| k.to_vec())
+        );
+    }
+    // Peers: the two others, allowed IPs = their subnets, endpoint = PublicIP:51820.
+    let dev = wg_device(&c.nodes[0], "flannel-wg").unwrap();
+    assert_eq!(dev.peers.len(), 2, "{dev:?}");
+    for p in &dev.peers {
+        assert_eq!(p.persistent_keepalive, 25);
+        let ep = p.endpoint.expect("endpoint");
+        assert_eq!(ep.port(), 51820);
+        let i = c
+            .nodes
+            .iter()
+            .position(|n| n.ip == ep.ip().to_string())
+            .expect("a node");
+        assert_eq!(
+            p.allowed_ips
+                .iter()
+                .map(|n| n.to_string())
+                .collect::<Vec<_>>(),
+            [c.subnets[i].clone()]
+        );
+    }
+    c.assert_full_mesh();
+    c.assert_source_preserved();
+
+    // A node set up as flanneld sets up its own (key, port, address, route, one peer per
+    // lease) with flanneld's lease: agents and it reach each other's pods.
+    let agent_keys: Vec<String> = c
+        .subnets
+        .iter()
+        .map(|s| {
+            let v: serde_json::Value =
+                serde_json::from_str(&c.etcd.get(&lease_key(s)).unwrap()).unwrap();
+            v["BackendData"]["PublicKey"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let flanneld_public = std::cell::RefCell::new(String::new());
+    c.assert_flanneld_node(
+        |node| {
+            format!(
+                r#"{{"PublicIP":"{}","PublicIPv6":null,"BackendType":"wireguard","BackendData":{{"PublicKey":"{}","Port":51820}}}}"#,
+                node.ip,
+                flanneld_public.borrow()
+            )
+        },
+        |node, peers| {
+            let ns = &node.ns;
+            ns.exec_ok(&["ip", "link", "add", "flannel-wg", "type", "wireguard"]);
+            ns.exec_ok(&["ip", "link", "set", "flannel-wg", "mtu", "1420"]);
+            ns.exec_ok(&["ip", "addr", "add", "10.244.30.0/32", "dev", "flannel-wg"]);
+            let kns = netkit::Netns::open(ns.path()).unwrap();
+            let mut wg = netkit::wireguard::WgSocket::open_in(&kns).unwrap();
+            let update = netkit::wireguard::DeviceUpdate {
+                private_key: Some(netkit::wireguard::clamped([0x5a; 32])),
+                listen_port: Some(51820),
+                replace_peers: true,
+                peers: peers
+                    .iter()
+                    .zip(&agent_keys)
+                    .map(|((subnet, ip), key)| netkit::wireguard::PeerUpdate {
+                        public_key: STANDARD.decode(key).unwrap().try_into().unwrap(),
+                        remove: false,
+                        preshared_key: None,
+                        endpoint: Some(format!("{ip}:51820").parse().unwrap()),
+                        persistent_keepalive: None,
+                        allowed_ips: vec![subnet.parse().unwrap()],
+                        replace_allowed_ips: true,
+                    })
+                    .collect(),
+            };
+            wg.set_device("flannel-wg", &update).unwrap();
+            let public = wg.get_device("flannel-wg").unwrap().public_key.unwrap();
+            *flanneld_public.borrow_mut() = STANDARD.encode(public);
+            ns.exec_ok(&["ip", "link", "set", "flannel-wg", "up"]);
+            ns.exec_ok(&[
+                "ip", "route", "add", "10.244.0.0/16", "dev", "flannel-wg", "scope", "link",
+            ]);
+        },
+    );
+    // Its lease gone, the agents drop the peer again.
+    assert!(wait_until(CONVERGE, || wg_device(
+        &c.nodes[0],
+        "flannel-wg"
+    )
+    .is_some_and(|d| d.peers.len() == 2)));
+
+    // On the underlay: only WireGuard's UDP between the nodes, no pod address in clear.
+    let (pod0, pod1) = (&c.pods[0], &c.pods[1]);
+    let seen = capture(&c.underlay.ns, || {
+        for _ in 0..3 {
+            ping(&pod0.ns, &pod1.ip);
+        }
+    });
+    let between_nodes: Vec<_> = seen
+        .iter()
+        .filter(|(s, d, ..)| is_node(*s) && is_node(*d))
+        .collect();
+    assert!(
+        !between_nodes.is_empty(),
+        "no node-to-node traffic captured"
+    );
+    for (s, d, proto, ihl, pkt) in &between_nodes {
+        assert_eq!(
+            *proto, 17,
+            "{s} -> {d}: protocol {proto}, not WireGuard's UDP"
+        );
+        let ports = (
+            u16::from_be_bytes([pkt[*ihl], pkt[ihl + 1]]),
+            u16::from_be_bytes([pkt[ihl + 2], pkt[ihl + 3]]),
+        );
+        assert_eq!(ports, (51820, 51820), "{s} -> {d}");
+        let p0: Ipv4Addr = pod0.ip.parse().unwrap();
+        assert!(
+            !pkt.windows(4).any(|w| w == p0.octets()),
+            "pod address {p0} in clear inside {s} -> {d}"
+        );
+    }
+    assert!(
+        !seen
+            .iter()
+            .any(|(s, d, ..)| in_pod_network(*s) || in_pod_network(*d)),
+        "a pod address crossed the underlay unencrypted"
+    );
+
+    let rate = iperf_rate(&c.pods[1], &c.pods[0]);
+    eprintln!("iperf3 through flannel-wg: {:.1} Mbit/s", rate / 1e6);
+    assert!(rate > 1e6, "iperf3 through the tunnel: {rate} bit/s");
+
+    // A restart keeps the key file, the device key and the lease.
+    let key_before = fs::read_to_string(c.agents[0].key_file()).unwrap();
+    c.assert_restart_keeps_lease();
+    assert_eq!(
+        fs::read_to_string(c.agents[0].key_file()).unwrap(),
+        key_before
+    );
+
+    c.remove_node3(|n, subnet| {
+        wg_device(n, "flannel-wg").is_some_and(|d| {
+            d.peers.len() == 1
+                && !d
+                    .peers
+                    .iter()
+                    .any(|p| p.allowed_ips.iter().any(|a| a.to_string() == subnet))
+        })
+    });
+}
+
+#[test]
+fn ipip_cluster_on_etcd() {
+    require_root!();
+    if !have_tools() {
+        return;
+    }
+    require_driver!(kernel_has("ipip"), "ipip driver");
+    let mut c = Cluster::start(
+        "ipip",
+        r#"{"Network":"10.244.0.0/16","SubnetMin":"10.244.1.0","SubnetMax":"10.244.20.0","Backend":{"Type":"ipip"}}"#,
+    );
+    for (i, subnet) in c.subnets.iter().enumerate() {
+        let value = c.etcd.get(&lease_key(subnet)).expect("lease");
+        assert_eq!(
+            value,
+            format!(
+                r#"{{"PublicIP":"{}","PublicIPv6":null,"BackendType":"ipip"}}"#,
+                c.nodes[i].ip
+            )
+        );
+        assert_eq!(
+            c.agents[i].env_value("FLANNEL_MTU").as_deref(),
+            Some("1480")
+        );
+        let link =
+            c.nodes[i]
+                .ns
+                .exec_json(&["ip", "-j", "-d", "link", "show", "dev", "flannel.ipip"]);
+        let link = &link[0];
+        assert_eq!(link["mtu"], 1480);
+        assert_eq!(link["linkinfo"]["info_kind"], "ipip");
+        assert_eq!(link["linkinfo"]["info_data"]["local"], c.nodes[i].ip);
+        // The kernel's IPv6 link-local address aside, only the node's /32.
+        let v4: Vec<String> = c.nodes[i]
+            .ns
+            .addresses("flannel.ipip")
+            .into_iter()
+            .filter(|a| !a.contains(':'))
+            .collect();
+        assert_eq!(v4, [format!("{}/32", nth(subnet, 0))]);
+    }
+    // node 1: one onlink route per peer through the tunnel.
+    for j in [1, 2] {
+        let routes = c.nodes[0].routes(&[&c.subnets[j]]);
+        assert!(
+            routes.iter().any(|r| r["gateway"] == c.nodes[j].ip.as_str()
+                && r["dev"] == "flannel.ipip"
+                && r["flags"]
+                    .as_array()
+                    .is_some_and(|f| f.iter().any(|x| x == "onlink"))),
+            "{routes:?}"
+        );
+    }
+    c.assert_full_mesh();
+    c.assert_source_preserved();
+
+    // A node set up as flanneld sets up its own, with flanneld's lease.
+    c.assert_flanneld_node(
+        |node| {
+            format!(
+                r#"{{"PublicIP":"{}","PublicIPv6":null,"BackendType":"ipip"}}"#,
+                node.ip
+            )
+        },
+        |node, peers| {
+            let ns = &node.ns;
+            ns.exec_ok(&[
+                "ip",
+                "link",
+                "add",
+                "flannel.ipip",
+                "type",
+                "ipip",
+                "local",
+                &node.ip,
+            ]);
+            ns.exec_ok(&["ip", "link", "set", "flannel.ipip", "mtu", "1480", "up"]);
+            ns.exec_ok(&["ip", "addr", "add", "10.244.30.0/32", "dev", "flannel.ipip"]);
+            for (subnet, ip) in peers {
+                ns.exec_ok(&[
+                    "ip",
+                    "route",
+                    "add",
+                    subnet,
+                    "via",
+                    ip,
+                    "dev",
+                    "flannel.ipip",
+                    "onlink",
+                ]);
+            }
+        },
+    );
+    assert!(wait_until(CONVERGE, || !c.nodes[0]
+        .route_dsts("flannel.ipip")
+        .iter()
+        .any(|d| d == FLANNELD_SUBNET)));
+
+    // On the underlay: IP-in-IP (protocol 4) between the nodes, the pod addresses inside.
+    let (pod0, pod1) = (&c.pods[0], &c.pods[1]);
+    let seen = capture(&c.underlay.ns, || {
+        for _ in 0..3 {
+            ping(&pod0.ns, &pod1.ip);
+        }
+    });
+    let between_nodes: Vec<_> = seen
+        .iter()
+        .filter(|(s, d, ..)| is_node(*s) && is_node(*d))
+        .collect();
+    assert!(
+        !between_nodes.is_empty(),
+        "no node-to-node traffic captured"
+    );
+    let mut inner_seen = false;
+    for (s, d, proto, ihl, pkt) in &between_nodes {
+        assert_eq!(*proto, 4, "{s} -> {d}: protocol {proto}, not IP-in-IP");
+        let inner = &pkt[*ihl..];
+        let inner_src = Ipv4Addr::new(inner[12], inner[13], inner[14], inner[15]);
+        assert!(in_pod_network(inner_src), "inner source {inner_src}");
+        inner_seen |= inner_src.to_string() == pod0.ip;
+    }
+    assert!(
+        inner_seen,
+        "pod 1's packets were not seen inside the tunnel"
+    );
+    assert!(
+        !seen
+            .iter()
+            .any(|(s, d, ..)| in_pod_network(*s) || in_pod_network(*d)),
+        "a pod packet crossed the underlay unencapsulated"
+    );
+
+    let rate = iperf_rate(&c.pods[1], &c.pods[0]);
+    eprintln!("iperf3 through flannel.ipip: {:.1} Mbit/s", rate / 1e6);
+    assert!(rate > 1e6, "iperf3 through the tunnel: {rate} bit/s");
+
+    c.assert_restart_keeps_lease();
+    c.remove_node3(|n, subnet| !n.route_dsts("flannel.ipip").iter().any(|d| d == subnet));
+}
