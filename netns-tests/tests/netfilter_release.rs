@@ -46,10 +46,11 @@ fn write_conflist(conf: &ConfDir, leases: &TempDir) {
     );
 }
 
-/// `nft -a list chain ...` in `host`: each rule line, and its handle.
+/// `nft -a list chain ...` in `host`: each rule line (not the chain's own), and its handle.
 fn rules(host: &Netns, family: &str, table: &str, chain: &str) -> Vec<(String, u64)> {
     let out = host.exec_ok(&["nft", "-a", "list", "chain", family, table, chain]);
     out.lines()
+        .filter(|l| !l.trim_start().starts_with("chain "))
         .filter_map(|l| {
             let (rule, handle) = l.trim().rsplit_once(" # handle ")?;
             Some((rule.to_string(), handle.trim().parse().ok()?))

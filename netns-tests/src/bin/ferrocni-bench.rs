@@ -1053,9 +1053,10 @@ fn ifb_names() -> Vec<String> {
         .collect()
 }
 
-/// The kernel's floor of a DEL of `chain`: our ADD makes the pods, then the links the DEL
-/// removes are deleted by one bare netlink request each (the pod's veth, and with
-/// `with_ifb` the bandwidth ifb); floor = median veth + median ifb. Our DEL cleans up the rest.
+/// The kernel's floor of a DEL of `chain`: our ADD makes each pod, then the links its DEL
+/// would remove are deleted by one bare netlink request each, pod after pod as DELs come:
+/// the pod's veth, and with `with_ifb` its bandwidth ifb. Floor = median per-pod sum. Our
+/// DEL then cleans up the rest (rules, leases), untimed.
 fn del_floor(
     o: &Opts,
     tag: &str,
@@ -1065,27 +1066,35 @@ fn del_floor(
     with_ifb: bool,
 ) -> Duration {
     let net = Net::new(&format!("floor-{tag}"), chain);
+    let mut ifb_of = Vec::new();
     for p in pods {
+        let before = ifb_names();
         net.cnitool_caps(o, &o.ours, "add", p.path_str(), caps);
+        ifb_of.push(ifb_names().into_iter().find(|n| !before.contains(n)));
     }
-    let ifbs = if with_ifb { ifb_names() } else { Vec::new() };
-    let vethfloor: Vec<Duration> = pods
-        .iter()
-        .filter_map(|p| bare_dellink(Some(p), "eth0"))
-        .collect();
-    let ifbfloor: Vec<Duration> = ifbs.iter().filter_map(|n| bare_dellink(None, n)).collect();
+    let mut floors = Vec::new();
+    for (p, ifb) in pods.iter().zip(&ifb_of) {
+        let veth = bare_dellink(Some(p), "eth0");
+        let ifb = match (with_ifb, ifb) {
+            (false, _) => Some(Duration::ZERO),
+            (true, Some(name)) => bare_dellink(None, name),
+            (true, None) => None,
+        };
+        if let (Some(v), Some(i)) = (veth, ifb) {
+            floors.push(v + i);
+        }
+    }
     for p in pods {
         net.cnitool_caps(o, &o.ours, "del", p.path_str(), caps);
     }
-    if vethfloor.len() != pods.len() || (with_ifb && ifbfloor.len() != pods.len()) {
+    if floors.len() != pods.len() {
         println!(
-            "  floor {tag}: {} of {} veth and {} ifb deletions measured",
-            vethfloor.len(),
-            pods.len(),
-            ifbfloor.len()
+            "  floor {tag}: {} of {} pods' link deletions measured",
+            floors.len(),
+            pods.len()
         );
     }
-    median(vethfloor) + median(ifbfloor)
+    median(floors)
 }
 
 /// Sequential ADDs then DELs of `pods` through cnitool with `caps`, per suite (medians).
