@@ -25,9 +25,10 @@
 //!
 //! * ADDs commit creations only when the shared objects are already as they should be
 //!   ([`super::shared`]), so most commits leave no destroy work and closing is free.
-//! * Once this process has committed a transaction that does leave destroy work
-//!   ([`note_deferred_destroy`]), every nf_tables socket it drops is kept open instead
-//!   ([`release`]): any close would wait for that work.
+//! * Once a plugin process (one run by a runtime, which waits for it: `CNI_COMMAND` is set)
+//!   has committed a transaction that does leave destroy work ([`note_deferred_destroy`]),
+//!   every nf_tables socket it drops is kept open instead ([`release`]): any close would wait
+//!   for that work. Long-running processes (the node agent) and tests close as usual.
 //! * At exit (an `atexit` handler, run by `exit()` after the plugin wrote and flushed its
 //!   result), the kept sockets are handed to a forked child that holds nothing else: it
 //!   closes every other descriptor at once (so the runtime reads EOF on stdout and stderr as
@@ -45,14 +46,20 @@ use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, Once};
 
-/// Whether a commit of this process left work for the kernel's deferred destroy.
+/// Whether a commit of this plugin process left work for the kernel's deferred destroy.
 static DESTROY_PENDING: AtomicBool = AtomicBool::new(false);
 /// Sockets dropped since then, closed at exit by [`hand_off`].
 static KEPT: Mutex<Vec<OwnedFd>> = Mutex::new(Vec::new());
+/// More sockets than a plugin opens: past this, they are closed at once (and wait).
+const MAX_KEPT: usize = 64;
 static AT_EXIT: Once = Once::new();
 
-/// Records that a commit left destroy work: from now on dropped sockets are kept for exit.
+/// Records that a commit left destroy work: from now on a plugin process keeps the sockets
+/// it drops for exit.
 pub(crate) fn note_deferred_destroy() {
+    if std::env::var_os("CNI_COMMAND").is_none() {
+        return;
+    }
     DESTROY_PENDING.store(true, Ordering::SeqCst);
     AT_EXIT.call_once(|| {
         // SAFETY: registers a plain extern "C" function; atexit has no other precondition.
@@ -61,19 +68,22 @@ pub(crate) fn note_deferred_destroy() {
     });
 }
 
-/// Whether a commit of this process left destroy work (for tests and callers that care).
-pub fn destroy_pending() -> bool {
+/// Whether this plugin process keeps its nf_tables sockets for exit.
+pub fn keeps_sockets_for_exit() -> bool {
     DESTROY_PENDING.load(Ordering::SeqCst)
 }
 
 /// Closes `sock` now, or keeps it for [`hand_off`] at exit when closing would wait.
 pub(crate) fn release(sock: netlink_sys::Socket) {
-    if !destroy_pending() {
+    if !keeps_sockets_for_exit() {
+        return drop(sock);
+    }
+    let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+    if kept.len() >= MAX_KEPT {
         return drop(sock);
     }
     // SAFETY: into_raw_fd hands over sole ownership of a valid open descriptor.
-    let fd = unsafe { OwnedFd::from_raw_fd(sock.into_raw_fd()) };
-    KEPT.lock().unwrap_or_else(|e| e.into_inner()).push(fd);
+    kept.push(unsafe { OwnedFd::from_raw_fd(sock.into_raw_fd()) });
 }
 
 extern "C" fn release_at_exit() {

@@ -289,8 +289,8 @@ fn nf_body<'a>(m: &Incoming<'a>) -> Option<(Family, &'a [u8])> {
 
 /// A NETLINK_NETFILTER socket bound to the netns that was current when it was created.
 ///
-/// Dropping it closes it, unless a commit of this process left deferred destroy work: then
-/// it is closed at exit by a child process, so that neither this process nor its runtime
+/// Dropping it closes it, unless a commit of this plugin process left deferred destroy work:
+/// then it is closed at exit by a child process, so that neither the plugin nor its runtime
 /// waits for that work ([`super::release`]).
 pub struct Socket {
     sock: ManuallyDrop<netlink_sys::Socket>,
@@ -387,7 +387,7 @@ impl Socket {
         }
         if batch.defers_destroy() {
             // Noted before sending: should the commit succeed, no later close of this
-            // process may wait for its destroy work.
+            // plugin may wait for its destroy work.
             release::note_deferred_destroy();
         }
         let first = self.next_seq(batch.len() as u32 + 2);
