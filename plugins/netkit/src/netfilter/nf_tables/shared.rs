@@ -191,7 +191,7 @@ mod tests {
         let mut live = r.clone();
         live.handle = Some(4);
         assert!(same_rules(&[live.clone()], std::slice::from_ref(&r)));
-        assert!(!same_rules(&[live.clone(), live], &[r.clone()]));
+        assert!(!same_rules(&[live.clone(), live], std::slice::from_ref(&r)));
         assert!(!same_rules(&[r.clone().with_comment("c")], &[r]));
     }
 }
