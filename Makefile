@@ -14,31 +14,38 @@ DEB_ARCH  := $(subst x86_64,amd64,$(subst aarch64,arm64,$(ARCH)))
 # half the size and RSS of glibc-static (README, Benchmarks); `build` adds the musl target with
 # rustup when it is missing and falls back to glibc-static (with a notice) when it cannot.
 # The chosen target triple is recorded in $(TARGET_FILE) for the steps after `build`.
-STATIC_RUSTFLAGS := $(RUSTFLAGS) -C target-feature=+crt-static
+#
+# The default build uses the stable toolchain as it is: the release profile (opt-level z, LTO,
+# one codegen unit, panic=abort, so a panic prints its message and then aborts) and
+# `-C relocation-model=static`: a non-PIE static executable, which carries no relocation table
+# and does not relocate itself at each exec.
+STATIC_RUSTFLAGS := $(RUSTFLAGS) -C target-feature=+crt-static -C relocation-model=static
 TARGET_FILE := target/static-target
-# Their own target dir: the trimmed build's RUSTC_BOOTSTRAP would otherwise make every other
-# build rebuild the proc-macros they share (and everything after them).
-STATIC_DIR := target/static
-STATIC    = $(STATIC_DIR)/$$(cat $(TARGET_FILE))/release
-# With `TRIM=1` (the default) the static binaries are built with the standard library compiled
-# from source (the rust-src component, added with rustup when missing), LTO'd with our code, and
-# panics as immediate aborts: no panic message, unwinder or backtrace symbolizer is linked in,
-# about 0.4 MB less per binary (README, Benchmarks). It needs unstable cargo/rustc flags, which
-# a stable toolchain accepts under RUSTC_BOOTSTRAP=1. `TRIM=0`, a missing rust-src or a failing
-# trimmed build give the plain build (with a notice). Recorded in $(TRIM_FILE).
-TRIM      ?= 1
+# `TRIM=1` (for distributors) also compiles the standard library from source (the rust-src
+# component, added with rustup when missing), LTO'd with our code, with panics as immediate
+# aborts: no panic message, unwinder or backtrace symbolizer is linked in, about a third less
+# per binary (README, Benchmarks), but a panic then dies with SIGILL and prints nothing. It
+# needs unstable cargo/rustc flags, which a stable toolchain accepts under RUSTC_BOOTSTRAP=1.
+# A missing rust-src or a failing trimmed build give the default build (with a notice).
+# Recorded in $(TRIM_FILE); each kind has its own target dir, so switching does not rebuild.
+TRIM      ?= 0
 TRIM_FILE := target/static-trim
 TRIM_RUSTFLAGS = $(STATIC_RUSTFLAGS) -Zunstable-options -Cpanic=immediate-abort
+# Their own target dirs: the trimmed build's RUSTC_BOOTSTRAP would otherwise make every other
+# build rebuild the proc-macros they share (and everything after them).
+STATIC_DIR      := target/static
+STATIC_TRIM_DIR := target/static-trimmed
+STATIC    = $$(if [ "$$(cat $(TRIM_FILE))" = 1 ]; then echo $(STATIC_TRIM_DIR); else echo $(STATIC_DIR); fi)/$$(cat $(TARGET_FILE))/release
 # Builds the static binaries: $(call static_cargo,<cargo build arguments>).
-static_cargo = t=$$(cat $(TARGET_FILE)); export CARGO_TARGET_DIR=$(STATIC_DIR); \
+static_cargo = t=$$(cat $(TARGET_FILE)); \
 	if [ "$$(cat $(TRIM_FILE))" = 1 ]; then \
-	    RUSTC_BOOTSTRAP=1 RUSTFLAGS="$(TRIM_RUSTFLAGS)" $(CARGO) build --release --target $$t \
-	        -Z build-std=std,panic_abort $(1) && exit 0; \
+	    CARGO_TARGET_DIR=$(STATIC_TRIM_DIR) RUSTC_BOOTSTRAP=1 RUSTFLAGS="$(TRIM_RUSTFLAGS)" \
+	        $(CARGO) build --release --target $$t -Z build-std=std,panic_abort $(1) && exit 0; \
 	    echo "notice: the trimmed build (std from source, immediate-abort panics) failed;" \
 	        "building with the prebuilt standard library instead"; \
 	    echo 0 > $(TRIM_FILE); \
 	fi; \
-	RUSTFLAGS="$(STATIC_RUSTFLAGS)" $(CARGO) build --release --target $$t $(1)
+	CARGO_TARGET_DIR=$(STATIC_DIR) RUSTFLAGS="$(STATIC_RUSTFLAGS)" $(CARGO) build --release --target $$t $(1)
 # The agent is a daemon, not exec'd per pod: it stays dynamic (it resolves host names via NSS).
 RELEASE   := target/release
 AGENT     := ferrocni-agent
@@ -201,7 +208,8 @@ lint:
 bench: test-deps build
 	$(CARGO) build --release -p netns-tests --bin ferrocni-bench
 	@$(call static_cargo,-p vxlan --example reconcile_bench)
-	$(RELEASE)/ferrocni-bench --ours $(STATIC) --reference /usr/lib/cni
+	$(RELEASE)/ferrocni-bench --ours $(STATIC) --reference /usr/lib/cni \
+	    $$([ "$$(cat $(TRIM_FILE))" = 1 ] && echo --trimmed)
 
 clean:
 	$(CARGO) clean

@@ -22,6 +22,8 @@ struct Opts {
     scale_pods: usize,
     cri_pods: usize,
     sections: Vec<String>,
+    /// `--trimmed`: our binaries come from `make build TRIM=1` (tighter size goals).
+    trimmed: bool,
 }
 
 fn parse_opts() -> Opts {
@@ -33,6 +35,7 @@ fn parse_opts() -> Opts {
         scale_pods: 1000,
         cri_pods: 20,
         sections: Vec::new(),
+        trimmed: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -64,6 +67,7 @@ fn parse_opts() -> Opts {
                     .unwrap_or_else(|_| usage("--cri-pods needs a number"))
             }
             "--only" => o.sections = val().split(',').map(str::to_string).collect(),
+            "--trimmed" => o.trimmed = true,
             "-h" | "--help" => usage(""),
             other => usage(&format!("unknown argument {other}")),
         }
@@ -77,8 +81,8 @@ fn usage(msg: &str) -> ! {
     }
     eprintln!(
         "usage: ferrocni-bench [--ours DIR] [--reference DIR] [--pods N] [--concurrent N] [--scale-pods N]\n\
-         \x20                     [--cri-pods N]\n\
-         \x20                     [--only sizes,exec,loopback,bridge,rss,concurrent,bandwidth,ptp,macvlan,ipvlan,hostlocal,scale,vxlan,wireguard,netfilter,cri]"
+         \x20                     [--cri-pods N] [--trimmed]\n\
+         \x20                     [--only sizes,exec,loopback,bridge,rss,concurrent,bandwidth,ptp,macvlan,ipvlan,hostlocal,scale,vxlan,wireguard,netfilter,latency,cri]"
     );
     std::process::exit(2)
 }
@@ -293,7 +297,7 @@ fn sizes(o: &Opts, goals: &mut Goals) {
         if let (Ok(a), Ok(b)) = (a, b) {
             tot.0 += a.len();
             tot.1 += b.len();
-            goals.sizes.push((p, a.len(), b.len()));
+            goals.sizes.push((p, a.len()));
             report(
                 &format!("size {p}"),
                 format!("{} KiB", a.len() / 1024),
@@ -917,26 +921,358 @@ fn vxlan(o: &Opts) {
     );
 }
 
+// ---- latency goals: plugin time and the kernel's floor ----------------------------------------
+
+/// bridge (ipMasq) + host-local + portmap (one hostPort) + bandwidth: a Kubernetes node's chain.
+const FULL_CHAIN: &str = r#"[{"type":"bridge","bridge":"fcl0","isGateway":true,"ipMasq":true,
+    "ipam":{"type":"host-local","dataDir":"@DATADIR@","ranges":[[{"subnet":"10.84.0.0/16"}]]}},
+    {"type":"portmap","capabilities":{"portMappings":true}},
+    {"type":"bandwidth","ingressRate":10000000,"ingressBurst":100000,"egressRate":20000000,"egressBurst":200000}]"#;
+
+/// The plain chain of the latency goals (a bridge of its own).
+const PLAIN_CHAIN: &str = r#"[{"type":"bridge","bridge":"fcl1","isGateway":true,"ipMasq":false,
+    "ipam":{"type":"host-local","dataDir":"@DATADIR@","ranges":[[{"subnet":"10.85.0.0/16"}]]}}]"#;
+
+const FULL_CHAIN_CAPS: &str =
+    r#"{"portMappings":[{"hostPort":18180,"containerPort":80,"protocol":"tcp"}]}"#;
+
+/// What the latency goals measured (medians).
+#[derive(Default)]
+struct Latency {
+    /// cnitool's own start-up (`cnitool list` on the same conf dir): no plugin runs.
+    startup: Duration,
+    /// (ours, reference) per metric, whole figures.
+    figures: Vec<(&'static str, Duration, Duration)>,
+    /// The kernel's floor of our DELs: (metric, floor, ours).
+    floors: Vec<(&'static str, Duration, Duration)>,
+}
+
+impl Latency {
+    fn figure(&self, metric: &str) -> Option<(Duration, Duration)> {
+        self.figures
+            .iter()
+            .find(|(m, _, _)| *m == metric)
+            .map(|(_, a, b)| (*a, *b))
+    }
+}
+
+/// A plugin's share of a figure: the figure minus the client's own start-up.
+fn plugin_time(figure: Duration, startup: Duration) -> Duration {
+    figure.saturating_sub(startup)
+}
+
+/// Prints one latency metric: whole figures, then plugin time (figure − client start-up).
+fn report_latency(l: &Latency, metric: &'static str, ours: Duration, reference: Duration) {
+    report_time(&format!("{metric} (figure)"), ours, reference);
+    report_time(
+        &format!("{metric} (plugin time)"),
+        plugin_time(ours, l.startup),
+        plugin_time(reference, l.startup),
+    );
+}
+
+/// Median of `cnitool list` in `net`'s conf dir: exec, environment and conf loading, no plugin.
+fn client_startup(o: &Opts, net: &Net) -> Duration {
+    let env = vec![("NETCONFPATH", net.confdir.path().display().to_string())];
+    let times = (0..50)
+        .map(|_| run(&o.ours.join("cnitool"), &["list"], &env, b"").elapsed)
+        .collect();
+    median(times)
+}
+
+/// One RTM_DELLINK of `name` on a NETLINK_ROUTE socket living in `ns` (opened while the
+/// bench sits there), acknowledged: the kernel's own cost of deleting a link. Returns the time
+/// of the request alone, or `None` when it failed.
+fn bare_dellink(ns: Option<&Netns>, name: &str) -> Option<Duration> {
+    let back = std::fs::File::open("/proc/thread-self/ns/net").ok()?;
+    use std::os::fd::AsRawFd;
+    if let Some(ns) = ns {
+        let f = std::fs::File::open(ns.path()).ok()?;
+        // SAFETY: setns on our own (only) thread with a valid fd; undone below.
+        if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            return None;
+        }
+    }
+    // SAFETY: plain socket creation; the fd is owned by `sock` below.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            libc::NETLINK_ROUTE,
+        )
+    };
+    if ns.is_some() {
+        // SAFETY: back to the netns we came from.
+        unsafe { libc::setns(back.as_raw_fd(), libc::CLONE_NEWNET) };
+    }
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: `fd` is a freshly opened descriptor we own.
+    let sock = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    // nlmsghdr (16) + ifinfomsg (16) + IFLA_IFNAME (4 + name + NUL, padded to 4).
+    let attr_len = 4 + name.len() + 1;
+    let len = 32 + attr_len.div_ceil(4) * 4;
+    let mut msg = Vec::with_capacity(len);
+    msg.extend_from_slice(&(len as u32).to_ne_bytes());
+    msg.extend_from_slice(&(libc::RTM_DELLINK).to_ne_bytes());
+    msg.extend_from_slice(&((libc::NLM_F_REQUEST | libc::NLM_F_ACK) as u16).to_ne_bytes());
+    msg.extend_from_slice(&1u32.to_ne_bytes());
+    msg.extend_from_slice(&0u32.to_ne_bytes());
+    msg.extend_from_slice(&[0u8; 16]);
+    msg.extend_from_slice(&(attr_len as u16).to_ne_bytes());
+    msg.extend_from_slice(&(libc::IFLA_IFNAME).to_ne_bytes());
+    msg.extend_from_slice(name.as_bytes());
+    msg.resize(len, 0);
+    let start = Instant::now();
+    // SAFETY: sending our own buffer on our own socket (to the kernel: no address needed).
+    if unsafe { libc::send(sock.as_raw_fd(), msg.as_ptr().cast(), msg.len(), 0) } < 0 {
+        return None;
+    }
+    let mut reply = [0u8; 1024];
+    // SAFETY: receiving into our own buffer.
+    let n = unsafe { libc::recv(sock.as_raw_fd(), reply.as_mut_ptr().cast(), reply.len(), 0) };
+    let elapsed = start.elapsed();
+    // The ACK: NLMSG_ERROR with error 0.
+    let ok = n >= 20
+        && u16::from_ne_bytes([reply[4], reply[5]]) == libc::NLMSG_ERROR as u16
+        && i32::from_ne_bytes([reply[16], reply[17], reply[18], reply[19]]) == 0;
+    ok.then_some(elapsed)
+}
+
+/// The ifb devices of the lab's host netns.
+fn ifb_names() -> Vec<String> {
+    let out = Command::new("ip")
+        .args(["-o", "link", "show", "type", "ifb"])
+        .output();
+    let Ok(out) = out else { return Vec::new() };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split(": ").nth(1))
+        .map(|n| n.split('@').next().unwrap_or(n).to_string())
+        .collect()
+}
+
+/// The kernel's floor of a DEL of `chain`: our ADD makes each pod, then the links its DEL
+/// would remove are deleted by one bare netlink request each, pod after pod as DELs come:
+/// the pod's veth, and with `with_ifb` its bandwidth ifb. Floor = median per-pod sum. Our
+/// DEL then cleans up the rest (rules, leases), untimed.
+fn del_floor(
+    o: &Opts,
+    tag: &str,
+    chain: &str,
+    caps: &str,
+    pods: &[Netns],
+    with_ifb: bool,
+) -> Duration {
+    let net = Net::new(&format!("floor-{tag}"), chain);
+    let mut ifb_of = Vec::new();
+    for p in pods {
+        let before = ifb_names();
+        net.cnitool_caps(o, &o.ours, "add", p.path_str(), caps);
+        ifb_of.push(ifb_names().into_iter().find(|n| !before.contains(n)));
+    }
+    let mut floors = Vec::new();
+    for (p, ifb) in pods.iter().zip(&ifb_of) {
+        let veth = bare_dellink(Some(p), "eth0");
+        let ifb = match (with_ifb, ifb) {
+            (false, _) => Some(Duration::ZERO),
+            (true, Some(name)) => bare_dellink(None, name),
+            (true, None) => None,
+        };
+        if let (Some(v), Some(i)) = (veth, ifb) {
+            floors.push(v + i);
+        }
+    }
+    for p in pods {
+        net.cnitool_caps(o, &o.ours, "del", p.path_str(), caps);
+    }
+    if floors.len() != pods.len() {
+        println!(
+            "  floor {tag}: {} of {} pods' link deletions measured",
+            floors.len(),
+            pods.len()
+        );
+    }
+    median(floors)
+}
+
+/// Sequential ADDs then DELs of `pods` through cnitool with `caps`, per suite (medians).
+fn add_del_medians(
+    o: &Opts,
+    tag: &str,
+    chain: &str,
+    caps: &str,
+    pods: &[Netns],
+) -> BTreeMap<&'static str, (Duration, Duration)> {
+    let mut out = BTreeMap::new();
+    for s in suites(o) {
+        let net = Net::new(&format!("{tag}-{}", s.label), chain);
+        let (mut a, mut d) = (Vec::new(), Vec::new());
+        let mut failures = 0;
+        for p in pods {
+            let r = net.cnitool_caps(o, s.dir, "add", p.path_str(), caps);
+            failures += usize::from(!r.ok);
+            a.push(r.elapsed);
+        }
+        for p in pods {
+            let r = net.cnitool_caps(o, s.dir, "del", p.path_str(), caps);
+            failures += usize::from(!r.ok);
+            d.push(r.elapsed);
+        }
+        if failures > 0 || net.leases() != 0 {
+            println!(
+                "  {} {tag}: {failures} failed calls, {} leases left",
+                s.label,
+                net.leases()
+            );
+        }
+        out.insert(s.label, (median(a), median(d)));
+    }
+    out
+}
+
+/// Wall time of concurrent ADDs of `chain`, one per pod, through cnitool (then DELs, untimed),
+/// per suite.
+fn concurrent_adds(o: &Opts, chain: &str, pods: &[Netns]) -> BTreeMap<&'static str, Duration> {
+    let mut out = BTreeMap::new();
+    for s in suites(o) {
+        let net = Net::new(&format!("lconc-{}", s.label), chain);
+        let start = Instant::now();
+        let children: Vec<_> = pods
+            .iter()
+            .map(|p| {
+                Command::new(o.ours.join("cnitool"))
+                    .args(["add", &net.name, p.path_str()])
+                    .env("NETCONFPATH", net.confdir.path())
+                    .env("CNI_PATH", s.dir)
+                    .env("CNI_CACHE_DIR", net.cache.path())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+            })
+            .collect();
+        let mut failed = 0;
+        for child in children {
+            match child.and_then(|mut c| c.wait()) {
+                Ok(st) if st.success() => {}
+                _ => failed += 1,
+            }
+        }
+        let wall = start.elapsed();
+        if failed > 0 || net.leases() != pods.len() {
+            println!(
+                "  {} concurrent ADD: {failed} failed, {} leases held",
+                s.label,
+                net.leases()
+            );
+        }
+        out.insert(s.label, wall);
+        for p in pods {
+            net.cnitool(o, s.dir, "del", p.path_str());
+        }
+    }
+    out
+}
+
+/// The latency goals: plain and full-chain ADD/DEL, 20 concurrent ADDs, each as a whole
+/// figure and as plugin time (minus cnitool's own start-up), and our DELs against the
+/// kernel's floor.
+fn latency(o: &Opts, l: &mut Latency) {
+    let pods_n = 30;
+    println!("\n## Latency goals: {pods_n} pods sequential through cnitool (median per pod); plugin time = figure − cnitool start-up");
+    let lab = Lab::new("lat", pods_n);
+    let startup_net = Net::new("lat-startup", PLAIN_CHAIN);
+    l.startup = client_startup(o, &startup_net);
+    report(
+        "cnitool start-up (cnitool list)",
+        ms(l.startup),
+        ms(l.startup),
+        "-".into(),
+    );
+
+    let plain = add_del_medians(o, "lplain", PLAIN_CHAIN, "{}", &lab.pods);
+    let full = add_del_medians(o, "lfull", FULL_CHAIN, FULL_CHAIN_CAPS, &lab.pods);
+    for (metric, m, i) in [
+        ("plain ADD", &plain, 0),
+        ("plain DEL", &plain, 1),
+        ("chain ADD", &full, 0),
+        ("chain DEL", &full, 1),
+    ] {
+        let pick = |label: &str| if i == 0 { m[label].0 } else { m[label].1 };
+        let (ours, reference) = (pick("ours"), pick("reference"));
+        report_latency(l, metric, ours, reference);
+        l.figures.push((metric, ours, reference));
+    }
+
+    let conc_n = 20;
+    let conc = concurrent_adds(o, PLAIN_CHAIN, &lab.pods[..conc_n.min(lab.pods.len())]);
+    report_latency(
+        l,
+        "20 concurrent ADDs (wall)",
+        conc["ours"],
+        conc["reference"],
+    );
+    l.figures
+        .push(("20 concurrent ADDs", conc["ours"], conc["reference"]));
+
+    let floor_chain = del_floor(o, "full", FULL_CHAIN, FULL_CHAIN_CAPS, &lab.pods, true);
+    let floor_plain = del_floor(o, "plain", PLAIN_CHAIN, "{}", &lab.pods, false);
+    for (metric, floor) in [("chain DEL", floor_chain), ("plain DEL", floor_plain)] {
+        if let Some((ours, _)) = l.figure(metric) {
+            report(
+                &format!("{metric}: ours vs the kernel's floor"),
+                ms(ours),
+                ms(floor),
+                format!("{:.2}", ours.as_secs_f64() / floor.as_secs_f64().max(1e-9)),
+            );
+            l.floors.push((metric, floor, ours));
+        }
+    }
+}
+
 // ---- goals ---------------------------------------------------------------------------------
 
-/// The footprint goals (issue 13), judged on what this run measured.
+/// The footprint and latency goals, judged on what this run measured.
 #[derive(Default)]
 struct Goals {
     /// The wireguard peer pass over WG_PEERS peers (full, no-change), or why it was skipped.
     wireguard: Option<Result<(Duration, Duration), String>>,
-    /// (plugin, ours, reference) stripped sizes in bytes.
-    sizes: Vec<(&'static str, u64, u64)>,
+    /// (plugin, ours) stripped sizes in bytes.
+    sizes: Vec<(&'static str, u64)>,
     /// Peak RSS of a bridge ADD (ours, reference), KiB.
     bridge_rss_kib: Option<(i64, i64)>,
     /// Median exec + VERSION of our loopback.
     exec_version: Option<Duration>,
+    /// The latency section's figures.
+    latency: Option<Latency>,
+    /// Whether our binaries are the trimmed build (`make build TRIM=1`).
+    trimmed: bool,
 }
 
-/// Each plugin at most this fraction of the reference's size.
-const SIZE_GOAL: f64 = 1.0 / 3.0;
+/// The latest upstream release's static binaries (containernetworking/plugins v1.9.x,
+/// stripped), in bytes: the size goals are fractions of these.
+const UPSTREAM_SIZES: &[(&str, u64)] = &[
+    ("bridge", 4_470_000),
+    ("host-local", 3_520_000),
+    ("bandwidth", 4_020_000),
+    ("portmap", 4_030_000),
+    ("loopback", 3_490_000),
+];
+/// Each of those plugins at most this fraction of upstream's: default build, trimmed build.
+const SIZE_GOAL: (u64, u64) = (3, 4);
 /// A bridge ADD's peak RSS at most this fraction of the reference's.
 const RSS_GOAL: f64 = 1.0 / 4.0;
-const EXEC_VERSION_GOAL: Duration = Duration::from_millis(1);
+const EXEC_VERSION_GOAL: Duration = Duration::from_micros(500);
+/// Plugin-time speedups over the reference: (metric, at least).
+const SPEEDUP_GOALS: &[(&str, f64)] = &[
+    ("chain ADD", 6.0),
+    ("chain DEL", 3.5),
+    ("plain ADD", 3.0),
+    ("20 concurrent ADDs", 5.0),
+];
+/// Our DELs at most this multiple of the kernel's floor.
+const FLOOR_GOAL: f64 = 1.2;
 
 fn verdict(met: bool) -> &'static str {
     if met {
@@ -949,17 +1285,25 @@ fn verdict(met: bool) -> &'static str {
 impl Goals {
     fn print(&self) {
         println!("\n## Goals (this run)");
+        let (build, div) = if self.trimmed {
+            ("trimmed build", SIZE_GOAL.1)
+        } else {
+            ("default build", SIZE_GOAL.0)
+        };
         if self.sizes.is_empty() {
-            println!("size ≤ 1/3 of the reference: not measured (section sizes)");
+            println!("size ≤ 1/{div} of upstream's static binary: not measured (section sizes)");
         }
-        for (p, ours, reference) in &self.sizes {
-            let limit = (*reference as f64 * SIZE_GOAL) as u64;
+        for (p, upstream) in UPSTREAM_SIZES {
+            let Some((_, ours)) = self.sizes.iter().find(|(name, _)| name == p) else {
+                continue;
+            };
+            let limit = upstream / div;
             println!(
-                "{} size {p} ≤ 1/3 of the reference: {} KiB, limit {} KiB ({:.2} of the reference)",
+                "{} size {p} ≤ 1/{div} of upstream's {:.2} MB ({build}): {} KB, limit {} KB",
                 verdict(*ours <= limit),
-                ours / 1024,
-                limit / 1024,
-                *ours as f64 / *reference as f64
+                *upstream as f64 / 1e6,
+                ours / 1000,
+                limit / 1000
             );
         }
         match self.bridge_rss_kib {
@@ -999,7 +1343,44 @@ impl Goals {
                 ms(EXEC_VERSION_GOAL),
                 ms(t)
             ),
-            None => println!("exec + VERSION ≤ 1.00 ms: not measured (section exec)"),
+            None => println!(
+                "exec + VERSION ≤ {}: not measured (section exec)",
+                ms(EXEC_VERSION_GOAL)
+            ),
+        }
+        let Some(l) = &self.latency else {
+            println!("latency goals: not measured (section latency)");
+            return;
+        };
+        for (metric, goal) in SPEEDUP_GOALS {
+            let Some((ours, reference)) = l.figure(metric) else {
+                continue;
+            };
+            let (po, pr) = (
+                plugin_time(ours, l.startup),
+                plugin_time(reference, l.startup),
+            );
+            let speedup = pr.as_secs_f64() / po.as_secs_f64().max(1e-9);
+            println!(
+                "{} {metric} ≥ {goal}x faster in plugin time: {:.1}x ({} vs {}; figures {} vs {}, cnitool start-up {})",
+                verdict(speedup >= *goal),
+                speedup,
+                ms(po),
+                ms(pr),
+                ms(ours),
+                ms(reference),
+                ms(l.startup)
+            );
+        }
+        for (metric, floor, ours) in &l.floors {
+            let r = ours.as_secs_f64() / floor.as_secs_f64().max(1e-9);
+            println!(
+                "{} {metric} ≤ {FLOOR_GOAL}x the kernel's floor (its link deletions as bare netlink requests): {:.2}x ({} vs {})",
+                verdict(r <= FLOOR_GOAL),
+                r,
+                ms(*ours),
+                ms(*floor)
+            );
         }
     }
 }
@@ -1208,7 +1589,10 @@ fn main() {
         }
     }
     let want = |s: &str| o.sections.is_empty() || o.sections.iter().any(|x| x == s);
-    let mut goals = Goals::default();
+    let mut goals = Goals {
+        trimmed: o.trimmed,
+        ..Goals::default()
+    };
     println!(
         "{:<48} {:>14} {:>14} {:>8}",
         "metric", "ferrocni", "reference", "speedup"
@@ -1281,6 +1665,11 @@ fn main() {
     }
     if want("netfilter") {
         netfilter_scale(&o);
+    }
+    if want("latency") {
+        let mut l = Latency::default();
+        latency(&o, &mut l);
+        goals.latency = Some(l);
     }
     if want("cri") {
         cri(&o);

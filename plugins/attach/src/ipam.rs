@@ -192,7 +192,7 @@ impl Ipam for ExecIpam {
 /// being created or deleted. Others may need the link: dhcp's daemon sends DISCOVER through it
 /// on ADD and RELEASE on DEL, and an unknown IPAM plugin may do the same. Those run in the
 /// reference's order: link, then IPAM on ADD; IPAM, then link on DEL.
-fn independent_of_the_link(ipam_type: &str) -> bool {
+pub fn independent_of_the_link(ipam_type: &str) -> bool {
     matches!(ipam_type, "host-local" | "static")
 }
 

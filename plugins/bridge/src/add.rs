@@ -99,6 +99,10 @@ fn add_steps(
     conf: &NetConf,
     rollback: &mut Rollback,
 ) -> Result<CniResult, CniError> {
+    // IPAM that never touches the container link runs alongside the bridge and veth setup;
+    // the rest (dhcp) needs the link, so it runs once the veth exists, as in the reference.
+    let pending_ipam = (conf.is_layer3() && attach::ipam::independent_of_the_link(&conf.ipam_type))
+        .then(|| PendingIpam::start(&conf.ipam_type, &args.stdin));
     let mut host = Socket::new().map_err(errors::kernel)?;
     let netns = Netns::open(&args.netns)
         .map_err(|e| CniError::internal(format!("failed to open netns {:?}: {e}", args.netns)))?;
@@ -144,7 +148,10 @@ fn add_steps(
     }
 
     if conf.is_layer3() {
-        let ipam_result = ipam::add(&conf.ipam_type, &args.stdin)?;
+        let ipam_result = match pending_ipam {
+            Some(pending) => pending.wait()?,
+            None => ipam::add(&conf.ipam_type, &args.stdin)?,
+        };
         rollback.push(Undo::IpamDel {
             ipam_type: conf.ipam_type.clone(),
             stdin: args.stdin.clone(),
@@ -215,6 +222,52 @@ fn pin_bridge_mac(host: &mut Socket, br: &Link) -> Result<(), CniError> {
             .map_err(|e| errors::context(errors::kernel(e), "could not set bridge's mac"))?;
     }
     Ok(())
+}
+
+/// The IPAM ADD, run on a thread of its own alongside the bridge and veth setup, which it
+/// does not depend on: the IPAM plugin's exec is then off the ADD's critical path. Dropped
+/// unclaimed (an earlier step failed), it waits for the ADD and releases what it got.
+struct PendingIpam {
+    job: Option<std::thread::JoinHandle<Result<CniResult, CniError>>>,
+    ipam_type: String,
+    stdin: Vec<u8>,
+}
+
+impl PendingIpam {
+    fn start(ipam_type: &str, stdin: &[u8]) -> PendingIpam {
+        let (t, input) = (ipam_type.to_string(), stdin.to_vec());
+        PendingIpam {
+            job: Some(std::thread::spawn(move || ipam::add(&t, &input))),
+            ipam_type: ipam_type.to_string(),
+            stdin: stdin.to_vec(),
+        }
+    }
+
+    fn wait(mut self) -> Result<CniResult, CniError> {
+        match self.job.take() {
+            Some(job) => join_ipam(job),
+            None => Err(CniError::internal("IPAM ADD already collected")),
+        }
+    }
+}
+
+fn join_ipam(
+    job: std::thread::JoinHandle<Result<CniResult, CniError>>,
+) -> Result<CniResult, CniError> {
+    job.join()
+        .unwrap_or_else(|_| Err(CniError::internal("the IPAM ADD thread panicked")))
+}
+
+impl Drop for PendingIpam {
+    fn drop(&mut self) {
+        if let Some(job) = self.job.take() {
+            if join_ipam(job).is_ok() {
+                if let Err(e) = ipam::call(&self.ipam_type, "DEL", &self.stdin) {
+                    eprintln!("bridge: rollback after failed ADD: {}", e.msg);
+                }
+            }
+        }
+    }
 }
 
 /// Creates (or adopts) the bridge and brings it up, with promisc, VLAN filtering and

@@ -26,6 +26,14 @@ pub fn del(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
         prev.ips.iter().for_each(|i| note(i.address.ip()));
     }
 
+    // The IPAM release runs alongside the veth deletion, the kernel's slowest step (the
+    // unregistration waits for RCU grace periods): the DEL then takes about the deletion alone.
+    // The two are independent (IPAM releases by container and ifname).
+    let ipam_del = conf.is_layer3().then(|| {
+        let (ipam_type, stdin) = (conf.ipam_type.clone(), args.stdin.clone());
+        std::thread::spawn(move || ipam::call(&ipam_type, "DEL", &stdin))
+    });
+
     if !args.netns.is_empty() {
         match Netns::open(&args.netns) {
             Ok(ns) => {
@@ -55,9 +63,11 @@ pub fn del(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
         families = vec![Family::V4, Family::V6];
     }
 
-    if conf.is_layer3() {
-        if let Err(e) = ipam::call(&conf.ipam_type, "DEL", &args.stdin) {
-            failures.push(e);
+    if let Some(job) = ipam_del {
+        match job.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => failures.push(e),
+            Err(_) => failures.push(CniError::internal("the IPAM DEL thread panicked")),
         }
     }
 

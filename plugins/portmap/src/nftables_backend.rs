@@ -15,6 +15,7 @@ use ipnetwork::IpNetwork;
 use libcni::CniError;
 use netkit::netfilter::nf_tables::build::{self, Addr};
 use netkit::netfilter::nf_tables::set::AnonSet;
+use netkit::netfilter::nf_tables::shared::Shared;
 use netkit::netfilter::nf_tables::syntax::{Matches, SyntaxError};
 use netkit::netfilter::nf_tables::{
     Batch, Chain, CmpOp, Expr, Family, Hook, Rule, Socket, Table, Verdict,
@@ -109,35 +110,41 @@ fn entry_rule(
     (sets, rule)
 }
 
-/// The shared objects of one family, as the reference (re)creates them on every ADD. The
-/// entry rules are rewritten here unless nft writes them (then they stay until it does).
-fn shared_objects(b: &mut Batch, fam: Family, conditions: &EntryConditions) {
-    b.add_table(&Table::new(fam, TABLE).with_comment(TABLE_COMMENT))
-        .add_chain(&Chain::new(fam, TABLE, HOSTPORTS))
-        .add_chain(&Chain::new(fam, TABLE, HOSTIP_HOSTPORTS))
-        .add_chain(&Chain::new(fam, TABLE, HOSTPORTS_ALL))
-        .flush_chain(fam, TABLE, HOSTPORTS_ALL);
-    for target in [HOSTIP_HOSTPORTS, HOSTPORTS] {
-        b.add_rule(&Rule::new(
-            fam,
-            TABLE,
-            HOSTPORTS_ALL,
-            build::verdict(Verdict::Jump(target.into())),
-        ));
-    }
+/// The shared objects of one family: the table, its chains, `hostports_all` holding its two
+/// jumps and the entry chains their entry rule (unless nft writes it: then they stay as they
+/// are until it does). The reference re-adds them and rebuilds the owned chains on every ADD;
+/// [`Shared`] writes only what is missing or differs, so an ADD finding them right commits
+/// creations only, which leave nothing for the kernel's deferred destroy work.
+fn shared_objects(fam: Family, conditions: &EntryConditions) -> Shared {
+    let mut s = Shared::new(Table::new(fam, TABLE).with_comment(TABLE_COMMENT));
+    let jumps = [HOSTIP_HOSTPORTS, HOSTPORTS]
+        .into_iter()
+        .map(|target| {
+            Rule::new(
+                fam,
+                TABLE,
+                HOSTPORTS_ALL,
+                build::verdict(Verdict::Jump(target.into())),
+            )
+        })
+        .collect();
+    s.chain(Chain::new(fam, TABLE, HOSTPORTS))
+        .chain(Chain::new(fam, TABLE, HOSTIP_HOSTPORTS))
+        .owned_chain(Chain::new(fam, TABLE, HOSTPORTS_ALL), Vec::new(), jumps);
     let mut next_id = 1;
     for (chain, hook) in ENTRY_CHAINS {
-        b.add_chain(&Chain::base(fam, TABLE, chain, "nat", hook, DSTNAT, None));
-        if let EntryConditions::Native(m) = conditions {
-            let (sets, rule) = entry_rule(fam, chain, m, &mut next_id);
-            b.flush_chain(fam, TABLE, chain);
-            for set in &sets {
-                b.add_anon_set(set);
+        let base = Chain::base(fam, TABLE, chain, "nat", hook, DSTNAT, None);
+        match conditions {
+            EntryConditions::Native(m) => {
+                let (sets, rule) = entry_rule(fam, chain, m, &mut next_id);
+                s.owned_chain(base, sets, vec![rule]);
             }
-            b.add_rule(&rule);
+            EntryConditions::ByNft(_) => {
+                s.chain(base);
+            }
         }
     }
-    b.add_chain(&Chain::base(
+    s.chain(Chain::base(
         fam,
         TABLE,
         MASQUERADING,
@@ -146,6 +153,7 @@ fn shared_objects(b: &mut Batch, fam: Family, conditions: &EntryConditions) {
         SRCNAT,
         None,
     ));
+    s
 }
 
 /// Rewrites both entry rules with `nft -f` in one nft transaction, for conditions only nft
@@ -263,7 +271,7 @@ fn replace_rules(
     sock: &mut Socket,
     fam: Family,
     container_id: &str,
-    extra: impl Fn(&mut Batch),
+    extra: impl Fn(&mut Socket, &mut Batch) -> Result<(), CniError>,
     what: &str,
 ) -> Result<(), CniError> {
     let mut last = None;
@@ -272,7 +280,7 @@ fn replace_rules(
         for (chain, h) in existing(sock, fam, container_id)? {
             b.delete_rule(fam, TABLE, chain, h);
         }
-        extra(&mut b);
+        extra(sock, &mut b)?;
         match sock.commit(&b) {
             Ok(_) => return Ok(()),
             Err(e) if is_race(&e) => last = Some(e),
@@ -297,15 +305,17 @@ pub fn forward_ports(
     let conditions = entry_conditions(conf.conditions(v6), v6)?;
     let rules = container_rules(conf, container_id, container);
     let mut sock = Socket::new()?;
+    let shared = shared_objects(fam, &conditions);
     replace_rules(
         &mut sock,
         fam,
         container_id,
-        |b| {
-            shared_objects(b, fam, &conditions);
+        |sock, b| {
+            shared.plan(sock, b)?;
             for r in &rules {
                 b.add_rule(r);
             }
+            Ok(())
         },
         "failed to add nftables port mappings",
     )?;
@@ -325,7 +335,7 @@ pub fn unforward_ports(container_id: &str) -> Result<(), CniError> {
             &mut sock,
             family(v6),
             container_id,
-            |_| {},
+            |_, _| Ok(()),
             &format!("failed to delete the nftables port mappings of {container_id}"),
         )?;
     }

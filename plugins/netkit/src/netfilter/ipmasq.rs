@@ -15,6 +15,7 @@ use std::collections::HashSet;
 use super::exec::{Error, Result};
 use super::iptables::{Family, Iptables};
 use super::nf_tables::build::{self, Addr};
+use super::nf_tables::shared::Shared;
 use super::nf_tables::{self as nft, Batch, CmpOp, Hook, Verdict, POLICY_ACCEPT};
 use super::{host, naming, xt_cleanup};
 use ipnetwork::IpNetwork;
@@ -352,33 +353,37 @@ fn multicast_return(v6: bool) -> nft::Rule {
     )
 }
 
-/// The shared objects, as the reference creates them on every ADD: the table, `masq_checks`,
-/// and `postrouting` rebuilt (flushed, multicast returns, `goto masq_checks`). One batch makes
-/// concurrent ADDs safe: objects that exist are left alone, and each rebuild is atomic.
-fn shared_objects(batch: &mut Batch) {
-    batch
-        .add_table(&nft::Table::new(NFT_FAMILY, NFT_TABLE).with_comment(NFT_TABLE_COMMENT))
-        .add_chain(
-            &nft::Chain::new(NFT_FAMILY, NFT_TABLE, NFT_MASQ_CHAIN).with_comment(NFT_MASQ_COMMENT),
-        )
-        .add_chain(&nft::Chain::base(
-            NFT_FAMILY,
-            NFT_TABLE,
-            NFT_POSTROUTING_CHAIN,
-            "nat",
-            Hook::Postrouting,
-            SRCNAT_PRIORITY,
-            Some(POLICY_ACCEPT),
-        ))
-        .flush_chain(NFT_FAMILY, NFT_TABLE, NFT_POSTROUTING_CHAIN)
-        .add_rule(&multicast_return(false))
-        .add_rule(&multicast_return(true))
-        .add_rule(&nft::Rule::new(
-            NFT_FAMILY,
-            NFT_TABLE,
-            NFT_POSTROUTING_CHAIN,
-            build::verdict(Verdict::Goto(NFT_MASQ_CHAIN.into())),
-        ));
+/// The shared objects: the table, `masq_checks`, and `postrouting` holding exactly the
+/// multicast returns and `goto masq_checks`. The reference re-adds them and rebuilds
+/// `postrouting` on every ADD; [`Shared`] writes only what is missing or differs, so an ADD
+/// finding them right commits creations only (nothing for the kernel's deferred destroy to
+/// wait on). Being part of the ADD's one batch keeps concurrent ADDs safe.
+fn shared_objects() -> Shared {
+    let mut s = Shared::new(nft::Table::new(NFT_FAMILY, NFT_TABLE).with_comment(NFT_TABLE_COMMENT));
+    s.chain(nft::Chain::new(NFT_FAMILY, NFT_TABLE, NFT_MASQ_CHAIN).with_comment(NFT_MASQ_COMMENT))
+        .owned_chain(
+            nft::Chain::base(
+                NFT_FAMILY,
+                NFT_TABLE,
+                NFT_POSTROUTING_CHAIN,
+                "nat",
+                Hook::Postrouting,
+                SRCNAT_PRIORITY,
+                Some(POLICY_ACCEPT),
+            ),
+            Vec::new(),
+            vec![
+                multicast_return(false),
+                multicast_return(true),
+                nft::Rule::new(
+                    NFT_FAMILY,
+                    NFT_TABLE,
+                    NFT_POSTROUTING_CHAIN,
+                    build::verdict(Verdict::Goto(NFT_MASQ_CHAIN.into())),
+                ),
+            ],
+        );
+    s
 }
 
 /// How often a transaction is rebuilt when a rule it deletes vanished meanwhile.
@@ -398,12 +403,15 @@ fn setup_nftables(
     let prefix = naming::instance_hash(network, ifname, container_id);
     let comment = naming::instance_comment(network, ifname, container_id);
     let mut sock = nft::Socket::new().map_err(|e| e.context(&ctx))?;
+    let shared = shared_objects();
     let mut last = None;
     for _ in 0..ATTEMPTS {
+        let mut batch = Batch::new();
+        shared
+            .plan(&mut sock, &mut batch)
+            .map_err(|e| e.context(&ctx))?;
         let stale =
             masq_rules(&mut sock, |c| c.starts_with(&prefix)).map_err(|e| e.context(&ctx))?;
-        let mut batch = Batch::new();
-        shared_objects(&mut batch);
         for handle in stale {
             batch.delete_rule(NFT_FAMILY, NFT_TABLE, NFT_MASQ_CHAIN, handle);
         }

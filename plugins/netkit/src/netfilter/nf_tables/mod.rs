@@ -10,6 +10,9 @@
 //! * [`set`]: anonymous sets as nft creates them; [`syntax`]: nft match text (portmap's
 //!   conditions) turned into the expressions and sets nft would make of it.
 //! * [`capture`]: our batches against the tools' captured traffic (for unit tests).
+//! * [`release`]: closing sockets without waiting for the kernel's deferred destroy work;
+//!   [`shared`]: shared chains written only where they are missing or differ, so that an
+//!   ADD commits creations only.
 //!
 //! Messages are byte-for-byte those nft/iptables-nft send; the unit tests compare them with
 //! the tools' traffic (captured with `strace -e trace=sendmsg -e write=3`).
@@ -19,7 +22,9 @@ pub mod build;
 pub mod capture;
 pub mod expr;
 pub mod msg;
+pub mod release;
 pub mod set;
+pub mod shared;
 pub mod socket;
 pub mod syntax;
 pub mod xt;

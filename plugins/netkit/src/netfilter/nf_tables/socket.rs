@@ -8,11 +8,14 @@
 
 use netlink_sys::{protocols::NETLINK_NETFILTER, SocketAddr};
 
+use std::mem::ManuallyDrop;
+
 use super::attr::Writer;
 use super::msg::{
     self, encode_table_id, msg_type, nft_type, Chain, Family, Rule, Table, NFNL_MSG_BATCH_BEGIN,
     NFNL_MSG_BATCH_END, SUBSYS_NFTABLES,
 };
+use super::release;
 use crate::netfilter::exec::{Error, Result};
 
 const NLM_F_REQUEST: u16 = 0x1;
@@ -40,6 +43,9 @@ struct Op {
     body: Vec<u8>,
     /// What the message does, for error messages ("add rule to inet t c").
     what: String,
+    /// Whether committing it may leave objects for the kernel's deferred destroy work
+    /// (a deletion, or an update of an existing object): see [`super::release`].
+    defers_destroy: bool,
 }
 
 /// The messages of one atomic transaction, in order.
@@ -61,13 +67,26 @@ impl Batch {
         self.ops.len()
     }
 
+    /// Whether committing this batch may leave objects for the kernel's deferred destroy
+    /// work, which the next close of an nf_tables socket in the netns waits for.
+    pub fn defers_destroy(&self) -> bool {
+        self.ops.iter().any(|op| op.defers_destroy)
+    }
+
     pub(crate) fn push(&mut self, kind: u16, flags: u16, family: Family, w: Writer, what: String) {
+        // Deletions always go through the destroy work. NEWCHAIN on an existing chain is
+        // recorded as an update, which does too (NEWTABLE with unchanged flags is a no-op).
+        let defers_destroy = matches!(
+            kind,
+            msg_type::DELTABLE | msg_type::DELCHAIN | msg_type::DELRULE | msg_type::NEWCHAIN
+        );
         self.ops.push(Op {
             kind,
             flags,
             family,
             body: w.buf,
             what,
+            defers_destroy,
         });
     }
 
@@ -80,12 +99,24 @@ impl Batch {
         self
     }
 
-    /// `add chain`: creates it, or leaves an existing one (same hook) as it is.
+    /// `add chain`: creates it, or leaves an existing one (same hook) as it is (which the
+    /// kernel records as an update of it: see [`Batch::defers_destroy`]).
     pub fn add_chain(&mut self, c: &Chain) -> &mut Self {
         let mut w = Writer::new();
         c.encode(&mut w);
         let what = format!("add chain {} {} {}", c.family.name(), c.table, c.name);
         self.push(msg_type::NEWCHAIN, NLM_F_CREATE, c.family, w, what);
+        self
+    }
+
+    /// [`Batch::add_chain`] for a chain just looked up and found missing: a creation, which
+    /// leaves nothing for the destroy work. Should a concurrent call create it first, the
+    /// message updates it instead, as `add chain` would; only the exit then waits longer.
+    pub fn create_chain(&mut self, c: &Chain) -> &mut Self {
+        self.add_chain(c);
+        if let Some(op) = self.ops.last_mut() {
+            op.defers_destroy = false;
+        }
         self
     }
 
@@ -257,10 +288,21 @@ fn nf_body<'a>(m: &Incoming<'a>) -> Option<(Family, &'a [u8])> {
 }
 
 /// A NETLINK_NETFILTER socket bound to the netns that was current when it was created.
+///
+/// Dropping it closes it, unless a commit of this plugin process left deferred destroy work:
+/// then it is closed at exit by a child process, so that neither the plugin nor its runtime
+/// waits for that work ([`super::release`]).
 pub struct Socket {
-    sock: netlink_sys::Socket,
+    sock: ManuallyDrop<netlink_sys::Socket>,
     seq: u32,
     buf: Vec<u8>,
+}
+
+impl Drop for Socket {
+    fn drop(&mut self) {
+        // SAFETY: `sock` is taken once, here, and never used again.
+        release::release(unsafe { ManuallyDrop::take(&mut self.sock) });
+    }
 }
 
 impl Socket {
@@ -276,7 +318,7 @@ impl Socket {
         sock.bind_auto().map_err(io)?;
         sock.connect(&SocketAddr::new(0, 0)).map_err(io)?;
         Ok(Socket {
-            sock,
+            sock: ManuallyDrop::new(sock),
             seq: std::process::id().wrapping_mul(1 << 12),
             buf: Vec::with_capacity(RECV_BUF_LEN),
         })
@@ -342,6 +384,11 @@ impl Socket {
     pub fn commit(&mut self, batch: &Batch) -> Result<Vec<Rule>> {
         if batch.is_empty() {
             return Ok(Vec::new());
+        }
+        if batch.defers_destroy() {
+            // Noted before sending: should the commit succeed, no later close of this
+            // plugin may wait for its destroy work.
+            release::note_deferred_destroy();
         }
         let first = self.next_seq(batch.len() as u32 + 2);
         let bytes = batch.encode(first);
