@@ -6,11 +6,13 @@ mod agent;
 mod error;
 mod etcd;
 mod files;
+mod http;
 mod key;
 mod lease;
 mod log;
 mod masquerade;
 mod membership;
+mod metrics;
 mod netconfig;
 mod netconfig_v6;
 mod node_addr;
@@ -24,10 +26,14 @@ mod template;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let opts = match options::parse(std::env::args().skip(1)) {
-        Ok(Some(o)) => o,
-        Ok(None) => {
+    let opts = match options::from_process() {
+        Ok(options::Invocation::Run(o)) => *o,
+        Ok(options::Invocation::Help) => {
             print!("{}", options::USAGE);
+            return ExitCode::SUCCESS;
+        }
+        Ok(options::Invocation::Version) => {
+            println!("{}", options::VERSION_LINE);
             return ExitCode::SUCCESS;
         }
         Err(e) => {
@@ -35,6 +41,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    log::set_verbosity(opts.verbosity);
+    log!("{} starting", options::VERSION_LINE);
     // One thread is plenty: the agent mostly waits on etcd; reconciles run as a child process.
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -42,14 +50,17 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            log!("cannot start the async runtime: {e}");
+            log::emit(
+                log::Level::Error,
+                &format!("cannot start the async runtime: {e}"),
+            );
             return ExitCode::FAILURE;
         }
     };
     match runtime.block_on(agent::run(opts)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            log!("fatal: {e}");
+            log::emit(log::Level::Error, &format!("fatal: {e}"));
             ExitCode::FAILURE
         }
     }
