@@ -5,6 +5,7 @@
 //! keeps routing requests to a dead member.
 
 pub mod proto;
+mod tls_probe;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -133,6 +134,7 @@ pub struct Security {
     /// Says which CA judged the server's certificate, in TLS errors.
     ca_source: String,
     client_cert: Option<PathBuf>,
+    material: tls_probe::Material,
     credentials: Option<Credentials>,
 }
 
@@ -165,11 +167,13 @@ impl Security {
     /// Reads the TLS files (each error names its flag and file) and keeps the user.
     pub fn load(files: &TlsFiles, credentials: Option<Credentials>) -> Result<Security, EtcdError> {
         let mut config = ClientTlsConfig::new();
+        let mut material = tls_probe::Material::default();
         let ca_source;
         match &files.ca {
             Some(path) => {
-                config =
-                    config.ca_certificate(Certificate::from_pem(read_file("--etcd-cafile", path)?));
+                let pem = read_file("--etcd-cafile", path)?;
+                material.ca = Some(pem.clone());
+                config = config.ca_certificate(Certificate::from_pem(pem));
                 ca_source = format!("--etcd-cafile {}", path.display());
             }
             None => {
@@ -178,6 +182,7 @@ impl Security {
                     .find_map(|p| std::fs::read(p).ok().map(|b| (p, b)));
                 match bundle {
                     Some((path, bytes)) => {
+                        material.ca = Some(bytes.clone());
                         config = config.ca_certificate(Certificate::from_pem(bytes));
                         ca_source = format!("the system CA bundle {path} (no --etcd-cafile)");
                     }
@@ -189,6 +194,7 @@ impl Security {
             (Some(cert), Some(key)) => {
                 let cert_pem = read_file("--etcd-certfile", cert)?;
                 let key_pem = read_file("--etcd-keyfile", key)?;
+                material.identity = Some((cert_pem.clone(), key_pem.clone()));
                 config = config.identity(Identity::from_pem(cert_pem, key_pem));
             }
             (Some(cert), None) => {
@@ -211,6 +217,7 @@ impl Security {
             tls: Some(config),
             ca_source,
             client_cert: files.cert.clone(),
+            material,
             credentials,
         })
     }
@@ -224,6 +231,8 @@ impl Security {
 #[derive(Default)]
 struct Session {
     token: Mutex<Option<String>>,
+    /// A call succeeded: TLS works with this member, no need to probe it on failures.
+    answered: std::sync::atomic::AtomicBool,
 }
 
 /// A client of one etcd member. Cloning is cheap (the channel and session are shared).
@@ -231,6 +240,7 @@ struct Session {
 pub struct Client {
     grpc: Grpc<Channel>,
     endpoint: String,
+    url: String,
     security: Security,
     session: Arc<Session>,
 }
@@ -251,8 +261,17 @@ impl WatchStream {
 
 /// Every message of an error and its sources, outermost first.
 fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts = vec![e.to_string()];
-    let mut cur = e.source();
+    chain_from(e.to_string(), e.source())
+}
+
+/// A status's message and its sources' (tonic's own Display of a status is a debug dump).
+fn status_chain(s: &Status) -> String {
+    chain_from(s.message().to_string(), std::error::Error::source(s))
+}
+
+fn chain_from(first: String, source: Option<&(dyn std::error::Error + 'static)>) -> String {
+    let mut parts = vec![first];
+    let mut cur = source;
     while let Some(s) = cur {
         let text = s.to_string();
         if !parts.iter().any(|p| p.contains(&text)) {
@@ -302,6 +321,7 @@ impl Client {
         Ok(Client {
             grpc: Grpc::new(channel),
             endpoint: endpoint.to_string(),
+            url,
             security: security.clone(),
             session: Arc::new(Session::default()),
         })
@@ -323,7 +343,49 @@ impl Client {
     /// Turns a failed call's status into what it means: a TLS refusal (naming the CA or the
     /// client certificate), an authentication refusal, or a plain status.
     fn classify(&self, s: Status) -> EtcdError {
-        let chain = error_chain(&s);
+        let chain = status_chain(&s);
+        self.classify_text(s, chain)
+    }
+
+    /// [`Self::classify`], and for a transport failure of a TLS member never yet reached, a
+    /// probe handshake that reads the member's verdict (see [`tls_probe`]).
+    async fn failed(&self, s: Status) -> EtcdError {
+        let e = self.classify(s);
+        let EtcdError::Status(s) = e else { return e };
+        let transport = matches!(
+            s.code(),
+            Code::Cancelled | Code::Unknown | Code::Unavailable
+        );
+        if !transport
+            || self.security.tls.is_none()
+            || self
+                .session
+                .answered
+                .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return EtcdError::Status(s);
+        }
+        let Some(uri) = self
+            .url
+            .parse::<http::Uri>()
+            .ok()
+            .filter(|u| u.scheme_str() == Some("https"))
+        else {
+            return EtcdError::Status(s);
+        };
+        let (Some(host), port) = (uri.host(), uri.port_u16().unwrap_or(2379)) else {
+            return EtcdError::Status(s);
+        };
+        match tls_probe::probe(host, port, &self.security.material).await {
+            Some(why) => {
+                let chain = format!("{}: {why}", status_chain(&s));
+                self.classify_text(s, chain)
+            }
+            None => EtcdError::Status(s),
+        }
+    }
+
+    fn classify_text(&self, s: Status, chain: String) -> EtcdError {
         let tls = |detail: String| EtcdError::Tls {
             endpoint: self.endpoint.clone(),
             detail,
@@ -416,7 +478,7 @@ impl Client {
             }
             // A user given to an etcd without auth: requests go through without a token.
             Err(s) if s.message().contains(MSG_AUTH_NOT_ENABLED) => Ok(None),
-            Err(s) => Err(self.classify(s)),
+            Err(s) => Err(self.failed(s).await),
         }
     }
 
@@ -444,13 +506,18 @@ impl Client {
                 )
                 .await;
             match resp {
-                Ok(r) => return Ok(r.into_inner()),
+                Ok(r) => {
+                    self.session
+                        .answered
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                    return Ok(r.into_inner());
+                }
                 // Tokens expire (etcd's --auth-token-ttl); get a new one once.
                 Err(s) if token.is_some() && !refreshed && token_rejected(&s) => {
                     self.forget_token();
                     refreshed = true;
                 }
-                Err(s) => return Err(self.classify(s)),
+                Err(s) => return Err(self.failed(s).await),
             }
         }
     }
@@ -501,7 +568,7 @@ impl Client {
             .map_err(|e| EtcdError::Status(Status::internal(format!("queueing the watch: {e}"))))?;
         let token = self.token().await?;
         self.ready().await?;
-        let responses = self
+        let responses = match self
             .grpc
             .streaming(
                 Self::request(stream, token.as_deref()),
@@ -509,13 +576,15 @@ impl Client {
                 ProstCodec::<WatchRequest, WatchResponse>::default(),
             )
             .await
-            .map_err(|s| {
+        {
+            Ok(r) => r.into_inner(),
+            Err(s) => {
                 if token_rejected(&s) {
                     self.forget_token();
                 }
-                self.classify(s)
-            })?
-            .into_inner();
+                return Err(self.failed(s).await);
+            }
+        };
         Ok(WatchStream {
             _requests: requests,
             responses,
