@@ -7,6 +7,7 @@ mod error;
 mod etcd;
 mod files;
 mod http;
+mod install_cni;
 mod key;
 mod lease;
 mod log;
@@ -26,6 +27,10 @@ mod template;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv.first().map(String::as_str) == Some("install-cni") {
+        return install_cni_main(&argv[1..]);
+    }
     let opts = match options::from_process() {
         Ok(options::Invocation::Run(o)) => *o,
         Ok(options::Invocation::Help) => {
@@ -61,6 +66,33 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             log::emit(log::Level::Error, &format!("fatal: {e}"));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `ferrocni-agent install-cni ...`: the container image's installer.
+fn install_cni_main(args: &[String]) -> ExitCode {
+    let opts = match install_cni::parse(args) {
+        Ok(Some(o)) => o,
+        Ok(None) => {
+            print!("{}", install_cni::USAGE);
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("ferrocni-agent: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match install_cni::run(&opts) {
+        Ok(installed) => {
+            for p in installed {
+                log!("installed {}", p.display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            log::emit(log::Level::Error, &format!("install-cni: {e}"));
             ExitCode::FAILURE
         }
     }

@@ -51,6 +51,10 @@ Options:
   --once                         acquire, write files, reconcile once, exit
   --version                      print the version and exit
   -h, --help
+
+Subcommand:
+  install-cni [--help]           copy the plugins and a conflist onto the host (the container
+                                 image's init step)
 ";
 
 /// The agent's version line (`--version`, logs): the workspace's version, one place for all.
