@@ -93,18 +93,21 @@ impl Podman {
 impl Drop for Podman {
     fn drop(&mut self) {
         let storage = self.work.join("storage");
-        let _ = self
-            .command("podman")
-            .args(["rmi", "-af"])
-            .output();
+        let _ = self.command("podman").args(["rmi", "-af"]).output();
         remove_cgroup_tree(&self.cgroup_parent);
         // vfs layers may hold read-only directories.
-        let _ = Command::new("chmod").arg("-R").arg("u+w").arg(&storage).status();
+        let _ = Command::new("chmod")
+            .arg("-R")
+            .arg("u+w")
+            .arg(&storage)
+            .status();
     }
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {
-    fs::read(a).ok().is_some_and(|x| fs::read(b).ok() == Some(x))
+    fs::read(a)
+        .ok()
+        .is_some_and(|x| fs::read(b).ok() == Some(x))
 }
 
 #[test]
@@ -156,15 +159,32 @@ fn node_image_installs_the_plugins_and_conflist() {
     ];
     let (ok, _, stderr) = podman.run(&[&mounts[0], &mounts[1], &tag, "install-cni"]);
     assert!(ok, "install-cni: {stderr}");
-    assert!(stderr.contains(" INFO ferrocni-agent: installed /host/opt/cni/bin/bridge"), "{stderr}");
-    assert!(same_file(&bridge, &hbin.join("bridge")), "bridge differs from {}", bridge.display());
-    for plugin in ["host-local", "loopback", "portmap", "flannel", "vxlan", "dhcp"] {
+    assert!(
+        stderr.contains(" INFO ferrocni-agent: installed /host/opt/cni/bin/bridge"),
+        "{stderr}"
+    );
+    assert!(
+        same_file(&bridge, &hbin.join("bridge")),
+        "bridge differs from {}",
+        bridge.display()
+    );
+    for plugin in [
+        "host-local",
+        "loopback",
+        "portmap",
+        "flannel",
+        "vxlan",
+        "dhcp",
+    ] {
         assert!(
             same_file(&bin_dir.join(plugin), &hbin.join(plugin)),
             "{plugin} not installed as built"
         );
     }
-    assert!(!hbin.join("ferrocni-agent").exists(), "the agent is not a plugin");
+    assert!(
+        !hbin.join("ferrocni-agent").exists(),
+        "the agent is not a plugin"
+    );
     assert!(!hbin.join("cnitool").exists());
     assert!(same_file(
         &workspace_root().join("packaging/container/10-flannel.conflist"),

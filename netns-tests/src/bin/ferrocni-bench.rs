@@ -21,6 +21,8 @@ struct Opts {
     concurrent: usize,
     scale_pods: usize,
     cri_pods: usize,
+    /// The agent binary (dynamic, so not beside the static plugins in `--ours`).
+    agent: PathBuf,
     sections: Vec<String>,
 }
 
@@ -32,6 +34,7 @@ fn parse_opts() -> Opts {
         concurrent: 50,
         scale_pods: 1000,
         cri_pods: 20,
+        agent: PathBuf::from("target/release/ferrocni-agent"),
         sections: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
@@ -63,6 +66,7 @@ fn parse_opts() -> Opts {
                     .parse()
                     .unwrap_or_else(|_| usage("--cri-pods needs a number"))
             }
+            "--agent" => o.agent = PathBuf::from(val()),
             "--only" => o.sections = val().split(',').map(str::to_string).collect(),
             "-h" | "--help" => usage(""),
             other => usage(&format!("unknown argument {other}")),
@@ -78,7 +82,8 @@ fn usage(msg: &str) -> ! {
     eprintln!(
         "usage: ferrocni-bench [--ours DIR] [--reference DIR] [--pods N] [--concurrent N] [--scale-pods N]\n\
          \x20                     [--cri-pods N]\n\
-         \x20                     [--only sizes,exec,loopback,bridge,rss,concurrent,bandwidth,ptp,macvlan,ipvlan,hostlocal,scale,vxlan,netfilter,cri]"
+         \x20                     [--only sizes,exec,loopback,bridge,rss,concurrent,bandwidth,ptp,macvlan,ipvlan,hostlocal,scale,vxlan,netfilter,cri,agent]\n\
+         \x20                     [--agent PATH (default target/release/ferrocni-agent)]"
     );
     std::process::exit(2)
 }
@@ -1148,6 +1153,9 @@ fn main() {
     }
     if want("cri") {
         cri(&o);
+    }
+    if want("agent") {
+        netns_tests::agent_scale::run(&o.agent);
     }
     goals.print();
 }
