@@ -326,6 +326,22 @@ pub fn run(agent: &Path) {
     };
     let events_before = metrics("ferrocni_agent_watch_events_total");
     let sent_before = etcd_sent_bytes(&ns);
+    // The agent leased one of the free subnets right after the loaded ones: joining nodes
+    // must not take it.
+    let own = fs::read_to_string(dir.join("subnet.env"))
+        .ok()
+        .and_then(|env| {
+            let subnet = env
+                .lines()
+                .find_map(|l| l.strip_prefix("FLANNEL_SUBNET="))?;
+            let ip = subnet.split('/').next()?;
+            let (_, _, vtep, _) = (0..NODES * 2).map(peer).find(|p| {
+                let mut first = p.2.clone();
+                first.replace_range(first.len() - 1.., "1");
+                first == ip
+            })?;
+            Some(vtep)
+        });
     let half = CHURN_PER_SECOND / 2;
     let mut latencies = Vec::new();
     let mut next_new = NODES + 1;
@@ -336,9 +352,14 @@ pub fn run(agent: &Path) {
         if let Some(wait) = tick.checked_duration_since(Instant::now()) {
             std::thread::sleep(wait);
         }
-        let joining: Vec<usize> = (next_new..next_new + half).collect();
+        let mut joining = Vec::new();
+        while joining.len() < half {
+            if own.as_deref() != Some(peer(next_new).2.as_str()) {
+                joining.push(next_new);
+            }
+            next_new += 1;
+        }
         let leaving: Vec<String> = (next_gone..next_gone + half).map(|i| peer(i).0).collect();
-        next_new += half;
         next_gone += half;
         let puts: Vec<(String, String)> = joining
             .iter()
