@@ -1,5 +1,9 @@
 # ferrocni — build, install, test, bench, dist.
 PREFIX    ?= /opt/cni/bin
+# The agent is a daemon, not a plugin: it goes where commands go.
+BINDIR    ?= /usr/bin
+UNITDIR   ?= /lib/systemd/system
+IMAGE     ?= localhost/ferrocni:$(VERSION)
 CARGO     ?= cargo
 RUSTUP    ?= rustup
 # `LIBC=glibc` builds the shipped binaries against glibc (static) even when musl is available.
@@ -57,11 +61,12 @@ BINS      := $(PLUGINS) cnitool
 # The Debian packages the tests use (one list, shared with .ci/run and the README).
 TEST_PACKAGES := $(shell sed 's/\#.*//' .ci/packages.txt)
 DIST      := target/dist
+UNITS     := $(wildcard packaging/systemd/*.service packaging/systemd/*.socket)
 DIST_NAME := ferrocni-linux-$(DEB_ARCH)-v$(VERSION)
 DEB_NAME  := ferrocni_$(VERSION)_$(DEB_ARCH)
 
-.PHONY: all build static-target install test test-deps test-release test-dist test-unit lint \
-        test-kernel test-kernel-run bench dist clean
+.PHONY: all build static-target install install-units image test test-deps test-release test-dist \
+        test-unit test-kernel test-kernel-run lint bench dist clean
 
 all: build
 
@@ -100,32 +105,57 @@ build: static-target
 # Without cargo on PATH (`sudo` and a toolchain in your home), installs what `make build` built.
 install: $(if $(shell command -v $(CARGO) 2>/dev/null),build)
 	@test -f $(TARGET_FILE) || { echo "nothing built yet: run make build first"; exit 1; }
-	install -d $(DESTDIR)$(PREFIX)
+	install -d $(DESTDIR)$(PREFIX) $(DESTDIR)$(BINDIR)
 	for b in $(BINS); do install -m 0755 $(STATIC)/$$b $(DESTDIR)$(PREFIX)/$$b; done
-	install -m 0755 $(RELEASE)/$(AGENT) $(DESTDIR)$(PREFIX)/$(AGENT)
+	install -m 0755 $(RELEASE)/$(AGENT) $(DESTDIR)$(BINDIR)/$(AGENT)
 
-# The release tarball (every binary, like upstream's cni-plugins-linux-<arch>-<version>.tgz,
-# with SHA256SUMS inside and a .sha256 beside it) and a .deb installing into /opt/cni/bin.
+# The systemd units (agent, dhcp daemon and its socket) and the agent's FLANNELD_* environment
+# file, which an existing one is never replaced by. Then: systemctl daemon-reload.
+install-units:
+	install -d $(DESTDIR)$(UNITDIR) $(DESTDIR)/etc/default
+	install -m 0644 $(UNITS) $(DESTDIR)$(UNITDIR)/
+	test -e $(DESTDIR)/etc/default/$(AGENT) || \
+	    install -m 0600 packaging/$(AGENT).default $(DESTDIR)/etc/default/$(AGENT)
+
+# The release tarball (every binary at its top level, like upstream's
+# cni-plugins-linux-<arch>-<version>.tgz, with SHA256SUMS inside and a .sha256 beside it) and a
+# .deb: the plugins in /opt/cni/bin, the agent in /usr/bin, systemd units for the agent and the
+# dhcp daemon, and /etc/default/ferrocni-agent (a conffile) for the FLANNELD_* settings. No
+# maintainer scripts: `systemctl daemon-reload` and `enable --now` are the operator's call.
 dist: build
-	rm -rf $(DIST) && mkdir -p $(DIST)/tgz $(DIST)/deb/DEBIAN $(DIST)/deb$(PREFIX)
-	$(MAKE) --no-print-directory install DESTDIR=$(abspath $(DIST)/tgz) PREFIX= >/dev/null
+	rm -rf $(DIST) && mkdir -p $(DIST)/tgz $(DIST)/deb/DEBIAN
+	$(MAKE) --no-print-directory install DESTDIR=$(abspath $(DIST)/tgz) PREFIX= BINDIR= >/dev/null
 	cp LICENSE README.md $(DIST)/tgz/
 	cd $(DIST)/tgz && sha256sum $(BINS) $(AGENT) > SHA256SUMS
 	tar -C $(DIST)/tgz --owner=0 --group=0 --sort=name -czf $(DIST)/$(DIST_NAME).tgz .
 	cd $(DIST) && sha256sum $(DIST_NAME).tgz > $(DIST_NAME).tgz.sha256
-	cp -p $(addprefix $(DIST)/tgz/,$(BINS) $(AGENT)) $(DIST)/deb$(PREFIX)/
+	$(MAKE) --no-print-directory install install-units DESTDIR=$(abspath $(DIST)/deb) >/dev/null
+	install -d $(DIST)/deb/usr/share/doc/ferrocni
+	cp LICENSE README.md $(DIST)/deb/usr/share/doc/ferrocni/
+	echo /etc/default/$(AGENT) > $(DIST)/deb/DEBIAN/conffiles
 	@glibc=$$(objdump -T $(RELEASE)/$(AGENT) | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -n 1 | cut -d_ -f2); \
 	{ echo "Package: ferrocni"; echo "Version: $(VERSION)"; echo "Architecture: $(DEB_ARCH)"; \
 	  echo "Maintainer: ferrocni developers <ferrocni@localhost>"; \
 	  echo "Depends: libc6 (>= $$glibc), libgcc-s1"; \
 	  echo "Section: net"; echo "Priority: optional"; \
-	  echo "Installed-Size: $$(du -sk $(DIST)/deb$(PREFIX) | cut -f1)"; \
+	  echo "Installed-Size: $$(du -sk --exclude=DEBIAN $(DIST)/deb | cut -f1)"; \
 	  echo "Description: CNI plugins in Rust (drop-in for the reference plugins)"; \
-	  echo " ferrocni's plugins, cnitool and node agent, installed into $(PREFIX)."; \
+	  echo " ferrocni's plugins and cnitool in $(PREFIX), its node agent (flanneld's etcd"; \
+	  echo " layout) in $(BINDIR), with systemd units for the agent and the dhcp daemon."; \
 	} > $(DIST)/deb/DEBIAN/control
 	dpkg-deb --root-owner-group -Zgzip --build $(DIST)/deb $(DIST)/$(DEB_NAME).deb >/dev/null
 	cd $(DIST) && sha256sum $(DEB_NAME).deb > $(DEB_NAME).deb.sha256
 	@rm -rf $(DIST)/tgz $(DIST)/deb; ls -l $(DIST)
+
+# The node image for Kubernetes (README, Kubernetes): FROM scratch, built with podman (or
+# buildah) from the release tarball's binaries, saved beside it as an OCI archive.
+image: dist
+	set -e; tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
+	tar -C $$tmp -xzf $(DIST)/$(DIST_NAME).tgz; \
+	sh packaging/container/build-image.sh $$tmp $(IMAGE); \
+	rm -f $(DIST)/$(DIST_NAME)-image.tar; \
+	podman save --format oci-archive -o $(DIST)/$(DIST_NAME)-image.tar $(IMAGE)
+	@echo "image $(IMAGE), saved as $(DIST)/$(DIST_NAME)-image.tar"
 
 # Installs the missing test packages of .ci/packages.txt when run as root on Debian (and says
 # which); otherwise only names the missing ones: the tests that need them skip themselves.
@@ -178,8 +208,8 @@ test-release: dist
 	mkdir $$tmp/tgz && tar -C $$tmp/tgz -xzf $(DIST)/$(DIST_NAME).tgz; \
 	(cd $(DIST) && sha256sum --quiet -c $(DIST_NAME).tgz.sha256); \
 	(cd $$tmp/tgz && sha256sum --quiet -c SHA256SUMS); \
-	for b in $(BINS) $(AGENT); do \
-	    cmp $$tmp/install$(PREFIX)/$$b $$tmp/tgz/$$b || { echo "make install and the tarball differ on $$b"; exit 1; }; \
+	for b in $(addprefix $(PREFIX)/,$(BINS)) $(BINDIR)/$(AGENT); do \
+	    cmp $$tmp/install$$b $$tmp/tgz/$$(basename $$b) || { echo "make install and the tarball differ on $$b"; exit 1; }; \
 	done; \
 	echo "== smoke set on the tarball's binaries"; \
 	FERROCNI_BIN_DIR=$$tmp/tgz $(SMOKE); \
@@ -187,14 +217,24 @@ test-release: dist
 	touch $$tmp/root/var/lib/dpkg/status; \
 	dpkg --root=$$tmp/root --force-depends --force-script-chrootless -i $(DIST)/$(DEB_NAME).deb \
 	    >/dev/null 2>&1; \
-	for b in $(BINS) $(AGENT); do \
-	    test -x $$tmp/root$(PREFIX)/$$b || { echo "the .deb misses $(PREFIX)/$$b"; exit 1; }; \
+	for b in $(addprefix $(PREFIX)/,$(BINS)) $(BINDIR)/$(AGENT); do \
+	    test -x $$tmp/root$$b || { echo "the .deb misses $$b"; exit 1; }; \
 	done; \
+	for u in $(notdir $(UNITS)); do \
+	    test -f $$tmp/root$(UNITDIR)/$$u || { echo "the .deb misses $(UNITDIR)/$$u"; exit 1; }; \
+	done; \
+	test -f $$tmp/root/etc/default/$(AGENT) || { echo "the .deb misses /etc/default/$(AGENT)"; exit 1; }; \
+	echo "== systemd-analyze verify on the .deb's units"; \
+	cp -n /lib/systemd/system/*.target $$tmp/root$(UNITDIR)/; \
+	systemd-analyze verify --root=$$tmp/root $(addprefix $$tmp/root$(UNITDIR)/,$(notdir $(UNITS))); \
 	echo "== smoke set on the .deb's binaries (dpkg --root into a scratch root)"; \
 	FERROCNI_BIN_DIR=$$tmp/root$(PREFIX) $(SMOKE); \
 	dpkg --root=$$tmp/root --force-script-chrootless -r ferrocni >/dev/null; \
 	left=$$(ls -A $$tmp/root$(PREFIX) 2>/dev/null || true); \
-	[ -z "$$left" ] || { echo "dpkg -r left files in $(PREFIX): $$left"; exit 1; }
+	[ -z "$$left" ] || { echo "dpkg -r left files in $(PREFIX): $$left"; exit 1; }; \
+	[ ! -e $$tmp/root$(BINDIR)/$(AGENT) ] || { echo "dpkg -r left $(BINDIR)/$(AGENT)"; exit 1; }; \
+	echo "== the node image (podman, FROM scratch) from the tarball's binaries"; \
+	FERROCNI_BIN_DIR=$$tmp/tgz $(CARGO) test -q -p netns-tests --test container_image
 
 # Unit tests only (no root needed).
 test-unit:

@@ -375,6 +375,23 @@ pub fn dispatch_versions(
     outcome.unwrap_or_else(|e| fail(&e, err_version))
 }
 
+/// The suite and its version, as every binary reports it (`ferrocni v0.1.0`): the workspace's
+/// version, kept in one place.
+pub const SUITE_VERSION: &str = concat!("ferrocni v", env!("CARGO_PKG_VERSION"));
+
+/// The about text printed without CNI_COMMAND: the plugin's own words with the suite and its
+/// version, as upstream's `CNI bridge plugin v1.9.1`. A plugin's `(ferrocni)` marker becomes
+/// `ferrocni v<version>`; a text without it gets the version appended to its first line.
+pub fn about_text(about: &str) -> String {
+    if about.contains("(ferrocni)") {
+        return about.replacen("(ferrocni)", SUITE_VERSION, 1);
+    }
+    match about.split_once('\n') {
+        Some((first, rest)) => format!("{first} {SUITE_VERSION}\n{rest}"),
+        None => format!("{about} {SUITE_VERSION}"),
+    }
+}
+
 /// The plugin's `main`: dispatches on the real environment and stdin, prints, exits.
 pub fn run(plugin: &impl Plugin, about: &str) -> ! {
     run_versions(plugin, about, version::SUPPORTED_VERSIONS)
@@ -385,7 +402,7 @@ pub fn run_versions(plugin: &impl Plugin, about: &str, supported: &[&str]) -> ! 
     let outcome = dispatch_versions(plugin, &ProcessEnv, &mut std::io::stdin().lock(), supported);
     let code = match outcome {
         Outcome::About => {
-            eprintln!("{about}");
+            eprintln!("{}", about_text(about));
             eprintln!("CNI protocol versions supported: {}", supported.join(", "));
             0
         }

@@ -19,6 +19,7 @@ use serde_json::{Map, Value};
 const USAGE: &str = "\
 usage: cnitool [-i IFNAME] add|check|del|gc|status <network> <netns-path>
        cnitool list [--policy skip-invalid|fail-on-invalid]
+       cnitool --version
 
 Environment:
   NETCONFPATH    configuration directory (default /etc/cni/net.d)
@@ -54,6 +55,10 @@ fn main() -> ExitCode {
 fn run(args: &[String]) -> Result<(), String> {
     let cli = parse_cli(args)?;
     match cli.verb.as_str() {
+        "version" => {
+            println!("cnitool {}", libcni::skel::SUITE_VERSION);
+            Ok(())
+        }
         "help" => {
             println!("{USAGE}");
             Ok(())
@@ -91,6 +96,7 @@ fn parse_cli(args: &[String]) -> Result<Cli, String> {
         match flag {
             "--" => flags_done = true,
             "-h" | "--help" => positionals.insert(0, "help".into()),
+            "--version" => positionals.insert(0, "version".into()),
             "-i" | "--ifname" => ifname = Some(value(flag)?),
             "--policy" => policy = Some(value(flag)?),
             _ => return Err(format!("unknown flag {arg:?}\n{USAGE}")),

@@ -68,6 +68,23 @@ fn no_command_prints_about() {
 }
 
 #[test]
+fn about_text_carries_the_suite_version() {
+    let v = env!("CARGO_PKG_VERSION");
+    assert_eq!(
+        about_text("CNI bridge plugin (ferrocni)"),
+        format!("CNI bridge plugin ferrocni v{v}")
+    );
+    assert_eq!(
+        about_text("CNI bandwidth plugin (ferrocni): TBF shaping"),
+        format!("CNI bandwidth plugin ferrocni v{v}: TBF shaping")
+    );
+    assert_eq!(
+        about_text("CNI x plugin\nmore"),
+        format!("CNI x plugin ferrocni v{v}\nmore")
+    );
+}
+
+#[test]
 fn version_ignores_stdin() {
     match run_with(&env("VERSION"), "garbage") {
         Outcome::Print(s) => {

@@ -21,6 +21,8 @@ struct Opts {
     concurrent: usize,
     scale_pods: usize,
     cri_pods: usize,
+    /// The agent binary (dynamic, so not beside the static plugins in `--ours`).
+    agent: PathBuf,
     sections: Vec<String>,
     /// `--trimmed`: our binaries come from `make build TRIM=1` (tighter size goals).
     trimmed: bool,
@@ -34,6 +36,7 @@ fn parse_opts() -> Opts {
         concurrent: 50,
         scale_pods: 1000,
         cri_pods: 20,
+        agent: PathBuf::from("target/release/ferrocni-agent"),
         sections: Vec::new(),
         trimmed: false,
     };
@@ -66,6 +69,7 @@ fn parse_opts() -> Opts {
                     .parse()
                     .unwrap_or_else(|_| usage("--cri-pods needs a number"))
             }
+            "--agent" => o.agent = PathBuf::from(val()),
             "--only" => o.sections = val().split(',').map(str::to_string).collect(),
             "--trimmed" => o.trimmed = true,
             "-h" | "--help" => usage(""),
@@ -82,7 +86,8 @@ fn usage(msg: &str) -> ! {
     eprintln!(
         "usage: ferrocni-bench [--ours DIR] [--reference DIR] [--pods N] [--concurrent N] [--scale-pods N]\n\
          \x20                     [--cri-pods N] [--trimmed]\n\
-         \x20                     [--only sizes,exec,loopback,bridge,rss,concurrent,bandwidth,ptp,macvlan,ipvlan,hostlocal,scale,vxlan,wireguard,netfilter,latency,cri]"
+         \x20                     [--only sizes,exec,loopback,bridge,rss,concurrent,bandwidth,ptp,macvlan,ipvlan,hostlocal,scale,vxlan,wireguard,netfilter,latency,cri,agent]\n\
+         \x20                     [--agent PATH (default target/release/ferrocni-agent)]"
     );
     std::process::exit(2)
 }
@@ -1673,6 +1678,9 @@ fn main() {
     }
     if want("cri") {
         cri(&o);
+    }
+    if want("agent") {
+        netns_tests::agent_scale::run(&o.agent);
     }
     goals.print();
 }

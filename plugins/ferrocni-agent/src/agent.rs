@@ -14,7 +14,6 @@ use crate::etcd::proto::{EventType, WatchResponse};
 use crate::files::write_atomic;
 use crate::key::SubnetKey;
 use crate::lease::LeaseAttrs;
-use crate::log;
 use crate::masquerade::{self, Change, MasqFamily};
 use crate::membership::{Event, Membership};
 use crate::netconfig::NetConfig;
@@ -26,6 +25,7 @@ use crate::store::{Binding, Snapshot, Store};
 use crate::subnet_env::{self, SubnetEnv};
 use crate::template::{self, Ipv6Values, TemplateValues};
 use crate::tunnel::Tunnel;
+use crate::{debug, log, metrics, warn};
 
 /// MTU written to subnet.env when the device cannot be read back (flannel's 1500 − 50).
 const FALLBACK_MTU: u32 = 1450;
@@ -61,6 +61,9 @@ pub struct Agent {
 
 pub async fn run(opts: Options) -> Result<(), AgentError> {
     let public_ip = node_addr::public_ip(&opts)?;
+    if !opts.once {
+        crate::http::start(&opts).await?;
+    }
     let (mut store, net) = connect_and_read_config(&opts).await?;
     let public_ipv6 = match net.ipv6 {
         Some(_) => Some(node_addr::public_ipv6(&opts)?),
@@ -133,6 +136,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         timing,
     )
     .await?;
+    metrics::LEASE_ACQUISITIONS.inc();
     let snap = store.list().await?;
     let own_key = own.key;
     let mut agent = Agent {
@@ -154,7 +158,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         return first;
     }
     if let Err(e) = first {
-        log!("{e}; retrying");
+        warn!("{e}; retrying");
     }
     agent.serve().await
 }
@@ -203,6 +207,12 @@ impl Agent {
     fn take_snapshot(&mut self, snap: Snapshot) -> Result<(), AgentError> {
         let own_key = self.own_key_string();
         self.members.own = self.own.key;
+        debug!(
+            1,
+            "listed {} lease(s) at revision {}",
+            snap.leases.len(),
+            snap.revision
+        );
         self.members.replace(snap, &own_key)
     }
 
@@ -212,6 +222,17 @@ impl Agent {
         for ev in &resp.events {
             let Some(kv) = &ev.kv else { continue };
             let name = String::from_utf8_lossy(&kv.key);
+            metrics::WATCH_EVENTS.inc();
+            debug!(
+                1,
+                "watch: {} {name} at revision {}",
+                if ev.r#type == EventType::Delete as i32 {
+                    "DELETE"
+                } else {
+                    "PUT"
+                },
+                kv.mod_revision
+            );
             let event = if ev.r#type == EventType::Delete as i32 {
                 Event::Delete
             } else {
@@ -231,6 +252,31 @@ impl Agent {
     /// VTEP MACs if the lease lacks them and writes subnet.env and the conflist. A failing
     /// family does not keep the other from being reconciled.
     async fn reconcile(&mut self) -> Result<(), AgentError> {
+        let started = std::time::Instant::now();
+        let result = self.reconcile_pass().await;
+        let took = started.elapsed();
+        metrics::reconciled(took, result.is_ok());
+        let programmed: usize = self
+            .overlays
+            .iter()
+            .filter_map(|fo| fo.last_peers.as_ref().map(Vec::len))
+            .sum();
+        metrics::PEERS_PROGRAMMED.set(programmed as u64);
+        metrics::LEASES_KNOWN.set(self.members.known.len() as u64);
+        let usable = self.members.peers(IpFamily::V4).len() + 1;
+        metrics::LEASES_UNUSABLE.set(self.members.known.len().saturating_sub(usable) as u64);
+        debug!(
+            1,
+            "reconcile pass took {took:?}: {}",
+            match &result {
+                Ok(()) => "ok".to_string(),
+                Err(e) => e.to_string(),
+            }
+        );
+        result
+    }
+
+    async fn reconcile_pass(&mut self) -> Result<(), AgentError> {
         if let Some(tunnel) = &mut self.tunnel {
             let pass = tunnel
                 .reconcile(&self.net, &self.own.key, &self.members.known)
@@ -386,7 +432,7 @@ impl Agent {
         match acquire::rewrite(&mut self.store, &self.own, binding).await {
             Ok(_) => log!("published VtepMAC {shown} in lease {}", self.own.key),
             Err(e) => {
-                log!("could not publish VtepMAC {shown}: {e}; will retry");
+                warn!("could not publish VtepMAC {shown}: {e}; will retry");
                 self.own.attrs = previous;
             }
         }
@@ -465,6 +511,7 @@ impl Agent {
             acquire::rewrite(&mut self.store, &self.own, Binding::Fresh(self.timing.ttl)).await?;
         self.own.etcd_lease = id;
         self.own.renew_at = Some(self.timing.renew_at(now.into_std()));
+        metrics::LEASE_RENEWALS.inc();
         log!("renewed lease {} for {}s", self.own.key, self.timing.ttl);
         Ok(())
     }
@@ -509,13 +556,14 @@ impl Agent {
             .await;
             match result {
                 Ok(own) => {
+                    metrics::LEASE_ACQUISITIONS.inc();
                     self.own = own;
                     match self.relist().await {
                         Ok(()) | Err(AgentError::LeaseRevoked { .. }) => {}
                         Err(e) => log!("re-list failed: {e}"),
                     }
                     if let Err(e) = self.reconcile().await {
-                        log!("{e}; retrying");
+                        warn!("{e}; retrying");
                     }
                     return Ok(true);
                 }
@@ -524,7 +572,7 @@ impl Agent {
                     | AgentError::Ipv6SubnetsExhausted { .. }
                     | AgentError::LeaseContention { .. }),
                 ) => return Err(e),
-                Err(e) => log!("acquiring a lease failed: {e}; retrying in {backoff:?}"),
+                Err(e) => warn!("acquiring a lease failed: {e}; retrying in {backoff:?}"),
             }
             tokio::select! {
                 _ = sleep(backoff) => {}
@@ -549,7 +597,7 @@ impl Agent {
             let mut stream = match self.store.watch(self.members.revision + 1).await {
                 Ok(s) => Some(s),
                 Err(e) => {
-                    log!(
+                    warn!(
                         "cannot watch ({e}); serving the last known {} lease(s)",
                         self.members.known.len()
                     );
@@ -579,7 +627,8 @@ impl Agent {
                         Ok(Some(Some(resp))) => {
                             backoff = Duration::from_secs(1);
                             if resp.canceled || resp.compact_revision > 0 {
-                                log!("watch cancelled (compact revision {}, reason {:?}); re-listing",
+                                self.store.watch_cancelled(&resp.cancel_reason);
+                                warn!("watch cancelled (compact revision {}, reason {:?}); re-listing",
                                     resp.compact_revision, resp.cancel_reason);
                                 break;
                             }
@@ -593,7 +642,8 @@ impl Agent {
                             rewatch_at = Instant::now() + backoff;
                         }
                         Err(e) => {
-                            log!("watch lost ({e}); re-listing and watching again in {backoff:?}");
+                            metrics::ETCD_RECONNECTS.inc();
+                            warn!("watch lost ({e}); re-listing and watching again in {backoff:?}");
                             stream = None;
                             rewatch_at = Instant::now() + backoff;
                             self.store.failover().await;
@@ -603,7 +653,7 @@ impl Agent {
                     _ = sleep_until(retry_at) => {
                         reconcile_at = None;
                         if let Err(e) = self.reconcile().await {
-                            log!("{e}; retrying in {RETRY:?}");
+                            warn!("{e}; retrying in {RETRY:?}");
                             reconcile_at = Some(Instant::now() + RETRY);
                         }
                     }
@@ -612,7 +662,8 @@ impl Agent {
                             Ok(()) => {}
                             Err(e @ AgentError::LeaseRevoked { .. }) => return Err(e),
                             Err(e) => {
-                                log!("lease renewal failed: {e}; retrying in {RETRY:?}");
+                                metrics::LEASE_RENEWAL_FAILURES.inc();
+                                warn!("lease renewal failed: {e}; retrying in {RETRY:?}");
                                 self.own.renew_at = Some((Instant::now() + RETRY).into_std());
                             }
                         }
@@ -624,7 +675,7 @@ impl Agent {
                             Ok(()) => true,
                             Err(e @ AgentError::LeaseRevoked { .. }) => return Err(e),
                             Err(e) => {
-                                log!("periodic re-list failed ({e}); reconciling the last known leases");
+                                warn!("periodic re-list failed ({e}); reconciling the last known leases");
                                 false
                             }
                         };
@@ -645,7 +696,7 @@ impl Agent {
             match self.relist().await {
                 Ok(()) => reconcile_at = Some(Instant::now()),
                 Err(e @ AgentError::LeaseRevoked { .. }) => return Err(e),
-                Err(e) => log!(
+                Err(e) => warn!(
                     "re-list failed ({e}); serving the last known {} lease(s)",
                     self.members.known.len()
                 ),

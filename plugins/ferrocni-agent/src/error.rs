@@ -12,6 +12,10 @@ pub enum AgentError {
     Unreachable { endpoints: String, detail: String },
     #[error("etcd request {what} failed: {detail}")]
     Etcd { what: String, detail: String },
+    /// etcd or its TLS refused us (wrong CA, client certificate, user or password): retrying
+    /// would not help.
+    #[error("{0}")]
+    EtcdRefused(String),
     #[error(
         "network config key {key} is missing in etcd (write flannel's JSON config there first)"
     )]

@@ -1,16 +1,76 @@
-//! One line per event on stderr, UTC-timestamped (journald or a test harness collects it).
+//! One line per event on stderr: UTC timestamp, level, `ferrocni-agent:` and the message,
+//! so `grep ' ERROR '` or `grep ' WARN '` finds what went wrong (journald or a test harness
+//! collects it). `-v N` adds the DEBUG lines of level N and below.
 
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+static VERBOSITY: AtomicU8 = AtomicU8::new(0);
+
+/// Sets the `-v` level.
+pub fn set_verbosity(level: u8) {
+    VERBOSITY.store(level, Ordering::Relaxed);
+}
+
+/// Whether DEBUG lines of `level` are printed.
+pub fn enabled(level: u8) -> bool {
+    VERBOSITY.load(Ordering::Relaxed) >= level
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    Info,
+    Warn,
+    Error,
+    Debug,
+}
+
+impl Level {
+    fn word(self) -> &'static str {
+        match self {
+            Level::Info => "INFO",
+            Level::Warn => "WARN",
+            Level::Error => "ERROR",
+            Level::Debug => "DEBUG",
+        }
+    }
+}
+
+/// An event worth an operator's eye (always printed).
 #[macro_export]
 macro_rules! log {
     ($($arg:tt)*) => {
-        $crate::log::emit(&format!($($arg)*))
+        $crate::log::emit($crate::log::Level::Info, &format!($($arg)*))
     };
 }
 
-pub fn emit(msg: &str) {
-    eprintln!("{} ferrocni-agent: {msg}", timestamp(SystemTime::now()));
+/// Something failed and is being retried or worked around (always printed).
+#[macro_export]
+macro_rules! warn {
+    ($($arg:tt)*) => {
+        $crate::log::emit($crate::log::Level::Warn, &format!($($arg)*))
+    };
+}
+
+/// Detail printed from `-v LEVEL` on.
+#[macro_export]
+macro_rules! debug {
+    ($level:expr, $($arg:tt)*) => {
+        if $crate::log::enabled($level) {
+            $crate::log::emit($crate::log::Level::Debug, &format!($($arg)*))
+        }
+    };
+}
+
+pub fn emit(level: Level, msg: &str) {
+    if matches!(level, Level::Warn | Level::Error) {
+        crate::metrics::record_error(msg);
+    }
+    eprintln!("{}", line(SystemTime::now(), level, msg));
+}
+
+fn line(t: SystemTime, level: Level, msg: &str) -> String {
+    format!("{} {} ferrocni-agent: {msg}", timestamp(t), level.word())
 }
 
 /// RFC 3339 UTC with milliseconds.
@@ -51,5 +111,9 @@ mod tests {
         assert_eq!(timestamp(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
         let t = UNIX_EPOCH + Duration::from_millis(1_795_913_253_042);
         assert_eq!(timestamp(t), "2026-11-29T00:47:33.042Z");
+        assert_eq!(
+            line(t, Level::Warn, "watch lost"),
+            "2026-11-29T00:47:33.042Z WARN ferrocni-agent: watch lost"
+        );
     }
 }

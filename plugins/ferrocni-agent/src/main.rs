@@ -6,12 +6,15 @@ mod agent;
 mod error;
 mod etcd;
 mod files;
+mod http;
+mod install_cni;
 mod ipip;
 mod key;
 mod lease;
 mod log;
 mod masquerade;
 mod membership;
+mod metrics;
 mod netconfig;
 mod netconfig_v6;
 mod node_addr;
@@ -28,10 +31,18 @@ mod wireguard;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let opts = match options::parse(std::env::args().skip(1)) {
-        Ok(Some(o)) => o,
-        Ok(None) => {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    if argv.first().map(String::as_str) == Some("install-cni") {
+        return install_cni_main(&argv[1..]);
+    }
+    let opts = match options::from_process() {
+        Ok(options::Invocation::Run(o)) => *o,
+        Ok(options::Invocation::Help) => {
             print!("{}", options::USAGE);
+            return ExitCode::SUCCESS;
+        }
+        Ok(options::Invocation::Version) => {
+            println!("{}", options::VERSION_LINE);
             return ExitCode::SUCCESS;
         }
         Err(e) => {
@@ -39,6 +50,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    log::set_verbosity(opts.verbosity);
+    log!("{} starting", options::VERSION_LINE);
     // One thread is plenty: the agent mostly waits on etcd; reconciles run as a child process.
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -46,14 +59,44 @@ fn main() -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            log!("cannot start the async runtime: {e}");
+            log::emit(
+                log::Level::Error,
+                &format!("cannot start the async runtime: {e}"),
+            );
             return ExitCode::FAILURE;
         }
     };
     match runtime.block_on(agent::run(opts)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            log!("fatal: {e}");
+            log::emit(log::Level::Error, &format!("fatal: {e}"));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `ferrocni-agent install-cni ...`: the container image's installer.
+fn install_cni_main(args: &[String]) -> ExitCode {
+    let opts = match install_cni::parse(args) {
+        Ok(Some(o)) => o,
+        Ok(None) => {
+            print!("{}", install_cni::USAGE);
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("ferrocni-agent: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match install_cni::run(&opts) {
+        Ok(installed) => {
+            for p in installed {
+                log!("installed {}", p.display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            log::emit(log::Level::Error, &format!("install-cni: {e}"));
             ExitCode::FAILURE
         }
     }

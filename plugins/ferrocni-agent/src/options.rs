@@ -1,24 +1,35 @@
 //! Command-line options (flannel's flag names where one exists).
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::AgentError;
+use crate::etcd::{Credentials, TlsFiles};
 
 pub const USAGE: &str = "\
 ferrocni-agent: leases this node's pod subnet in etcd (flannel-compatible layout) and keeps
 the VXLAN overlay current by running the vxlan reconcile on every membership change.
 
+Every option can also be given as an environment variable, as flanneld reads them: FLANNELD_
+and the option's name in upper case with '-' as '_' (FLANNELD_ETCD_ENDPOINTS,
+FLANNELD_IP_MASQ=true, ...). The command line wins over the environment.
+
 Options:
-  --etcd-endpoints URLS          comma-separated (default http://127.0.0.1:2379)
+  --etcd-endpoints URLS          comma-separated, http:// or https:// (default http://127.0.0.1:2379)
   --etcd-prefix PREFIX           (default /coreos.com/network)
+  --etcd-cafile PATH             CA certificate(s) (PEM) the etcd members' certificates must chain
+                                 to (default: the system CA bundle)
+  --etcd-certfile PATH           client certificate (PEM), for etcd's --client-cert-auth
+  --etcd-keyfile PATH            its private key (PEM)
+  --etcd-username NAME           etcd user (etcd's auth enable); the token is refreshed as needed
+  --etcd-password PASSWORD       its password (better from FLANNELD_ETCD_PASSWORD than argv)
   --public-ip IP                 this node's underlay address (default: first IPv4 of --iface)
   --public-ipv6 IP               this node's IPv6 underlay address, for a dual-stack network
                                  (default: first global IPv6 of --iface)
   --iface NAME                   underlay interface
   --subnet-file PATH             (default /run/flannel/subnet.env)
-  --ip-masq                      write FLANNEL_IPMASQ=true (default false)
+  --ip-masq                      write FLANNEL_IPMASQ=true and keep masquerade rules (default false)
   --cni-conf-template PATH       conflist template to render with the lease
   --cni-conf-dir DIR             where the rendered conflist goes (default /etc/cni/net.d)
   --state-dir DIR                overlay config and peers file (default /run/ferrocni/agent)
@@ -31,14 +42,33 @@ Options:
   --subnet-lease-renew-margin SECONDS  (default 3600)
   --resync-interval SECONDS      full re-list and reconcile period (default 60)
   --startup-timeout SECONDS      how long to wait for etcd at start-up (default 10)
+  --healthz-ip IP                address of the health endpoint (default 0.0.0.0)
+  --healthz-port PORT            serve GET /healthz on this port (default 0: off)
+  --metrics-port PORT            serve GET /metrics (Prometheus text format) on this port, on
+                                 --healthz-ip (default 0: off)
+  -v, --v LEVEL                  log verbosity: 0 events and errors (default), 1 also each
+                                 watch event and reconcile pass, 2 also each etcd request
   --once                         acquire, write files, reconcile once, exit
+  --version                      print the version and exit
   -h, --help
+
+Subcommand:
+  install-cni [--help]           copy the plugins and a conflist onto the host (the container
+                                 image's init step)
 ";
+
+/// The agent's version line (`--version`, logs): the workspace's version, one place for all.
+pub const VERSION_LINE: &str = concat!("ferrocni-agent ferrocni v", env!("CARGO_PKG_VERSION"));
+
+/// The prefix of the environment variables read for unset flags, as flanneld's.
+const ENV_PREFIX: &str = "FLANNELD_";
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Options {
     pub etcd_endpoints: Vec<String>,
     pub etcd_prefix: String,
+    pub etcd_tls: TlsFiles,
+    pub etcd_credentials: Option<Credentials>,
     pub public_ip: Option<Ipv4Addr>,
     pub public_ipv6: Option<Ipv6Addr>,
     pub iface: Option<String>,
@@ -53,6 +83,10 @@ pub struct Options {
     pub renew_margin: i64,
     pub resync_interval: Duration,
     pub startup_timeout: Duration,
+    pub healthz_ip: IpAddr,
+    pub healthz_port: u16,
+    pub metrics_port: u16,
+    pub verbosity: u8,
     pub once: bool,
 }
 
@@ -61,6 +95,8 @@ impl Default for Options {
         Options {
             etcd_endpoints: vec!["http://127.0.0.1:2379".into()],
             etcd_prefix: "/coreos.com/network".into(),
+            etcd_tls: TlsFiles::default(),
+            etcd_credentials: None,
             public_ip: None,
             public_ipv6: None,
             iface: None,
@@ -75,93 +111,298 @@ impl Default for Options {
             renew_margin: 3_600,
             resync_interval: Duration::from_secs(60),
             startup_timeout: Duration::from_secs(10),
+            healthz_ip: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            healthz_port: 0,
+            metrics_port: 0,
+            verbosity: 0,
             once: false,
         }
     }
 }
 
-/// `Ok(None)` means help was asked for.
+/// What the command line asks for.
+#[derive(Debug, PartialEq)]
+pub enum Invocation {
+    Run(Box<Options>),
+    Help,
+    Version,
+}
+
+/// Whether a flag is a switch (`--once`) or takes a value; `None` for an unknown flag.
+fn kind(flag: &str) -> Option<bool> {
+    const SWITCHES: &[&str] = &["--once", "--ip-masq"];
+    const VALUED: &[&str] = &[
+        "--etcd-endpoints",
+        "--etcd-prefix",
+        "--etcd-cafile",
+        "--etcd-certfile",
+        "--etcd-keyfile",
+        "--etcd-username",
+        "--etcd-password",
+        "--public-ip",
+        "--public-ipv6",
+        "--iface",
+        "--subnet-file",
+        "--cni-conf-template",
+        "--cni-conf-dir",
+        "--state-dir",
+        "--vxlan-bin",
+        "--vxlan-lock-file",
+        "--subnet-lease-ttl",
+        "--subnet-lease-renew-margin",
+        "--resync-interval",
+        "--startup-timeout",
+        "--healthz-ip",
+        "--healthz-port",
+        "--metrics-port",
+        "--v",
+    ];
+    if SWITCHES.contains(&flag) {
+        Some(true)
+    } else if VALUED.contains(&flag) {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+/// Every flag that may come from the environment (all but `--once`, which no daemon wants).
+const ENV_FLAGS: &[&str] = &[
+    "--etcd-endpoints",
+    "--etcd-prefix",
+    "--etcd-cafile",
+    "--etcd-certfile",
+    "--etcd-keyfile",
+    "--etcd-username",
+    "--etcd-password",
+    "--public-ip",
+    "--public-ipv6",
+    "--iface",
+    "--subnet-file",
+    "--ip-masq",
+    "--cni-conf-template",
+    "--cni-conf-dir",
+    "--state-dir",
+    "--vxlan-bin",
+    "--vxlan-lock-file",
+    "--subnet-lease-ttl",
+    "--subnet-lease-renew-margin",
+    "--resync-interval",
+    "--startup-timeout",
+    "--healthz-ip",
+    "--healthz-port",
+    "--metrics-port",
+    "--v",
+];
+
+/// `--etcd-endpoints` -> `FLANNELD_ETCD_ENDPOINTS`.
+pub fn env_name(flag: &str) -> String {
+    format!(
+        "{ENV_PREFIX}{}",
+        flag.trim_start_matches('-')
+            .replace('-', "_")
+            .to_uppercase()
+    )
+}
+
+/// Parses the real command line and environment.
+pub fn from_process() -> Result<Invocation, AgentError> {
+    parse_with_env(std::env::args().skip(1), |name| std::env::var(name).ok())
+}
+
+/// `Ok(None)` means help was asked for (command line only, no environment).
+#[cfg(test)]
 pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Option<Options>, AgentError> {
-    let mut o = Options::default();
+    match parse_with_env(args, |_| None)? {
+        Invocation::Run(o) => Ok(Some(*o)),
+        _ => Ok(None),
+    }
+}
+
+/// Parses `args`, then fills every flag they leave unset from `env` (`FLANNELD_<FLAG>`; empty
+/// values count as unset), as flanneld does.
+pub fn parse_with_env(
+    args: impl IntoIterator<Item = String>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Invocation, AgentError> {
+    let mut given: Vec<(String, Option<String>)> = Vec::new();
     let mut it = args.into_iter();
     while let Some(arg) = it.next() {
-        // Accept both `--flag value` and `--flag=value`.
+        // Accept both `--flag value` and `--flag=value`, and `-v` as klog's `--v`.
         let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
+            Some((f, v)) if f.starts_with('-') => (f.to_string(), Some(v.to_string())),
             _ => (arg.clone(), None),
         };
-        let mut value = |name: &str| -> Result<String, AgentError> {
-            inline
-                .clone()
-                .or_else(|| it.next())
-                .ok_or_else(|| AgentError::Usage(format!("{name} needs a value")))
-        };
-        let secs = |name: &str, v: String| -> Result<i64, AgentError> {
-            v.parse::<i64>().ok().filter(|n| *n > 0).ok_or_else(|| {
-                AgentError::Usage(format!("{name} {v:?} is not a positive number of seconds"))
-            })
+        let flag = if flag == "-v" {
+            "--v".to_string()
+        } else {
+            flag
         };
         match flag.as_str() {
-            "-h" | "--help" => return Ok(None),
-            "--once" => o.once = true,
-            "--ip-masq" => o.ip_masq = true,
-            "--etcd-endpoints" => {
-                o.etcd_endpoints = value(&flag)?
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(String::from)
-                    .collect();
-                if o.etcd_endpoints.is_empty() {
-                    return Err(AgentError::Usage("--etcd-endpoints is empty".into()));
-                }
+            "-h" | "--help" => return Ok(Invocation::Help),
+            "--version" => return Ok(Invocation::Version),
+            _ => {}
+        }
+        match kind(&flag) {
+            Some(true) => given.push((flag, inline)),
+            Some(false) => {
+                let v = inline
+                    .or_else(|| it.next())
+                    .ok_or_else(|| AgentError::Usage(format!("{flag} needs a value")))?;
+                given.push((flag, Some(v)));
             }
-            "--etcd-prefix" => {
-                let p = value(&flag)?;
-                if !p.starts_with('/') {
-                    return Err(AgentError::Usage(format!(
-                        "--etcd-prefix {p:?} must start with '/'"
-                    )));
-                }
-                o.etcd_prefix = p.trim_end_matches('/').to_string();
-            }
-            "--public-ip" => {
-                let v = value(&flag)?;
-                o.public_ip = Some(
-                    v.parse()
-                        .map_err(|e| AgentError::Usage(format!("--public-ip {v:?}: {e}")))?,
-                );
-            }
-            "--public-ipv6" => {
-                let v = value(&flag)?;
-                o.public_ipv6 = Some(
-                    v.parse()
-                        .map_err(|e| AgentError::Usage(format!("--public-ipv6 {v:?}: {e}")))?,
-                );
-            }
-            "--iface" => o.iface = Some(value(&flag)?),
-            "--subnet-file" => o.subnet_file = value(&flag)?.into(),
-            "--cni-conf-template" => o.cni_conf_template = Some(value(&flag)?.into()),
-            "--cni-conf-dir" => o.cni_conf_dir = value(&flag)?.into(),
-            "--state-dir" => o.state_dir = value(&flag)?.into(),
-            "--vxlan-bin" => o.vxlan_bin = Some(value(&flag)?.into()),
-            "--vxlan-lock-file" => o.vxlan_lock_file = Some(value(&flag)?.into()),
-            "--subnet-lease-ttl" => o.lease_ttl = secs(&flag, value(&flag)?)?,
-            "--subnet-lease-renew-margin" => o.renew_margin = secs(&flag, value(&flag)?)?,
-            "--resync-interval" => {
-                o.resync_interval = Duration::from_secs(secs(&flag, value(&flag)?)? as u64)
-            }
-            "--startup-timeout" => {
-                o.startup_timeout = Duration::from_secs(secs(&flag, value(&flag)?)? as u64)
-            }
-            other => {
+            None => {
                 return Err(AgentError::Usage(format!(
-                    "unknown option {other:?} (see --help)"
+                    "unknown option {flag:?} (see --help)"
                 )))
             }
         }
     }
-    Ok(Some(o))
+    let mut from_env = Vec::new();
+    for flag in ENV_FLAGS {
+        if given.iter().any(|(f, _)| f == flag) {
+            continue;
+        }
+        let name = env_name(flag);
+        if let Some(v) = env(&name).filter(|v| !v.is_empty()) {
+            from_env.push((flag.to_string(), Some(v), name));
+        }
+    }
+    let mut o = Options::default();
+    let mut username = None;
+    let mut password = None;
+    for (flag, value) in given {
+        apply(&mut o, &mut username, &mut password, &flag, value, &flag)?;
+    }
+    for (flag, value, name) in from_env {
+        apply(&mut o, &mut username, &mut password, &flag, value, &name)?;
+    }
+    o.etcd_credentials = match (username, password) {
+        (Some(username), password) => Some(Credentials {
+            username,
+            password: password.unwrap_or_default(),
+        }),
+        (None, Some(_)) => {
+            return Err(AgentError::Usage(
+                "--etcd-password is given without --etcd-username".into(),
+            ))
+        }
+        (None, None) => None,
+    };
+    Ok(Invocation::Run(Box::new(o)))
+}
+
+/// Sets one flag; `source` names where it came from (the flag, or its environment variable).
+fn apply(
+    o: &mut Options,
+    username: &mut Option<String>,
+    password: &mut Option<String>,
+    flag: &str,
+    value: Option<String>,
+    source: &str,
+) -> Result<(), AgentError> {
+    let need = || {
+        value
+            .clone()
+            .ok_or_else(|| AgentError::Usage(format!("{source} needs a value")))
+    };
+    let secs = |v: String| -> Result<i64, AgentError> {
+        v.parse::<i64>().ok().filter(|n| *n > 0).ok_or_else(|| {
+            AgentError::Usage(format!(
+                "{source} {v:?} is not a positive number of seconds"
+            ))
+        })
+    };
+    // Go's strconv.ParseBool, as flanneld reads FLANNELD_IP_MASQ=true.
+    let switch = || -> Result<bool, AgentError> {
+        match value.as_deref() {
+            None => Ok(true),
+            Some("1" | "t" | "T" | "true" | "TRUE" | "True") => Ok(true),
+            Some("0" | "f" | "F" | "false" | "FALSE" | "False") => Ok(false),
+            Some(v) => Err(AgentError::Usage(format!(
+                "{source} {v:?} is not a boolean (true or false)"
+            ))),
+        }
+    };
+    let port = |v: String| -> Result<u16, AgentError> {
+        v.parse::<u16>()
+            .map_err(|_| AgentError::Usage(format!("{source} {v:?} is not a port number")))
+    };
+    let path = |v: String| Some(PathBuf::from(v));
+    match flag {
+        "--once" => o.once = switch()?,
+        "--ip-masq" => o.ip_masq = switch()?,
+        "--etcd-endpoints" => {
+            o.etcd_endpoints = need()?
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect();
+            if o.etcd_endpoints.is_empty() {
+                return Err(AgentError::Usage(format!("{source} is empty")));
+            }
+        }
+        "--etcd-prefix" => {
+            let p = need()?;
+            if !p.starts_with('/') {
+                return Err(AgentError::Usage(format!(
+                    "{source} {p:?} must start with '/'"
+                )));
+            }
+            o.etcd_prefix = p.trim_end_matches('/').to_string();
+        }
+        "--etcd-cafile" => o.etcd_tls.ca = path(need()?),
+        "--etcd-certfile" => o.etcd_tls.cert = path(need()?),
+        "--etcd-keyfile" => o.etcd_tls.key = path(need()?),
+        "--etcd-username" => *username = Some(need()?),
+        "--etcd-password" => *password = Some(need()?),
+        "--public-ip" => {
+            let v = need()?;
+            o.public_ip = Some(
+                v.parse()
+                    .map_err(|e| AgentError::Usage(format!("{source} {v:?}: {e}")))?,
+            );
+        }
+        "--public-ipv6" => {
+            let v = need()?;
+            o.public_ipv6 = Some(
+                v.parse()
+                    .map_err(|e| AgentError::Usage(format!("{source} {v:?}: {e}")))?,
+            );
+        }
+        "--iface" => o.iface = Some(need()?),
+        "--subnet-file" => o.subnet_file = need()?.into(),
+        "--cni-conf-template" => o.cni_conf_template = path(need()?),
+        "--cni-conf-dir" => o.cni_conf_dir = need()?.into(),
+        "--state-dir" => o.state_dir = need()?.into(),
+        "--vxlan-bin" => o.vxlan_bin = path(need()?),
+        "--vxlan-lock-file" => o.vxlan_lock_file = path(need()?),
+        "--subnet-lease-ttl" => o.lease_ttl = secs(need()?)?,
+        "--subnet-lease-renew-margin" => o.renew_margin = secs(need()?)?,
+        "--resync-interval" => o.resync_interval = Duration::from_secs(secs(need()?)? as u64),
+        "--startup-timeout" => o.startup_timeout = Duration::from_secs(secs(need()?)? as u64),
+        "--healthz-ip" => {
+            let v = need()?;
+            o.healthz_ip = v
+                .parse()
+                .map_err(|e| AgentError::Usage(format!("{source} {v:?}: {e}")))?;
+        }
+        "--healthz-port" => o.healthz_port = port(need()?)?,
+        "--metrics-port" => o.metrics_port = port(need()?)?,
+        "--v" => {
+            let v = need()?;
+            o.verbosity = v.parse::<u8>().map_err(|_| {
+                AgentError::Usage(format!("{source} {v:?} is not a verbosity level (0-9)"))
+            })?;
+        }
+        other => {
+            return Err(AgentError::Usage(format!(
+                "unknown option {other:?} (see --help)"
+            )))
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -211,8 +452,97 @@ mod tests {
             &["--subnet-lease-ttl", "0"],
             &["--etcd-prefix", "rel"],
             &["--etcd-endpoints", ","],
+            &["--healthz-port", "70000"],
+            &["-v", "loud"],
+            &["--ip-masq=maybe"],
+            &["--etcd-password", "x"],
         ] {
             assert!(matches!(p(args), Err(AgentError::Usage(_))), "{args:?}");
         }
+    }
+
+    fn env_of(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let vars: Vec<(String, String)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+    }
+
+    fn run(args: &[&str], vars: &[(&str, &str)]) -> Result<Options, AgentError> {
+        match parse_with_env(args.iter().map(|s| s.to_string()), env_of(vars))? {
+            Invocation::Run(o) => Ok(*o),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn environment_fills_unset_flags_as_flanneld() {
+        assert_eq!(env_name("--etcd-endpoints"), "FLANNELD_ETCD_ENDPOINTS");
+        assert_eq!(env_name("--subnet-lease-ttl"), "FLANNELD_SUBNET_LEASE_TTL");
+        let o = run(
+            &["--etcd-prefix=/cli"],
+            &[
+                (
+                    "FLANNELD_ETCD_ENDPOINTS",
+                    "https://10.0.0.1:2379,https://10.0.0.2:2379",
+                ),
+                ("FLANNELD_ETCD_PREFIX", "/env"),
+                ("FLANNELD_ETCD_CAFILE", "/etc/etcd/ca.pem"),
+                ("FLANNELD_ETCD_CERTFILE", "/etc/etcd/node.pem"),
+                ("FLANNELD_ETCD_KEYFILE", "/etc/etcd/node-key.pem"),
+                ("FLANNELD_ETCD_USERNAME", "flannel"),
+                ("FLANNELD_ETCD_PASSWORD", "s3cret"),
+                ("FLANNELD_IP_MASQ", "true"),
+                ("FLANNELD_PUBLIC_IP", ""),
+                ("FLANNELD_HEALTHZ_PORT", "8471"),
+                ("FLANNELD_V", "2"),
+                ("FLANNELD_ONCE", "true"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(o.etcd_endpoints.len(), 2);
+        // The command line wins.
+        assert_eq!(o.etcd_prefix, "/cli");
+        assert_eq!(o.etcd_tls.ca, Some(PathBuf::from("/etc/etcd/ca.pem")));
+        assert_eq!(
+            o.etcd_tls.key,
+            Some(PathBuf::from("/etc/etcd/node-key.pem"))
+        );
+        let creds = o.etcd_credentials.unwrap();
+        assert_eq!(
+            (creds.username.as_str(), creds.password.as_str()),
+            ("flannel", "s3cret")
+        );
+        assert!(o.ip_masq);
+        // Empty means unset.
+        assert_eq!(o.public_ip, None);
+        assert_eq!(o.healthz_port, 8471);
+        assert_eq!(o.verbosity, 2);
+        // `--once` is never taken from the environment.
+        assert!(!o.once);
+        // A bad value names the variable it came from.
+        let e = run(&[], &[("FLANNELD_SUBNET_LEASE_TTL", "soon")]).unwrap_err();
+        assert!(e.to_string().contains("FLANNELD_SUBNET_LEASE_TTL"), "{e}");
+        assert!(!run(&[], &[("FLANNELD_IP_MASQ", "false")]).unwrap().ip_masq);
+        assert!(
+            !run(&["--ip-masq=false"], &[("FLANNELD_IP_MASQ", "true")])
+                .unwrap()
+                .ip_masq
+        );
+    }
+
+    #[test]
+    fn version_help_and_verbosity() {
+        let inv = |args: &[&str]| parse_with_env(args.iter().map(|s| s.to_string()), |_| None);
+        assert_eq!(inv(&["--version"]).unwrap(), Invocation::Version);
+        assert_eq!(inv(&["-h"]).unwrap(), Invocation::Help);
+        assert!(VERSION_LINE.ends_with(&format!("v{}", env!("CARGO_PKG_VERSION"))));
+        assert_eq!(run(&["-v", "1"], &[]).unwrap().verbosity, 1);
+        assert_eq!(run(&["-v=3"], &[]).unwrap().verbosity, 3);
+        assert_eq!(run(&["--v=2"], &[]).unwrap().verbosity, 2);
+        let o = run(&["--healthz-ip=127.0.0.1", "--metrics-port", "9100"], &[]).unwrap();
+        assert_eq!(o.healthz_ip, "127.0.0.1".parse::<IpAddr>().unwrap());
+        assert_eq!(o.metrics_port, 9100);
     }
 }

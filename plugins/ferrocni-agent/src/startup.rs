@@ -6,24 +6,31 @@ use std::time::Duration;
 use tokio::time::{sleep, Instant};
 
 use crate::error::AgentError;
-use crate::log;
+use crate::etcd::Security;
 use crate::netconfig::NetConfig;
 use crate::options::Options;
 use crate::store::Store;
+use crate::warn;
 
 /// Connects and reads the config, retrying transport failures until the start-up timeout.
 /// A missing or invalid config fails at once: waiting would not fix it.
+/// A wrong CA, client certificate or password fails at once too.
 pub async fn connect_and_read_config(opts: &Options) -> Result<(Store, NetConfig), AgentError> {
+    let security = &Security::load(&opts.etcd_tls, opts.etcd_credentials.clone())
+        .map_err(|e| AgentError::EtcdRefused(e.to_string()))?;
     let outcome = retry_until(opts.startup_timeout, |left| async move {
         let attempt = async {
-            let mut store = Store::connect(&opts.etcd_endpoints, &opts.etcd_prefix).await?;
+            let mut store =
+                Store::connect(&opts.etcd_endpoints, &opts.etcd_prefix, security).await?;
             let net = store.config().await?;
             Ok::<_, AgentError>((store, net))
         };
         match tokio::time::timeout(left, attempt).await {
-            Ok(Err(e @ (AgentError::ConfigMissing { .. } | AgentError::BadConfig { .. }))) => {
-                Attempt::Fatal(e)
-            }
+            Ok(Err(
+                e @ (AgentError::ConfigMissing { .. }
+                | AgentError::BadConfig { .. }
+                | AgentError::EtcdRefused(_)),
+            )) => Attempt::Fatal(e),
             Ok(Err(e)) => Attempt::Retry(e),
             Ok(Ok(v)) => Attempt::Done(v),
             Err(_) => Attempt::Retry(AgentError::etcd("GET config", "no answer in time")),
@@ -95,7 +102,7 @@ where
             });
         }
         let wait = backoff.min(deadline - now);
-        log!("etcd not reachable yet ({e}); retrying in {wait:?}");
+        warn!("etcd not reachable yet ({e}); retrying in {wait:?}");
         sleep(wait).await;
         backoff = (backoff * 2).min(MAX_STARTUP_BACKOFF);
     }

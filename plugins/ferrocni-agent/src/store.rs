@@ -11,11 +11,11 @@ use crate::etcd::proto::{
     prefix_range_end, Compare, CompareResult, CompareTarget, DeleteRangeRequest, PutRequest,
     RangeRequest, Request, RequestOp, TargetUnion, TxnRequest,
 };
-use crate::etcd::{Client, EtcdError, WatchStream};
+use crate::etcd::{Client, EtcdError, Security, WatchStream};
 use crate::key::SubnetKey;
 use crate::lease::LeaseAttrs;
-use crate::log;
 use crate::netconfig::NetConfig;
+use crate::{debug, log, metrics, warn};
 
 /// Bound on one etcd request (a member that accepted the connection but stalls counts as down).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -56,6 +56,7 @@ pub struct Store {
     /// The endpoint of the last successful request, to log changes only.
     serving: Option<usize>,
     client: Client,
+    security: Security,
     prefix: String,
 }
 
@@ -71,6 +72,10 @@ async fn bounded<T>(
 ) -> Result<T, CallError> {
     match tokio::time::timeout(REQUEST_TIMEOUT, fut).await {
         Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) if e.is_refusal() => Err(CallError {
+            retry: false,
+            error: AgentError::EtcdRefused(format!("etcd request {what}: {e}")),
+        }),
         Ok(Err(e)) => Err(CallError {
             retry: e.is_member_failure(),
             error: AgentError::etcd(what, e),
@@ -82,10 +87,16 @@ async fn bounded<T>(
     }
 }
 
-fn client_for(endpoint: &str) -> Result<Client, AgentError> {
-    Client::new(endpoint).map_err(|e| AgentError::Unreachable {
-        endpoints: endpoint.to_string(),
-        detail: e.to_string(),
+fn client_for(endpoint: &str, security: &Security) -> Result<Client, AgentError> {
+    Client::new(endpoint, security).map_err(|e| {
+        if e.is_refusal() {
+            AgentError::EtcdRefused(e.to_string())
+        } else {
+            AgentError::Unreachable {
+                endpoints: endpoint.to_string(),
+                detail: e.to_string(),
+            }
+        }
     })
 }
 
@@ -123,16 +134,21 @@ fn put(key: &str, value: String, lease: i64) -> Request {
 impl Store {
     /// Opens a client to the first endpoint. The gRPC channel connects lazily: the first
     /// request tells whether anyone answers.
-    pub async fn connect(endpoints: &[String], prefix: &str) -> Result<Store, AgentError> {
+    pub async fn connect(
+        endpoints: &[String],
+        prefix: &str,
+        security: &Security,
+    ) -> Result<Store, AgentError> {
         let first = endpoints
             .first()
             .ok_or_else(|| AgentError::Usage("no etcd endpoint given".into()))?;
-        let client = client_for(first)?;
+        let client = client_for(first, security)?;
         Ok(Store {
             endpoints: endpoints.to_vec(),
             current: 0,
             serving: None,
             client,
+            security: security.clone(),
             prefix: prefix.trim_end_matches('/').to_string(),
         })
     }
@@ -147,12 +163,13 @@ impl Store {
             return;
         }
         let next = (self.current + 1) % self.endpoints.len();
-        match client_for(&self.endpoints[next]) {
+        match client_for(&self.endpoints[next], &self.security) {
             Ok(c) => {
                 self.client = c;
                 self.current = next;
+                metrics::ETCD_RECONNECTS.inc();
             }
-            Err(e) => log!(
+            Err(e) => warn!(
                 "cannot switch to etcd endpoint {}: {e}",
                 self.endpoints[next]
             ),
@@ -166,6 +183,7 @@ impl Store {
         Fut: Future<Output = Result<T, EtcdError>>,
     {
         let mut last = None;
+        debug!(2, "etcd {what} at {}", self.endpoint());
         for _ in 0..self.endpoints.len() {
             match bounded(what, op(self.client.clone())).await {
                 Ok(v) => {
@@ -176,6 +194,11 @@ impl Store {
                     return Ok(v);
                 }
                 Err(CallError { retry: true, error }) => {
+                    debug!(
+                        1,
+                        "etcd at {} cannot serve {what}: {error}",
+                        self.endpoint()
+                    );
                     last = Some(error);
                     self.failover().await;
                 }
@@ -236,7 +259,7 @@ impl Store {
                 Some(key) => {
                     leases.insert(key, stored(&name, &kv.value, kv.lease, kv.mod_revision));
                 }
-                None => log!("ignoring key {name}: not a flannel subnet lease key"),
+                None => warn!("ignoring key {name}: not a flannel subnet lease key"),
             }
         }
         Ok(Snapshot { revision, leases })
@@ -344,7 +367,7 @@ impl Store {
             )
             .await;
         if let Err(e) = result {
-            log!("could not revoke unused etcd lease {id:x} (it expires on its own): {e}");
+            warn!("could not revoke unused etcd lease {id:x} (it expires on its own): {e}");
         }
     }
 
@@ -365,7 +388,7 @@ pub fn stored(key: &str, value: &[u8], etcd_lease: i64, mod_revision: i64) -> St
     let attrs = match LeaseAttrs::parse(value) {
         Ok(a) => Some(a),
         Err(e) => {
-            log!("ignoring lease {key}: value is not flannel lease JSON: {e}");
+            warn!("ignoring lease {key}: value is not flannel lease JSON: {e}");
             None
         }
     };
@@ -373,5 +396,12 @@ pub fn stored(key: &str, value: &[u8], etcd_lease: i64, mod_revision: i64) -> St
         attrs,
         etcd_lease,
         mod_revision,
+    }
+}
+
+impl Store {
+    /// Drops the current member's token when etcd cancelled a watch for it.
+    pub fn watch_cancelled(&self, reason: &str) {
+        self.client.watch_cancelled(reason);
     }
 }

@@ -145,6 +145,22 @@ pub struct TxnResponse {
     pub succeeded: bool,
 }
 
+/// `etcdserverpb.AuthenticateRequest`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct AuthenticateRequest {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(string, tag = "2")]
+    pub password: String,
+}
+
+/// `etcdserverpb.AuthenticateResponse`: the token to send as `token` metadata.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct AuthenticateResponse {
+    #[prost(string, tag = "2")]
+    pub token: String,
+}
+
 /// `etcdserverpb.LeaseGrantRequest`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct LeaseGrantRequest {
