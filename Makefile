@@ -108,6 +108,8 @@ install: $(if $(shell command -v $(CARGO) 2>/dev/null),build)
 	install -d $(DESTDIR)$(PREFIX) $(DESTDIR)$(BINDIR)
 	for b in $(BINS); do install -m 0755 $(STATIC)/$$b $(DESTDIR)$(PREFIX)/$$b; done
 	install -m 0755 $(RELEASE)/$(AGENT) $(DESTDIR)$(BINDIR)/$(AGENT)
+	@# cnitool is a command for people too: on PATH, beside the plugins it runs.
+	if [ "$(PREFIX)" != "$(BINDIR)" ]; then ln -sf $(PREFIX)/cnitool $(DESTDIR)$(BINDIR)/cnitool; fi
 
 # The systemd units (agent, dhcp daemon and its socket) and the agent's FLANNELD_* environment
 # file, which an existing one is never replaced by. Then: systemctl daemon-reload.
@@ -234,7 +236,9 @@ test-release: dist
 	[ -z "$$left" ] || { echo "dpkg -r left files in $(PREFIX): $$left"; exit 1; }; \
 	[ ! -e $$tmp/root$(BINDIR)/$(AGENT) ] || { echo "dpkg -r left $(BINDIR)/$(AGENT)"; exit 1; }; \
 	echo "== the node image (podman, FROM scratch) from the tarball's binaries"; \
-	FERROCNI_BIN_DIR=$$tmp/tgz $(CARGO) test -q -p netns-tests --test container_image
+	FERROCNI_BIN_DIR=$$tmp/tgz $(CARGO) test -q -p netns-tests --test container_image; \
+	echo "== the README's quick start, as written (private mount and network namespace)"; \
+	FERROCNI_QUICKSTART=1 $(CARGO) test -q -p netns-tests --test readme_quickstart
 
 # Unit tests only (no root needed).
 test-unit:

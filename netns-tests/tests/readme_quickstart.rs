@@ -58,10 +58,7 @@ fn readme_quick_start_runs_as_written() {
 
     // Overlays keep every write of the quick start private to the mount namespace.
     let mut script = String::from("set -e\n");
-    for (n, dir) in ["/etc", "/opt", "/usr/local", "/var/lib"]
-        .iter()
-        .enumerate()
-    {
+    for (n, dir) in ["/etc", "/opt", "/usr", "/var/lib"].iter().enumerate() {
         let (upper, work) = (scratch.join(format!("u{n}")), scratch.join(format!("w{n}")));
         script += &format!(
             "mkdir -p {u} {w}; mount -t overlay overlay -o lowerdir={dir},upperdir={u},workdir={w} {dir}\n",

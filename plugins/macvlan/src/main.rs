@@ -19,7 +19,13 @@ struct Macvlan;
 
 /// The master, looked up where it lives, with the MTU checked against it.
 fn master<S: Netlink>(conf: &NetConf, host: &mut S, cont: &mut S) -> Result<Link, CniError> {
-    link::master_checked(host, cont, conf.link_in_container, &conf.master, conf.requested_mtu)
+    link::master_checked(
+        host,
+        cont,
+        conf.link_in_container,
+        &conf.master,
+        conf.requested_mtu,
+    )
 }
 
 /// ADD, undone when it fails.
