@@ -15,7 +15,7 @@ MUSL      := $(ARCH)-unknown-linux-musl
 DEB_ARCH  := $(subst x86_64,amd64,$(subst aarch64,arm64,$(ARCH)))
 # Plugins and cnitool are linked statically, as the Go reference binaries are: they run on any
 # host whatever its libc, and each exec skips the dynamic loader. musl gives binaries about
-# half the size and RSS of glibc-static (README, Benchmarks); `build` adds the musl target with
+# half the size and RSS of glibc-static (docs/benchmarks.md); `build` adds the musl target with
 # rustup when it is missing and falls back to glibc-static (with a notice) when it cannot.
 # The chosen target triple is recorded in $(TARGET_FILE) for the steps after `build`.
 #
@@ -28,7 +28,7 @@ TARGET_FILE := target/static-target
 # `TRIM=1` (for distributors) also compiles the standard library from source (the rust-src
 # component, added with rustup when missing), LTO'd with our code, with panics as immediate
 # aborts: no panic message, unwinder or backtrace symbolizer is linked in, about a third less
-# per binary (README, Benchmarks), but a panic then dies with SIGILL and prints nothing. It
+# per binary (docs/benchmarks.md), but a panic then dies with SIGILL and prints nothing. It
 # needs unstable cargo/rustc flags, which a stable toolchain accepts under RUSTC_BOOTSTRAP=1.
 # A missing rust-src or a failing trimmed build give the default build (with a notice).
 # Recorded in $(TRIM_FILE); each kind has its own target dir, so switching does not rebuild.
@@ -82,7 +82,7 @@ static-target:
 	if [ "$(LIBC)" = musl ] && have_musl; then t=$(MUSL); else \
 	    [ "$(LIBC)" = musl ] && echo "notice: the Rust target $(MUSL) cannot be installed here;" \
 	        "building the plugins and cnitool statically against glibc instead (larger binaries," \
-	        "slower exec; see README, Build)"; \
+	        "slower exec; see docs/building-and-testing.md)"; \
 	    t=$(HOST); \
 	fi; \
 	echo $$t > $(TARGET_FILE); \
@@ -93,7 +93,7 @@ static-target:
 	fi; \
 	if [ "$(TRIM)" = 1 ] && [ -d "$$rust_src" ]; then echo 1; else \
 	    [ "$(TRIM)" = 1 ] && echo "notice: no rust-src component here; building with the prebuilt" \
-	        "standard library (larger binaries; see README, Build)" >&2; \
+	        "standard library (larger binaries; see docs/building-and-testing.md)" >&2; \
 	    echo 0; \
 	fi > $(TRIM_FILE)
 
@@ -149,7 +149,7 @@ dist: build
 	cd $(DIST) && sha256sum $(DEB_NAME).deb > $(DEB_NAME).deb.sha256
 	@rm -rf $(DIST)/tgz $(DIST)/deb; ls -l $(DIST)
 
-# The node image for Kubernetes (README, Kubernetes): FROM scratch, built with podman (or
+# The node image for Kubernetes (README.md, Kubernetes): FROM scratch, built with podman (or
 # buildah) from the release tarball's binaries, saved beside it as an OCI archive.
 image: dist
 	set -e; tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
@@ -186,7 +186,7 @@ test: test-deps
 
 # The end-to-end tests listed in netns-tests/vm/kernel-tests.txt, in a QEMU VM booted on the
 # stock kernel (Debian's linux-image-amd64) with this machine's root filesystem, where a missing
-# driver fails instead of skipping (README, Tests). Root. VM_ARGS passes options to the runner:
+# driver fails instead of skipping (docs/building-and-testing.md). Root. VM_ARGS passes options to the runner:
 # `make test-kernel VM_ARGS="--kernel /boot/vmlinuz-6.12.0-1-amd64 --cpus 4"`.
 VM_ARGS ?=
 test-kernel: test-deps test-kernel-run
