@@ -39,7 +39,8 @@ Options:
                                  conflist's vxlan `lockFile` when that is set (default: the
                                  plugin's default, /run/ferrocni/vxlan-<device>.lock)
   --subnet-lease-ttl SECONDS     (default 86400)
-  --subnet-lease-renew-margin SECONDS  (default 3600)
+  --subnet-lease-renew-margin MINUTES  renew the lease this long before it expires, in minutes
+                                 as flanneld (1 to 1439, default 60); `<N>s` gives seconds
   --resync-interval SECONDS      full re-list and reconcile period (default 60)
   --startup-timeout SECONDS      how long to wait for etcd at start-up (default 10)
   --healthz-ip IP                address of the health endpoint (default 0.0.0.0)
@@ -379,7 +380,7 @@ fn apply(
         "--vxlan-bin" => o.vxlan_bin = path(need()?),
         "--vxlan-lock-file" => o.vxlan_lock_file = path(need()?),
         "--subnet-lease-ttl" => o.lease_ttl = secs(need()?)?,
-        "--subnet-lease-renew-margin" => o.renew_margin = secs(need()?)?,
+        "--subnet-lease-renew-margin" => o.renew_margin = renew_margin(&need()?, source)?,
         "--resync-interval" => o.resync_interval = Duration::from_secs(secs(need()?)? as u64),
         "--startup-timeout" => o.startup_timeout = Duration::from_secs(secs(need()?)? as u64),
         "--healthz-ip" => {
@@ -405,12 +406,43 @@ fn apply(
     Ok(())
 }
 
+/// `--subnet-lease-renew-margin`, in seconds: minutes as flanneld counts them (1 to 1439, so
+/// an environment file written for flanneld means the same here), or `<N>s` for seconds.
+fn renew_margin(v: &str, source: &str) -> Result<i64, AgentError> {
+    let (digits, unit, range) = match v.strip_suffix('s') {
+        Some(d) => (d, 1, 1..=86_339),
+        None => (v, 60, 1..=1_439),
+    };
+    digits
+        .parse::<i64>()
+        .ok()
+        .filter(|n| range.contains(n))
+        .map(|n| n * unit)
+        .ok_or_else(|| {
+            AgentError::Usage(format!(
+                "{source} {v:?} is not a renewal margin (minutes from 1 to 1439, or <N>s)"
+            ))
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn p(args: &[&str]) -> Result<Option<Options>, AgentError> {
         parse(args.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn renew_margin_is_in_minutes_as_flanneld() {
+        let margin =
+            |v: &str| p(&["--subnet-lease-renew-margin", v]).map(|o| o.unwrap().renew_margin);
+        assert_eq!(margin("60").unwrap(), 3_600);
+        assert_eq!(margin("1439").unwrap(), 86_340);
+        assert_eq!(margin("90s").unwrap(), 90);
+        for bad in ["0", "1440", "-5", "x", "s", "0s"] {
+            assert!(margin(bad).is_err(), "{bad} accepted");
+        }
     }
 
     #[test]
