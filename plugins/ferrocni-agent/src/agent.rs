@@ -256,11 +256,14 @@ impl Agent {
         let result = self.reconcile_pass().await;
         let took = started.elapsed();
         metrics::reconciled(took, result.is_ok());
-        let programmed: usize = self
-            .overlays
-            .iter()
-            .filter_map(|fo| fo.last_peers.as_ref().map(Vec::len))
-            .sum();
+        let programmed: usize = match &self.tunnel {
+            Some(tunnel) => tunnel.programmed(),
+            None => self
+                .overlays
+                .iter()
+                .filter_map(|fo| fo.last_peers.as_ref().map(Vec::len))
+                .sum(),
+        };
         metrics::PEERS_PROGRAMMED.set(programmed as u64);
         metrics::LEASES_KNOWN.set(self.members.known.len() as u64);
         let usable = self.members.peers(IpFamily::V4).len() + 1;

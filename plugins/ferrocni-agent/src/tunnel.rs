@@ -45,6 +45,8 @@ pub struct Tunnel {
     public_ipv6: Option<Ipv6Addr>,
     /// The last pass's outcome, so unchanged passes stay out of the log.
     last_report: Option<String>,
+    /// Peers the last successful pass programmed (for the metrics).
+    programmed: usize,
 }
 
 impl Tunnel {
@@ -89,6 +91,7 @@ impl Tunnel {
             public_ip,
             public_ipv6,
             last_report: None,
+            programmed: 0,
         }))
     }
 
@@ -140,9 +143,11 @@ impl Tunnel {
     ) -> Result<u32, AgentError> {
         let iface = self.iface.clone();
         let public_ip = self.public_ip;
+        let peers_planned;
         let pass: Box<dyn FnOnce() -> Result<(u32, String), String> + Send> = match &self.kind {
             Kind::Wireguard { opts, keys } => {
                 let plans = wireguard::plan(net, opts, own, self.public_ipv6, leases);
+                peers_planned = plans.iter().map(|d| d.peers.len()).sum();
                 let private = keys.private;
                 Box::new(move || {
                     let underlay = Underlay::find(iface.as_deref(), public_ip)?;
@@ -154,6 +159,7 @@ impl Tunnel {
                 let own = *own;
                 let network = net.network;
                 let peers = ipip::peers(&own, leases);
+                peers_planned = peers.len();
                 Box::new(move || {
                     let underlay = Underlay::find(iface.as_deref(), public_ip)?;
                     let routes = ipip::plan(&peers, direct_routing, &underlay.networks);
@@ -180,7 +186,13 @@ impl Tunnel {
             log!("{report}");
             self.last_report = Some(report);
         }
+        self.programmed = peers_planned;
         Ok(mtu)
+    }
+
+    /// Peers the last successful pass programmed.
+    pub fn programmed(&self) -> usize {
+        self.programmed
     }
 }
 
