@@ -45,3 +45,44 @@ impl Failures {
         Err(first)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_first_failure_is_reported_after_every_step_ran() {
+        let mut failures = Failures::default();
+        assert_eq!(failures.note(Ok::<_, CniError>(3)), Some(3));
+        assert_eq!(
+            failures.note(Err::<(), _>(CniError::internal(
+                "failed to delete link eth0"
+            ))),
+            None
+        );
+        failures.note(Err::<(), _>(CniError::invalid_config("second")));
+        let e = failures.finish("t").unwrap_err();
+        assert_eq!(
+            (e.code, e.msg.as_str()),
+            (999, "failed to delete link eth0")
+        );
+        assert!(Failures::default().finish("t").is_ok());
+    }
+
+    #[test]
+    fn context_keeps_the_code() {
+        let e = context(CniError::invalid_config("bad"), "failed to parse");
+        assert_eq!((e.code, e.msg.as_str()), (7, "failed to parse: bad"));
+        let e = kernel_ctx(
+            netkit::Error::invalid("failed to add address 10.1.2.3/24 to eth0", "File exists"),
+            "outer",
+        );
+        assert_eq!(
+            (e.code, e.msg.as_str()),
+            (
+                999,
+                "outer: failed to add address 10.1.2.3/24 to eth0: File exists"
+            )
+        );
+    }
+}

@@ -254,3 +254,211 @@ pub fn call_alongside<T>(
 pub fn call_if_set(args: &CmdArgs, ipam_type: &str, command: &str) -> Result<(), CniError> {
     ExecIpam.call_if_set(args, ipam_type, command)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use libcni::result::IpConfig;
+
+    use super::*;
+    use crate::rollback;
+
+    /// An in-process IPAM that logs its calls next to the work's, optionally failing its ADD
+    /// or answering without IPs, and signalling once its ADD has started.
+    #[derive(Clone, Default)]
+    struct Recorder {
+        log: Arc<Mutex<Vec<String>>>,
+        fail_add: bool,
+        no_ips: bool,
+        started: Option<Arc<Mutex<mpsc::Sender<()>>>>,
+    }
+
+    impl Recorder {
+        fn note(&self, what: impl Into<String>) {
+            self.log.lock().unwrap().push(what.into());
+        }
+
+        fn log(&self) -> Vec<String> {
+            self.log.lock().unwrap().clone()
+        }
+    }
+
+    impl Ipam for Recorder {
+        fn add(&self, _args: &CmdArgs, ipam_type: &str) -> Result<CniResult, CniError> {
+            if let Some(started) = &self.started {
+                let _ = started.lock().unwrap().send(());
+            }
+            self.note(format!("ADD {ipam_type}"));
+            if self.fail_add {
+                return Err(CniError::internal("no address left"));
+            }
+            let ips = if self.no_ips {
+                Vec::new()
+            } else {
+                vec![IpConfig {
+                    interface: None,
+                    address: "10.1.2.3/24".parse().unwrap(),
+                    gateway: None,
+                }]
+            };
+            Ok(CniResult {
+                ips,
+                ..Default::default()
+            })
+        }
+
+        fn call(&self, _args: &CmdArgs, ipam_type: &str, command: &str) -> Result<(), CniError> {
+            self.note(format!("{command} {ipam_type}"));
+            Ok(())
+        }
+    }
+
+    fn args() -> CmdArgs {
+        crate::testing::cmd_args(serde_json::json!({"ipam": {"type": "x"}}), "")
+    }
+
+    /// Work that registers an undo step, logs itself and succeeds or fails.
+    fn work(ipam: &Recorder, fail: bool) -> impl FnOnce(&mut Rollback) -> Result<u8, CniError> {
+        let ipam = ipam.clone();
+        move |rb| {
+            ipam.note("work");
+            let undo = ipam.clone();
+            rb.push("link", move || {
+                undo.note("undo link");
+                Ok(())
+            });
+            if fail {
+                Err(CniError::internal("failed to create link"))
+            } else {
+                Ok(7)
+            }
+        }
+    }
+
+    #[test]
+    fn link_independent_ipam_runs_while_the_work_does() {
+        let (tx, rx) = mpsc::channel();
+        let ipam = Recorder {
+            started: Some(Arc::new(Mutex::new(tx))),
+            ..Default::default()
+        };
+        let mut rb = Rollback::default();
+        let (worked, result) = ipam
+            .add_alongside(&args(), "host-local", 2, &mut rb, |rb| {
+                // Only an IPAM ADD running on another thread can signal while this waits.
+                let overlapped = rx.recv_timeout(Duration::from_secs(30)).is_ok();
+                work(&ipam, false)(rb).map(|w| (w, overlapped))
+            })
+            .unwrap();
+        assert_eq!(worked, (7, true));
+        assert_eq!(result.ips[0].interface, Some(2));
+        // The link's undo, then the IPAM DEL's.
+        assert_eq!(rb.len(), 2);
+        rb.run("t");
+        let log = ipam.log();
+        assert_eq!(log[log.len() - 2..], ["DEL host-local", "undo link"]);
+    }
+
+    #[test]
+    fn a_failed_work_releases_the_link_independent_lease() {
+        let ipam = Recorder::default();
+        let outcome = rollback::guarded("t", |rb| {
+            ipam.add_alongside(&args(), "static", 0, rb, work(&ipam, true))
+        });
+        assert_eq!(outcome.unwrap_err().msg, "failed to create link");
+        let mut log = ipam.log();
+        // ADD and the work ran at once, in either order; the undo runs newest first.
+        log[..2].sort();
+        assert_eq!(
+            log,
+            ["ADD static", "work", "DEL static", "undo link"].map(String::from)
+        );
+    }
+
+    #[test]
+    fn ipam_that_may_need_the_link_runs_after_the_work() {
+        for ipam_type in ["dhcp", "some-other-ipam"] {
+            let ipam = Recorder::default();
+            let mut rb = Rollback::default();
+            ipam.add_alongside(&args(), ipam_type, 0, &mut rb, work(&ipam, false))
+                .unwrap();
+            assert_eq!(ipam.log(), ["work".to_string(), format!("ADD {ipam_type}")]);
+
+            // A failed work: the IPAM plugin is never asked.
+            let ipam = Recorder::default();
+            let mut rb = Rollback::default();
+            let e = ipam
+                .add_alongside(&args(), ipam_type, 0, &mut rb, work(&ipam, true))
+                .unwrap_err();
+            assert_eq!(e.msg, "failed to create link");
+            assert_eq!(ipam.log(), ["work"]);
+            assert_eq!(rb.len(), 1);
+        }
+    }
+
+    #[test]
+    fn a_failed_ipam_add_is_reported_and_not_undone() {
+        let ipam = Recorder {
+            fail_add: true,
+            ..Default::default()
+        };
+        for ipam_type in ["host-local", "dhcp"] {
+            let mut rb = Rollback::default();
+            let e = ipam
+                .add_alongside(&args(), ipam_type, 0, &mut rb, work(&ipam, false))
+                .unwrap_err();
+            assert_eq!(e.msg, "no address left");
+            // Only the work's undo: there is no lease to release.
+            assert_eq!(rb.len(), 1);
+        }
+    }
+
+    #[test]
+    fn a_result_without_ips_is_refused_and_released() {
+        let ipam = Recorder {
+            no_ips: true,
+            ..Default::default()
+        };
+        let mut rb = Rollback::default();
+        let e = ipam
+            .add_alongside(&args(), "host-local", 0, &mut rb, work(&ipam, false))
+            .unwrap_err();
+        assert_eq!(e.msg, "IPAM plugin returned missing IP config");
+        assert_eq!(rb.len(), 2);
+    }
+
+    #[test]
+    fn no_ipam_means_the_work_alone() {
+        let ipam = Recorder::default();
+        let mut rb = Rollback::default();
+        let (worked, result) = ipam
+            .add_alongside_if_set(&args(), "", 0, &mut rb, work(&ipam, false))
+            .unwrap();
+        assert_eq!((worked, result.is_none()), (7, true));
+        assert_eq!(ipam.log(), ["work"]);
+        let (ipam_outcome, ()) = ipam.call_alongside(&args(), "", "DEL", || ipam.note("delete"));
+        assert!(ipam_outcome.is_ok());
+        assert!(ipam.call_if_set(&args(), "", "GC").is_ok());
+        assert_eq!(ipam.log(), ["work", "delete"]);
+    }
+
+    #[test]
+    fn del_releases_link_dependent_ipam_before_the_link() {
+        let ipam = Recorder::default();
+        let (released, ()) =
+            ipam.call_alongside(&args(), "dhcp", "DEL", || ipam.note("delete link"));
+        assert!(released.is_ok());
+        assert_eq!(ipam.log(), ["DEL dhcp", "delete link"]);
+
+        let ipam = Recorder::default();
+        let (released, ()) =
+            ipam.call_alongside(&args(), "host-local", "DEL", || ipam.note("delete link"));
+        assert!(released.is_ok());
+        let mut log = ipam.log();
+        log.sort();
+        assert_eq!(log, ["DEL host-local", "delete link"]);
+    }
+}

@@ -95,6 +95,28 @@ pub fn undo_delete_with<K: Kernel>(
     });
 }
 
+/// Registers the deletion of the host-side link `name` (a veth: its peer goes with it) as an
+/// undo step.
+pub fn undo_delete_host(rollback: &mut crate::rollback::Rollback, name: &str) {
+    undo_delete_host_with(&LiveKernel, rollback, name);
+}
+
+/// [`undo_delete_host`] through `kernel`.
+pub fn undo_delete_host_with<K: Kernel>(
+    kernel: &K,
+    rollback: &mut crate::rollback::Rollback,
+    name: &str,
+) {
+    let (kernel, undo) = (kernel.clone(), name.to_string());
+    rollback.push(format!("delete {name}"), move || {
+        kernel
+            .socket()
+            .and_then(|mut s| s.delete_link_by_name(&undo))
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    });
+}
+
 /// DEL of the container link: an empty CNI_NETNS, a netns that is gone or a link that is gone
 /// are all fine.
 pub fn delete_in_netns(netns_path: &str, ifname: &str) -> Result<(), CniError> {

@@ -2,9 +2,11 @@
 //! IPAM, container addressing, gateway, masquerade. Every step registers its undo action, and a
 //! failure runs them in reverse so nothing is left behind.
 
-use std::io::Read;
 use std::time::{Duration, Instant};
 
+use attach::errors::{kernel, kernel_ctx};
+use attach::rollback::{self, Rollback};
+use attach::{ipam, link};
 use ipnetwork::IpNetwork;
 use libcni::error::CniError;
 use libcni::result::{CniResult, Interface};
@@ -18,9 +20,7 @@ use netkit::packet_route::RouteNetlinkMessage;
 use netkit::{sysctl, AddressOptions, Netns, Socket};
 
 use crate::config::NetConf;
-use crate::errors;
 use crate::gateway::{self, CONTAINER_IF_INDEX};
-use crate::ipam;
 
 /// Attempts at finding a free random host veth name.
 const VETH_NAME_ATTEMPTS: usize = 10;
@@ -30,88 +30,42 @@ const PORT_UP_TIMEOUT: Duration = Duration::from_millis(2500);
 const DAD_TIMEOUT: Duration = Duration::from_secs(5);
 const POLL_INTERVAL: Duration = Duration::from_millis(5);
 
-/// One thing to undo when ADD fails.
-enum Undo {
-    /// Delete a host-side link (a veth: its peer goes with it).
-    HostLink(String),
-    SpoofCheck(SpoofChecker),
-    IpamDel {
-        ipam_type: String,
-        stdin: Vec<u8>,
-    },
-    Masquerade {
-        network: String,
-        ifname: String,
-        container_id: String,
-    },
-}
-
-#[derive(Default)]
-struct Rollback(Vec<Undo>);
-
-impl Rollback {
-    fn push(&mut self, u: Undo) {
-        self.0.push(u);
-    }
-
-    /// Best effort, newest first; failures are only logged (the ADD error is what matters).
-    fn run(self) {
-        for undo in self.0.into_iter().rev() {
-            let outcome = match &undo {
-                Undo::HostLink(name) => Socket::new()
-                    .and_then(|mut s| s.delete_link_by_name(name))
-                    .map(|_| ())
-                    .map_err(|e| e.to_string()),
-                Undo::SpoofCheck(sc) => sc.teardown().map_err(|e| e.to_string()),
-                Undo::IpamDel { ipam_type, stdin } => {
-                    ipam::call(ipam_type, "DEL", stdin).map_err(|e| e.msg)
-                }
-                Undo::Masquerade {
-                    network,
-                    ifname,
-                    container_id,
-                } => ipmasq::teardown(network, ifname, container_id).map_err(|e| e.to_string()),
-            };
-            if let Err(e) = outcome {
-                eprintln!("bridge: rollback after failed ADD: {e}");
-            }
-        }
-    }
-}
-
 pub fn add(args: &CmdArgs, conf: &NetConf) -> Result<CniResult, CniError> {
-    let mut rollback = Rollback::default();
-    // The result must also be printable in the request's version (an L2 result has no IP for
-    // 0.1.0/0.2.0): find out before returning, while the rollback can still undo everything.
-    let outcome =
-        add_steps(args, conf, &mut rollback).and_then(|r| r.to_value(&args.cni_version).map(|_| r));
-    match outcome {
-        Ok(r) => Ok(r),
-        Err(e) => {
-            rollback.run();
-            Err(e)
-        }
-    }
+    rollback::guarded("bridge", |rb| {
+        let result = add_steps(args, conf, rb)?;
+        // The result must also be printable in the request's version (an L2 result has no IP
+        // for 0.1.0/0.2.0): find out while the rollback can still undo everything.
+        result.to_value(&args.cni_version)?;
+        Ok(result)
+    })
 }
 
-fn add_steps(
-    args: &CmdArgs,
-    conf: &NetConf,
-    rollback: &mut Rollback,
-) -> Result<CniResult, CniError> {
+/// What the link-level part of an ADD made: the bridge, the veth pair between it and the
+/// container, and the sockets and netns it went through.
+struct Port {
+    host: Socket,
+    netns: Netns,
+    cont: Socket,
+    bridge: Link,
+    host_veth: Link,
+    cont_link: Link,
+}
+
+fn add_steps(args: &CmdArgs, conf: &NetConf, rb: &mut Rollback) -> Result<CniResult, CniError> {
     // IPAM that never touches the container link runs alongside the bridge and veth setup;
     // the rest (dhcp) needs the link, so it runs once the veth exists, as in the reference.
-    let pending_ipam = (conf.is_layer3() && attach::ipam::independent_of_the_link(&conf.ipam_type))
-        .then(|| PendingIpam::start(&conf.ipam_type, &args.stdin));
-    let mut host = Socket::new().map_err(errors::kernel)?;
-    let netns = Netns::open(&args.netns)
-        .map_err(|e| CniError::internal(format!("failed to open netns {:?}: {e}", args.netns)))?;
-    let mut cont = Socket::open_in(&netns).map_err(errors::kernel)?;
-
-    let br = setup_bridge(&mut host, conf)?;
-    pin_bridge_mac(&mut host, &br)?;
-    let (host_veth, cont_link) =
-        setup_veth(&mut host, &mut cont, &netns, &br, args, conf, rollback)?;
+    let (port, ipam_result) =
+        ipam::add_alongside_if_set(args, &conf.ipam_type, CONTAINER_IF_INDEX, rb, |rb| {
+            setup_port(args, conf, rb)
+        })?;
+    let Port {
+        mut host,
+        netns,
+        mut cont,
+        bridge: br,
+        host_veth,
+        cont_link,
+    } = port;
 
     let mut result = CniResult {
         cni_version: libcni::version::CURRENT.to_string(),
@@ -126,42 +80,15 @@ fn add_steps(
                 mac: host_veth.mac_string(),
                 ..Default::default()
             },
-            Interface {
-                name: args.ifname.clone(),
-                mac: cont_link.mac_string(),
-                sandbox: args.netns.clone(),
-                ..Default::default()
-            },
+            link::container_interface(&cont_link, &args.netns),
         ],
         ..Default::default()
     };
 
-    if conf.macspoofchk {
-        let sc = SpoofChecker::new(
-            &host_veth.name,
-            &cont_link.mac_string(),
-            &SpoofChecker::ref_id_for(&args.container_id, &args.ifname),
-        );
-        // Registered first: a partially applied setup is still torn down.
-        rollback.push(Undo::SpoofCheck(sc.clone()));
-        sc.setup().map_err(errors::netfilter)?;
-    }
-
-    if conf.is_layer3() {
-        let ipam_result = match pending_ipam {
-            Some(pending) => pending.wait()?,
-            None => ipam::add(&conf.ipam_type, &args.stdin)?,
-        };
-        rollback.push(Undo::IpamDel {
-            ipam_type: conf.ipam_type.clone(),
-            stdin: args.stdin.clone(),
-        });
+    if let Some(ipam_result) = ipam_result {
         result.ips = ipam_result.ips;
         result.routes = ipam_result.routes;
         result.dns = ipam_result.dns;
-        if result.ips.is_empty() {
-            return Err(CniError::internal("IPAM plugin returned missing IP config"));
-        }
         let gws = gateway::calc(&mut result, conf)?;
         configure_container(
             &netns,
@@ -180,10 +107,14 @@ fn add_steps(
                 .ip_masq_backend
                 .unwrap_or_else(|| Backend::default_for(&conf.network));
             let addrs: Vec<IpNetwork> = result.ips.iter().map(|i| i.address).collect();
-            rollback.push(Undo::Masquerade {
-                network: conf.network.clone(),
-                ifname: args.ifname.clone(),
-                container_id: args.container_id.clone(),
+            let (network, ifname, cid) = (
+                conf.network.clone(),
+                args.ifname.clone(),
+                args.container_id.clone(),
+            );
+            // Registered first: a partially applied setup is still torn down.
+            rb.push("masquerade", move || {
+                ipmasq::teardown(&network, &ifname, &cid).map_err(|e| e.to_string())
             });
             ipmasq::setup(
                 backend,
@@ -192,15 +123,14 @@ fn add_steps(
                 &args.ifname,
                 &args.container_id,
             )
-            .map_err(errors::netfilter)?;
+            .map_err(CniError::from)?;
         }
     } else if !conf.disable_container_interface {
-        cont.set_link_up(cont_link.index).map_err(errors::kernel)?;
+        cont.set_link_up(cont_link.index).map_err(kernel)?;
     }
 
     let host_now = if conf.disable_container_interface {
-        host.link_by_index(host_veth.index)
-            .map_err(errors::kernel)?
+        host.link_by_index(host_veth.index).map_err(kernel)?
     } else {
         wait_port_up(&mut host, host_veth.index)?
     };
@@ -212,6 +142,39 @@ fn add_steps(
     Ok(result)
 }
 
+/// The link-level part of an ADD, which does not depend on the addresses: the bridge (its
+/// MAC pinned), the veth pair with its port settings, and the spoof check of the port.
+fn setup_port(args: &CmdArgs, conf: &NetConf, rb: &mut Rollback) -> Result<Port, CniError> {
+    let mut host = Socket::new().map_err(kernel)?;
+    let (netns, mut cont) = link::open_netns(&args.netns)?;
+
+    let bridge = setup_bridge(&mut host, conf)?;
+    pin_bridge_mac(&mut host, &bridge)?;
+    let (host_veth, cont_link) = setup_veth(&mut host, &mut cont, &netns, &bridge, args, conf, rb)?;
+
+    if conf.macspoofchk {
+        let sc = SpoofChecker::new(
+            &host_veth.name,
+            &cont_link.mac_string(),
+            &SpoofChecker::ref_id_for(&args.container_id, &args.ifname),
+        );
+        // Registered first: a partially applied setup is still torn down.
+        let undo = sc.clone();
+        rb.push("spoof check", move || {
+            undo.teardown().map_err(|e| e.to_string())
+        });
+        sc.setup().map_err(CniError::from)?;
+    }
+    Ok(Port {
+        host,
+        netns,
+        cont,
+        bridge,
+        host_veth,
+        cont_link,
+    })
+}
+
 /// Pins the bridge's MAC to the one it has before this ADD's veth joins: an unpinned bridge
 /// takes its lowest port's MAC, which would change as pods come and go and leave neighbours
 /// with a stale entry for the gateway. A new bridge keeps its own random MAC (never a port's),
@@ -219,55 +182,9 @@ fn add_steps(
 fn pin_bridge_mac(host: &mut Socket, br: &Link) -> Result<(), CniError> {
     if let Ok(mac) = <[u8; 6]>::try_from(br.mac.as_slice()) {
         host.set_link_mac(br.index, &mac)
-            .map_err(|e| errors::context(errors::kernel(e), "could not set bridge's mac"))?;
+            .map_err(|e| kernel_ctx(e, "could not set bridge's mac"))?;
     }
     Ok(())
-}
-
-/// The IPAM ADD, run on a thread of its own alongside the bridge and veth setup, which it
-/// does not depend on: the IPAM plugin's exec is then off the ADD's critical path. Dropped
-/// unclaimed (an earlier step failed), it waits for the ADD and releases what it got.
-struct PendingIpam {
-    job: Option<std::thread::JoinHandle<Result<CniResult, CniError>>>,
-    ipam_type: String,
-    stdin: Vec<u8>,
-}
-
-impl PendingIpam {
-    fn start(ipam_type: &str, stdin: &[u8]) -> PendingIpam {
-        let (t, input) = (ipam_type.to_string(), stdin.to_vec());
-        PendingIpam {
-            job: Some(std::thread::spawn(move || ipam::add(&t, &input))),
-            ipam_type: ipam_type.to_string(),
-            stdin: stdin.to_vec(),
-        }
-    }
-
-    fn wait(mut self) -> Result<CniResult, CniError> {
-        match self.job.take() {
-            Some(job) => join_ipam(job),
-            None => Err(CniError::internal("IPAM ADD already collected")),
-        }
-    }
-}
-
-fn join_ipam(
-    job: std::thread::JoinHandle<Result<CniResult, CniError>>,
-) -> Result<CniResult, CniError> {
-    job.join()
-        .unwrap_or_else(|_| Err(CniError::internal("the IPAM ADD thread panicked")))
-}
-
-impl Drop for PendingIpam {
-    fn drop(&mut self) {
-        if let Some(job) = self.job.take() {
-            if join_ipam(job).is_ok() {
-                if let Err(e) = ipam::call(&self.ipam_type, "DEL", &self.stdin) {
-                    eprintln!("bridge: rollback after failed ADD: {}", e.msg);
-                }
-            }
-        }
-    }
 }
 
 /// Creates (or adopts) the bridge and brings it up, with promisc, VLAN filtering and
@@ -284,7 +201,7 @@ fn setup_bridge(host: &mut Socket, conf: &NetConf) -> Result<Link, CniError> {
                 "{e} (vlan/vlanTrunk need a kernel with bridge VLAN filtering)"
             ))
         } else {
-            errors::kernel(e)
+            kernel(e)
         }
     })?;
     if conf.uses_vlans() && !br.bridge_info().contains(&InfoBridge::VlanFiltering(true)) {
@@ -294,31 +211,22 @@ fn setup_bridge(host: &mut Socket, conf: &NetConf) -> Result<Link, CniError> {
             .build();
         host.request_ack(RouteNetlinkMessage::NewLink(msg), 0)
             .map_err(|e| {
-                errors::kernel(e.context(format!(
+                kernel(e.context(format!(
                     "failed to enable VLAN filtering on {:?}",
                     conf.bridge
                 )))
             })?;
     }
     if conf.promisc && !br.is_promisc() {
-        host.set_link_promisc(br.index, true)
-            .map_err(errors::kernel)?;
+        host.set_link_promisc(br.index, true).map_err(kernel)?;
     }
     // We own the routes of the bridge. Absent when IPv6 is disabled: that is fine.
     let _ = sysctl::write_if_different(&format!("net/ipv6/conf/{}/accept_ra", conf.bridge), "0");
     if !br.flags.contains(LinkFlags::Up) {
-        host.set_link_up(br.index).map_err(errors::kernel)?;
-        br = host.link_by_index(br.index).map_err(errors::kernel)?;
+        host.set_link_up(br.index).map_err(kernel)?;
+        br = host.link_by_index(br.index).map_err(kernel)?;
     }
     Ok(br)
-}
-
-fn random_veth_name() -> Result<String, CniError> {
-    let mut b = [0u8; 4];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
-        .map_err(|e| CniError::internal(format!("failed to generate a random veth name: {e}")))?;
-    Ok(format!("veth{:08x}", u32::from_ne_bytes(b)))
 }
 
 /// Creates the veth pair with the container end born inside the netns and the host end
@@ -330,11 +238,11 @@ fn setup_veth(
     br: &Link,
     args: &CmdArgs,
     conf: &NetConf,
-    rollback: &mut Rollback,
+    rb: &mut Rollback,
 ) -> Result<(Link, Link), CniError> {
     let mut host_name = String::new();
     for attempt in 0..VETH_NAME_ATTEMPTS {
-        let candidate = random_veth_name()?;
+        let candidate = link::random_veth_name()?;
         let spec = VethSpec {
             name: &candidate,
             peer_name: &args.ifname,
@@ -351,27 +259,23 @@ fn setup_veth(
                 break;
             }
             Err(e) if e.is_exists() => {
-                if cont
-                    .find_link(&args.ifname)
-                    .map_err(errors::kernel)?
-                    .is_some()
-                {
+                if cont.find_link(&args.ifname).map_err(kernel)?.is_some() {
                     return Err(CniError::internal(format!(
                         "container veth name provided ({}) already exists",
                         args.ifname
                     )));
                 }
                 if attempt + 1 == VETH_NAME_ATTEMPTS {
-                    return Err(errors::kernel(e));
+                    return Err(kernel(e));
                 }
             }
-            Err(e) => return Err(errors::kernel(e)),
+            Err(e) => return Err(kernel(e)),
         }
     }
-    rollback.push(Undo::HostLink(host_name.clone()));
+    link::undo_delete_host(rb, &host_name);
 
-    let host_veth = host.link_by_name(&host_name).map_err(errors::kernel)?;
-    let cont_link = cont.link_by_name(&args.ifname).map_err(errors::kernel)?;
+    let host_veth = host.link_by_name(&host_name).map_err(kernel)?;
+    let cont_link = cont.link_by_name(&args.ifname).map_err(kernel)?;
     // The host end never autoconfigures IPv6 from router advertisements.
     let _ = sysctl::write(&format!("net/ipv6/conf/{host_name}/accept_ra"), "0");
 
@@ -383,7 +287,7 @@ fn setup_veth(
             learning: None,
         };
         host.set_bridge_port_flags(host_veth.index, &flags)
-            .map_err(errors::kernel)?;
+            .map_err(kernel)?;
     }
     if conf.uses_vlans() {
         setup_port_vlans(host, br, host_veth.index, conf)?;
@@ -416,16 +320,16 @@ fn setup_port_vlans(
         // A new port holds exactly the bridge's default PVID.
         let pvid = default_pvid(br);
         if pvid != 0 && pvid != native {
-            host.bridge_vlan_del(port, pvid).map_err(errors::kernel)?;
+            host.bridge_vlan_del(port, pvid).map_err(kernel)?;
         }
     }
     for vid in conf.trunk.iter().flatten().filter(|v| **v != native) {
         host.bridge_vlan_add(port, *vid, false, false)
-            .map_err(errors::kernel)?;
+            .map_err(kernel)?;
     }
     if native != 0 {
         host.bridge_vlan_add(port, native, true, true)
-            .map_err(errors::kernel)?;
+            .map_err(kernel)?;
     }
     Ok(())
 }
@@ -468,13 +372,13 @@ fn configure_container(
             }
             let _ = sysctl::write(&format!("net/ipv4/conf/{ifname}/arp_notify"), "1");
         })
-        .map_err(errors::kernel)?;
+        .map_err(kernel)?;
 
     for addr in &ours {
         cont.add_address(index, *addr, &AddressOptions::default())
-            .map_err(errors::kernel)?;
+            .map_err(kernel)?;
     }
-    cont.set_link_up(index).map_err(errors::kernel)?;
+    cont.set_link_up(index).map_err(kernel)?;
     if conf.enable_dad && has_v6 {
         wait_dad(cont, index, ifname)?;
     }
@@ -500,8 +404,8 @@ fn configure_container(
             Ok(()) => {}
             Err(e) if e.is_exists() => {}
             Err(e) => {
-                return Err(errors::context(
-                    errors::kernel(e),
+                return Err(kernel_ctx(
+                    e,
                     format!("failed to add route '{} via {:?} dev {ifname}'", r.dst, gw),
                 ))
             }
@@ -517,7 +421,7 @@ fn wait_dad(cont: &mut Socket, index: u32, ifname: &str) -> Result<(), CniError>
     loop {
         let addrs = cont
             .addresses(Some(index), netkit::Family::V6)
-            .map_err(errors::kernel)?;
+            .map_err(kernel)?;
         if let Some(bad) = addrs
             .iter()
             .find(|a| a.flags.contains(AddressFlags::Dadfailed))
@@ -572,7 +476,7 @@ fn setup_gateways(
         }
         if !list.is_empty() {
             sysctl::write_if_different(key, "1")
-                .map_err(|e| errors::context(errors::kernel(e), "failed to enable forwarding"))?;
+                .map_err(|e| kernel_ctx(e, "failed to enable forwarding"))?;
         }
     }
     Ok(())
@@ -583,10 +487,10 @@ fn setup_gateways(
 /// pod of the VLAN, so it is never deleted (like the bridge).
 fn ensure_vlan_gateway(host: &mut Socket, br: &Link, conf: &NetConf) -> Result<Link, CniError> {
     let name = format!("{}.{}", br.name, conf.vlan);
-    if let Some(link) = host.find_link(&name).map_err(errors::kernel)? {
+    if let Some(link) = host.find_link(&name).map_err(kernel)? {
         return Ok(link);
     }
-    let port = random_veth_name()?;
+    let port = link::random_veth_name()?;
     let spec = VethSpec {
         name: &port,
         peer_name: &name,
@@ -613,13 +517,13 @@ fn ensure_vlan_gateway(host: &mut Socket, br: &Link, conf: &NetConf) -> Result<L
         // Created concurrently by another ADD.
         Err(e) if e.is_exists() => {}
         Err(e) => {
-            return Err(errors::context(
-                errors::kernel(e),
+            return Err(kernel_ctx(
+                e,
                 format!("failed to create vlan gateway {name:?}"),
             ))
         }
     }
-    host.link_by_name(&name).map_err(errors::kernel)
+    host.link_by_name(&name).map_err(kernel)
 }
 
 /// The bridge end of a new VLAN gateway gets the VLAN as untagged PVID, then the gateway end
@@ -631,19 +535,15 @@ fn configure_vlan_gateway(
     port: &str,
     name: &str,
 ) -> Result<(), CniError> {
-    let port_link = host.link_by_name(port).map_err(errors::kernel)?;
+    let port_link = host.link_by_name(port).map_err(kernel)?;
     let vconf = NetConf {
         trunk: None,
         ..conf.clone()
     };
     setup_port_vlans(host, br, port_link.index, &vconf)?;
-    let gateway = host.link_by_name(name).map_err(errors::kernel)?;
-    host.set_link_up(gateway.index).map_err(|e| {
-        errors::context(
-            errors::kernel(e),
-            format!("failed to set vlan gateway {name:?} up"),
-        )
-    })
+    let gateway = host.link_by_name(name).map_err(kernel)?;
+    host.set_link_up(gateway.index)
+        .map_err(|e| kernel_ctx(e, format!("failed to set vlan gateway {name:?} up")))
 }
 
 /// Polls until the host veth reports operstate UP (its peer is up), like the reference's
@@ -651,7 +551,7 @@ fn configure_vlan_gateway(
 fn wait_port_up(host: &mut Socket, index: u32) -> Result<Link, CniError> {
     let start = Instant::now();
     loop {
-        let link = host.link_by_index(index).map_err(errors::kernel)?;
+        let link = host.link_by_index(index).map_err(kernel)?;
         if link.operstate == State::Up {
             return Ok(link);
         }

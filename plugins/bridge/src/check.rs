@@ -1,6 +1,8 @@
 //! CHECK: bridge, container veth, host veth and addressing as recorded in
 //! prevResult. Unlike the reference, an L2-only config (no IPAM) passes.
 
+use attach::errors::kernel;
+use attach::ipam;
 use ipnetwork::IpNetwork;
 use libcni::error::CniError;
 use libcni::result::CniResult;
@@ -10,23 +12,19 @@ use netkit::netfilter::spoofcheck::SpoofChecker;
 use netkit::{Family, Netns, Socket};
 
 use crate::config::NetConf;
-use crate::errors;
-use crate::ipam;
 
 fn fail(msg: impl Into<String>) -> CniError {
     CniError::internal(msg)
 }
 
 pub fn check(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
-    if conf.is_layer3() {
-        ipam::call(&conf.ipam_type, "CHECK", &args.stdin)?;
-    }
+    ipam::call_if_set(args, &conf.ipam_type, "CHECK")?;
     let prev = args
         .prev_result()?
         .ok_or_else(|| fail("Required prevResult missing"))?;
 
-    let mut host = Socket::new().map_err(errors::kernel)?;
-    let br = host.link_by_name(&conf.bridge).map_err(errors::kernel)?;
+    let mut host = Socket::new().map_err(kernel)?;
+    let br = host.link_by_name(&conf.bridge).map_err(kernel)?;
     if !br.is_kind("bridge") {
         return Err(fail(format!(
             "Error: Bridge interface {} is not a bridge",
@@ -64,9 +62,9 @@ pub fn check(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
             recorded.sandbox, args.netns
         )));
     }
-    let netns = Netns::open(&args.netns).map_err(errors::kernel)?;
-    let mut cont = Socket::open_in(&netns).map_err(errors::kernel)?;
-    let cont_link = cont.link_by_name(&args.ifname).map_err(errors::kernel)?;
+    let netns = Netns::open(&args.netns).map_err(kernel)?;
+    let mut cont = Socket::open_in(&netns).map_err(kernel)?;
+    let cont_link = cont.link_by_name(&args.ifname).map_err(kernel)?;
     if !cont_link.is_kind("veth") {
         return Err(fail(format!(
             "Error: Container interface {} not of type veth",
@@ -95,7 +93,7 @@ pub fn check(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
         .iter()
         .filter(|i| i.sandbox.is_empty() && i.name != conf.bridge)
     {
-        let Some(link) = host.find_link(&i.name).map_err(errors::kernel)? else {
+        let Some(link) = host.find_link(&i.name).map_err(kernel)? else {
             continue;
         };
         if link.index != peer || !link.is_kind("veth") {
@@ -139,7 +137,7 @@ pub fn check(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
             ),
             None => ipmasq::verify_default(&addrs, &conf.network, &args.ifname, &args.container_id),
         }
-        .map_err(errors::netfilter)?;
+        .map_err(CniError::from)?;
     }
     if conf.macspoofchk {
         let sc = SpoofChecker::new(
@@ -147,7 +145,7 @@ pub fn check(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
             "",
             &SpoofChecker::ref_id_for(&args.container_id, &args.ifname),
         );
-        if !sc.is_installed().map_err(errors::netfilter)? {
+        if !sc.is_installed().map_err(CniError::from)? {
             return Err(fail(format!(
                 "spoof-check rules {} are missing",
                 sc.comment()
@@ -164,12 +162,10 @@ fn check_addressing(
     prev: &CniResult,
     cont_pos: usize,
 ) -> Result<(), CniError> {
-    let addrs = cont
-        .addresses(Some(index), Family::Any)
-        .map_err(errors::kernel)?;
+    let addrs = cont.addresses(Some(index), Family::Any).map_err(kernel)?;
     let routes = cont
         .routes(Family::Any, Some(netkit::route::TABLE_MAIN))
-        .map_err(errors::kernel)?;
+        .map_err(kernel)?;
     for ip in prev
         .ips
         .iter()

@@ -2,6 +2,10 @@
 //! by (container, ifname), masquerade rules are found by (network, container), spoof-check
 //! chains by (container, ifname). So nothing leaks when CNI_NETNS is empty or already gone.
 
+use std::net::IpAddr;
+
+use attach::errors::{kernel, Failures};
+use attach::ipam;
 use libcni::error::CniError;
 use libcni::skel::CmdArgs;
 use netkit::netfilter::iptables::Family;
@@ -9,67 +13,21 @@ use netkit::netfilter::{ipmasq, spoofcheck, spoofcheck::SpoofChecker};
 use netkit::{Netns, Socket};
 
 use crate::config::NetConf;
-use crate::errors;
-use crate::ipam;
 
+/// Keeps going after a failure: every step is tried, the first failure is returned and the
+/// others go to stderr.
 pub fn del(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
-    let mut failures: Vec<CniError> = Vec::new();
-    // Address families the attachment used (only to skip needless iptables runs).
-    let mut families: Vec<Family> = Vec::new();
-    let mut note = |ip: std::net::IpAddr| {
-        let f = Family::of(&ip);
-        if !families.contains(&f) {
-            families.push(f);
-        }
-    };
-    if let Ok(Some(prev)) = args.prev_result() {
-        prev.ips.iter().for_each(|i| note(i.address.ip()));
-    }
-
     // The IPAM release runs alongside the veth deletion, the kernel's slowest step (the
     // unregistration waits for RCU grace periods): the DEL then takes about the deletion alone.
-    // The two are independent (IPAM releases by container and ifname).
-    let ipam_del = conf.is_layer3().then(|| {
-        let (ipam_type, stdin) = (conf.ipam_type.clone(), args.stdin.clone());
-        std::thread::spawn(move || ipam::call(&ipam_type, "DEL", &stdin))
+    // The two are independent (IPAM releases by container and ifname); dhcp, which may need
+    // the link to release its lease, is released before the deletion instead.
+    let (ipam, (addresses, link)) = ipam::call_alongside(args, &conf.ipam_type, "DEL", || {
+        delete_container_end(args, conf)
     });
 
-    if !args.netns.is_empty() {
-        match Netns::open(&args.netns) {
-            Ok(ns) => {
-                // Deleting the container end takes the host end (and its bridge port) with it.
-                let deleted = Socket::open_in(&ns).and_then(|mut s| {
-                    if conf.ip_masq && conf.is_layer3() {
-                        if let Some(link) = s.find_link(&args.ifname)? {
-                            for a in s.addresses(Some(link.index), netkit::Family::Any)? {
-                                if !a.ip().is_unicast_link_local_compat() {
-                                    note(a.ip());
-                                }
-                            }
-                        }
-                    }
-                    s.delete_link_by_name(&args.ifname)
-                });
-                if let Err(e) = deleted {
-                    failures.push(errors::kernel(e));
-                }
-            }
-            Err(e) if e.is_netns_not_found() => {}
-            Err(e) => failures.push(errors::kernel(e)),
-        }
-    }
-    if families.is_empty() {
-        // Nothing tells which families were used: clean both.
-        families = vec![Family::V4, Family::V6];
-    }
-
-    if let Some(job) = ipam_del {
-        match job.join() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => failures.push(e),
-            Err(_) => failures.push(CniError::internal("the IPAM DEL thread panicked")),
-        }
-    }
+    let mut failures = Failures::default();
+    failures.note(link);
+    failures.note(ipam);
 
     if conf.macspoofchk {
         let sc = SpoofChecker::new(
@@ -85,54 +43,92 @@ pub fn del(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
 
     // Masquerade exists only for layer-3 configs (as in the reference).
     if conf.ip_masq && conf.is_layer3() {
-        if let Err(e) =
+        let families = masquerade_families(args, &addresses);
+        failures.note(
             ipmasq::teardown_families(&conf.network, &args.ifname, &args.container_id, &families)
-        {
-            failures.push(errors::netfilter(e));
-        }
+                .map_err(CniError::from),
+        );
     }
-
-    match failures.into_iter().next() {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
+    failures.finish("bridge")
 }
 
-/// GC: forwards to IPAM, then removes the masquerade rules of attachments not in the valid list.
-/// Keeps going after a failure and reports the first one.
+/// Deletes the container end of the veth, which takes the host end (and its bridge port)
+/// with it; an empty CNI_NETNS, a netns or a link that is gone are fine. Returns, with the
+/// outcome, the addresses the link had when masquerade needs to know its families.
+fn delete_container_end(args: &CmdArgs, conf: &NetConf) -> (Vec<IpAddr>, Result<(), CniError>) {
+    let mut addresses = Vec::new();
+    if args.netns.is_empty() {
+        return (addresses, Ok(()));
+    }
+    let ns = match Netns::open(&args.netns) {
+        Ok(ns) => ns,
+        Err(e) if e.is_netns_not_found() => return (addresses, Ok(())),
+        Err(e) => return (addresses, Err(kernel(e))),
+    };
+    let deleted = Socket::open_in(&ns).and_then(|mut s| {
+        if conf.ip_masq && conf.is_layer3() {
+            if let Some(link) = s.find_link(&args.ifname)? {
+                for a in s.addresses(Some(link.index), netkit::Family::Any)? {
+                    if !a.ip().is_unicast_link_local_compat() {
+                        addresses.push(a.ip());
+                    }
+                }
+            }
+        }
+        s.delete_link_by_name(&args.ifname)
+    });
+    (addresses, deleted.map(|_| ()).map_err(kernel))
+}
+
+/// The address families the attachment used, from prevResult and the link's addresses (only
+/// to skip needless iptables runs); both when nothing tells.
+fn masquerade_families(args: &CmdArgs, addresses: &[IpAddr]) -> Vec<Family> {
+    let prev_ips = match args.prev_result() {
+        Ok(Some(prev)) => prev.ips.iter().map(|i| i.address.ip()).collect(),
+        _ => Vec::new(),
+    };
+    families_of(prev_ips.iter().chain(addresses))
+}
+
+/// The families of `addresses`, in the order first seen; both when there are none.
+fn families_of<'a>(addresses: impl IntoIterator<Item = &'a IpAddr>) -> Vec<Family> {
+    let mut families: Vec<Family> = Vec::new();
+    for ip in addresses {
+        let f = Family::of(ip);
+        if !families.contains(&f) {
+            families.push(f);
+        }
+    }
+    if families.is_empty() {
+        families = vec![Family::V4, Family::V6];
+    }
+    families
+}
+
+/// GC: forwards to IPAM, then removes the masquerade rules and spoof checks of attachments
+/// not in the valid list. Keeps going after a failure like DEL.
 pub fn gc(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
     let valid = args.valid_attachments()?;
-    let mut failures: Vec<CniError> = Vec::new();
-    if conf.is_layer3() {
-        if let Err(e) = ipam::call(&conf.ipam_type, "GC", &args.stdin) {
-            failures.push(e);
-        }
-    }
+    let mut failures = Failures::default();
+    failures.note(ipam::call_if_set(args, &conf.ipam_type, "GC"));
     if conf.ip_masq {
-        if let Err(e) = ipmasq::gc(&conf.network, &valid) {
-            failures.push(errors::netfilter(e));
-        }
+        failures.note(ipmasq::gc(&conf.network, &valid).map_err(CniError::from));
     }
     if conf.macspoofchk {
-        if let Err(e) = gc_spoof_checks(&valid) {
-            failures.push(e);
-        }
+        failures.note(gc_spoof_checks(&valid));
     }
-    match failures.into_iter().next() {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
+    failures.finish("bridge")
 }
 
 /// Spoof checks whose bridge port is gone and whose attachment is not valid: a pod removed
 /// without DEL leaves them behind, and nothing else ever would remove them.
 fn gc_spoof_checks(valid: &[(String, String)]) -> Result<(), CniError> {
-    let mut host = Socket::new().map_err(errors::kernel)?;
+    let mut host = Socket::new().map_err(kernel)?;
     // An unreadable link table counts as "port present": GC must never remove a live check.
     let port_exists = |port: &str| host.find_link(port).map_or(true, |l| l.is_some());
     spoofcheck::gc(valid, port_exists)
         .map(|_| ())
-        .map_err(errors::netfilter)
+        .map_err(CniError::from)
 }
 
 /// IPv6 link-local addresses (fe80::/10) never carry masquerade rules.
@@ -146,5 +142,38 @@ impl LinkLocal for std::net::IpAddr {
             std::net::IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
             std::net::IpAddr::V4(_) => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masquerade_families_are_those_seen_or_both() {
+        let ips: Vec<IpAddr> = ["fd00::5", "10.1.0.5", "10.1.0.6"]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        assert_eq!(families_of(&ips), [Family::V6, Family::V4]);
+        assert_eq!(families_of(&ips[1..]), [Family::V4]);
+        assert_eq!(families_of(&[]), [Family::V4, Family::V6]);
+    }
+
+    #[test]
+    fn link_local_addresses_carry_no_masquerade() {
+        let ll: IpAddr = "fe80::1".parse().unwrap();
+        let global: IpAddr = "fd00::1".parse().unwrap();
+        let v4: IpAddr = "169.254.0.1".parse().unwrap();
+        assert!(ll.is_unicast_link_local_compat());
+        assert!(!global.is_unicast_link_local_compat());
+        assert!(!v4.is_unicast_link_local_compat());
+    }
+
+    #[test]
+    fn del_without_netns_ipam_or_netfilter_has_nothing_to_do() {
+        let args = attach::testing::cmd_args(serde_json::json!({"bridge": "br9"}), "");
+        let conf = crate::config::load(&args).unwrap();
+        assert!(del(&args, &conf).is_ok());
     }
 }

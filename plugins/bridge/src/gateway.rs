@@ -3,13 +3,13 @@
 
 use std::net::IpAddr;
 
+use attach::errors::{kernel, kernel_ctx};
 use ipnetwork::IpNetwork;
 use libcni::error::CniError;
 use libcni::result::{CniResult, Route};
 use netkit::{AddressOptions, Family, Socket};
 
 use crate::config::NetConf;
-use crate::errors;
 
 /// Index of the container interface in the result's `interfaces` list.
 pub const CONTAINER_IF_INDEX: usize = 2;
@@ -88,9 +88,7 @@ pub fn ensure_addr(
     force: bool,
 ) -> Result<(), CniError> {
     let family = Family::of(gw.ip());
-    let addrs = sock
-        .addresses(Some(index), family)
-        .map_err(errors::kernel)?;
+    let addrs = sock.addresses(Some(index), family).map_err(kernel)?;
     for a in addrs {
         if a.address == gw {
             return Ok(());
@@ -101,7 +99,7 @@ pub fn ensure_addr(
                 match sock.delete_address(index, a.address) {
                     Ok(()) => {}
                     Err(e) if e.is_not_found() => {}
-                    Err(e) => return Err(errors::kernel(e)),
+                    Err(e) => return Err(kernel(e)),
                 }
             } else {
                 return Err(CniError::internal(format!(
@@ -119,8 +117,8 @@ pub fn ensure_addr(
     match sock.add_address(index, gw, &opts) {
         Ok(()) => Ok(()),
         Err(e) if e.is_exists() => Ok(()),
-        Err(e) => Err(errors::context(
-            errors::kernel(e),
+        Err(e) => Err(kernel_ctx(
+            e,
             format!("could not add IP address to {name:?}"),
         )),
     }

@@ -5,10 +5,9 @@ mod add;
 mod check;
 mod config;
 mod del;
-mod errors;
 mod gateway;
-mod ipam;
 
+use attach::ipam;
 use libcni::error::CniError;
 use libcni::result::CniResult;
 use libcni::skel::{CmdArgs, Plugin};
@@ -39,9 +38,7 @@ impl Plugin for Bridge {
 
     fn status(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = config::load(args)?;
-        if conf.is_layer3() {
-            ipam::call(&conf.ipam_type, "STATUS", &args.stdin)?;
-        }
+        ipam::call_if_set(args, &conf.ipam_type, "STATUS")?;
         // An ADD would fail without the netfilter support it needs.
         if conf.ip_masq && conf.is_layer3() {
             let backend = conf

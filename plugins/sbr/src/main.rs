@@ -33,8 +33,8 @@ fn open_locked(path: &str) -> Result<Netns, netkit::Error> {
 }
 
 fn socket_in(path: &str) -> Result<(Netns, Socket), CniError> {
-    let ns = open_locked(path).map_err(|e| CniError::internal(e.to_string()))?;
-    let sock = Socket::open_in(&ns).map_err(|e| CniError::internal(e.to_string()))?;
+    let ns = open_locked(path).map_err(CniError::from)?;
+    let sock = Socket::open_in(&ns).map_err(CniError::from)?;
     Ok((ns, sock))
 }
 
@@ -61,9 +61,9 @@ impl Plugin for SbrPlugin {
             Ok(ns) => ns,
             // The pod and its rules are gone already.
             Err(e) if e.is_netns_not_found() => return Ok(()),
-            Err(e) => return Err(CniError::internal(e.to_string())),
+            Err(e) => return Err(CniError::from(e)),
         };
-        let mut sock = Socket::open_in(&ns).map_err(|e| CniError::internal(e.to_string()))?;
+        let mut sock = Socket::open_in(&ns).map_err(CniError::from)?;
         routing::del(&mut sock, sbr.table, &args.ifname, &prev_ips)
     }
 

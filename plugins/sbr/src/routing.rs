@@ -14,10 +14,6 @@ use crate::config::Sbr;
 /// The first table tried for an interface's routes (as the reference).
 pub const FIRST_TABLE: u32 = 100;
 
-fn kernel(e: netkit::Error) -> CniError {
-    CniError::internal(e.to_string())
-}
-
 /// The first table id from `candidate` on that no rule points to and no route lives in.
 pub fn next_free_table(rules: &[Rule], routes: &[Route], candidate: u32) -> u32 {
     let mut table = candidate;
@@ -70,7 +66,7 @@ struct Journal<'a> {
 
 impl Journal<'_> {
     fn add_rule(&mut self, rule: Rule) -> Result<(), CniError> {
-        self.sock.add_rule(&rule).map_err(kernel)?;
+        self.sock.add_rule(&rule).map_err(CniError::from)?;
         self.undo.push(Undo::DeleteRule(rule));
         Ok(())
     }
@@ -81,13 +77,13 @@ impl Journal<'_> {
         } else {
             self.sock.add_route(&route)
         };
-        done.map_err(kernel)?;
+        done.map_err(CniError::from)?;
         self.undo.push(Undo::DeleteRoute(route));
         Ok(())
     }
 
     fn delete_route(&mut self, route: Route) -> Result<(), CniError> {
-        self.sock.delete_route(&route).map_err(kernel)?;
+        self.sock.delete_route(&route).map_err(CniError::from)?;
         self.undo.push(Undo::RestoreRoute(route));
         Ok(())
     }
@@ -135,8 +131,11 @@ fn move_routes(
     ips: &[IpConfig],
     ifname: &str,
 ) -> Result<(), CniError> {
-    let rules = journal.sock.rules(Family::Any).map_err(kernel)?;
-    let all_routes = journal.sock.routes(Family::Any, None).map_err(kernel)?;
+    let rules = journal.sock.rules(Family::Any).map_err(CniError::from)?;
+    let all_routes = journal
+        .sock
+        .routes(Family::Any, None)
+        .map_err(CniError::from)?;
     let mut table = next_free_table(&rules, &all_routes, FIRST_TABLE);
     let link = journal
         .sock
@@ -198,11 +197,11 @@ pub fn del(
     ifname: &str,
     prev_ips: &[IpConfig],
 ) -> Result<(), CniError> {
-    let rules = sock.rules(Family::Any).map_err(kernel)?;
-    let addresses: Vec<IpAddr> = match sock.find_link(ifname).map_err(kernel)? {
+    let rules = sock.rules(Family::Any).map_err(CniError::from)?;
+    let addresses: Vec<IpAddr> = match sock.find_link(ifname).map_err(CniError::from)? {
         Some(link) => sock
             .addresses(Some(link.index), Family::Any)
-            .map_err(kernel)?
+            .map_err(CniError::from)?
             .iter()
             .map(|a| a.ip())
             .collect(),
@@ -217,7 +216,7 @@ pub fn del(
         match sock.delete_rule(rule) {
             Ok(()) => {}
             Err(e) if e.is_not_found() => {}
-            Err(e) => last_error = Some(kernel(e)),
+            Err(e) => last_error = Some(CniError::from(e)),
         }
     }
     last_error.map_or(Ok(()), Err)
@@ -225,7 +224,7 @@ pub fn del(
 
 /// CHECK: every address has its source rule (into `table` when set).
 pub fn check(sock: &mut Socket, table: Option<u32>, ips: &[IpConfig]) -> Result<(), CniError> {
-    let rules = sock.rules(Family::Any).map_err(kernel)?;
+    let rules = sock.rules(Family::Any).map_err(CniError::from)?;
     for ip in ips {
         let want = host_network(ip.address.ip());
         let found = rules
