@@ -295,19 +295,31 @@ fn failed_add_rolls_back_and_del_survives_missing_link_and_netns() {
 /// route gone from that table fails the CHECK.
 #[test]
 fn ptp_then_sbr_passes_check() {
+    main_plugin_then_sbr_passes_check("ptp", json!({"type": "ptp", "ipMasq": false}), "sbrp");
+}
+
+/// The same for bridge (its own CHECK of addresses and routes uses the shared one).
+#[test]
+fn bridge_then_sbr_passes_check() {
+    main_plugin_then_sbr_passes_check(
+        "bridge",
+        json!({"type": "bridge", "bridge": "sbrbr0", "isGateway": true, "ipMasq": false}),
+        "sbrb",
+    );
+}
+
+fn main_plugin_then_sbr_passes_check(plugin: &str, mut first: Value, prefix: &str) {
     require_root!();
-    for b in ["ptp", "host-local", "sbr", "cnitool"] {
+    for b in [plugin, "host-local", "sbr", "cnitool"] {
         our_binary(b);
     }
-    let leases = TempDir::new("sbrp-unused");
-    let net = json!({"cniVersion": "1.0.0", "name": "sbr-ptp", "plugins": [
-        {"type": "ptp", "ipMasq": false,
-         "ipam": {"type": "host-local", "dataDir": leases.path(),
-                  "ranges": [[{"subnet": "10.65.0.0/24"}], [{"subnet": "fd65::/64"}]],
-                  "routes": [{"dst": "0.0.0.0/0"}, {"dst": "10.166.0.0/16", "gw": "10.65.0.1"}]}},
-        {"type": "sbr"}
-    ]});
-    let p = pod("sbrp", our_bin_dir(), &[net]);
+    let leases = TempDir::new(&format!("{prefix}-unused"));
+    first["ipam"] = json!({"type": "host-local", "dataDir": leases.path(),
+              "ranges": [[{"subnet": "10.65.0.0/24"}], [{"subnet": "fd65::/64"}]],
+              "routes": [{"dst": "0.0.0.0/0"}, {"dst": "10.166.0.0/16", "gw": "10.65.0.1"}]});
+    let net =
+        json!({"cniVersion": "1.0.0", "name": "sbr-ptp", "plugins": [first, {"type": "sbr"}]});
+    let p = pod(prefix, our_bin_dir(), &[net]);
     let r = p.add("sbr-ptp", "eth0");
     let t100 = p
         .pod

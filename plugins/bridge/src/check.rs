@@ -5,11 +5,11 @@ use attach::errors::kernel;
 use attach::ipam;
 use ipnetwork::IpNetwork;
 use libcni::error::CniError;
-use libcni::result::CniResult;
+use libcni::result::{CniResult, IpConfig};
 use libcni::skel::CmdArgs;
 use netkit::netfilter::ipmasq;
 use netkit::netfilter::spoofcheck::SpoofChecker;
-use netkit::{Family, Netns, Socket};
+use netkit::{Link, Netns, Socket};
 
 use crate::config::NetConf;
 
@@ -122,7 +122,7 @@ pub fn check(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
         )));
     }
 
-    check_addressing(&mut cont, cont_link.index, &args.ifname, &prev, cont_pos)?;
+    check_addressing(&mut cont, &cont_link, &prev, cont_pos)?;
 
     if conf.ip_masq && !prev.ips.is_empty() {
         let addrs: Vec<IpNetwork> = prev.ips.iter().map(|i| i.address).collect();
@@ -155,51 +155,21 @@ pub fn check(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
     Ok(())
 }
 
+/// prevResult's addresses of the container interface and its routes, as every main plugin
+/// checks them (attach): in the main table, or where sbr moved them, so a chain with sbr after
+/// bridge passes CHECK.
 fn check_addressing(
     cont: &mut Socket,
-    index: u32,
-    ifname: &str,
+    link: &Link,
     prev: &CniResult,
     cont_pos: usize,
 ) -> Result<(), CniError> {
-    let addrs = cont.addresses(Some(index), Family::Any).map_err(kernel)?;
-    let routes = cont
-        .routes(Family::Any, Some(netkit::route::TABLE_MAIN))
-        .map_err(kernel)?;
-    for ip in prev
+    let ips: Vec<IpConfig> = prev
         .ips
         .iter()
         .filter(|i| i.interface.is_none_or(|n| n == cont_pos))
-    {
-        if !addrs.iter().any(|a| a.address == ip.address) {
-            return Err(fail(format!(
-                "Failed to match addr {} on interface {ifname}",
-                ip.address
-            )));
-        }
-        let prefix =
-            IpNetwork::new(ip.address.network(), ip.address.prefix()).unwrap_or(ip.address);
-        if !routes
-            .iter()
-            .any(|r| r.dst_network() == prefix && r.oif == Some(index))
-        {
-            return Err(fail(format!(
-                "Failed to find route for {} on interface {ifname}",
-                ip.address
-            )));
-        }
-    }
-    for r in &prev.routes {
-        let dst = IpNetwork::new(r.dst.network(), r.dst.prefix()).unwrap_or(r.dst);
-        let found = routes
-            .iter()
-            .any(|k| k.dst_network() == dst && (r.gw.is_none() || k.gateway == r.gw));
-        if !found {
-            return Err(fail(format!(
-                "Failed to find route {} via {:?} in the container",
-                r.dst, r.gw
-            )));
-        }
-    }
-    Ok(())
+        .cloned()
+        .collect();
+    attach::check::interface_ips(cont, link, &ips)?;
+    attach::check::routes(cont, &prev.routes, &ips)
 }
