@@ -129,46 +129,9 @@ pub enum Invocation {
     Version,
 }
 
-/// Whether a flag is a switch (`--once`) or takes a value; `None` for an unknown flag.
-fn kind(flag: &str) -> Option<bool> {
-    const SWITCHES: &[&str] = &["--once", "--ip-masq"];
-    const VALUED: &[&str] = &[
-        "--etcd-endpoints",
-        "--etcd-prefix",
-        "--etcd-cafile",
-        "--etcd-certfile",
-        "--etcd-keyfile",
-        "--etcd-username",
-        "--etcd-password",
-        "--public-ip",
-        "--public-ipv6",
-        "--iface",
-        "--subnet-file",
-        "--cni-conf-template",
-        "--cni-conf-dir",
-        "--state-dir",
-        "--vxlan-bin",
-        "--vxlan-lock-file",
-        "--subnet-lease-ttl",
-        "--subnet-lease-renew-margin",
-        "--resync-interval",
-        "--startup-timeout",
-        "--healthz-ip",
-        "--healthz-port",
-        "--metrics-port",
-        "--v",
-    ];
-    if SWITCHES.contains(&flag) {
-        Some(true)
-    } else if VALUED.contains(&flag) {
-        Some(false)
-    } else {
-        None
-    }
-}
-
-/// Every flag that may come from the environment (all but `--once`, which no daemon wants).
-const ENV_FLAGS: &[&str] = &[
+/// The flags that are switches, and those that take a value.
+const SWITCHES: &[&str] = &["--once", "--ip-masq"];
+const VALUED: &[&str] = &[
     "--etcd-endpoints",
     "--etcd-prefix",
     "--etcd-cafile",
@@ -180,7 +143,6 @@ const ENV_FLAGS: &[&str] = &[
     "--public-ipv6",
     "--iface",
     "--subnet-file",
-    "--ip-masq",
     "--cni-conf-template",
     "--cni-conf-dir",
     "--state-dir",
@@ -195,6 +157,17 @@ const ENV_FLAGS: &[&str] = &[
     "--metrics-port",
     "--v",
 ];
+
+/// Whether a flag is a switch (`--once`) or takes a value; `None` for an unknown flag.
+fn kind(flag: &str) -> Option<bool> {
+    if SWITCHES.contains(&flag) {
+        Some(true)
+    } else if VALUED.contains(&flag) {
+        Some(false)
+    } else {
+        None
+    }
+}
 
 /// `--etcd-endpoints` -> `FLANNELD_ETCD_ENDPOINTS`.
 pub fn env_name(flag: &str) -> String {
@@ -260,7 +233,8 @@ pub fn parse_with_env(
         }
     }
     let mut from_env = Vec::new();
-    for flag in ENV_FLAGS {
+    // Every flag may come from the environment but `--once`, which no daemon wants.
+    for flag in SWITCHES.iter().chain(VALUED).filter(|f| **f != "--once") {
         if given.iter().any(|(f, _)| f == flag) {
             continue;
         }
