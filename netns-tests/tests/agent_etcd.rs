@@ -1418,9 +1418,14 @@ fn agent_ip_masq_masquerades_only_traffic_leaving_the_cluster() {
         "tables left without --ip-masq:\n{}",
         plain.log()
     );
-    assert!(plain
-        .subnet_env()
-        .is_some_and(|e| e.contains("FLANNEL_IPMASQ=false")));
+    // subnet.env is written after the masquerade pass: wait for it, not just for the tables.
+    assert!(
+        wait_until(CONVERGE, || plain
+            .subnet_env()
+            .is_some_and(|e| e.contains("FLANNEL_IPMASQ=false"))),
+        "subnet.env still says FLANNEL_IPMASQ=true:\n{}",
+        plain.log()
+    );
     assert!(
         !ping(&pods[2].ns, &out4),
         "reached the outside without masquerade"
