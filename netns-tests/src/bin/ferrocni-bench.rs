@@ -1225,11 +1225,12 @@ fn latency(o: &Opts, l: &mut Latency) {
     let floor_plain = del_floor(o, "plain", PLAIN_CHAIN, "{}", &lab.pods, false);
     for (metric, floor) in [("chain DEL", floor_chain), ("plain DEL", floor_plain)] {
         if let Some((ours, _)) = l.figure(metric) {
+            let plugin = plugin_time(ours, l.startup);
             report(
-                &format!("{metric}: ours vs the kernel's floor"),
-                ms(ours),
+                &format!("{metric}: ours (plugin time) vs the kernel's floor"),
+                ms(plugin),
                 ms(floor),
-                format!("{:.2}", ours.as_secs_f64() / floor.as_secs_f64().max(1e-9)),
+                format!("{:.2}", plugin.as_secs_f64() / floor.as_secs_f64().max(1e-9)),
             );
             l.floors.push((metric, floor, ours));
         }
@@ -1378,13 +1379,18 @@ impl Goals {
             );
         }
         for (metric, floor, ours) in &l.floors {
-            let r = ours.as_secs_f64() / floor.as_secs_f64().max(1e-9);
+            // The floor is the kernel's work alone, so it is compared with plugin time (the
+            // figure minus cnitool's start-up), as the speed-up goals are.
+            let plugin = plugin_time(*ours, l.startup);
+            let r = plugin.as_secs_f64() / floor.as_secs_f64().max(1e-9);
             println!(
-                "{} {metric} ≤ {FLOOR_GOAL}x the kernel's floor (its link deletions as bare netlink requests): {:.2}x ({} vs {})",
+                "{} {metric} ≤ {FLOOR_GOAL}x the kernel's floor (its link deletions as bare netlink requests), in plugin time: {:.2}x ({} vs {}; figure {}, cnitool start-up {})",
                 verdict(r <= FLOOR_GOAL),
                 r,
+                ms(plugin),
+                ms(*floor),
                 ms(*ours),
-                ms(*floor)
+                ms(l.startup)
             );
         }
     }
