@@ -34,6 +34,68 @@ fn remove_tree_if_exists(dir: &Path) -> std::io::Result<()> {
 /// 0600. No fsync: callers that need durability across power loss are not served by this
 /// (kernel state does not survive it either).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(parent)?;
+    }
+    if write_new(path, bytes)? {
+        return Ok(());
+    }
+    replace(path, bytes)
+}
+
+/// A file that does not exist yet (a result cached by ADD, the usual case) is written as an
+/// unnamed inode (`O_TMPFILE`) and then linked under its name, which fails if the name exists:
+/// a reader sees the whole file or none, and a writer killed before the link leaves nothing.
+/// This costs one inode, where the temporary directory costs two more (making and removing a
+/// directory is most of a small write's work on ext4). Returns false when `path` exists or
+/// the filesystem cannot do this, for [`replace`] to do it.
+fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<bool> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::io::AsRawFd;
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let mut file = match fs::OpenOptions::new()
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_TMPFILE)
+        .open(dir)
+    {
+        Ok(f) => f,
+        // EOPNOTSUPP / EISDIR / EINVAL: no O_TMPFILE on this filesystem or kernel.
+        Err(_) => return Ok(false),
+    };
+    file.write_all(bytes)?;
+    let (Ok(from), Ok(to)) = (
+        std::ffi::CString::new(format!("/proc/self/fd/{}", file.as_raw_fd())),
+        std::ffi::CString::new(path.as_os_str().as_bytes()),
+    ) else {
+        return Ok(false);
+    };
+    // SAFETY: two NUL-terminated paths we own; linkat does not keep them.
+    let rc = unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    };
+    if rc == 0 {
+        return Ok(true);
+    }
+    // EEXIST: the file exists (replace it); ENOENT: no /proc; anything else: the slow path
+    // reports it if it is real.
+    Ok(false)
+}
+
+/// Replaces `path` through a temporary file in `.<name>.tmp.d/` and a rename.
+fn replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let temps = temp_dir_of(path);
     fs::DirBuilder::new()
@@ -103,6 +165,17 @@ mod tests {
         assert!(read_bounded(&path, 2).is_err());
         let leftovers: Vec<_> = fs::read_dir(path.parent().unwrap()).unwrap().collect();
         assert_eq!(leftovers.len(), 1, "no temporary file is left behind");
+        // A new file takes the unnamed-inode path: mode 0600, whole content, nothing beside it.
+        let fresh = path.with_file_name("b:eth0");
+        write_atomic(&fresh, b"new").unwrap();
+        assert_eq!(fs::read(&fresh).unwrap(), b"new");
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            fs::metadata(&fresh).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(fs::read_dir(path.parent().unwrap()).unwrap().count(), 2);
+        remove_if_exists(&fresh).unwrap();
         // A writer killed before its rename leaves a temporary: the next removal takes it.
         let temps = temp_dir_of(&path);
         fs::create_dir_all(&temps).unwrap();

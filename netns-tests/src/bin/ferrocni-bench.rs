@@ -1230,7 +1230,10 @@ fn latency(o: &Opts, l: &mut Latency) {
                 &format!("{metric}: ours (plugin time) vs the kernel's floor"),
                 ms(plugin),
                 ms(floor),
-                format!("{:.2}", plugin.as_secs_f64() / floor.as_secs_f64().max(1e-9)),
+                format!(
+                    "{:.2}",
+                    plugin.as_secs_f64() / floor.as_secs_f64().max(1e-9)
+                ),
             );
             l.floors.push((metric, floor, ours));
         }
