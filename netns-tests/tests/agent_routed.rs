@@ -152,6 +152,9 @@ struct Agent {
     ns: String,
     dir: PathBuf,
     ip: String,
+    ip6: String,
+    /// Whether the network is dual-stack (the agent then gets `--public-ipv6`).
+    dual: bool,
     child: Option<Child>,
 }
 
@@ -163,6 +166,8 @@ impl Agent {
             ns: node.ns.name().to_string(),
             dir,
             ip: node.ip.clone(),
+            ip6: node.ip6.clone(),
+            dual: false,
             child: None,
         }
     }
@@ -178,8 +183,8 @@ impl Agent {
             .append(true)
             .open(self.dir.join("agent.log"))
             .unwrap();
-        let child = Command::new("ip")
-            .args(["netns", "exec", &self.ns])
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.ns])
             .arg(our_binary("ferrocni-agent"))
             .arg(format!(
                 "--etcd-endpoints=http://{}:2379",
@@ -195,7 +200,11 @@ impl Agent {
             .arg("--subnet-lease-ttl=60")
             .arg("--resync-interval=3")
             // flanneld's variable: each node its own key file.
-            .env("WIREGUARD_KEY_FILE", self.key_file())
+            .env("WIREGUARD_KEY_FILE", self.key_file());
+        if self.dual {
+            cmd.arg(format!("--public-ipv6={}", self.ip6));
+        }
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -416,6 +425,7 @@ impl Cluster {
         let mut nodes: Vec<Node> = (1..=3).map(|i| underlay.add_node(i)).collect();
         let mut agents: Vec<Agent> = nodes.iter().map(|n| Agent::new(n, &files)).collect();
         for a in &mut agents {
+            a.dual = config.contains(r#""EnableIPv6":true"#);
             a.start();
         }
         let subnets: Vec<String> = agents.iter().map(Agent::wait_for_subnet).collect();
@@ -860,4 +870,185 @@ fn ipip_cluster_on_etcd() {
 
     c.assert_restart_keeps_lease();
     c.remove_node3(|n, subnet| !n.route_dsts("flannel.ipip").iter().any(|d| d == subnet));
+}
+
+/// ipip with `DirectRouting`: the nodes share the underlay's subnet, so each peer is reached by
+/// a plain route through the underlay interface (as flanneld does) and nothing is encapsulated.
+#[test]
+fn ipip_direct_routing_on_etcd() {
+    require_root!();
+    if !have_tools() {
+        return;
+    }
+    require_driver!(kernel_has("ipip"), "ipip driver");
+    let mut c = Cluster::start(
+        "ipipdr",
+        r#"{"Network":"10.244.0.0/16","SubnetMin":"10.244.1.0","SubnetMax":"10.244.20.0","Backend":{"Type":"ipip","DirectRouting":true}}"#,
+    );
+    for j in [1, 2] {
+        let routes = c.nodes[0].routes(&[&c.subnets[j]]);
+        assert!(
+            routes
+                .iter()
+                .any(|r| r["gateway"] == c.nodes[j].ip.as_str() && r["dev"] == "eth0"),
+            "node 1 has no direct route to {}: {routes:?}",
+            c.subnets[j]
+        );
+        assert!(
+            !c.nodes[0]
+                .route_dsts("flannel.ipip")
+                .iter()
+                .any(|d| d == &c.subnets[j]),
+            "{} also routed through the tunnel",
+            c.subnets[j]
+        );
+    }
+    c.assert_full_mesh();
+    c.assert_source_preserved();
+
+    // On the underlay: the pods' own packets, never IP-in-IP.
+    let (pod0, pod1) = (&c.pods[0], &c.pods[1]);
+    let seen = capture(&c.underlay.ns, || {
+        for _ in 0..3 {
+            ping(&pod0.ns, &pod1.ip);
+        }
+    });
+    assert!(
+        !seen.iter().any(|(_, _, proto, ..)| *proto == 4),
+        "IP-in-IP on the underlay with DirectRouting"
+    );
+    assert!(
+        seen.iter()
+            .any(|(s, d, ..)| s.to_string() == pod0.ip && d.to_string() == pod1.ip),
+        "pod 1's packets were not seen routed directly on the underlay"
+    );
+
+    c.remove_node3(|n, subnet| !n.routes(&[subnet]).iter().any(|r| r["dev"] == "eth0"));
+}
+
+/// `ping -6` once from `from` to `ip`, retried until CONVERGE.
+fn assert_ping6(from: &Netns, ip: &str) {
+    assert!(
+        wait_until(CONVERGE, || from
+            .exec(&["ping", "-6", "-c", "1", "-W", "1", ip])
+            .status
+            .success()),
+        "{} cannot reach {ip} over IPv6",
+        from.name()
+    );
+}
+
+/// Received bytes of `dev` in `node`.
+fn rx_bytes(node: &Node, dev: &str) -> u64 {
+    let v = node
+        .ns
+        .exec_json(&["ip", "-j", "-s", "link", "show", "dev", dev]);
+    v[0]["stats64"]["rx"]["bytes"].as_u64().unwrap_or(0)
+}
+
+/// A dual-stack network on the wireguard backend in its default mode (`separate`): each node
+/// has `flannel-wg` for IPv4 and `flannel-wg-v6` (port 51821, peers at their IPv6 underlay
+/// addresses) for IPv6, and pods reach each other over both families.
+#[test]
+fn wireguard_dual_stack_on_etcd() {
+    require_root!();
+    if !have_tools() {
+        return;
+    }
+    require_driver!(kernel_has("wireguard"), "wireguard driver");
+    let c = Cluster::start(
+        "wg6",
+        r#"{"Network":"10.244.0.0/16","SubnetMin":"10.244.1.0","SubnetMax":"10.244.20.0","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"wireguard"}}"#,
+    );
+    // Each node's IPv6 pod subnet (from subnet.env), its gateway on cni0 and one pod address.
+    let mut v6 = Vec::new();
+    for (i, a) in c.agents.iter().enumerate() {
+        let first = a
+            .env_value("FLANNEL_IPV6_SUBNET")
+            .unwrap_or_else(|| panic!("node {} has no FLANNEL_IPV6_SUBNET:\n{}", i + 1, a.log()));
+        let (gw, len) = first.split_once('/').expect("a CIDR");
+        let gw: std::net::Ipv6Addr = gw.parse().expect("an IPv6 address");
+        let pod = std::net::Ipv6Addr::from(u128::from(gw) + 1);
+        let subnet = std::net::Ipv6Addr::from(u128::from(gw) - 1);
+        c.nodes[i].ns.exec_ok(&[
+            "ip",
+            "-6",
+            "addr",
+            "add",
+            &format!("{gw}/{len}"),
+            "dev",
+            "cni0",
+            "nodad",
+        ]);
+        let ns = &c.pods[i].ns;
+        ns.exec_ok(&[
+            "ip",
+            "-6",
+            "addr",
+            "add",
+            &format!("{pod}/{len}"),
+            "dev",
+            "eth0",
+            "nodad",
+        ]);
+        ns.exec_ok(&[
+            "ip",
+            "-6",
+            "route",
+            "add",
+            "default",
+            "via",
+            &gw.to_string(),
+        ]);
+        // A dual-stack lease's key names both subnets.
+        let key = format!("{}&{subnet}-{len}", lease_key(&c.subnets[i]));
+        let value = c.etcd.get(&key).expect("lease");
+        assert!(
+            value.contains(&format!(r#""PublicIPv6":"{}""#, c.nodes[i].ip6))
+                && value.contains(r#""BackendV6Data":{"PublicKey":"#),
+            "node {}'s lease: {value}",
+            i + 1
+        );
+        v6.push((format!("{subnet}/{len}"), pod.to_string()));
+    }
+    for (i, node) in c.nodes.iter().enumerate() {
+        let dev = wg_device(node, "flannel-wg-v6").expect("flannel-wg-v6");
+        assert_eq!(dev.listen_port, 51821);
+        assert_eq!(dev.peers.len(), 2, "{:?}", dev.peers);
+        for (j, other) in c.nodes.iter().enumerate() {
+            if i == j {
+                continue;
+            }
+            let want: std::net::SocketAddr = format!("[{}]:51821", other.ip6).parse().unwrap();
+            let peer = dev
+                .peers
+                .iter()
+                .find(|p| p.endpoint == Some(want))
+                .unwrap_or_else(|| panic!("node {} has no IPv6 peer at {want}", i + 1));
+            assert_eq!(
+                peer.allowed_ips,
+                vec![v6[j].0.parse::<netkit::ipnetwork::IpNetwork>().unwrap()]
+            );
+        }
+        assert_eq!(
+            wg_device(node, "flannel-wg")
+                .expect("flannel-wg")
+                .peers
+                .len(),
+            2
+        );
+    }
+    c.assert_full_mesh();
+    let before = rx_bytes(&c.nodes[1], "flannel-wg-v6");
+    for (i, from) in c.pods.iter().enumerate() {
+        for (j, (_, to)) in v6.iter().enumerate() {
+            if i != j {
+                assert_ping6(&from.ns, to);
+            }
+        }
+    }
+    assert!(
+        rx_bytes(&c.nodes[1], "flannel-wg-v6") > before,
+        "IPv6 pod traffic did not come in through flannel-wg-v6"
+    );
 }
