@@ -108,7 +108,7 @@ mod tests {
             (PtpError::NoFreeVethName, 999, "failed to find a free veth name"),
             (
                 PtpError::Forwarding {
-                    source: netkit::Error::kernel("failed to set sysctl", libc_eio()),
+                    source: netkit::Error::kernel("failed to set sysctl", 5) /* EIO */,
                 },
                 999,
                 "Could not enable IP forwarding: failed to set sysctl: Input/output error (os error 5)",
@@ -142,9 +142,5 @@ mod tests {
             let c = CniError::from(e);
             assert_eq!((c.code, c.msg.as_str()), (code, text));
         }
-    }
-
-    fn libc_eio() -> i32 {
-        5
     }
 }
