@@ -4,7 +4,7 @@
 //! proven without the driver is: the link request our binary sends is byte for byte the one
 //! iproute2 sends for the same link (both captured with strace), a failed ADD is a spec error
 //! that leaves nothing, and DEL works whatever is left. (The ADD flow above the kernel runs in
-//! the plugin's unit tests with a stand-in link.)
+//! the plugin's unit tests, on netkit's fake kernel.)
 
 mod main_support;
 

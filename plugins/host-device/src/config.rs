@@ -5,11 +5,11 @@
 use std::path::Path;
 
 use attach::conf::{self, IpamRef};
-use libcni::error::CniError;
 use libcni::result::Dns;
 use libcni::skel::CmdArgs;
 use serde::Deserialize;
 
+use crate::error::HostDeviceError;
 use crate::find::{self, Sysfs};
 
 /// Where the original state of each moved device is kept.
@@ -65,9 +65,9 @@ pub struct NetConf {
 
 /// The config for DEL, GC and STATUS, which must work when the device is gone: a runtime
 /// device ID that sysfs does not know is taken as a PCI address.
-pub fn load_lenient(args: &CmdArgs) -> Result<NetConf, CniError> {
+pub fn load_lenient(args: &CmdArgs) -> Result<NetConf, HostDeviceError> {
     match load(args, &Sysfs::system()) {
-        Err(e) if e.msg.ends_with("not found or unsupported") => {
+        Err(HostDeviceError::DeviceIdNotFound { .. }) => {
             let raw: RawConf = args.decode_config().map_err(conf::decode_error)?;
             let id = raw.runtime_config.map(|r| r.device_id).unwrap_or_default();
             build(
@@ -84,7 +84,7 @@ pub fn load_lenient(args: &CmdArgs) -> Result<NetConf, CniError> {
 }
 
 /// Parses the config; only PCI and auxiliary IDs are checked against sysfs.
-pub fn load(args: &CmdArgs, sysfs: &Sysfs) -> Result<NetConf, CniError> {
+pub fn load(args: &CmdArgs, sysfs: &Sysfs) -> Result<NetConf, HostDeviceError> {
     let raw: RawConf = args.decode_config().map_err(conf::decode_error)?;
     let device_id = raw.runtime_config.map(|r| r.device_id).unwrap_or_default();
     let selector = if !device_id.is_empty() {
@@ -94,12 +94,9 @@ pub fn load(args: &CmdArgs, sysfs: &Sysfs) -> Result<NetConf, CniError> {
         conf::ifname("device", &raw.device)?;
         Selector::Name(raw.device)
     } else if !raw.hwaddr.is_empty() {
-        let mac = netkit::link::parse_mac(&raw.hwaddr).map_err(|_| {
-            CniError::internal(format!(
-                "failed to find host device: failed to parse MAC address {:?}: {}",
-                raw.hwaddr,
-                conf::go_mac_error(&raw.hwaddr)
-            ))
+        let mac = netkit::link::parse_mac(&raw.hwaddr).map_err(|_| HostDeviceError::BadMac {
+            reason: conf::go_mac_error(&raw.hwaddr),
+            hwaddr: raw.hwaddr.clone(),
         })?;
         Selector::Mac(mac)
     } else if !raw.kernelpath.is_empty() {
@@ -109,9 +106,7 @@ pub fn load(args: &CmdArgs, sysfs: &Sysfs) -> Result<NetConf, CniError> {
         find::check_bus_id(&raw.pci_bus_id)?;
         Selector::Pci(raw.pci_bus_id)
     } else {
-        return Err(CniError::internal(
-            "specify either \"device\", \"hwaddr\", \"kernelpath\" or \"pciBusID\"",
-        ));
+        return Err(HostDeviceError::NoSelector);
     };
     let dpdk = match &selector {
         Selector::Pci(addr) => find::has_dpdk_driver(sysfs, addr)?,
@@ -127,16 +122,14 @@ fn build(
     data_dir: String,
     selector: Selector,
     dpdk: bool,
-) -> Result<NetConf, CniError> {
+) -> Result<NetConf, HostDeviceError> {
     let data_dir = if data_dir.is_empty() {
         DEFAULT_DATA_DIR.to_string()
     } else {
         data_dir
     };
     if !Path::new(&data_dir).is_absolute() {
-        return Err(CniError::internal(format!(
-            "dataDir {data_dir:?} must be an absolute path"
-        )));
+        return Err(HostDeviceError::RelativeDataDir { data_dir });
     }
     Ok(NetConf {
         network: args.network_name.clone(),
@@ -151,6 +144,7 @@ fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use libcni::error::CniError;
     use serde_json::{json, Value};
 
     fn load_json(v: Value) -> Result<NetConf, CniError> {
@@ -158,6 +152,7 @@ mod tests {
             &attach::testing::cmd_args(v, ""),
             &Sysfs::at("/nonexistent-sysfs"),
         )
+        .map_err(CniError::from)
     }
 
     #[test]

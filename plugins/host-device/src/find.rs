@@ -4,11 +4,10 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use attach::errors::kernel;
-use libcni::error::CniError;
-use netkit::{Link, Socket};
+use netkit::{Link, Netlink};
 
 use crate::config::Selector;
+use crate::error::{HostDeviceError, NotFound};
 
 /// Drivers that take a PCI network device away from the kernel (DPDK).
 const USERSPACE_DRIVERS: &[&str] = &["vfio-pci", "uio_pci_generic", "igb_uio"];
@@ -35,20 +34,16 @@ impl Sysfs {
     }
 }
 
-fn invalid(msg: impl Into<String>) -> CniError {
-    CniError::internal(msg)
-}
-
 /// A bus device ID is one path component (no `/`, not `.` or `..`).
-pub fn check_bus_id(id: &str) -> Result<(), CniError> {
+pub fn check_bus_id(id: &str) -> Result<(), HostDeviceError> {
     if id.is_empty() || id == "." || id == ".." || id.contains('/') || id.contains('\0') {
-        return Err(invalid(format!("invalid PCI address {id:?}")));
+        return Err(HostDeviceError::BadBusId { id: id.to_string() });
     }
     Ok(())
 }
 
 /// `kernelpath` must be an absolute path under /sys/devices without `..`.
-pub fn check_kernel_path(path: &str) -> Result<(), CniError> {
+pub fn check_kernel_path(path: &str) -> Result<(), HostDeviceError> {
     let p = Path::new(path);
     let ok = p.is_absolute()
         && path.starts_with("/sys/devices/")
@@ -56,29 +51,27 @@ pub fn check_kernel_path(path: &str) -> Result<(), CniError> {
     if ok {
         Ok(())
     } else {
-        Err(invalid(format!(
-            "kernel device path {path:?} must be absolute and begin with /sys/devices/"
-        )))
+        Err(HostDeviceError::BadKernelPath {
+            path: path.to_string(),
+        })
     }
 }
 
 /// `runtimeConfig.deviceID`: a PCI address when such a PCI device exists, else an auxiliary
 /// device when that exists.
-pub fn device_id_selector(sysfs: &Sysfs, id: &str) -> Result<Selector, CniError> {
+pub fn device_id_selector(sysfs: &Sysfs, id: &str) -> Result<Selector, HostDeviceError> {
     check_bus_id(id)?;
     if sysfs.pci(id).exists() {
         Ok(Selector::Pci(id.to_string()))
     } else if sysfs.auxiliary(id).exists() {
         Ok(Selector::Auxiliary(id.to_string()))
     } else {
-        Err(invalid(format!(
-            "runtime config DeviceID {id} not found or unsupported"
-        )))
+        Err(HostDeviceError::DeviceIdNotFound { id: id.to_string() })
     }
 }
 
 /// Whether the PCI device is bound to a userspace driver. A device without a driver is not.
-pub fn has_dpdk_driver(sysfs: &Sysfs, addr: &str) -> Result<bool, CniError> {
+pub fn has_dpdk_driver(sysfs: &Sysfs, addr: &str) -> Result<bool, HostDeviceError> {
     let link = sysfs.pci(addr).join("driver");
     match std::fs::read_link(&link) {
         Ok(target) => Ok(target
@@ -86,10 +79,7 @@ pub fn has_dpdk_driver(sysfs: &Sysfs, addr: &str) -> Result<bool, CniError> {
             .and_then(|n| n.to_str())
             .is_some_and(|n| USERSPACE_DRIVERS.contains(&n))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(CniError::io(format!(
-            "error with host device: {}: {e}",
-            link.display()
-        ))),
+        Err(source) => Err(HostDeviceError::DriverLink { path: link, source }),
     }
 }
 
@@ -106,41 +96,39 @@ fn net_dir_names(dir: &Path) -> Option<Vec<String>> {
 }
 
 /// The host interface the selector names.
-pub fn host_link(sock: &mut Socket, sysfs: &Sysfs, selector: &Selector) -> Result<Link, CniError> {
-    let fail = |why: String| CniError::internal(format!("failed to find host device: {why}"));
-    let first_in = |sock: &mut Socket, dir: &Path| -> Result<Link, CniError> {
+pub fn host_link<S: Netlink>(
+    sock: &mut S,
+    sysfs: &Sysfs,
+    selector: &Selector,
+) -> Result<Link, HostDeviceError> {
+    let first_in = |sock: &mut S, dir: &Path| -> Result<Link, HostDeviceError> {
         let names = net_dir_names(dir).ok_or_else(|| {
-            fail(format!(
-                "failed to find network devices at {:?}",
-                dir.display()
-            ))
+            HostDeviceError::NotFound(NotFound::NoNetDir {
+                dir: dir.to_path_buf(),
+            })
         })?;
         for name in names {
-            if let Some(link) = sock.find_link(&name).map_err(kernel)? {
+            if let Some(link) = sock.find_link(&name)? {
                 return Ok(link);
             }
         }
-        Err(fail(format!(
-            "no interface of this netns in {}",
-            dir.display()
-        )))
+        Err(HostDeviceError::NotFound(NotFound::NoInterfaceIn {
+            dir: dir.to_path_buf(),
+        }))
     };
     match selector {
-        // Go's netlink words a missing link "Link not found"; operators match on it.
         Selector::Name(name) => sock.link_by_name(name).map_err(|e| {
-            if e.is_not_found() {
-                fail("Link not found".into())
+            HostDeviceError::NotFound(if e.is_not_found() {
+                NotFound::Link
             } else {
-                fail(e.to_string())
-            }
+                NotFound::Lookup(e)
+            })
         }),
         Selector::Mac(mac) => sock
-            .links()
-            .map_err(kernel)?
+            .links()?
             .into_iter()
             .find(|l| l.mac == mac)
-            // The reference's words when no interface has the MAC.
-            .ok_or_else(|| fail("failed to find physical interface".into())),
+            .ok_or(HostDeviceError::NotFound(NotFound::Mac)),
         Selector::KernelPath(path) => first_in(sock, &Path::new(path).join("net")),
         Selector::Pci(addr) => {
             let dev = sysfs.pci(addr);
@@ -157,8 +145,9 @@ pub fn host_link(sock: &mut Socket, sysfs: &Sysfs, selector: &Selector) -> Resul
                     dirs.sort();
                     dirs.into_iter().next()
                 });
-                net = virtio
-                    .ok_or_else(|| fail(format!("no net directory under pci device {addr}")))?;
+                net = virtio.ok_or_else(|| {
+                    HostDeviceError::NotFound(NotFound::NoPciNetDir { addr: addr.clone() })
+                })?;
             }
             first_in(sock, &net)
         }

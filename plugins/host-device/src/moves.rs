@@ -4,9 +4,9 @@
 //! does not stop the move. A name clash on either side never strands the device: each
 //! half-done move is undone.
 
-use attach::errors::{kernel, kernel_ctx};
-use libcni::error::CniError;
-use netkit::{Link, Netns, Socket};
+use netkit::{Link, Netlink};
+
+use crate::error::HostDeviceError;
 
 /// The name a device carries while it crosses between namespaces, as the reference names it
 /// (`temp_<ifindex>`): neither its host name nor `CNI_IFNAME` can clash on the other side.
@@ -16,20 +16,23 @@ pub fn temp_name(index: u32) -> String {
 
 /// Moves `dev` (a host link) into `netns` as `ifname`, up. It crosses under a temporary name,
 /// so a container link that already has the device's host name is no obstacle.
-pub fn move_in(
-    host: &mut Socket,
-    host_ns: &Netns,
-    cont: &mut Socket,
-    netns: &Netns,
+pub fn move_in<S: Netlink>(
+    host: &mut S,
+    host_ns: &S::Ns,
+    cont: &mut S,
+    netns: &S::Ns,
     dev: &Link,
     ifname: &str,
-) -> Result<Link, CniError> {
+) -> Result<Link, HostDeviceError> {
     // Devices can be renamed only when down.
     host.set_link_down(dev.index)
-        .map_err(|e| kernel_ctx(e, format!("failed to set {:?} down", dev.name)))?;
+        .map_err(|source| HostDeviceError::SetDown {
+            name: dev.name.clone(),
+            source,
+        })?;
     // Undo on the host: the original name back (it may still be under the temporary one), up
     // as it was.
-    let restore_on_host = |host: &mut Socket| {
+    let restore_on_host = |host: &mut S| {
         if let Ok(Some(l)) = host.find_link(&temp_name(dev.index)) {
             let _ = host.set_link_name(l.index, &dev.name);
         }
@@ -40,35 +43,22 @@ pub fn move_in(
         }
     };
     let tmp = temp_name(dev.index);
-    if let Err(e) = host.set_link_name(dev.index, &tmp) {
+    if let Err(source) = host.set_link_name(dev.index, &tmp) {
         restore_on_host(host);
-        return Err(kernel_ctx(
-            e,
-            format!(
-                "failed to rename device {:?} to temporary name {tmp:?}",
-                dev.name
-            ),
-        ));
+        return Err(HostDeviceError::RenameToTemp {
+            name: dev.name.clone(),
+            temp: tmp,
+            source,
+        });
     }
-    if let Err(e) = host.move_link(dev.index, netns) {
+    if let Err(source) = host.move_link(dev.index, netns) {
         restore_on_host(host);
-        return Err(kernel_ctx(
-            e,
-            format!("failed to move {tmp:?} to container ns"),
-        ));
+        return Err(HostDeviceError::MoveIn { temp: tmp, source });
     }
-    // The kernel keeps the index when it is free in the target netns; look up by name anyway.
-    let moved = match cont.link_by_name(&tmp) {
-        Ok(l) => l,
-        Err(e) => return Err(kernel_ctx(e, format!("failed to find {tmp:?}"))),
-    };
-    let renamed = cont
-        .set_link_alias(moved.index, &dev.name)
-        .and_then(|_| cont.set_link_name(moved.index, ifname));
-    if let Err(e) = renamed {
-        // Back to the host (under the temporary name, which cannot clash there) and then
-        // under its own name.
-        if cont.move_link(moved.index, host_ns).is_ok() {
+    // Back to the host (under the temporary name, which cannot clash there) and then under
+    // its own name, up as it was.
+    let back_to_host = |cont: &mut S, host: &mut S, index: u32| {
+        if cont.move_link(index, host_ns).is_ok() {
             if let Ok(back) = host.link_by_name(&tmp) {
                 let _ = host.set_link_name(back.index, &dev.name);
                 if dev.is_up() {
@@ -76,14 +66,36 @@ pub fn move_in(
                 }
             }
         }
-        return Err(kernel_ctx(
-            e,
-            format!("failed to rename device {tmp:?} to {ifname:?}"),
-        ));
+    };
+    // The kernel keeps the index when it is free in the target netns; look up by name anyway.
+    let moved = match cont.link_by_name(&tmp) {
+        Ok(l) => l,
+        Err(source) => {
+            let index = match cont.find_link(&tmp) {
+                Ok(Some(l)) => l.index,
+                _ => dev.index,
+            };
+            back_to_host(cont, host, index);
+            return Err(HostDeviceError::FindMoved { temp: tmp, source });
+        }
+    };
+    let renamed = cont
+        .set_link_alias(moved.index, &dev.name)
+        .and_then(|_| cont.set_link_name(moved.index, ifname));
+    if let Err(source) = renamed {
+        back_to_host(cont, host, moved.index);
+        return Err(HostDeviceError::RenameInContainer {
+            temp: tmp,
+            ifname: ifname.to_string(),
+            source,
+        });
     }
     cont.set_link_up(moved.index)
-        .map_err(|e| kernel_ctx(e, format!("failed to set {ifname:?} up")))?;
-    cont.link_by_name(ifname).map_err(kernel)
+        .map_err(|source| HostDeviceError::SetUp {
+            name: ifname.to_string(),
+            source,
+        })?;
+    Ok(cont.link_by_name(ifname)?)
 }
 
 /// Moves `ifname` out of the container back to the host as `original`, through the temporary
@@ -91,25 +103,28 @@ pub fn move_in(
 /// or is not the device (its alias, set by the move in, names another device or none). When
 /// the host already has a link named `original`, the device goes back into the container as
 /// `ifname` (up as it was) and the error says so: DEL can be retried once the name is free.
-pub fn move_out(
-    cont: &mut Socket,
-    netns: &Netns,
-    host: &mut Socket,
-    host_ns: &Netns,
+pub fn move_out<S: Netlink>(
+    cont: &mut S,
+    netns: &S::Ns,
+    host: &mut S,
+    host_ns: &S::Ns,
     ifname: &str,
     original: &str,
-) -> Result<bool, CniError> {
-    let Some(dev) = cont.find_link(ifname).map_err(kernel)? else {
+) -> Result<bool, HostDeviceError> {
+    let Some(dev) = cont.find_link(ifname)? else {
         return Ok(false);
     };
     if dev.alias.as_deref() != Some(original) {
         return Ok(false);
     }
     cont.set_link_down(dev.index)
-        .map_err(|e| kernel_ctx(e, format!("failed to set {ifname:?} down")))?;
+        .map_err(|source| HostDeviceError::SetDown {
+            name: ifname.to_string(),
+            source,
+        })?;
     let tmp = temp_name(dev.index);
     // Undo: the device back as `ifname`, up as it was, so DEL can be retried.
-    let back_in_container = |cont: &mut Socket| {
+    let back_in_container = |cont: &mut S| {
         if let Ok(Some(l)) = cont.find_link(&tmp) {
             let _ = cont.set_link_name(l.index, ifname);
         }
@@ -119,31 +134,33 @@ pub fn move_out(
             }
         }
     };
-    if let Err(e) = cont.set_link_name(dev.index, &tmp) {
+    if let Err(source) = cont.set_link_name(dev.index, &tmp) {
         back_in_container(cont);
-        return Err(kernel_ctx(
-            e,
-            format!("failed to rename device {ifname:?} to temporary name {tmp:?}"),
-        ));
+        return Err(HostDeviceError::RenameToTemp {
+            name: ifname.to_string(),
+            temp: tmp,
+            source,
+        });
     }
-    if let Err(e) = cont.move_link(dev.index, host_ns) {
+    if let Err(source) = cont.move_link(dev.index, host_ns) {
         back_in_container(cont);
-        return Err(kernel_ctx(
-            e,
-            format!("failed to move {tmp:?} to host netns"),
-        ));
+        return Err(HostDeviceError::MoveOut { temp: tmp, source });
     }
     let in_host = host
         .link_by_name(&tmp)
-        .map_err(|e| kernel_ctx(e, format!("failed to find {tmp:?} in host namespace")))?;
-    if let Err(e) = host.set_link_name(in_host.index, original) {
+        .map_err(|source| HostDeviceError::FindOnHost {
+            temp: tmp.clone(),
+            source,
+        })?;
+    if let Err(source) = host.set_link_name(in_host.index, original) {
         if host.move_link(in_host.index, netns).is_ok() {
             back_in_container(cont);
         }
-        return Err(kernel_ctx(
-            e,
-            format!("failed to restore {tmp:?} to original name {original:?}"),
-        ));
+        return Err(HostDeviceError::RestoreName {
+            name: tmp,
+            original: original.to_string(),
+            source,
+        });
     }
     Ok(true)
 }
@@ -152,8 +169,8 @@ pub fn move_out(
 /// ADD put it back), or renamed (the kernel returns physical devices when their netns is
 /// destroyed, under another name when their container name is taken) and then found by its
 /// alias, the original name, and renamed back. `Ok(false)` when there is none.
-pub fn recover(host: &mut Socket, original: &str) -> Result<bool, CniError> {
-    let links = host.links().map_err(kernel)?;
+pub fn recover<S: Netlink>(host: &mut S, original: &str) -> Result<bool, HostDeviceError> {
+    let links = host.links()?;
     if links.iter().any(|l| l.name == original) {
         return Ok(true);
     }
@@ -163,15 +180,12 @@ pub fn recover(host: &mut Socket, original: &str) -> Result<bool, CniError> {
     else {
         return Ok(false);
     };
-    host.set_link_down(dev.index).map_err(kernel)?;
-    host.set_link_name(dev.index, original).map_err(|e| {
-        kernel_ctx(
-            e,
-            format!(
-                "failed to restore {:?} to original name {original:?}",
-                dev.name
-            ),
-        )
-    })?;
+    host.set_link_down(dev.index)?;
+    host.set_link_name(dev.index, original)
+        .map_err(|source| HostDeviceError::RestoreName {
+            name: dev.name.clone(),
+            original: original.to_string(),
+            source,
+        })?;
     Ok(true)
 }

@@ -5,14 +5,14 @@
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use attach::errors::kernel;
 use ipnetwork::IpNetwork;
-use libcni::error::CniError;
 use libcni::statefile;
 use netkit::packet_route::address::{AddressFlags, AddressScope};
 use netkit::packet_route::route::{RouteProtocol, RouteScope, RouteType};
-use netkit::{AddressOptions, Family, Link, Route, Socket};
+use netkit::{AddressOptions, Family, Link, Netlink, Route};
 use serde::{Deserialize, Serialize};
+
+use crate::error::HostDeviceError;
 
 /// Larger files are not ours.
 const MAX_BACKUP_BYTES: u64 = 1 << 20;
@@ -59,18 +59,20 @@ pub fn path(data_dir: &str, container_id: &str, ifname: &str) -> PathBuf {
 /// What a move would lose: global addresses (IPv6 ones only when permanent: SLAAC and
 /// DHCPv6 ones come back by themselves) and the routes through the device that are neither
 /// the kernel's nor learnt from router advertisements.
-pub fn capture(sock: &mut Socket, dev: &Link, owner: Owner) -> Result<Backup, CniError> {
+pub fn capture<S: Netlink>(
+    sock: &mut S,
+    dev: &Link,
+    owner: Owner,
+) -> Result<Backup, HostDeviceError> {
     let addresses = sock
-        .addresses(Some(dev.index), Family::Any)
-        .map_err(kernel)?
+        .addresses(Some(dev.index), Family::Any)?
         .into_iter()
         .filter(|a| a.scope == AddressScope::Universe)
         .filter(|a| a.address.is_ipv4() || a.flags.contains(AddressFlags::Permanent))
         .map(|a| a.address)
         .collect();
     let routes = sock
-        .routes(Family::Any, None)
-        .map_err(kernel)?
+        .routes(Family::Any, None)?
         .into_iter()
         .filter(|r| r.oif == Some(dev.index) && r.table_id() != netkit::route::TABLE_LOCAL)
         .filter(|r| !matches!(r.protocol, Some(RouteProtocol::Kernel | RouteProtocol::Ra)))
@@ -99,15 +101,15 @@ fn is_v6_link_local(n: &IpNetwork) -> bool {
     matches!(n.ip(), IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80)
 }
 
-pub fn save(file: &Path, backup: &Backup) -> Result<(), CniError> {
-    let bytes = serde_json::to_vec(backup)
-        .map_err(|e| CniError::internal(format!("failed to encode {}: {e}", file.display())))?;
-    statefile::write_atomic(file, &bytes).map_err(|e| {
-        CniError::io(format!(
-            "failed to save the state of {}: {}: {e}",
-            backup.device,
-            file.display()
-        ))
+pub fn save(file: &Path, backup: &Backup) -> Result<(), HostDeviceError> {
+    let bytes = serde_json::to_vec(backup).map_err(|source| HostDeviceError::EncodeState {
+        file: file.to_path_buf(),
+        source,
+    })?;
+    statefile::write_atomic(file, &bytes).map_err(|source| HostDeviceError::SaveState {
+        device: backup.device.clone(),
+        file: file.to_path_buf(),
+        source,
     })
 }
 
@@ -117,16 +119,18 @@ pub fn load(file: &Path) -> Option<Backup> {
     serde_json::from_slice(&bytes).ok()
 }
 
-pub fn remove(file: &Path) -> Result<(), CniError> {
-    statefile::remove_if_exists(file)
-        .map_err(|e| CniError::io(format!("failed to remove {}: {e}", file.display())))
+pub fn remove(file: &Path) -> Result<(), HostDeviceError> {
+    statefile::remove_if_exists(file).map_err(|source| HostDeviceError::RemoveState {
+        file: file.to_path_buf(),
+        source,
+    })
 }
 
 /// Puts back alias, addresses, up state and routes on the device now named `backup.device`.
 /// Best effort: what the kernel refuses is reported on stderr, since the device itself is
 /// back and a retried DEL could do no better.
-pub fn restore(sock: &mut Socket, backup: &Backup) -> Result<(), CniError> {
-    let dev = sock.link_by_name(&backup.device).map_err(kernel)?;
+pub fn restore<S: Netlink>(sock: &mut S, backup: &Backup) -> Result<(), HostDeviceError> {
+    let dev = sock.link_by_name(&backup.device)?;
     let warn =
         |what: String, e: netkit::Error| eprintln!("host-device: could not restore {what}: {e}");
     match &backup.alias {

@@ -2,11 +2,12 @@
 //! `flag`, ours).
 
 use attach::conf::{self, IpamRef};
-use libcni::error::CniError;
 use libcni::result::{CniResult, Dns};
 use libcni::skel::{CmdArgs, Command};
 use netkit::packet_route::link::{IpVlanFlags, IpVlanMode};
 use serde::Deserialize;
+
+use crate::error::IpvlanError;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -43,26 +44,26 @@ pub struct NetConf {
 }
 
 /// The reference's mode names ("" is l2).
-pub fn mode_from_str(s: &str) -> Result<IpVlanMode, CniError> {
+pub fn mode_from_str(s: &str) -> Result<IpVlanMode, IpvlanError> {
     match s {
         "" | "l2" => Ok(IpVlanMode::L2),
         "l3" => Ok(IpVlanMode::L3),
         "l3s" => Ok(IpVlanMode::L3S),
-        other => Err(CniError::internal(format!(
-            "unknown ipvlan mode: {other:?}"
-        ))),
+        other => Err(IpvlanError::UnknownMode {
+            mode: other.to_string(),
+        }),
     }
 }
 
 /// The kernel's ipvlan flags, as `ip link` names them ("" is bridge).
-pub fn flag_from_str(s: &str) -> Result<IpVlanFlags, CniError> {
+pub fn flag_from_str(s: &str) -> Result<IpVlanFlags, IpvlanError> {
     match s {
         "" | "bridge" => Ok(IpVlanFlags::empty()),
         "private" => Ok(IpVlanFlags::Private),
         "vepa" => Ok(IpVlanFlags::Vepa),
-        other => Err(CniError::internal(format!(
-            "unknown ipvlan flag: {other:?} (bridge, private or vepa)"
-        ))),
+        other => Err(IpvlanError::UnknownFlag {
+            flag: other.to_string(),
+        }),
     }
 }
 
@@ -76,7 +77,7 @@ pub fn flag_name(f: IpVlanFlags) -> &'static str {
     }
 }
 
-pub fn load(args: &CmdArgs) -> Result<NetConf, CniError> {
+pub fn load(args: &CmdArgs) -> Result<NetConf, IpvlanError> {
     let raw: RawConf = args.decode_config().map_err(conf::decode_error)?;
     let prev = args
         .prev_result()
@@ -87,11 +88,7 @@ pub fn load(args: &CmdArgs) -> Result<NetConf, CniError> {
             // Chained after a plugin that made the master: it is prevResult's only interface.
             match p.interfaces.as_slice() {
                 [only] if !only.name.is_empty() => master = only.name.clone(),
-                _ => {
-                    return Err(CniError::internal(
-                        "chained master failure. PrevResult lacks a single named interface",
-                    ))
-                }
+                _ => return Err(IpvlanError::ChainedMaster),
             }
         }
     }
@@ -114,10 +111,11 @@ pub fn load(args: &CmdArgs) -> Result<NetConf, CniError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use libcni::error::CniError;
     use serde_json::{json, Value};
 
     fn load_json(v: Value) -> Result<NetConf, CniError> {
-        load(&attach::testing::cmd_args(v, ""))
+        load(&attach::testing::cmd_args(v, "")).map_err(CniError::from)
     }
 
     #[test]

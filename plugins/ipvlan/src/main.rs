@@ -1,74 +1,93 @@
 //! The `ipvlan` CNI plugin: an ipvlan link (l2, l3 or l3s; bridge, private or vepa) on a host
 //! interface (the master), renamed to `CNI_IFNAME` inside the container, addressed by IPAM or,
 //! when chained without IPAM, with prevResult's IPs.
+//!
+//! ADD, DEL and CHECK are generic over netkit's kernel seam and attach's IPAM; the binary runs
+//! them on the live kernel and the executed IPAM plugin.
 
 mod config;
+mod error;
 
-use attach::errors::kernel;
-use attach::rollback::{self, Rollback};
-use attach::{check, configure, ipam, link};
+use attach::ipam::{ExecIpam, Ipam};
+use attach::rollback::Rollback;
+use attach::{check, configure, link};
 use libcni::error::CniError;
 use libcni::result::CniResult;
 use libcni::skel::{CmdArgs, Plugin};
 use netkit::link_kinds::{ipvlan_message, ipvlan_mode, IpvlanSpec, NewLinkBase};
-use netkit::packet_route::link::LinkMessage;
-use netkit::{Link, Socket};
+use netkit::{Kernel, Link, LiveKernel, Netlink};
 
 use config::NetConf;
+use error::IpvlanError;
 
 struct Ipvlan;
 
 /// The master, looked up where it lives, with the MTU checked against it.
-fn master(conf: &NetConf, host: &mut Socket, cont: &mut Socket) -> Result<Link, CniError> {
-    link::master_checked(
+fn master<S: Netlink>(conf: &NetConf, host: &mut S, cont: &mut S) -> Result<Link, IpvlanError> {
+    Ok(link::master_checked(
         host,
         cont,
         conf.link_in_container,
         &conf.master,
         conf.requested_mtu,
-    )
+    )?)
 }
 
-/// ADD with the link request built by `message` (the ipvlan request; tests on a kernel without
-/// the ipvlan driver pass a stand-in kind to exercise everything else).
-fn add_with(
+/// ADD, undone when it fails.
+fn add<K: Kernel, I: Ipam>(
+    kernel: &K,
+    ipam: &I,
     args: &CmdArgs,
     conf: &NetConf,
-    message: &dyn Fn(NewLinkBase<'_>) -> LinkMessage,
-) -> Result<CniResult, CniError> {
-    rollback::guarded("ipvlan", |rb| {
-        let r = add_steps(args, conf, message, rb)?;
+) -> Result<CniResult, IpvlanError> {
+    let mut rb = Rollback::default();
+    let outcome = add_steps(kernel, ipam, args, conf, &mut rb).and_then(|r| {
+        // An ADD whose result cannot be printed in the request's version must not stay.
         r.to_value(&args.cni_version)?;
         Ok(r)
-    })
+    });
+    match outcome {
+        Ok(r) => {
+            rb.disarm();
+            Ok(r)
+        }
+        Err(e) => {
+            rb.run("ipvlan");
+            Err(e)
+        }
+    }
 }
 
-fn add_steps(
+fn add_steps<K: Kernel, I: Ipam>(
+    kernel: &K,
+    ipam: &I,
     args: &CmdArgs,
     conf: &NetConf,
-    message: &dyn Fn(NewLinkBase<'_>) -> LinkMessage,
     rb: &mut Rollback,
-) -> Result<CniResult, CniError> {
-    let mut host = Socket::new().map_err(kernel)?;
-    let (netns, mut cont) = link::open_netns(&args.netns)?;
+) -> Result<CniResult, IpvlanError> {
+    let mut host = kernel.socket()?;
+    let (netns, mut cont) = link::open_netns_with(kernel, &args.netns)?;
     let parent = master(conf, &mut host, &mut cont)?;
     let mut make_link = |rb: &mut Rollback| {
         let created = link::create_renamed(&mut cont, &args.ifname, "ipvlan", |cont, tmp| {
-            let base = NewLinkBase {
-                name: tmp,
-                parent: Some(parent.index),
-                netns: (!conf.link_in_container).then_some(&netns),
-                mtu: conf.mtu,
-                mac: None,
+            let spec = IpvlanSpec {
+                base: NewLinkBase {
+                    name: tmp,
+                    parent: Some(parent.index),
+                    netns: None,
+                    mtu: conf.mtu,
+                    mac: None,
+                },
+                mode: conf.mode,
+                flags: conf.flags,
             };
-            let sock = if conf.link_in_container {
-                cont
+            if conf.link_in_container {
+                cont.add_link(ipvlan_message(&spec), None)
             } else {
-                &mut host
-            };
-            sock.create_link(message(base))
+                host.add_link(ipvlan_message(&spec), Some(&netns))
+            }
         })?;
-        link::undo_delete(rb, &netns, &args.ifname);
+        link::undo_delete_with(kernel, rb, &args.netns, &args.ifname);
         Ok(created)
     };
 
@@ -80,56 +99,80 @@ fn add_steps(
         .filter(|p| conf.ipam_type.is_empty() && !p.ips.is_empty());
     let (created, mut result) = match chained {
         Some(prev) => (make_link(rb)?, prev.clone()),
-        None => ipam::add_alongside(args, &conf.ipam_type, 0, rb, make_link)?,
+        None => ipam.add_alongside(args, &conf.ipam_type, 0, rb, make_link)?,
     };
     for ip in &mut result.ips {
         ip.interface = Some(0);
     }
     result.cni_version = libcni::version::CURRENT.to_string();
     result.interfaces = vec![link::container_interface(&created, &args.netns)];
-    configure::announce_addresses(&netns, &args.ifname, true);
-    configure::configure_iface(&netns, &mut cont, &args.ifname, &result)?;
+    configure::announce_addresses_with(kernel, &netns, &args.ifname, true);
+    configure::configure_iface_with(kernel, &netns, &mut cont, &args.ifname, &result)?;
     result.dns = conf.dns.clone();
     Ok(result)
 }
 
+/// DEL: the container link and the lease, whatever is already gone.
+fn del<K: Kernel, I: Ipam>(
+    kernel: &K,
+    ipam: &I,
+    args: &CmdArgs,
+    conf: &NetConf,
+) -> Result<(), IpvlanError> {
+    Ok(link::del_with_ipam_with(
+        kernel,
+        ipam,
+        args,
+        &conf.ipam_type,
+        "ipvlan",
+    )?)
+}
+
+/// CHECK: the attachment, with the container link an ipvlan in the configured mode on its
+/// master. CHECK's prevResult holds this plugin's own result (or a chain's), whose interface
+/// is the ipvlan itself, not a master: without a configured master, `load` leaves it empty
+/// and CHECK goes by the link's parent.
+fn check<K: Kernel, I: Ipam>(
+    kernel: &K,
+    ipam: &I,
+    args: &CmdArgs,
+    conf: &NetConf,
+) -> Result<(), IpvlanError> {
+    check::attachment_with(
+        kernel,
+        ipam,
+        args,
+        &conf.ipam_type,
+        "Required prevResult missing",
+        |cont, l, _| {
+            check_master(kernel, conf, cont, l)?;
+            Ok(check_kind(l, conf)?)
+        },
+    )?;
+    Ok(())
+}
+
 impl Plugin for Ipvlan {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
-        let conf = config::load(args)?;
-        let (mode, flags) = (conf.mode, conf.flags);
-        add_with(args, &conf, &|base| {
-            ipvlan_message(&IpvlanSpec { base, mode, flags })
-        })
+        Ok(add(&LiveKernel, &ExecIpam, args, &config::load(args)?)?)
     }
 
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
-        link::del_with_ipam(args, &config::load(args)?.ipam_type, "ipvlan")
+        Ok(del(&LiveKernel, &ExecIpam, args, &config::load(args)?)?)
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
-        // CHECK's prevResult holds this plugin's own result (or a chain's), whose interface is
-        // the ipvlan itself, not a master: without a configured master, `load` leaves it
-        // empty and CHECK goes by the link's parent.
-        let conf = config::load(args)?;
-        check::attachment(
-            args,
-            &conf.ipam_type,
-            "Required prevResult missing",
-            |cont, l, _| {
-                check_master(&conf, cont, l)?;
-                check_kind(l, &conf)
-            },
-        )
+        Ok(check(&LiveKernel, &ExecIpam, args, &config::load(args)?)?)
     }
 
     fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = config::load(args)?;
-        ipam::call_if_set(args, &conf.ipam_type, "GC")
+        ExecIpam.call_if_set(args, &conf.ipam_type, "GC")
     }
 
     fn status(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = config::load(args)?;
-        ipam::call_if_set(args, &conf.ipam_type, "STATUS")?;
+        ExecIpam.call_if_set(args, &conf.ipam_type, "STATUS")?;
         link::master_status("ipvlan", conf.link_in_container, &conf.master)
     }
 }
@@ -138,54 +181,60 @@ impl Plugin for Ipvlan {
 /// and be `l`'s parent. Without `master`, ADD took the previous plugin's interface or the
 /// default route's, neither of which CHECK can know (its prevResult is ipvlan's own): the
 /// parent the kernel records for `l` must still exist.
-fn check_master(conf: &NetConf, cont: &mut Socket, l: &Link) -> Result<(), CniError> {
-    let mut host = Socket::new().map_err(kernel)?;
+fn check_master<K: Kernel>(
+    kernel: &K,
+    conf: &NetConf,
+    cont: &mut K::Socket,
+    l: &Link,
+) -> Result<(), CniError> {
+    let mut host = kernel.socket()?;
     if !conf.master.is_empty() {
         let m = master(conf, &mut host, cont)?;
         if l.link.is_some_and(|parent| parent != m.index) {
-            return Err(CniError::internal(format!(
-                "Container interface {} is not on master {:?}",
-                l.name, conf.master
-            )));
+            return Err(IpvlanError::NotOnMaster {
+                name: l.name.clone(),
+                master: conf.master.clone(),
+            }
+            .into());
         }
         return Ok(());
     }
-    let parent = l.link.ok_or_else(|| {
-        CniError::internal(format!("Container interface {} has no master", l.name))
+    let parent = l.link.ok_or_else(|| IpvlanError::NoMaster {
+        name: l.name.clone(),
     })?;
     let sock = if conf.link_in_container {
         cont
     } else {
         &mut host
     };
-    sock.link_by_index(parent).map(|_| ()).map_err(|e| {
-        CniError::internal(format!(
-            "failed to lookup master of {} (ifindex {parent}): {e}",
-            l.name
-        ))
+    sock.link_by_index(parent).map(|_| ()).map_err(|source| {
+        IpvlanError::MasterLookup {
+            name: l.name.clone(),
+            index: parent,
+            source,
+        }
+        .into()
     })
 }
 
 /// The container link is an ipvlan in the configured mode and flag.
-fn check_kind(l: &Link, conf: &NetConf) -> Result<(), CniError> {
+fn check_kind(l: &Link, conf: &NetConf) -> Result<(), IpvlanError> {
     let Some((mode, flags)) = ipvlan_mode(l) else {
-        return Err(CniError::internal(format!(
-            "Error: Container interface {} not of type ipvlan",
-            l.name
-        )));
+        return Err(IpvlanError::NotIpvlan {
+            name: l.name.clone(),
+        });
     };
     if mode != conf.mode {
-        return Err(CniError::internal(format!(
-            "Container IPVlan mode {mode} does not match expected value: {}",
-            conf.mode
-        )));
+        return Err(IpvlanError::ModeMismatch {
+            found: mode,
+            expected: conf.mode,
+        });
     }
     if flags != conf.flags {
-        return Err(CniError::internal(format!(
-            "Container IPVlan flag {} does not match expected value: {}",
-            config::flag_name(flags),
-            config::flag_name(conf.flags)
-        )));
+        return Err(IpvlanError::FlagMismatch {
+            found: config::flag_name(flags),
+            expected: config::flag_name(conf.flags),
+        });
     }
     Ok(())
 }
@@ -196,138 +245,284 @@ fn main() {
 
 #[cfg(test)]
 mod tests {
-    //! The ADD flow above the kernel on a kernel without the ipvlan driver: the same code with
-    //! a macvlan standing in for the ipvlan request (whose bytes `netkit::link_kinds` checks
-    //! against iproute2's), in throw-away namespaces, with a scripted IPAM.
+    //! ADD, DEL and CHECK on netkit's fake kernel, with an in-process IPAM: the order of
+    //! operations, the rollback of a failure at every step, an idempotent DEL, CHECK with and
+    //! without `master`, the master inside the container.
     use super::*;
-    use attach::testing::{cmd_args_in, fake_ipam, ipam_calls};
-    use netkit::link_kinds::{macvlan_message, MacvlanSpec};
-    use netkit::packet_route::link::{IpVlanFlags, IpVlanMode, MacVlanMode};
-    use netns_tests::{require_root, Netns, TempDir};
-    use serde_json::json;
+    use attach::testing::{args_in, every_failure_rolls_back, ops, with_prev_result, FakeIpam};
+    use netkit::fake::{FakeKernel, HOST};
+    use netkit::packet_route::link::{IpVlanFlags, IpVlanMode};
+    use serde_json::{json, Value};
 
-    fn stand_in(base: NewLinkBase<'_>) -> LinkMessage {
-        macvlan_message(&MacvlanSpec {
-            base,
-            mode: MacVlanMode::Bridge,
-            bc_queue_len: None,
-        })
+    const POD: &str = "/run/netns/pod";
+
+    fn config(extra: Value) -> Value {
+        let mut c = json!({"cniVersion": "1.0.0", "name": "n", "type": "ipvlan",
+            "master": "eth0", "ipam": {"type": "fake-ipam"}});
+        for (k, v) in extra.as_object().into_iter().flatten() {
+            c[k] = v.clone();
+        }
+        c
     }
 
-    fn host_with_uplink() -> Netns {
-        let host = Netns::new("iv-ut-h");
-        host.exec_ok(&[
-            "ip", "link", "add", "up0", "type", "veth", "peer", "name", "up1",
-        ]);
-        host.exec_ok(&["ip", "link", "set", "up0", "up"]);
-        host
+    /// A host with eth0 (MTU 1500) behind a default route and eth1, a pod netns.
+    fn setup() -> (FakeKernel, FakeIpam) {
+        let kernel = FakeKernel::new();
+        let eth0 = kernel.setup_link(HOST, "eth0", None, 1500);
+        kernel.setup_link(HOST, "eth1", None, 1500);
+        kernel.setup_address(HOST, eth0, "192.168.1.10/24".parse().unwrap());
+        kernel.setup_route(
+            HOST,
+            netkit::Route::new("0.0.0.0/0".parse().unwrap())
+                .via("192.168.1.1".parse().unwrap())
+                .dev(eth0),
+        );
+        kernel.add_netns(POD);
+        let ipam = FakeIpam::new(
+            &kernel,
+            json!({"cniVersion": "1.0.0",
+                "ips": [{"address": "10.1.0.5/24", "gateway": "10.1.0.1"}],
+                "routes": [{"dst": "10.8.0.0/16"}]}),
+        );
+        (kernel, ipam)
     }
 
-    fn enter(ns: &Netns) -> netkit::NetnsGuard {
-        netkit::Netns::open(ns.path()).unwrap().enter().unwrap()
+    fn args(config: Value) -> CmdArgs {
+        args_in(POD, config)
     }
 
-    const IPAM_RESULT: &str = r#"{"cniVersion":"1.0.0","ips":[{"address":"10.7.0.5/24","gateway":"10.7.0.1"}],"routes":[{"dst":"10.8.0.0/16"}],"dns":{"nameservers":["10.7.0.53"]}}"#;
+    fn run_add(kernel: &FakeKernel, ipam: &FakeIpam, config: Value) -> Result<CniResult, CniError> {
+        let a = args(config);
+        Ok(add(kernel, ipam, &a, &config::load(&a)?)?)
+    }
+
+    fn run_del(kernel: &FakeKernel, ipam: &FakeIpam, a: &CmdArgs) -> Result<(), CniError> {
+        Ok(del(kernel, ipam, a, &config::load(a)?)?)
+    }
+
+    fn run_check(kernel: &FakeKernel, ipam: &FakeIpam, a: &CmdArgs) -> Result<(), CniError> {
+        let a = CmdArgs {
+            command: libcni::skel::Command::Check,
+            ..a.clone()
+        };
+        Ok(check(kernel, ipam, &a, &config::load(&a)?)?)
+    }
+
+    /// An earlier plugin's net0 in the pod, and a config chained after it without IPAM.
+    fn chained(kernel: &FakeKernel) -> Value {
+        kernel.setup_link(POD, "net0", Some("veth"), 1500);
+        chained_config()
+    }
+
+    fn chained_config() -> Value {
+        let prev = json!({"cniVersion": "1.0.0",
+            "interfaces": [{"name": "net0", "sandbox": POD}],
+            "ips": [{"address": "10.9.0.4/24", "interface": 0}]});
+        json!({"cniVersion": "1.0.0", "name": "n", "type": "ipvlan",
+            "linkInContainer": true, "prevResult": prev})
+    }
 
     #[test]
-    fn add_with_ipam_configures_the_link_and_returns_the_reference_shape() {
-        require_root!();
-        let host = host_with_uplink();
-        let pod = Netns::new("iv-ut-p");
-        let dir = TempDir::new("iv-ut-ipam");
-        let path = fake_ipam(dir.path(), &serde_json::from_str(IPAM_RESULT).unwrap());
-        let config = json!({"cniVersion": "1.0.0", "name": "n", "type": "ipvlan", "master": "up0",
-            "mode": "l3", "dns": {"search": ["x.test"]}, "ipam": {"type": "fake-ipam"}});
-        let args = cmd_args_in(pod.path(), &path, config);
-        let conf = config::load(&args).unwrap();
+    fn add_creates_renames_addresses_then_routes() {
+        let (kernel, ipam) = setup();
+        kernel.reset();
+        let r = run_add(
+            &kernel,
+            &ipam,
+            config(json!({"mode": "l3", "mtu": 1400, "dns": {"search": ["x.test"]}})),
+        )
+        .unwrap();
         assert_eq!(
-            (conf.mode, conf.flags),
-            (IpVlanMode::L3, IpVlanFlags::empty())
+            ops(&kernel),
+            [
+                "host: socket",
+                "open netns /run/netns/pod",
+                "/run/netns/pod: socket",
+                "host: link get eth0",
+                "host: link add veth* link #2 mtu 1400 netns /run/netns/pod type ipvlan",
+                "/run/netns/pod: link get veth*",
+                "/run/netns/pod: link set veth* name net1",
+                "/run/netns/pod: link get net1",
+                "ipam ADD fake-ipam ctr1 net1",
+                "/run/netns/pod: sysctl -w net/ipv4/conf/net1/arp_notify=1",
+                "/run/netns/pod: sysctl -w net/ipv6/conf/net1/ndisc_notify=1",
+                "/run/netns/pod: link get net1",
+                "/run/netns/pod: addr add 10.1.0.5/24 dev net1",
+                "/run/netns/pod: link set net1 up",
+                "/run/netns/pod: route add 10.8.0.0/16 via 10.1.0.1 dev net1 table 254",
+            ]
         );
-        let guard = enter(&host);
-        let r = add_with(&args, &conf, &stand_in).unwrap();
-        drop(guard);
-        let v = r.to_value("1.0.0").unwrap();
+        let net1 = kernel.link(POD, "net1").unwrap();
         assert_eq!(
-            v,
+            (net1.kind.as_deref(), net1.mtu, net1.up, net1.parent),
+            (Some("ipvlan"), 1400, true, Some(2))
+        );
+        assert_eq!(
+            r.to_value("1.0.0").unwrap(),
             json!({"cniVersion": "1.0.0",
-                "interfaces": [{"name": "net1", "mac": r.interfaces[0].mac, "sandbox": args.netns}],
-                "ips": [{"interface": 0, "address": "10.7.0.5/24", "gateway": "10.7.0.1"}],
+                "interfaces": [{"name": "net1", "mac": r.interfaces[0].mac, "sandbox": POD}],
+                "ips": [{"interface": 0, "address": "10.1.0.5/24", "gateway": "10.1.0.1"}],
                 "routes": [{"dst": "10.8.0.0/16"}],
                 "dns": {"search": ["x.test"]}})
         );
-        assert_eq!(pod.addresses("net1"), ["10.7.0.5/24"]);
+        assert_eq!(ipam.leases(), ["ctr1/net1"]);
+    }
+
+    #[test]
+    fn a_failure_at_any_step_of_add_leaves_nothing() {
+        for chain in [false, true] {
+            let setup = move || {
+                let (kernel, ipam) = setup();
+                if chain {
+                    chained(&kernel);
+                }
+                (kernel, ipam)
+            };
+            let steps = every_failure_rolls_back(
+                setup,
+                |k, i| {
+                    let c = if chain {
+                        chained_config()
+                    } else {
+                        config(json!({"mode": "l2", "flag": "private"}))
+                    };
+                    run_add(k, i, c)
+                },
+                // Gratuitous ARP and NDISC notifications are best effort, as in the reference.
+                |op| op.contains("_notify="),
+            );
+            assert!(steps.len() >= 8, "{steps:#?}");
+            for s in steps.iter().filter(|s| !s.op.contains("_notify=")) {
+                let e = s.error.as_ref().unwrap();
+                assert!(e.msg.contains("injected"), "{}: {}", s.op, e.msg);
+            }
+        }
+    }
+
+    #[test]
+    fn chained_without_ipam_uses_prev_result_ips_on_the_master_in_the_container() {
+        let (kernel, ipam) = setup();
+        let c = chained(&kernel);
+        let net0 = kernel.link(POD, "net0").unwrap();
+        kernel.reset();
+        let r = run_add(&kernel, &ipam, c).unwrap();
+        let log = ops(&kernel);
+        assert_eq!(log[3], "/run/netns/pod: link get net0");
+        assert_eq!(
+            log[4],
+            format!(
+                "/run/netns/pod: link add veth* link #{} type ipvlan",
+                net0.index
+            )
+        );
+        assert!(!log.iter().any(|op| op.starts_with("ipam")), "{log:#?}");
+        let net1 = kernel.link(POD, "net1").unwrap();
+        assert_eq!(net1.parent, Some(net0.index));
+        assert_eq!(
+            (
+                r.interfaces.len(),
+                r.interfaces[0].name.as_str(),
+                r.ips[0].interface
+            ),
+            (1, "net1", Some(0))
+        );
+        let pod = kernel.namespace(POD);
         assert!(pod
-            .exec_ok(&["ip", "route"])
-            .contains("10.8.0.0/16 via 10.7.0.1 dev net1"));
-        assert_eq!(
-            pod.exec_ok(&["sysctl", "-n", "net.ipv4.conf.net1.arp_notify"])
-                .trim(),
-            "1"
-        );
-        assert_eq!(ipam_calls(dir.path()), ["ADD ctr1 net1"]);
+            .addresses
+            .contains(&(net1.index, "10.9.0.4/24".parse().unwrap())));
     }
 
     #[test]
-    fn chained_without_ipam_uses_prev_result_ips_on_the_prev_result_master() {
-        require_root!();
-        let host = Netns::new("iv-ut-ch");
-        let pod = Netns::new("iv-ut-cp");
-        // An earlier plugin left net0 in the pod; ipvlan goes on top of it (linkInContainer).
-        host.exec_ok(&[
-            "ip", "link", "add", "net0", "type", "veth", "peer", "name", "peer0",
-        ]);
-        host.exec_ok(&["ip", "link", "set", "net0", "netns", pod.name()]);
-        pod.exec_ok(&["ip", "link", "set", "net0", "up"]);
-        let prev = json!({"cniVersion": "1.0.0",
-            "interfaces": [{"name": "net0", "sandbox": pod.path_str()}],
-            "ips": [{"address": "10.9.0.4/24", "interface": 0}]});
-        let config = json!({"cniVersion": "1.0.0", "name": "n", "type": "ipvlan",
-            "linkInContainer": true, "prevResult": prev});
-        let args = cmd_args_in(pod.path(), "/nonexistent", config);
-        let conf = config::load(&args).unwrap();
-        assert_eq!(conf.master, "net0");
-        let guard = enter(&host);
-        let r = add_with(&args, &conf, &stand_in).unwrap();
-        drop(guard);
-        assert_eq!(r.interfaces.len(), 1);
+    fn add_refuses_an_mtu_above_the_masters_and_a_missing_master() {
+        let (kernel, ipam) = setup();
+        let before = kernel.state();
+        let e = run_add(&kernel, &ipam, config(json!({"mtu": 9000}))).unwrap_err();
         assert_eq!(
-            (r.interfaces[0].name.as_str(), r.ips[0].interface),
-            ("net1", Some(0))
+            (e.code, e.msg.as_str()),
+            (999, "invalid MTU 9000, must be [0, master MTU(1500)]")
         );
-        assert_eq!(pod.addresses("net1"), ["10.9.0.4/24"]);
+        let e = run_add(&kernel, &ipam, config(json!({"master": "nosuch0"}))).unwrap_err();
+        assert_eq!(e.msg, "failed to lookup master \"nosuch0\": Link not found");
+        assert_eq!(kernel.state(), before);
+        assert!(ipam.leases().is_empty());
     }
 
     #[test]
-    fn failed_add_deletes_the_link_and_releases_the_lease() {
-        require_root!();
-        let host = host_with_uplink();
-        let pod = Netns::new("iv-ut-rb");
-        let dir = TempDir::new("iv-ut-rb-ipam");
-        // A route IPAM returns that the kernel refuses (its gateway is unreachable).
-        let result = json!({"cniVersion": "1.0.0", "ips": [{"address": "10.7.0.5/24"}],
-            "routes": [{"dst": "10.8.0.0/16", "gw": "192.0.2.1"}]});
-        let path = fake_ipam(dir.path(), &result);
-        let config = json!({"cniVersion": "1.0.0", "name": "n", "type": "ipvlan", "master": "up0",
-            "ipam": {"type": "fake-ipam"}});
-        let args = cmd_args_in(pod.path(), &path, config);
-        let conf = config::load(&args).unwrap();
-        let guard = enter(&host);
-        let e = add_with(&args, &conf, &stand_in).unwrap_err();
-        drop(guard);
-        assert!(
-            e.msg
-                .contains("failed to add route '10.8.0.0/16 via 192.0.2.1 dev net1'"),
-            "{}",
-            e.msg
-        );
-        assert_eq!(ipam_calls(dir.path()), ["ADD ctr1 net1", "DEL ctr1 net1"]);
-        assert!(pod.link("net1").is_none());
+    fn del_is_idempotent_and_reports_an_ipam_failure() {
+        let (kernel, ipam) = setup();
+        let before = kernel.state();
+        let conf = config(json!({}));
+        let r = run_add(&kernel, &ipam, conf.clone()).unwrap();
+        let a = with_prev_result(args(conf), &r);
+        kernel.reset();
+        run_del(&kernel, &ipam, &a).unwrap();
         assert_eq!(
-            pod.exec_ok(&["ip", "-o", "link"]).lines().count(),
-            1,
-            "only lo is left"
+            ops(&kernel),
+            [
+                "ipam DEL fake-ipam ctr1 net1",
+                "open netns /run/netns/pod",
+                "/run/netns/pod: socket",
+                "/run/netns/pod: link del net1",
+            ]
         );
+        assert_eq!(kernel.state(), before);
+        assert!(ipam.leases().is_empty());
+        // Again, then with the netns gone, then without a netns: nothing to do, no error.
+        run_del(&kernel, &ipam, &a).unwrap();
+        kernel.remove_netns(POD);
+        run_del(&kernel, &ipam, &a).unwrap();
+        let mut no_netns = a.clone();
+        no_netns.netns.clear();
+        run_del(&kernel, &ipam, &no_netns).unwrap();
+
+        // IPAM fails: the link goes all the same, and the failure is the error.
+        kernel.add_netns(POD);
+        run_add(&kernel, &ipam, config(json!({}))).unwrap();
+        kernel.fail_when(|op| op.starts_with("ipam DEL"));
+        let e = run_del(&kernel, &ipam, &a).unwrap_err();
+        assert!(e.msg.contains("ipam DEL"), "{}", e.msg);
+        assert!(kernel.link(POD, "net1").is_none());
+    }
+
+    #[test]
+    fn check_passes_after_add_with_or_without_master_and_names_what_differs() {
+        let (kernel, ipam) = setup();
+        let r = run_add(&kernel, &ipam, config(json!({"mode": "l3s"}))).unwrap();
+        let checked =
+            |extra: Value| run_check(&kernel, &ipam, &with_prev_result(args(config(extra)), &r));
+        checked(json!({"mode": "l3s"})).unwrap();
+        // Without `master`: the link's parent must exist.
+        let mut no_master = config(json!({"mode": "l3s"}));
+        no_master.as_object_mut().unwrap().remove("master");
+        run_check(&kernel, &ipam, &with_prev_result(args(no_master), &r)).unwrap();
+
+        let e = checked(json!({"mode": "l2"})).unwrap_err();
+        assert_eq!(
+            e.msg,
+            "Container IPVlan mode l3s does not match expected value: l2"
+        );
+        let e = checked(json!({"mode": "l3s", "flag": "vepa"})).unwrap_err();
+        assert_eq!(
+            e.msg,
+            "Container IPVlan flag bridge does not match expected value: vepa"
+        );
+        let e = checked(json!({"mode": "l3s", "master": "eth1"})).unwrap_err();
+        assert_eq!(e.msg, "Container interface net1 is not on master \"eth1\"");
+        let e = checked(json!({"mode": "l3s", "master": "eth9"})).unwrap_err();
+        assert_eq!(e.msg, "failed to lookup master \"eth9\": Link not found");
+        // Without prevResult.
+        let e = run_check(&kernel, &ipam, &args(config(json!({"mode": "l3s"})))).unwrap_err();
+        assert_eq!(e.msg, "Required prevResult missing");
+    }
+
+    #[test]
+    fn check_of_a_chained_attachment_finds_the_master_in_the_container() {
+        let (kernel, ipam) = setup();
+        let c = chained(&kernel);
+        let r = run_add(&kernel, &ipam, c.clone()).unwrap();
+        let mut c = c;
+        c.as_object_mut().unwrap().remove("prevResult");
+        run_check(&kernel, &ipam, &with_prev_result(args(c), &r)).unwrap();
     }
 
     #[test]
@@ -358,18 +553,18 @@ mod tests {
         assert!(check_kind(&msg(IpVlanMode::L3S, IpVlanFlags::Vepa), &conf).is_ok());
         let e = check_kind(&msg(IpVlanMode::L2, IpVlanFlags::Vepa), &conf).unwrap_err();
         assert_eq!(
-            e.msg,
+            e.to_string(),
             "Container IPVlan mode l2 does not match expected value: l3s"
         );
         let e = check_kind(&msg(IpVlanMode::L3S, IpVlanFlags::empty()), &conf).unwrap_err();
         assert_eq!(
-            e.msg,
+            e.to_string(),
             "Container IPVlan flag bridge does not match expected value: vepa"
         );
         let not_ipvlan = Link::from_message(netkit::packet_route::link::LinkMessage::default());
         assert!(check_kind(&not_ipvlan, &conf)
             .unwrap_err()
-            .msg
+            .to_string()
             .contains("not of type ipvlan"));
     }
 }

@@ -28,7 +28,7 @@ use netlink_packet_route::route::{RouteProtocol, RouteScope};
 use crate::addr::{address_message, Address, AddressOptions, Family};
 use crate::error::{Error, Result};
 use crate::kernel::{Kernel, Netlink};
-use crate::link::{format_mac, validate_ifname, Link};
+use crate::link::{format_mac, validate_ifname, Link, VethSpec};
 use crate::route::{Route, TABLE_MAIN};
 use crate::tap::TapSpec;
 
@@ -52,6 +52,8 @@ pub struct FakeLink {
     pub master: Option<u32>,
     /// `IFLA_LINK`: the parent's ifindex (in the namespace that created the link).
     pub parent: Option<u32>,
+    /// `IFLA_IFALIAS`, when set (it goes with the link to another namespace).
+    pub alias: Option<String>,
 }
 
 /// One namespace of the model.
@@ -64,6 +66,9 @@ pub struct FakeNamespace {
     pub routes: Vec<Route>,
     /// Sysctls written, by key (`net/ipv4/conf/eth0/arp_notify`); unwritten ones read "0".
     pub sysctls: BTreeMap<String, String>,
+    /// Connected routes deleted explicitly (`ip route del <prefix> dev X`), by link and
+    /// prefix: the address stays, its route does not.
+    pub withdrawn: Vec<(u32, IpNetwork)>,
 }
 
 impl FakeNamespace {
@@ -83,6 +88,7 @@ impl FakeNamespace {
         let name = self.name_of(index);
         self.addresses.retain(|(i, _)| *i != index);
         self.routes.retain(|r| r.oif != Some(index));
+        self.withdrawn.retain(|(i, _)| *i != index);
         self.sysctls
             .retain(|k, _| conf_ifname(k) != Some(name.as_str()));
         for l in self.links.values_mut() {
@@ -96,10 +102,11 @@ impl FakeNamespace {
     fn all_routes(&self) -> Vec<Route> {
         let mut out = Vec::new();
         for (index, addr) in &self.addresses {
-            if self.links.get(index).is_some_and(|l| l.up) {
-                let mut r =
-                    Route::new(IpNetwork::new(addr.network(), addr.prefix()).unwrap_or(*addr))
-                        .dev(*index);
+            let prefix = IpNetwork::new(addr.network(), addr.prefix()).unwrap_or(*addr);
+            if self.links.get(index).is_some_and(|l| l.up)
+                && !self.withdrawn.contains(&(*index, prefix))
+            {
+                let mut r = Route::new(prefix).dev(*index);
                 r.table = Some(TABLE_MAIN);
                 r.protocol = Some(RouteProtocol::Kernel);
                 r.scope = Some(RouteScope::Link);
@@ -111,12 +118,17 @@ impl FakeNamespace {
         out
     }
 
-    /// Whether `gw` is on a connected prefix of an up link (`oif`'s, when given).
+    /// Whether `gw` is on link through an up link (`oif`'s, when given): a main-table route
+    /// without a gateway covers it (a connected prefix, or a device route such as ptp's
+    /// `gw/32 dev X scope link`).
     fn reachable(&self, gw: IpAddr, oif: Option<u32>) -> bool {
-        self.addresses.iter().any(|(i, a)| {
-            oif.is_none_or(|o| o == *i)
-                && self.links.get(i).is_some_and(|l| l.up)
-                && IpNetwork::new(a.network(), a.prefix()).is_ok_and(|n| n.contains(gw))
+        self.all_routes().iter().any(|r| {
+            r.gateway.is_none()
+                && r.table_id() == TABLE_MAIN
+                && r.dst_network().contains(gw)
+                && r.oif.is_some_and(|i| {
+                    oif.is_none_or(|o| o == i) && self.links.get(&i).is_some_and(|l| l.up)
+                })
         })
     }
 }
@@ -205,6 +217,7 @@ impl FakeKernel {
             up: true,
             master: None,
             parent: None,
+            alias: None,
         };
         let mut ns = FakeNamespace::default();
         ns.links.insert(1, lo);
@@ -213,7 +226,7 @@ impl FakeKernel {
 
     /// Removes the namespace `path` and everything in it (setup: not recorded).
     pub fn remove_netns(&self, path: &str) {
-        self.lock().state.namespaces.remove(path);
+        destroy_netns(&mut self.lock(), path);
     }
 
     /// Adds an up link `name` of `kind` (`None`: a physical NIC) to namespace `ns` (setup:
@@ -232,6 +245,7 @@ impl FakeKernel {
             up: true,
             master: None,
             parent: None,
+            alias: None,
         };
         if let Some(n) = m.state.namespaces.get_mut(ns) {
             n.links.insert(index, link);
@@ -383,6 +397,66 @@ fn ns_mut<'a>(m: &'a mut Model, ns: &str) -> &'a mut FakeNamespace {
     m.state.namespaces.entry(ns.to_string()).or_default()
 }
 
+// ptp, ipvlan, host-device
+
+/// A veth's peer dies with it, wherever it is (the pair points at each other by ifindex).
+fn drop_veth_peer(m: &mut Model, index: u32) {
+    for n in m.state.namespaces.values_mut() {
+        let peers: Vec<u32> = n
+            .links
+            .values()
+            .filter(|l| l.kind.as_deref() == Some("veth") && l.parent == Some(index))
+            .map(|l| l.index)
+            .collect();
+        for p in peers {
+            n.forget_link(p);
+            n.links.remove(&p);
+        }
+    }
+}
+
+/// Deletes the connected route `wanted` (a prefix of an address on its device); whether
+/// there was one.
+fn withdraw_connected(n: &mut FakeNamespace, wanted: &Route) -> bool {
+    let found = n.all_routes().into_iter().find(|r| {
+        r.protocol == Some(RouteProtocol::Kernel)
+            && r.dst == wanted.dst
+            && r.table == wanted.table
+            && wanted.gateway.is_none()
+            && (wanted.oif.is_none() || r.oif == wanted.oif)
+    });
+    match found.and_then(|r| r.oif.map(|oif| (oif, r.dst))) {
+        Some(key) => {
+            n.withdrawn.push(key);
+            true
+        }
+        None => false,
+    }
+}
+
+/// What the kernel does with a namespace that goes away: its veths die with their peers; its
+/// physical devices (links without a kind, but `lo`) return to the host down and without
+/// addresses, under their name or, when that is taken there, `dev<ifindex>`.
+fn destroy_netns(m: &mut Model, path: &str) {
+    let Some(gone) = m.state.namespaces.remove(path) else {
+        return;
+    };
+    for l in gone.links.values() {
+        if l.kind.as_deref() == Some("veth") {
+            drop_veth_peer(m, l.index);
+        } else if l.kind.is_none() && l.index != 1 && path != HOST {
+            let mut back = l.clone();
+            back.up = false;
+            back.master = None;
+            let host = ns_mut(m, HOST);
+            if host.by_name(&back.name).is_some() {
+                back.name = format!("dev{}", back.index);
+            }
+            host.links.insert(back.index, back);
+        }
+    }
+}
+
 fn ns_ref<'a>(m: &'a Model, ns: &str) -> &'a FakeNamespace {
     static EMPTY: std::sync::OnceLock<FakeNamespace> = std::sync::OnceLock::new();
     m.state
@@ -412,6 +486,9 @@ fn to_link(l: &FakeLink) -> Link {
     }
     if let Some(p) = l.parent {
         attrs.push(LinkAttribute::Link(p));
+    }
+    if let Some(a) = &l.alias {
+        attrs.push(LinkAttribute::IfAlias(a.clone()));
     }
     if let Some(kind) = &l.kind {
         let mut info = vec![LinkInfo::Kind(InfoKind::from(kind.as_str()))];
@@ -587,6 +664,7 @@ impl Netlink for FakeSocket {
                 up: false,
                 master: None,
                 parent: new.parent,
+                alias: None,
             };
             ns_mut(m, &target).links.insert(index, link);
             Ok(())
@@ -602,6 +680,7 @@ impl Netlink for FakeSocket {
             }
             n.forget_link(index);
             n.links.remove(&index);
+            drop_veth_peer(m, index);
             Ok(())
         })
     }
@@ -615,6 +694,7 @@ impl Netlink for FakeSocket {
             };
             n.forget_link(index);
             n.links.remove(&index);
+            drop_veth_peer(m, index);
             Ok(true)
         })
     }
@@ -814,6 +894,8 @@ impl Netlink for FakeSocket {
                     n.routes.remove(i);
                     Ok(())
                 }
+                // A connected route goes too (the address stays).
+                None if withdraw_connected(n, &wanted) => Ok(()),
                 None => Err(Error::kernel(
                     format!("failed to delete route {wanted}"),
                     libc::ESRCH,
@@ -830,6 +912,85 @@ impl Netlink for FakeSocket {
                 .filter(|r| family.matches(r.dst.ip()) && table.is_none_or(|t| r.table_id() == t))
                 .collect())
         })
+    }
+
+    // ptp, ipvlan, host-device
+
+    fn add_veth(&mut self, spec: &VethSpec<'_>, peer_netns: Option<&FakeNs>) -> Result<()> {
+        let ctx = format!(
+            "failed to create veth pair {:?}/{:?}",
+            spec.name, spec.peer_name
+        );
+        validate_ifname(spec.name).map_err(|e| e.context(&ctx))?;
+        validate_ifname(spec.peer_name).map_err(|e| e.context(&ctx))?;
+        let mut what = format!("link add {}", spec.name);
+        if let Some(mac) = spec.mac {
+            what.push_str(&format!(" address {}", format_mac(&mac)));
+        }
+        if let Some(mtu) = spec.mtu {
+            what.push_str(&format!(" mtu {mtu}"));
+        }
+        if let Some(master) = spec.master {
+            what.push_str(&format!(" master {}", self.name_of(master)));
+        }
+        if spec.up {
+            what.push_str(" up");
+        }
+        what.push_str(&format!(" type veth peer {}", spec.peer_name));
+        if let Some(mac) = spec.peer_mac {
+            what.push_str(&format!(" address {}", format_mac(&mac)));
+        }
+        if let Some(ns) = peer_netns {
+            what.push_str(&format!(" netns {}", ns.0));
+        }
+        if spec.peer_up {
+            what.push_str(" up");
+        }
+        self.op(what, |m, ns| {
+            let there = peer_netns.map_or_else(|| ns.to_string(), |n| n.0.clone());
+            if !m.state.namespaces.contains_key(&there) {
+                return Err(gone(&there).context(&ctx));
+            }
+            if spec
+                .master
+                .is_some_and(|i| !ns_ref(m, ns).links.contains_key(&i))
+            {
+                return Err(no_device(ctx));
+            }
+            if ns_ref(m, ns).by_name(spec.name).is_some()
+                || ns_ref(m, &there).by_name(spec.peer_name).is_some()
+                || (there == ns && spec.name == spec.peer_name)
+            {
+                return Err(Error::kernel(ctx, libc::EEXIST));
+            }
+            let (a, b) = (m.next_index, m.next_index + 1);
+            m.next_index += 2;
+            let end =
+                |index: u32, name: &str, peer: u32, mac: Option<[u8; 6]>, up: bool| FakeLink {
+                    index,
+                    name: name.to_string(),
+                    kind: Some("veth".into()),
+                    data: None,
+                    mtu: spec.mtu.unwrap_or(1500),
+                    mac: mac.unwrap_or(mac_for(index)),
+                    up,
+                    master: None,
+                    parent: Some(peer),
+                    alias: None,
+                };
+            let mut near = end(a, spec.name, b, spec.mac, spec.up);
+            near.master = spec.master;
+            let far = end(b, spec.peer_name, a, spec.peer_mac, spec.peer_up);
+            ns_mut(m, ns).links.insert(a, near);
+            ns_mut(m, &there).links.insert(b, far);
+            Ok(())
+        })
+    }
+
+    fn set_link_alias(&mut self, index: u32, alias: &str) -> Result<()> {
+        let what = format!("alias {alias:?}");
+        let alias = (!alias.is_empty()).then(|| alias.to_string());
+        self.set(index, what, |l| l.alias = alias)
     }
 }
 
@@ -934,10 +1095,27 @@ impl Kernel for FakeKernel {
                 up: false,
                 master: None,
                 parent: None,
+                alias: None,
             };
             ns_mut(m, ns).links.insert(index, link);
             Ok(())
         })
+    }
+
+    // ptp, ipvlan, host-device
+
+    fn current_netns(&self) -> Result<FakeNs> {
+        self.record(format!("open netns {HOST}"))
+            .map_err(|e| e.context("failed to open the current thread's netns"))?;
+        Ok(FakeNs(HOST.into()))
+    }
+
+    fn host_sysctl_write(&self, key: &str, value: &str) -> Result<()> {
+        self.sysctl_write(&FakeNs(HOST.into()), key, value)
+    }
+
+    fn host_sysctl_write_if_different(&self, key: &str, value: &str) -> Result<bool> {
+        self.sysctl_write_if_different(&FakeNs(HOST.into()), key, value)
     }
 }
 
@@ -1046,5 +1224,70 @@ mod tests {
             ]
         );
         assert!(k.open_netns("/gone").unwrap_err().is_netns_not_found());
+    }
+
+    // ptp, ipvlan, host-device
+
+    #[test]
+    fn veth_pairs_connected_routes_aliases_and_a_dying_netns() {
+        let k = FakeKernel::new();
+        k.add_netns("/pod");
+        let pod = k.open_netns("/pod").unwrap();
+        let mut host = k.socket().unwrap();
+        let spec = VethSpec {
+            name: "veth0",
+            peer_name: "eth0",
+            mtu: Some(1400),
+            up: true,
+            ..Default::default()
+        };
+        host.add_veth(&spec, Some(&pod)).unwrap();
+        assert!(host.add_veth(&spec, Some(&pod)).unwrap_err().is_exists());
+        let (near, far) = (
+            k.link(HOST, "veth0").unwrap(),
+            k.link("/pod", "eth0").unwrap(),
+        );
+        assert_eq!(
+            (near.parent, far.parent),
+            (Some(far.index), Some(near.index))
+        );
+        assert_eq!((near.up, far.up, far.mtu), (true, false, 1400));
+
+        // A connected route can go while its address stays; the gateway is then reached
+        // through a device route.
+        let mut cont = k.socket_in(&pod).unwrap();
+        cont.add_address(far.index, net("10.1.0.5/24"), &AddressOptions::default())
+            .unwrap();
+        cont.set_link_up(far.index).unwrap();
+        cont.delete_route(&Route::new(net("10.1.0.0/24")).dev(far.index))
+            .unwrap();
+        assert!(cont.routes(Family::V4, None).unwrap().is_empty());
+        let via = Route::new(net("10.1.0.0/24"))
+            .dev(far.index)
+            .via("10.1.0.1".parse().unwrap());
+        assert_eq!(
+            cont.add_route(&via).unwrap_err().errno(),
+            Some(libc::ENETUNREACH)
+        );
+        cont.add_route(&Route::new(net("10.1.0.1/32")).dev(far.index))
+            .unwrap();
+        cont.add_route(&via).unwrap();
+
+        // Deleting one end takes the other; an alias goes along to another netns.
+        cont.delete_link(far.index).unwrap();
+        assert!(k.link(HOST, "veth0").is_none());
+        let nic = k.setup_link(HOST, "ens1", None, 1500);
+        host.set_link_alias(nic, "ens1").unwrap();
+        host.move_link(nic, &pod).unwrap();
+        assert_eq!(
+            k.link("/pod", "ens1").unwrap().alias.as_deref(),
+            Some("ens1")
+        );
+        // A dying netns returns its physical devices to the host, renamed on a clash.
+        k.setup_link(HOST, "ens1", Some("dummy"), 1500);
+        k.remove_netns("/pod");
+        let back = k.namespace(HOST).links[&nic].clone();
+        assert_eq!((back.name, back.up), (format!("dev{nic}"), false));
+        assert_eq!(k.current_netns().unwrap(), FakeNs(HOST.into()));
     }
 }

@@ -14,7 +14,7 @@ use netlink_packet_route::link::{LinkAttribute, LinkMessage};
 
 use crate::addr::{Address, AddressOptions, Family};
 use crate::error::Result;
-use crate::link::Link;
+use crate::link::{Link, VethSpec};
 use crate::netlink::Socket;
 use crate::netns::Netns;
 use crate::route::{Route, TABLE_MAIN};
@@ -88,6 +88,15 @@ pub trait Netlink {
             None => Ok(None),
         }
     }
+
+    // ptp, ipvlan, host-device
+
+    /// Creates the veth pair `spec.name` (here) / `spec.peer_name`, the peer born in
+    /// `peer_netns` when given (`spec.peer_netns` is not read: the namespace is this kernel's),
+    /// in one RTM_NEWLINK; EEXIST when either name is taken in its namespace.
+    fn add_veth(&mut self, spec: &VethSpec<'_>, peer_netns: Option<&Self::Ns>) -> Result<()>;
+    /// `ip link set dev X alias TEXT` (an empty text clears it).
+    fn set_link_alias(&mut self, index: u32, alias: &str) -> Result<()>;
 }
 
 /// The kernel as a plugin sees it. Cheap to clone: an undo step keeps its own copy to reach
@@ -118,6 +127,15 @@ pub trait Kernel: Clone + 'static {
         }
         self.sysctl_write(ns, key, value).map(|()| true)
     }
+
+    // ptp, ipvlan, host-device
+
+    /// The calling thread's netns (where a device leaving a container goes).
+    fn current_netns(&self) -> Result<Self::Ns>;
+    /// Writes the sysctl `key` in the calling thread's netns.
+    fn host_sysctl_write(&self, key: &str, value: &str) -> Result<()>;
+    /// [`Kernel::host_sysctl_write`] only when `key` holds another value; whether it wrote.
+    fn host_sysctl_write_if_different(&self, key: &str, value: &str) -> Result<bool>;
 }
 
 /// The live kernel: netlink sockets, `/proc/sys`, `/dev/net/tun`.
@@ -148,6 +166,18 @@ impl Kernel for LiveKernel {
     }
     fn create_tap(&self, ns: &Netns, spec: &TapSpec<'_>) -> Result<()> {
         crate::tap::create_tap(ns, spec)
+    }
+
+    // ptp, ipvlan, host-device
+
+    fn current_netns(&self) -> Result<Netns> {
+        Netns::current()
+    }
+    fn host_sysctl_write(&self, key: &str, value: &str) -> Result<()> {
+        crate::sysctl::write(key, value)
+    }
+    fn host_sysctl_write_if_different(&self, key: &str, value: &str) -> Result<bool> {
+        crate::sysctl::write_if_different(key, value)
     }
 }
 
@@ -236,6 +266,19 @@ impl Netlink for Socket {
     }
     fn default_route_link(&mut self) -> Result<Option<Link>> {
         Socket::default_route_link(self)
+    }
+
+    // ptp, ipvlan, host-device
+
+    fn add_veth(&mut self, spec: &VethSpec<'_>, peer_netns: Option<&Netns>) -> Result<()> {
+        let spec = VethSpec {
+            peer_netns,
+            ..spec.clone()
+        };
+        self.create_veth(&spec)
+    }
+    fn set_link_alias(&mut self, index: u32, alias: &str) -> Result<()> {
+        Socket::set_link_alias(self, index, alias)
     }
 }
 

@@ -4,44 +4,69 @@
 
 use std::net::IpAddr;
 
-use attach::errors::{kernel, kernel_ctx};
-use attach::rollback::{self, Rollback};
-use attach::{configure, ipam, link};
+use attach::ipam::Ipam;
+use attach::rollback::Rollback;
+use attach::{configure, link};
 use ipnetwork::IpNetwork;
 use libcni::error::CniError;
 use libcni::result::{CniResult, Interface, IpConfig};
 use libcni::skel::CmdArgs;
-use netkit::netfilter::ipmasq::{self, Backend};
+use netkit::netfilter::iptables::Family;
 use netkit::packet_route::route::RouteScope;
-use netkit::{sysctl, AddressOptions, Link, Netns, Route, Socket, VethSpec};
+use netkit::{AddressOptions, Kernel, Link, Netlink, Route, VethSpec};
 
 use crate::config::NetConf;
+use crate::error::PtpError;
+use crate::masq::Masquerade;
 
 /// Index of the container interface in the result.
 pub const CONTAINER_IF: usize = 1;
 /// Attempts at a free random host veth name.
 const VETH_NAME_ATTEMPTS: usize = 10;
 
-pub fn add(args: &CmdArgs, conf: &NetConf) -> Result<CniResult, CniError> {
-    rollback::guarded("ptp", |rb| {
-        let result = add_steps(args, conf, rb)?;
+pub fn add<K: Kernel, I: Ipam, M: Masquerade>(
+    kernel: &K,
+    ipam: &I,
+    masq: &M,
+    args: &CmdArgs,
+    conf: &NetConf,
+) -> Result<CniResult, PtpError> {
+    let mut rb = Rollback::default();
+    let outcome = add_steps(kernel, ipam, masq, args, conf, &mut rb).and_then(|result| {
         // An ADD whose result cannot be printed in the request's version must not stay.
         result.to_value(&args.cni_version)?;
         Ok(result)
-    })
+    });
+    match outcome {
+        Ok(result) => {
+            rb.disarm();
+            Ok(result)
+        }
+        Err(e) => {
+            rb.run("ptp");
+            Err(e)
+        }
+    }
 }
 
-fn add_steps(args: &CmdArgs, conf: &NetConf, rb: &mut Rollback) -> Result<CniResult, CniError> {
-    let mut host = Socket::new().map_err(kernel)?;
-    let (netns, mut cont) = link::open_netns(&args.netns)?;
+fn add_steps<K: Kernel, I: Ipam, M: Masquerade>(
+    kernel: &K,
+    ipam: &I,
+    masq: &M,
+    args: &CmdArgs,
+    conf: &NetConf,
+    rb: &mut Rollback,
+) -> Result<CniResult, PtpError> {
+    let mut host = kernel.socket()?;
+    let (netns, mut cont) = link::open_netns_with(kernel, &args.netns)?;
 
     // IPAM runs while the veth pair is made.
     let ((host_veth, cont_veth), ipam_result) =
-        ipam::add_alongside(args, &conf.ipam_type, CONTAINER_IF, rb, |rb| {
-            setup_veth(&mut host, &mut cont, &netns, args, conf, rb)
+        ipam.add_alongside(args, &conf.ipam_type, CONTAINER_IF, rb, |rb| {
+            setup_veth(kernel, &mut host, &mut cont, &netns, args, conf, rb).map_err(CniError::from)
         })?;
     let gateways = gateways(&ipam_result.ips)?;
-    enable_forwarding(&ipam_result.ips)?;
+    enable_forwarding(kernel, &ipam_result.ips)?;
     let mut result = CniResult {
         cni_version: libcni::version::CURRENT.to_string(),
         interfaces: vec![
@@ -57,7 +82,7 @@ fn add_steps(args: &CmdArgs, conf: &NetConf, rb: &mut Rollback) -> Result<CniRes
         dns: ipam_result.dns,
     };
 
-    configure::configure_iface(&netns, &mut cont, &args.ifname, &result)?;
+    configure::configure_iface_with(kernel, &netns, &mut cont, &args.ifname, &result)?;
     route_container_via_gateway(
         &mut cont,
         cont_veth.index,
@@ -70,25 +95,26 @@ fn add_steps(args: &CmdArgs, conf: &NetConf, rb: &mut Rollback) -> Result<CniRes
     if conf.ip_masq {
         let backend = conf
             .ip_masq_backend
-            .unwrap_or_else(|| Backend::default_for(&conf.network));
+            .unwrap_or_else(|| masq.default_backend(&conf.network));
         let addrs: Vec<IpNetwork> = result.ips.iter().map(|i| i.address).collect();
-        let (network, ifname, cid) = (
+        let (undo, network, ifname, cid) = (
+            masq.clone(),
             conf.network.clone(),
             args.ifname.clone(),
             args.container_id.clone(),
         );
         // Registered first: a partially applied setup is still torn down.
         rb.push("masquerade", move || {
-            ipmasq::teardown(&network, &ifname, &cid).map_err(|e| e.to_string())
+            undo.teardown(&network, &ifname, &cid, &[Family::V4, Family::V6])
+                .map_err(|e| e.to_string())
         });
-        ipmasq::setup(
+        masq.setup(
             backend,
             &addrs,
             &conf.network,
             &args.ifname,
             &args.container_id,
-        )
-        .map_err(|e| CniError::internal(e.to_string()))?;
+        )?;
     }
     if let Some(dns) = &conf.dns {
         result.dns = dns.clone();
@@ -97,28 +123,26 @@ fn add_steps(args: &CmdArgs, conf: &NetConf, rb: &mut Rollback) -> Result<CniRes
 }
 
 /// The gateway of every IP: ptp routes everything through it, so IPAM must name one.
-fn gateways(ips: &[IpConfig]) -> Result<Vec<IpAddr>, CniError> {
+fn gateways(ips: &[IpConfig]) -> Result<Vec<IpAddr>, PtpError> {
     ips.iter()
         .map(|ip| {
-            ip.gateway.ok_or_else(|| {
-                CniError::internal(format!(
-                    "IPAM returned {} without a gateway; ptp routes the container through it",
-                    ip.address
-                ))
+            ip.gateway.ok_or(PtpError::NoGateway {
+                address: ip.address,
             })
         })
         .collect()
 }
 
 /// `net.ipv4.ip_forward` / `net.ipv6.conf.all.forwarding` for the families in use.
-fn enable_forwarding(ips: &[IpConfig]) -> Result<(), CniError> {
+fn enable_forwarding<K: Kernel>(kernel: &K, ips: &[IpConfig]) -> Result<(), PtpError> {
     for (v6, key) in [
         (false, "net/ipv4/ip_forward"),
         (true, "net/ipv6/conf/all/forwarding"),
     ] {
         if ips.iter().any(|i| i.address.is_ipv6() == v6) {
-            sysctl::write_if_different(key, "1")
-                .map_err(|e| kernel_ctx(e, "Could not enable IP forwarding"))?;
+            kernel
+                .host_sysctl_write_if_different(key, "1")
+                .map_err(|source| PtpError::Forwarding { source })?;
         }
     }
     Ok(())
@@ -126,54 +150,48 @@ fn enable_forwarding(ips: &[IpConfig]) -> Result<(), CniError> {
 
 /// The veth pair: the container end `CNI_IFNAME` born in the netns, the host end `veth<8 hex>`
 /// up, both with the MTU.
-fn setup_veth(
-    host: &mut Socket,
-    cont: &mut Socket,
-    netns: &Netns,
+fn setup_veth<K: Kernel>(
+    kernel: &K,
+    host: &mut K::Socket,
+    cont: &mut K::Socket,
+    netns: &K::Ns,
     args: &CmdArgs,
     conf: &NetConf,
     rb: &mut Rollback,
-) -> Result<(Link, Link), CniError> {
+) -> Result<(Link, Link), PtpError> {
     for attempt in 0..VETH_NAME_ATTEMPTS {
         let name = link::random_veth_name()?;
         let spec = VethSpec {
             name: &name,
             peer_name: &args.ifname,
-            peer_netns: Some(netns),
             mtu: conf.mtu,
             up: true,
             ..Default::default()
         };
-        match host.create_veth(&spec) {
+        match host.add_veth(&spec, Some(netns)) {
             Ok(()) => {
-                let undo = name.clone();
-                rb.push(format!("delete {name}"), move || {
-                    Socket::new()
-                        .and_then(|mut s| s.delete_link_by_name(&undo))
-                        .map(|_| ())
-                        .map_err(|e| e.to_string())
-                });
+                // Deleting the host end takes the container end with it.
+                link::undo_delete_host_with(kernel, rb, &name);
                 // The host end never autoconfigures from router advertisements.
-                let _ = sysctl::write(&format!("net/ipv6/conf/{name}/accept_ra"), "0");
-                let host_veth = host.link_by_name(&name).map_err(kernel)?;
-                let cont_veth = cont.link_by_name(&args.ifname).map_err(kernel)?;
+                let _ = kernel.host_sysctl_write(&format!("net/ipv6/conf/{name}/accept_ra"), "0");
+                let host_veth = host.link_by_name(&name)?;
+                let cont_veth = cont.link_by_name(&args.ifname)?;
                 return Ok((host_veth, cont_veth));
             }
             Err(e) if e.is_exists() => {
-                if cont.find_link(&args.ifname).map_err(kernel)?.is_some() {
-                    return Err(CniError::internal(format!(
-                        "container veth name provided ({}) already exists",
-                        args.ifname
-                    )));
+                if cont.find_link(&args.ifname)?.is_some() {
+                    return Err(PtpError::ContainerNameTaken {
+                        ifname: args.ifname.clone(),
+                    });
                 }
                 if attempt + 1 == VETH_NAME_ATTEMPTS {
-                    return Err(kernel(e));
+                    return Err(e.into());
                 }
             }
-            Err(e) => return Err(kernel(e)),
+            Err(e) => return Err(e.into()),
         }
     }
-    Err(CniError::internal("failed to find a free veth name"))
+    Err(PtpError::NoFreeVethName)
 }
 
 fn host_prefix(ip: IpAddr) -> IpNetwork {
@@ -182,25 +200,34 @@ fn host_prefix(ip: IpAddr) -> IpNetwork {
 
 /// Replaces the connected subnet route with "gateway/32 dev X scope link" plus
 /// "subnet via gateway", so all traffic goes through the gateway (the host end).
-fn route_container_via_gateway(
-    cont: &mut Socket,
+fn route_container_via_gateway<S: Netlink>(
+    cont: &mut S,
     index: u32,
     ifname: &str,
     ips: &[IpConfig],
     gateways: &[IpAddr],
-) -> Result<(), CniError> {
+) -> Result<(), PtpError> {
     for (ip, gw) in ips.iter().zip(gateways) {
-        let subnet = IpNetwork::new(ip.address.network(), ip.address.prefix())
-            .map_err(|e| CniError::internal(format!("invalid address {}: {e}", ip.address)))?;
+        let subnet =
+            IpNetwork::new(ip.address.network(), ip.address.prefix()).map_err(|source| {
+                PtpError::InvalidAddress {
+                    address: ip.address,
+                    source,
+                }
+            })?;
         cont.delete_route(&Route::new(subnet).dev(index))
-            .map_err(|e| kernel_ctx(e, format!("failed to delete route {subnet} dev {ifname}")))?;
+            .map_err(|source| PtpError::DeleteSubnetRoute {
+                subnet,
+                ifname: ifname.to_string(),
+                source,
+            })?;
         let mut to_gw = Route::new(host_prefix(*gw)).dev(index);
         to_gw.scope = Some(RouteScope::Link);
         to_gw.src = Some(ip.address.ip());
         let mut via_gw = Route::new(subnet).dev(index).via(*gw);
         via_gw.src = Some(ip.address.ip());
         for r in [to_gw, via_gw] {
-            cont.add_route(&r).map_err(kernel)?;
+            cont.add_route(&r)?;
         }
     }
     Ok(())
@@ -208,22 +235,23 @@ fn route_container_via_gateway(
 
 /// The gateway address (/32, /128) on the host end, which answers for it, and a host route
 /// to each container address through the host end.
-fn setup_host_end(
-    host: &mut Socket,
+fn setup_host_end<S: Netlink>(
+    host: &mut S,
     veth: &Link,
     ips: &[IpConfig],
     gateways: &[IpAddr],
-) -> Result<(), CniError> {
+) -> Result<(), PtpError> {
     for (ip, gw) in ips.iter().zip(gateways) {
         match host.add_address(veth.index, host_prefix(*gw), &AddressOptions::default()) {
             Ok(()) => {}
             // Two IPs of one family with the same gateway.
             Err(e) if e.is_exists() => {}
-            Err(e) => {
-                return Err(kernel_ctx(
-                    e,
-                    format!("failed to add IP addr {gw} to {}", veth.name),
-                ))
+            Err(source) => {
+                return Err(PtpError::GatewayAddress {
+                    gateway: *gw,
+                    veth: veth.name.clone(),
+                    source,
+                })
             }
         }
         let mut route = Route::new(host_prefix(ip.address.ip())).dev(veth.index);
@@ -231,7 +259,7 @@ fn setup_host_end(
         match host.add_route(&route) {
             Ok(()) => {}
             Err(e) if e.is_exists() => {}
-            Err(e) => return Err(kernel_ctx(e, "failed to add route on host")),
+            Err(source) => return Err(PtpError::HostRoute { source }),
         }
     }
     Ok(())

@@ -3,77 +3,75 @@
 //! gateway addresses and the host routes, and the masquerade rules exist.
 
 use attach::check;
-use attach::errors::kernel;
+use attach::ipam::Ipam;
 use ipnetwork::IpNetwork;
 use libcni::error::CniError;
 use libcni::result::CniResult;
 use libcni::skel::CmdArgs;
-use netkit::netfilter::ipmasq;
-use netkit::{Family, Link, Socket};
+use netkit::{Family, Kernel, Link, Netlink};
 
 use crate::config::NetConf;
+use crate::error::PtpError;
+use crate::masq::Masquerade;
 
-fn fail(msg: impl Into<String>) -> CniError {
-    CniError::internal(msg)
-}
-
-pub fn check(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
-    check::attachment(
+pub fn check<K: Kernel, I: Ipam, M: Masquerade>(
+    kernel: &K,
+    ipam: &I,
+    masq: &M,
+    args: &CmdArgs,
+    conf: &NetConf,
+) -> Result<(), PtpError> {
+    check::attachment_with(
+        kernel,
+        ipam,
         args,
         &conf.ipam_type,
         "ptp: Required prevResult missing",
         |_, cont_link, prev| {
             if !cont_link.is_kind("veth") {
-                return Err(fail(format!(
-                    "Error: Container interface {} not of type veth/p2p",
-                    cont_link.name
-                )));
+                return Err(PtpError::NotVeth {
+                    name: cont_link.name.clone(),
+                }
+                .into());
             }
-            check_host_end(args, conf, cont_link, prev)
+            check_host_end(kernel, masq, args, conf, cont_link, prev).map_err(CniError::from)
         },
-    )
+    )?;
+    Ok(())
 }
 
 /// The host end: a host interface of prevResult that is the container end's peer, with the
 /// gateway addresses and host routes; and the masquerade rules.
-fn check_host_end(
+fn check_host_end<K: Kernel, M: Masquerade>(
+    kernel: &K,
+    masq: &M,
     args: &CmdArgs,
     conf: &NetConf,
     cont_link: &Link,
     prev: &CniResult,
-) -> Result<(), CniError> {
-    let peer = cont_link.link.ok_or_else(|| {
-        fail(format!(
-            "container interface {} has no veth peer",
-            cont_link.name
-        ))
+) -> Result<(), PtpError> {
+    let peer = cont_link.link.ok_or_else(|| PtpError::NoPeer {
+        name: cont_link.name.clone(),
     })?;
-    let mut host = Socket::new().map_err(kernel)?;
+    let mut host = kernel.socket()?;
     let host_veth = prev
         .interfaces
         .iter()
         .filter(|i| i.sandbox.is_empty())
         .filter_map(|i| host.find_link(&i.name).ok().flatten())
         .find(|l| l.index == peer && l.is_kind("veth"))
-        .ok_or_else(|| {
-            fail(format!(
-                "ptp: host end of {} not found among prevResult's host interfaces",
-                args.ifname
-            ))
+        .ok_or_else(|| PtpError::HostEndNotFound {
+            ifname: args.ifname.clone(),
         })?;
-    let addrs = host
-        .addresses(Some(host_veth.index), Family::Any)
-        .map_err(kernel)?;
-    let routes = host
-        .routes(Family::Any, Some(netkit::route::TABLE_MAIN))
-        .map_err(kernel)?;
+    let addrs = host.addresses(Some(host_veth.index), Family::Any)?;
+    let routes = host.routes(Family::Any, Some(netkit::route::TABLE_MAIN))?;
     for ip in &prev.ips {
         if let Some(gw) = ip.gateway {
             if !addrs.iter().any(|a| a.ip() == gw) {
-                return Err(fail(format!(
-                    "ptp: gateway {gw} is not on the host end {}",
-                    host_veth.name
-                )));
+                return Err(PtpError::GatewayNotOnHostEnd {
+                    gateway: gw,
+                    veth: host_veth.name.clone(),
+                });
             }
         }
         let to_container = IpNetwork::from(ip.address.ip());
@@ -81,27 +79,22 @@ fn check_host_end(
             .iter()
             .any(|r| r.dst_network() == to_container && r.oif == Some(host_veth.index))
         {
-            return Err(fail(format!(
-                "ptp: no host route to {} via {}",
-                ip.address.ip(),
-                host_veth.name
-            )));
+            return Err(PtpError::NoHostRoute {
+                ip: ip.address.ip(),
+                veth: host_veth.name.clone(),
+            });
         }
     }
     if conf.ip_masq && !prev.ips.is_empty() {
         let addrs: Vec<IpNetwork> = prev.ips.iter().map(|i| i.address).collect();
         // Without a configured backend ADD picked one by what the network had then.
-        match conf.ip_masq_backend {
-            Some(backend) => ipmasq::verify(
-                backend,
-                &addrs,
-                &conf.network,
-                &args.ifname,
-                &args.container_id,
-            ),
-            None => ipmasq::verify_default(&addrs, &conf.network, &args.ifname, &args.container_id),
-        }
-        .map_err(|e| fail(e.to_string()))?;
+        masq.verify(
+            conf.ip_masq_backend,
+            &addrs,
+            &conf.network,
+            &args.ifname,
+            &args.container_id,
+        )?;
     }
     Ok(())
 }

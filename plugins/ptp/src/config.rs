@@ -1,11 +1,12 @@
 //! The ptp network configuration: `ipMasq`, `ipMasqBackend`, `mtu`, `ipam`, `dns`.
 
 use attach::conf::{self, IpamRef};
-use libcni::error::CniError;
 use libcni::result::Dns;
 use libcni::skel::CmdArgs;
 use netkit::netfilter::ipmasq::Backend;
 use serde::Deserialize;
+
+use crate::error::PtpError;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -32,14 +33,13 @@ pub struct NetConf {
     pub dns: Option<Dns>,
 }
 
-pub fn load(args: &CmdArgs) -> Result<NetConf, CniError> {
+pub fn load(args: &CmdArgs) -> Result<NetConf, PtpError> {
     let raw: RawConf = args.decode_config().map_err(conf::decode_error)?;
     let ip_masq_backend = match raw.ip_masq_backend.as_deref() {
         None => None,
-        Some(s) => Some(
-            Backend::parse(s)
-                .ok_or_else(|| CniError::internal(format!("unknown ipmasq backend {s:?}")))?,
-        ),
+        Some(s) => Some(Backend::parse(s).ok_or_else(|| PtpError::UnknownBackend {
+            name: s.to_string(),
+        })?),
     };
     let dns = conf::dns_is_set(args).then(|| conf::dns(raw.dns));
     Ok(NetConf {
@@ -55,10 +55,11 @@ pub fn load(args: &CmdArgs) -> Result<NetConf, CniError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use libcni::error::CniError;
     use serde_json::{json, Value};
 
     fn load_json(v: Value) -> Result<NetConf, CniError> {
-        load(&attach::testing::cmd_args(v, ""))
+        load(&attach::testing::cmd_args(v, "")).map_err(CniError::from)
     }
 
     #[test]

@@ -3,35 +3,48 @@
 //! masquerade rules are found by (network, container, ifname).
 
 use attach::errors::Failures;
-use attach::{ipam, link};
+use attach::ipam::Ipam;
+use attach::link;
 use libcni::error::CniError;
 use libcni::skel::CmdArgs;
-use netkit::netfilter::ipmasq;
 use netkit::netfilter::iptables::Family;
+use netkit::Kernel;
 
 use crate::config::NetConf;
+use crate::error::PtpError;
+use crate::masq::Masquerade;
 
-pub fn del(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
+/// Every step runs whatever the others did; the first failure is returned, the others go to
+/// stderr.
+pub fn del<K: Kernel, I: Ipam, M: Masquerade>(
+    kernel: &K,
+    ipam: &I,
+    masq: &M,
+    args: &CmdArgs,
+    conf: &NetConf,
+) -> Result<(), PtpError> {
     // The kernel takes tens of milliseconds to unregister the veth: IPAM and the masquerade
     // teardown run meanwhile.
-    let (ipam, (link, masq)) = ipam::call_alongside(args, &conf.ipam_type, "DEL", || {
+    let (released, (link, unmasked)) = ipam.call_alongside(args, &conf.ipam_type, "DEL", || {
         std::thread::scope(|scope| {
-            let masq = scope.spawn(|| teardown_masquerade(args, conf));
-            let link = link::delete_in_netns(&args.netns, &args.ifname);
-            let masq = masq
-                .join()
-                .unwrap_or_else(|_| Err(CniError::internal("masquerade teardown failed")));
-            (link, masq)
+            let unmasked = scope.spawn(|| teardown_masquerade(masq, args, conf));
+            let link = link::delete_in_netns_with(kernel, &args.netns, &args.ifname);
+            let unmasked = unmasked.join().unwrap_or(Err(PtpError::MasqueradePanicked));
+            (link, unmasked)
         })
     });
     let mut failures = Failures::default();
     failures.note(link);
-    failures.note(ipam);
-    failures.note(masq);
-    failures.finish("ptp")
+    failures.note(released);
+    failures.note(unmasked.map_err(CniError::from));
+    failures.finish("ptp").map_err(PtpError::Delegated)
 }
 
-fn teardown_masquerade(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
+fn teardown_masquerade<M: Masquerade>(
+    masq: &M,
+    args: &CmdArgs,
+    conf: &NetConf,
+) -> Result<(), PtpError> {
     if conf.ip_masq {
         // The families of the attachment, when prevResult tells; both otherwise.
         let mut families: Vec<Family> = Vec::new();
@@ -46,25 +59,23 @@ fn teardown_masquerade(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
         if families.is_empty() {
             families = vec![Family::V4, Family::V6];
         }
-        return ipmasq::teardown_families(
-            &conf.network,
-            &args.ifname,
-            &args.container_id,
-            &families,
-        )
-        .map_err(|e| CniError::internal(e.to_string()));
+        masq.teardown(&conf.network, &args.ifname, &args.container_id, &families)?;
     }
     Ok(())
 }
 
 /// GC: IPAM GC, then the masquerade rules of this network's attachments that are not valid.
-pub fn gc(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
+pub fn gc<I: Ipam, M: Masquerade>(
+    ipam: &I,
+    masq: &M,
+    args: &CmdArgs,
+    conf: &NetConf,
+) -> Result<(), PtpError> {
     let valid = args.valid_attachments()?;
     let mut failures = Failures::default();
-    failures.note(ipam::call_if_set(args, &conf.ipam_type, "GC"));
+    failures.note(ipam.call_if_set(args, &conf.ipam_type, "GC"));
     if conf.ip_masq {
-        failures
-            .note(ipmasq::gc(&conf.network, &valid).map_err(|e| CniError::internal(e.to_string())));
+        failures.note(masq.gc(&conf.network, &valid).map_err(CniError::from));
     }
-    failures.finish("ptp")
+    failures.finish("ptp").map_err(PtpError::Delegated)
 }

@@ -1,49 +1,83 @@
 //! The `ptp` CNI plugin: a veth pair whose container end is routed through the host end.
 //! The container reaches everything via its gateway, which the host end answers for (a /32 or
 //! /128 gateway address on it); the host reaches the container by a /32 (/128) route.
+//!
+//! ADD, DEL, CHECK and GC are generic over netkit's kernel seam, attach's IPAM and the
+//! masquerade seam of [`masq`]; the binary runs them on the live kernel, the executed IPAM
+//! plugin and the host's netfilter.
 
 mod add;
 mod check;
 mod config;
 mod del;
+mod error;
+mod masq;
+#[cfg(test)]
+mod tests;
 
-use attach::ipam;
+use attach::ipam::{ExecIpam, Ipam};
 use libcni::error::CniError;
 use libcni::result::CniResult;
 use libcni::skel::{CmdArgs, Plugin};
 use netkit::netfilter::ipmasq::Backend;
+use netkit::LiveKernel;
+
+use error::PtpError;
+use masq::LiveMasquerade;
 
 struct Ptp;
 
 impl Plugin for Ptp {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
-        add::add(args, &config::load(args)?)
+        let conf = config::load(args)?;
+        Ok(add::add(
+            &LiveKernel,
+            &ExecIpam,
+            &LiveMasquerade,
+            args,
+            &conf,
+        )?)
     }
 
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
-        del::del(args, &config::load(args)?)
+        let conf = config::load(args)?;
+        Ok(del::del(
+            &LiveKernel,
+            &ExecIpam,
+            &LiveMasquerade,
+            args,
+            &conf,
+        )?)
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
-        check::check(args, &config::load(args)?)
+        let conf = config::load(args)?;
+        Ok(check::check(
+            &LiveKernel,
+            &ExecIpam,
+            &LiveMasquerade,
+            args,
+            &conf,
+        )?)
     }
 
     fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
-        del::gc(args, &config::load(args)?)
+        let conf = config::load(args)?;
+        Ok(del::gc(&ExecIpam, &LiveMasquerade, args, &conf)?)
     }
 
     fn status(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = config::load(args)?;
-        ipam::call_if_set(args, &conf.ipam_type, "STATUS")?;
+        ExecIpam.call_if_set(args, &conf.ipam_type, "STATUS")?;
         if conf.ip_masq {
             let backend = conf
                 .ip_masq_backend
                 .unwrap_or_else(|| Backend::default_for(&conf.network));
             if !backend.is_available() {
-                return Err(CniError::not_available(format!(
-                    "ptp: ipMasq needs {}, which is not available",
-                    backend.tool()
-                )));
+                return Err(PtpError::MasqueradeUnavailable {
+                    tool: backend.tool(),
+                }
+                .into());
             }
         }
         Ok(())
