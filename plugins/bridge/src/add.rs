@@ -4,23 +4,26 @@
 
 use std::time::{Duration, Instant};
 
-use attach::errors::{kernel, kernel_ctx};
+use attach::errors::{kernel as kernel_error, kernel_ctx};
+use attach::ipam::Ipam;
+use attach::link;
 use attach::rollback::{self, Rollback};
-use attach::{ipam, link};
 use ipnetwork::IpNetwork;
 use libcni::error::CniError;
 use libcni::result::{CniResult, Interface};
 use libcni::skel::CmdArgs;
 use netkit::bridge_port::PortFlags;
+use netkit::kernel::SysctlWrite;
 use netkit::link::{BridgeOptions, Link, VethSpec};
-use netkit::netfilter::ipmasq::{self, Backend};
+use netkit::netfilter::iptables::Family;
+use netkit::netfilter::ipmasq::Backend;
 use netkit::netfilter::spoofcheck::SpoofChecker;
 use netkit::packet_route::link::{InfoBridge, LinkFlags, State};
-use netkit::packet_route::RouteNetlinkMessage;
-use netkit::{sysctl, AddressOptions, Netns, Socket};
+use netkit::{AddressOptions, Kernel, Netlink};
 
 use crate::config::NetConf;
 use crate::gateway::{self, CONTAINER_IF_INDEX};
+use crate::netfilter::Netfilter;
 
 /// Attempts at finding a free random host veth name.
 const VETH_NAME_ATTEMPTS: usize = 10;
@@ -30,9 +33,15 @@ const PORT_UP_TIMEOUT: Duration = Duration::from_millis(2500);
 const DAD_TIMEOUT: Duration = Duration::from_secs(5);
 const POLL_INTERVAL: Duration = Duration::from_millis(5);
 
-pub fn add(args: &CmdArgs, conf: &NetConf) -> Result<CniResult, CniError> {
+pub fn add<K: Kernel, I: Ipam, F: Netfilter>(
+    kernel: &K,
+    ipam: &I,
+    nf: &F,
+    args: &CmdArgs,
+    conf: &NetConf,
+) -> Result<CniResult, CniError> {
     rollback::guarded("bridge", |rb| {
-        let result = add_steps(args, conf, rb)?;
+        let result = add_steps(kernel, ipam, nf, args, conf, rb)?;
         // The result must also be printable in the request's version (an L2 result has no IP
         // for 0.1.0/0.2.0): find out while the rollback can still undo everything.
         result.to_value(&args.cni_version)?;
@@ -42,21 +51,28 @@ pub fn add(args: &CmdArgs, conf: &NetConf) -> Result<CniResult, CniError> {
 
 /// What the link-level part of an ADD made: the bridge, the veth pair between it and the
 /// container, and the sockets and netns it went through.
-struct Port {
-    host: Socket,
-    netns: Netns,
-    cont: Socket,
+struct Port<K: Kernel> {
+    host: K::Socket,
+    netns: K::Ns,
+    cont: K::Socket,
     bridge: Link,
     host_veth: Link,
     cont_link: Link,
 }
 
-fn add_steps(args: &CmdArgs, conf: &NetConf, rb: &mut Rollback) -> Result<CniResult, CniError> {
+fn add_steps<K: Kernel, I: Ipam, F: Netfilter>(
+    kernel: &K,
+    ipam: &I,
+    nf: &F,
+    args: &CmdArgs,
+    conf: &NetConf,
+    rb: &mut Rollback,
+) -> Result<CniResult, CniError> {
     // IPAM that never touches the container link runs alongside the bridge and veth setup;
     // the rest (dhcp) needs the link, so it runs once the veth exists, as in the reference.
     let (port, ipam_result) =
-        ipam::add_alongside_if_set(args, &conf.ipam_type, CONTAINER_IF_INDEX, rb, |rb| {
-            setup_port(args, conf, rb)
+        ipam.add_alongside_if_set(args, &conf.ipam_type, CONTAINER_IF_INDEX, rb, |rb| {
+            setup_port(kernel, nf, args, conf, rb)
         })?;
     let Port {
         mut host,
@@ -91,6 +107,7 @@ fn add_steps(args: &CmdArgs, conf: &NetConf, rb: &mut Rollback) -> Result<CniRes
         result.dns = ipam_result.dns;
         let gws = gateway::calc(&mut result, conf)?;
         configure_container(
+            kernel,
             &netns,
             &mut cont,
             cont_link.index,
@@ -100,7 +117,7 @@ fn add_steps(args: &CmdArgs, conf: &NetConf, rb: &mut Rollback) -> Result<CniRes
         )?;
 
         if conf.is_gateway {
-            setup_gateways(&mut host, &br, conf, &gws, &mut result)?;
+            setup_gateways(kernel, &mut host, &br, conf, &gws, &mut result)?;
         }
         if conf.ip_masq {
             let backend = conf
@@ -113,10 +130,12 @@ fn add_steps(args: &CmdArgs, conf: &NetConf, rb: &mut Rollback) -> Result<CniRes
                 args.container_id.clone(),
             );
             // Registered first: a partially applied setup is still torn down.
+            let undo = nf.clone();
             rb.push("masquerade", move || {
-                ipmasq::teardown(&network, &ifname, &cid).map_err(|e| e.to_string())
+                undo.unmasquerade(&network, &ifname, &cid, &[Family::V4, Family::V6])
+                    .map_err(|e| e.to_string())
             });
-            ipmasq::setup(
+            nf.masquerade(
                 backend,
                 &addrs,
                 &conf.network,
@@ -126,11 +145,11 @@ fn add_steps(args: &CmdArgs, conf: &NetConf, rb: &mut Rollback) -> Result<CniRes
             .map_err(CniError::from)?;
         }
     } else if !conf.disable_container_interface {
-        cont.set_link_up(cont_link.index).map_err(kernel)?;
+        cont.set_link_up(cont_link.index).map_err(kernel_error)?;
     }
 
     let host_now = if conf.disable_container_interface {
-        host.link_by_index(host_veth.index).map_err(kernel)?
+        host.link_by_index(host_veth.index).map_err(kernel_error)?
     } else {
         wait_port_up(&mut host, host_veth.index)?
     };
@@ -144,13 +163,20 @@ fn add_steps(args: &CmdArgs, conf: &NetConf, rb: &mut Rollback) -> Result<CniRes
 
 /// The link-level part of an ADD, which does not depend on the addresses: the bridge (its
 /// MAC pinned), the veth pair with its port settings, and the spoof check of the port.
-fn setup_port(args: &CmdArgs, conf: &NetConf, rb: &mut Rollback) -> Result<Port, CniError> {
-    let mut host = Socket::new().map_err(kernel)?;
-    let (netns, mut cont) = link::open_netns(&args.netns)?;
+fn setup_port<K: Kernel, F: Netfilter>(
+    kernel: &K,
+    nf: &F,
+    args: &CmdArgs,
+    conf: &NetConf,
+    rb: &mut Rollback,
+) -> Result<Port<K>, CniError> {
+    let mut host = kernel.socket().map_err(kernel_error)?;
+    let (netns, mut cont) = link::open_netns_with(kernel, &args.netns)?;
 
-    let bridge = setup_bridge(&mut host, conf)?;
+    let bridge = setup_bridge(kernel, &mut host, conf)?;
     pin_bridge_mac(&mut host, &bridge)?;
-    let (host_veth, cont_link) = setup_veth(&mut host, &mut cont, &netns, &bridge, args, conf, rb)?;
+    let (host_veth, cont_link) =
+        setup_veth(kernel, &mut host, &mut cont, &netns, &bridge, args, conf, rb)?;
 
     if conf.macspoofchk {
         let sc = SpoofChecker::new(
@@ -159,11 +185,11 @@ fn setup_port(args: &CmdArgs, conf: &NetConf, rb: &mut Rollback) -> Result<Port,
             &SpoofChecker::ref_id_for(&args.container_id, &args.ifname),
         );
         // Registered first: a partially applied setup is still torn down.
-        let undo = sc.clone();
+        let (undo, undo_sc) = (nf.clone(), sc.clone());
         rb.push("spoof check", move || {
-            undo.teardown().map_err(|e| e.to_string())
+            undo.remove_spoof_check(&undo_sc).map_err(|e| e.to_string())
         });
-        sc.setup().map_err(CniError::from)?;
+        nf.spoof_check(&sc).map_err(CniError::from)?;
     }
     Ok(Port {
         host,
@@ -179,7 +205,7 @@ fn setup_port(args: &CmdArgs, conf: &NetConf, rb: &mut Rollback) -> Result<Port,
 /// takes its lowest port's MAC, which would change as pods come and go and leave neighbours
 /// with a stale entry for the gateway. A new bridge keeps its own random MAC (never a port's),
 /// and a bridge that already existed keeps the MAC it has.
-fn pin_bridge_mac(host: &mut Socket, br: &Link) -> Result<(), CniError> {
+fn pin_bridge_mac<S: Netlink>(host: &mut S, br: &Link) -> Result<(), CniError> {
     if let Ok(mac) = <[u8; 6]>::try_from(br.mac.as_slice()) {
         host.set_link_mac(br.index, &mac)
             .map_err(|e| kernel_ctx(e, "could not set bridge's mac"))?;
@@ -189,7 +215,11 @@ fn pin_bridge_mac(host: &mut Socket, br: &Link) -> Result<(), CniError> {
 
 /// Creates (or adopts) the bridge and brings it up, with promisc, VLAN filtering and
 /// `accept_ra=0` as configured.
-fn setup_bridge(host: &mut Socket, conf: &NetConf) -> Result<Link, CniError> {
+fn setup_bridge<K: Kernel>(
+    kernel: &K,
+    host: &mut K::Socket,
+    conf: &NetConf,
+) -> Result<Link, CniError> {
     let opts = BridgeOptions {
         mtu: (conf.mtu != 0).then_some(conf.mtu),
         vlan_filtering: conf.uses_vlans().then_some(true),
@@ -201,40 +231,40 @@ fn setup_bridge(host: &mut Socket, conf: &NetConf) -> Result<Link, CniError> {
                 "{e} (vlan/vlanTrunk need a kernel with bridge VLAN filtering)"
             ))
         } else {
-            kernel(e)
+            kernel_error(e)
         }
     })?;
     if conf.uses_vlans() && !br.bridge_info().contains(&InfoBridge::VlanFiltering(true)) {
         // An existing bridge without filtering would ignore the port VLANs entirely.
-        let msg = netkit::rtnetlink::LinkBridge::new(&conf.bridge)
-            .vlan_filtering(true)
-            .build();
-        host.request_ack(RouteNetlinkMessage::NewLink(msg), 0)
+        host.set_bridge_vlan_filtering(&conf.bridge, true)
             .map_err(|e| {
-                kernel(e.context(format!(
+                kernel_error(e.context(format!(
                     "failed to enable VLAN filtering on {:?}",
                     conf.bridge
                 )))
             })?;
     }
     if conf.promisc && !br.is_promisc() {
-        host.set_link_promisc(br.index, true).map_err(kernel)?;
+        host.set_link_promisc(br.index, true).map_err(kernel_error)?;
     }
     // We own the routes of the bridge. Absent when IPv6 is disabled: that is fine.
-    let _ = sysctl::write_if_different(&format!("net/ipv6/conf/{}/accept_ra", conf.bridge), "0");
+    let _ = kernel
+        .host_sysctl_write_if_different(&format!("net/ipv6/conf/{}/accept_ra", conf.bridge), "0");
     if !br.flags.contains(LinkFlags::Up) {
-        host.set_link_up(br.index).map_err(kernel)?;
-        br = host.link_by_index(br.index).map_err(kernel)?;
+        host.set_link_up(br.index).map_err(kernel_error)?;
+        br = host.link_by_index(br.index).map_err(kernel_error)?;
     }
     Ok(br)
 }
 
 /// Creates the veth pair with the container end born inside the netns and the host end
 /// already enslaved and up, then applies the port settings.
-fn setup_veth(
-    host: &mut Socket,
-    cont: &mut Socket,
-    netns: &Netns,
+#[allow(clippy::too_many_arguments)]
+fn setup_veth<K: Kernel>(
+    kernel: &K,
+    host: &mut K::Socket,
+    cont: &mut K::Socket,
+    netns: &K::Ns,
     br: &Link,
     args: &CmdArgs,
     conf: &NetConf,
@@ -246,38 +276,37 @@ fn setup_veth(
         let spec = VethSpec {
             name: &candidate,
             peer_name: &args.ifname,
-            peer_netns: Some(netns),
             mtu: (conf.mtu != 0).then_some(conf.mtu),
             peer_mac: conf.mac,
             master: Some(br.index),
             up: true,
             ..Default::default()
         };
-        match host.create_veth(&spec) {
+        match host.create_veth(&spec, Some(netns)) {
             Ok(()) => {
                 host_name = candidate;
                 break;
             }
             Err(e) if e.is_exists() => {
-                if cont.find_link(&args.ifname).map_err(kernel)?.is_some() {
+                if cont.find_link(&args.ifname).map_err(kernel_error)?.is_some() {
                     return Err(CniError::internal(format!(
                         "container veth name provided ({}) already exists",
                         args.ifname
                     )));
                 }
                 if attempt + 1 == VETH_NAME_ATTEMPTS {
-                    return Err(kernel(e));
+                    return Err(kernel_error(e));
                 }
             }
-            Err(e) => return Err(kernel(e)),
+            Err(e) => return Err(kernel_error(e)),
         }
     }
-    link::undo_delete_host(rb, &host_name);
+    link::undo_delete_host_with(kernel, rb, &host_name);
 
-    let host_veth = host.link_by_name(&host_name).map_err(kernel)?;
-    let cont_link = cont.link_by_name(&args.ifname).map_err(kernel)?;
+    let host_veth = host.link_by_name(&host_name).map_err(kernel_error)?;
+    let cont_link = cont.link_by_name(&args.ifname).map_err(kernel_error)?;
     // The host end never autoconfigures IPv6 from router advertisements.
-    let _ = sysctl::write(&format!("net/ipv6/conf/{host_name}/accept_ra"), "0");
+    let _ = kernel.host_sysctl_write(&format!("net/ipv6/conf/{host_name}/accept_ra"), "0");
 
     // A new port has hairpin and isolation off: only send what differs.
     if conf.hairpin || conf.port_isolation {
@@ -287,7 +316,7 @@ fn setup_veth(
             learning: None,
         };
         host.set_bridge_port_flags(host_veth.index, &flags)
-            .map_err(kernel)?;
+            .map_err(kernel_error)?;
     }
     if conf.uses_vlans() {
         setup_port_vlans(host, br, host_veth.index, conf)?;
@@ -309,8 +338,8 @@ fn default_pvid(br: &Link) -> u16 {
         .unwrap_or(1)
 }
 
-fn setup_port_vlans(
-    host: &mut Socket,
+fn setup_port_vlans<S: Netlink>(
+    host: &mut S,
     br: &Link,
     port: u32,
     conf: &NetConf,
@@ -320,24 +349,25 @@ fn setup_port_vlans(
         // A new port holds exactly the bridge's default PVID.
         let pvid = default_pvid(br);
         if pvid != 0 && pvid != native {
-            host.bridge_vlan_del(port, pvid).map_err(kernel)?;
+            host.bridge_vlan_del(port, pvid).map_err(kernel_error)?;
         }
     }
     for vid in conf.trunk.iter().flatten().filter(|v| **v != native) {
         host.bridge_vlan_add(port, *vid, false, false)
-            .map_err(kernel)?;
+            .map_err(kernel_error)?;
     }
     if native != 0 {
         host.bridge_vlan_add(port, native, true, true)
-            .map_err(kernel)?;
+            .map_err(kernel_error)?;
     }
     Ok(())
 }
 
 /// Sysctls, addresses, link up and routes inside the container netns.
-fn configure_container(
-    netns: &Netns,
-    cont: &mut Socket,
+fn configure_container<K: Kernel>(
+    kernel: &K,
+    netns: &K::Ns,
+    cont: &mut K::Socket,
     index: u32,
     ifname: &str,
     result: &CniResult,
@@ -350,35 +380,35 @@ fn configure_container(
         .map(|i| i.address)
         .collect();
     let has_v6 = ours.iter().any(IpNetwork::is_ipv6);
-    netns
-        .run(|| {
-            // Failures are ignored as in the reference: IPv6 may be disabled in the netns.
-            if has_v6 {
-                let _ = sysctl::write_if_different(
-                    &format!("net/ipv6/conf/{ifname}/disable_ipv6"),
-                    "0",
-                );
-                let _ = sysctl::write_if_different(
-                    &format!("net/ipv6/conf/{ifname}/keep_addr_on_down"),
-                    "1",
-                );
-            }
-            if conf.enable_dad {
-                let _ = sysctl::write(&format!("net/ipv6/conf/{ifname}/enhanced_dad"), "1");
-                let _ = sysctl::write(&format!("net/ipv6/conf/{ifname}/accept_dad"), "1");
-            } else {
-                // Without DAD the addresses are usable the moment ADD returns.
-                let _ = sysctl::write(&format!("net/ipv6/conf/{ifname}/accept_dad"), "0");
-            }
-            let _ = sysctl::write(&format!("net/ipv4/conf/{ifname}/arp_notify"), "1");
-        })
-        .map_err(kernel)?;
+    let keys = ContainerSysctls::new(ifname);
+    let write = |key, value, only_if_different| SysctlWrite {
+        key,
+        value,
+        only_if_different,
+    };
+    let mut writes = Vec::with_capacity(5);
+    if has_v6 {
+        writes.push(write(&keys.disable_ipv6, "0", true));
+        writes.push(write(&keys.keep_addr_on_down, "1", true));
+    }
+    if conf.enable_dad {
+        writes.push(write(&keys.enhanced_dad, "1", false));
+        writes.push(write(&keys.accept_dad, "1", false));
+    } else {
+        // Without DAD the addresses are usable the moment ADD returns.
+        writes.push(write(&keys.accept_dad, "0", false));
+    }
+    writes.push(write(&keys.arp_notify, "1", false));
+    // Each write's failure is ignored as in the reference: IPv6 may be disabled in the netns.
+    kernel
+        .sysctl_write_all(netns, &writes)
+        .map_err(kernel_error)?;
 
     for addr in &ours {
         cont.add_address(index, *addr, &AddressOptions::default())
-            .map_err(kernel)?;
+            .map_err(kernel_error)?;
     }
-    cont.set_link_up(index).map_err(kernel)?;
+    cont.set_link_up(index).map_err(kernel_error)?;
     if conf.enable_dad && has_v6 {
         wait_dad(cont, index, ifname)?;
     }
@@ -415,13 +445,13 @@ fn configure_container(
 }
 
 /// Waits until no IPv6 address of the link is tentative (DAD done) or DAD failed.
-fn wait_dad(cont: &mut Socket, index: u32, ifname: &str) -> Result<(), CniError> {
+fn wait_dad<S: Netlink>(cont: &mut S, index: u32, ifname: &str) -> Result<(), CniError> {
     use netkit::packet_route::address::AddressFlags;
     let start = Instant::now();
     loop {
         let addrs = cont
             .addresses(Some(index), netkit::Family::V6)
-            .map_err(kernel)?;
+            .map_err(kernel_error)?;
         if let Some(bad) = addrs
             .iter()
             .find(|a| a.flags.contains(AddressFlags::Dadfailed))
@@ -447,8 +477,9 @@ fn wait_dad(cont: &mut Socket, index: u32, ifname: &str) -> Result<(), CniError>
 }
 
 /// Gateway addresses on the bridge (or the VLAN gateway interface) and forwarding.
-fn setup_gateways(
-    host: &mut Socket,
+fn setup_gateways<K: Kernel>(
+    kernel: &K,
+    host: &mut K::Socket,
     br: &Link,
     conf: &NetConf,
     gws: &gateway::Gateways,
@@ -475,7 +506,8 @@ fn setup_gateways(
             gateway::ensure_addr(host, index, &name, *gw, conf.force_address)?;
         }
         if !list.is_empty() {
-            sysctl::write_if_different(key, "1")
+            kernel
+                .host_sysctl_write_if_different(key, "1")
                 .map_err(|e| kernel_ctx(e, "failed to enable forwarding"))?;
         }
     }
@@ -485,16 +517,19 @@ fn setup_gateways(
 /// The L3 gateway of a VLAN: a veth whose end `<bridge>.<vlan>` holds the gateway address in the
 /// host and whose other end is a bridge port with the VLAN as untagged PVID. Shared by every
 /// pod of the VLAN, so it is never deleted (like the bridge).
-fn ensure_vlan_gateway(host: &mut Socket, br: &Link, conf: &NetConf) -> Result<Link, CniError> {
+fn ensure_vlan_gateway<S: Netlink>(
+    host: &mut S,
+    br: &Link,
+    conf: &NetConf,
+) -> Result<Link, CniError> {
     let name = format!("{}.{}", br.name, conf.vlan);
-    if let Some(link) = host.find_link(&name).map_err(kernel)? {
+    if let Some(link) = host.find_link(&name).map_err(kernel_error)? {
         return Ok(link);
     }
     let port = link::random_veth_name()?;
     let spec = VethSpec {
         name: &port,
         peer_name: &name,
-        peer_netns: None,
         mtu: (br.mtu != 0).then_some(br.mtu),
         master: Some(br.index),
         up: true,
@@ -502,7 +537,7 @@ fn ensure_vlan_gateway(host: &mut Socket, br: &Link, conf: &NetConf) -> Result<L
         // the gateway end is set up once the pair exists.
         ..Default::default()
     };
-    match host.create_veth(&spec) {
+    match host.create_veth(&spec, None) {
         Ok(()) => {
             if let Err(e) = configure_vlan_gateway(host, br, conf, &port, &name) {
                 // Half-configured, it would be adopted as it is by the next ADD: remove it.
@@ -523,35 +558,35 @@ fn ensure_vlan_gateway(host: &mut Socket, br: &Link, conf: &NetConf) -> Result<L
             ))
         }
     }
-    host.link_by_name(&name).map_err(kernel)
+    host.link_by_name(&name).map_err(kernel_error)
 }
 
 /// The bridge end of a new VLAN gateway gets the VLAN as untagged PVID, then the gateway end
 /// is set up.
-fn configure_vlan_gateway(
-    host: &mut Socket,
+fn configure_vlan_gateway<S: Netlink>(
+    host: &mut S,
     br: &Link,
     conf: &NetConf,
     port: &str,
     name: &str,
 ) -> Result<(), CniError> {
-    let port_link = host.link_by_name(port).map_err(kernel)?;
+    let port_link = host.link_by_name(port).map_err(kernel_error)?;
     let vconf = NetConf {
         trunk: None,
         ..conf.clone()
     };
     setup_port_vlans(host, br, port_link.index, &vconf)?;
-    let gateway = host.link_by_name(name).map_err(kernel)?;
+    let gateway = host.link_by_name(name).map_err(kernel_error)?;
     host.set_link_up(gateway.index)
         .map_err(|e| kernel_ctx(e, format!("failed to set vlan gateway {name:?} up")))
 }
 
 /// Polls until the host veth reports operstate UP (its peer is up), like the reference's
 /// retries but at a much finer interval.
-fn wait_port_up(host: &mut Socket, index: u32) -> Result<Link, CniError> {
+fn wait_port_up<S: Netlink>(host: &mut S, index: u32) -> Result<Link, CniError> {
     let start = Instant::now();
     loop {
-        let link = host.link_by_index(index).map_err(kernel)?;
+        let link = host.link_by_index(index).map_err(kernel_error)?;
         if link.operstate == State::Up {
             return Ok(link);
         }
@@ -562,5 +597,26 @@ fn wait_port_up(host: &mut Socket, index: u32) -> Result<Link, CniError> {
             )));
         }
         std::thread::sleep(POLL_INTERVAL);
+    }
+}
+
+/// The sysctl keys of the container interface that ADD writes.
+struct ContainerSysctls {
+    disable_ipv6: String,
+    keep_addr_on_down: String,
+    enhanced_dad: String,
+    accept_dad: String,
+    arp_notify: String,
+}
+
+impl ContainerSysctls {
+    fn new(ifname: &str) -> ContainerSysctls {
+        ContainerSysctls {
+            disable_ipv6: format!("net/ipv6/conf/{ifname}/disable_ipv6"),
+            keep_addr_on_down: format!("net/ipv6/conf/{ifname}/keep_addr_on_down"),
+            enhanced_dad: format!("net/ipv6/conf/{ifname}/enhanced_dad"),
+            accept_dad: format!("net/ipv6/conf/{ifname}/accept_dad"),
+            arp_notify: format!("net/ipv4/conf/{ifname}/arp_notify"),
+        }
     }
 }

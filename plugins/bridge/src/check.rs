@@ -1,30 +1,35 @@
 //! CHECK: bridge, container veth, host veth and addressing as recorded in
 //! prevResult. Unlike the reference, an L2-only config (no IPAM) passes.
 
-use attach::errors::kernel;
-use attach::ipam;
+use attach::ipam::Ipam;
 use ipnetwork::IpNetwork;
 use libcni::error::CniError;
 use libcni::result::{CniResult, IpConfig};
 use libcni::skel::CmdArgs;
-use netkit::netfilter::ipmasq;
 use netkit::netfilter::spoofcheck::SpoofChecker;
-use netkit::{Link, Netns, Socket};
+use netkit::{Kernel, Link, Netlink};
 
 use crate::config::NetConf;
+use crate::netfilter::Netfilter;
 
 fn fail(msg: impl Into<String>) -> CniError {
     CniError::internal(msg)
 }
 
-pub fn check(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
-    ipam::call_if_set(args, &conf.ipam_type, "CHECK")?;
+pub fn check<K: Kernel, I: Ipam, F: Netfilter>(
+    kernel: &K,
+    ipam: &I,
+    nf: &F,
+    args: &CmdArgs,
+    conf: &NetConf,
+) -> Result<(), CniError> {
+    ipam.call_if_set(args, &conf.ipam_type, "CHECK")?;
     let prev = args
         .prev_result()?
         .ok_or_else(|| fail("Required prevResult missing"))?;
 
-    let mut host = Socket::new().map_err(kernel)?;
-    let br = host.link_by_name(&conf.bridge).map_err(kernel)?;
+    let mut host = kernel.socket().map_err(attach::errors::kernel)?;
+    let br = host.link_by_name(&conf.bridge).map_err(attach::errors::kernel)?;
     if !br.is_kind("bridge") {
         return Err(fail(format!(
             "Error: Bridge interface {} is not a bridge",
@@ -62,9 +67,9 @@ pub fn check(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
             recorded.sandbox, args.netns
         )));
     }
-    let netns = Netns::open(&args.netns).map_err(kernel)?;
-    let mut cont = Socket::open_in(&netns).map_err(kernel)?;
-    let cont_link = cont.link_by_name(&args.ifname).map_err(kernel)?;
+    let netns = kernel.open_netns(&args.netns).map_err(attach::errors::kernel)?;
+    let mut cont = kernel.socket_in(&netns).map_err(attach::errors::kernel)?;
+    let cont_link = cont.link_by_name(&args.ifname).map_err(attach::errors::kernel)?;
     if !cont_link.is_kind("veth") {
         return Err(fail(format!(
             "Error: Container interface {} not of type veth",
@@ -93,7 +98,7 @@ pub fn check(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
         .iter()
         .filter(|i| i.sandbox.is_empty() && i.name != conf.bridge)
     {
-        let Some(link) = host.find_link(&i.name).map_err(kernel)? else {
+        let Some(link) = host.find_link(&i.name).map_err(attach::errors::kernel)? else {
             continue;
         };
         if link.index != peer || !link.is_kind("veth") {
@@ -127,16 +132,13 @@ pub fn check(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
     if conf.ip_masq && !prev.ips.is_empty() {
         let addrs: Vec<IpNetwork> = prev.ips.iter().map(|i| i.address).collect();
         // Without a configured backend ADD picked one by what the network had then.
-        match conf.ip_masq_backend {
-            Some(backend) => ipmasq::verify(
-                backend,
-                &addrs,
-                &conf.network,
-                &args.ifname,
-                &args.container_id,
-            ),
-            None => ipmasq::verify_default(&addrs, &conf.network, &args.ifname, &args.container_id),
-        }
+        nf.verify_masquerade(
+            conf.ip_masq_backend,
+            &addrs,
+            &conf.network,
+            &args.ifname,
+            &args.container_id,
+        )
         .map_err(CniError::from)?;
     }
     if conf.macspoofchk {
@@ -145,7 +147,7 @@ pub fn check(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
             "",
             &SpoofChecker::ref_id_for(&args.container_id, &args.ifname),
         );
-        if !sc.is_installed().map_err(CniError::from)? {
+        if !nf.spoof_check_installed(&sc).map_err(CniError::from)? {
             return Err(fail(format!(
                 "spoof-check rules {} are missing",
                 sc.comment()
@@ -158,8 +160,8 @@ pub fn check(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
 /// prevResult's addresses of the container interface and its routes, as every main plugin
 /// checks them (attach): in the main table, or where sbr moved them, so a chain with sbr after
 /// bridge passes CHECK.
-fn check_addressing(
-    cont: &mut Socket,
+fn check_addressing<S: Netlink>(
+    cont: &mut S,
     link: &Link,
     prev: &CniResult,
     cont_pos: usize,

@@ -4,25 +4,32 @@
 
 use std::net::IpAddr;
 
-use attach::errors::{kernel, Failures};
-use attach::ipam;
+use attach::errors::{kernel as kernel_error, Failures};
+use attach::ipam::Ipam;
 use libcni::error::CniError;
 use libcni::skel::CmdArgs;
 use netkit::netfilter::iptables::Family;
 use netkit::netfilter::{ipmasq, spoofcheck, spoofcheck::SpoofChecker};
-use netkit::{Netns, Socket};
+use netkit::{Kernel, Netlink, Socket};
 
 use crate::config::NetConf;
+use crate::netfilter::Netfilter;
 
 /// Keeps going after a failure: every step is tried, the first failure is returned and the
 /// others go to stderr.
-pub fn del(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
+pub fn del<K: Kernel, I: Ipam, F: Netfilter>(
+    kernel: &K,
+    ipam: &I,
+    nf: &F,
+    args: &CmdArgs,
+    conf: &NetConf,
+) -> Result<(), CniError> {
     // The IPAM release runs alongside the veth deletion, the kernel's slowest step (the
     // unregistration waits for RCU grace periods): the DEL then takes about the deletion alone.
     // The two are independent (IPAM releases by container and ifname); dhcp, which may need
     // the link to release its lease, is released before the deletion instead.
-    let (ipam, (addresses, link)) = ipam::call_alongside(args, &conf.ipam_type, "DEL", || {
-        delete_container_end(args, conf)
+    let (ipam, (addresses, link)) = ipam.call_alongside(args, &conf.ipam_type, "DEL", || {
+        delete_container_end(kernel, args, conf)
     });
 
     let mut failures = Failures::default();
@@ -35,7 +42,7 @@ pub fn del(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
             "",
             &SpoofChecker::ref_id_for(&args.container_id, &args.ifname),
         );
-        if let Err(e) = sc.teardown() {
+        if let Err(e) = nf.remove_spoof_check(&sc) {
             // As in the reference: a spoof-check leftover must not block the DEL.
             eprintln!("bridge: {e}");
         }
@@ -45,7 +52,7 @@ pub fn del(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
     if conf.ip_masq && conf.is_layer3() {
         let families = masquerade_families(args, &addresses);
         failures.note(
-            ipmasq::teardown_families(&conf.network, &args.ifname, &args.container_id, &families)
+            nf.unmasquerade(&conf.network, &args.ifname, &args.container_id, &families)
                 .map_err(CniError::from),
         );
     }
@@ -55,17 +62,21 @@ pub fn del(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
 /// Deletes the container end of the veth, which takes the host end (and its bridge port)
 /// with it; an empty CNI_NETNS, a netns or a link that is gone are fine. Returns, with the
 /// outcome, the addresses the link had when masquerade needs to know its families.
-fn delete_container_end(args: &CmdArgs, conf: &NetConf) -> (Vec<IpAddr>, Result<(), CniError>) {
+fn delete_container_end<K: Kernel>(
+    kernel: &K,
+    args: &CmdArgs,
+    conf: &NetConf,
+) -> (Vec<IpAddr>, Result<(), CniError>) {
     let mut addresses = Vec::new();
     if args.netns.is_empty() {
         return (addresses, Ok(()));
     }
-    let ns = match Netns::open(&args.netns) {
+    let ns = match kernel.open_netns(&args.netns) {
         Ok(ns) => ns,
         Err(e) if e.is_netns_not_found() => return (addresses, Ok(())),
-        Err(e) => return (addresses, Err(kernel(e))),
+        Err(e) => return (addresses, Err(kernel_error(e))),
     };
-    let deleted = Socket::open_in(&ns).and_then(|mut s| {
+    let deleted = kernel.socket_in(&ns).and_then(|mut s| {
         if conf.ip_masq && conf.is_layer3() {
             if let Some(link) = s.find_link(&args.ifname)? {
                 for a in s.addresses(Some(link.index), netkit::Family::Any)? {
@@ -77,7 +88,7 @@ fn delete_container_end(args: &CmdArgs, conf: &NetConf) -> (Vec<IpAddr>, Result<
         }
         s.delete_link_by_name(&args.ifname)
     });
-    (addresses, deleted.map(|_| ()).map_err(kernel))
+    (addresses, deleted.map(|_| ()).map_err(kernel_error))
 }
 
 /// The address families the attachment used, from prevResult and the link's addresses (only
@@ -110,7 +121,7 @@ fn families_of<'a>(addresses: impl IntoIterator<Item = &'a IpAddr>) -> Vec<Famil
 pub fn gc(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
     let valid = args.valid_attachments()?;
     let mut failures = Failures::default();
-    failures.note(ipam::call_if_set(args, &conf.ipam_type, "GC"));
+    failures.note(attach::ipam::call_if_set(args, &conf.ipam_type, "GC"));
     if conf.ip_masq {
         failures.note(ipmasq::gc(&conf.network, &valid).map_err(CniError::from));
     }
@@ -123,7 +134,7 @@ pub fn gc(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
 /// Spoof checks whose bridge port is gone and whose attachment is not valid: a pod removed
 /// without DEL leaves them behind, and nothing else ever would remove them.
 fn gc_spoof_checks(valid: &[(String, String)]) -> Result<(), CniError> {
-    let mut host = Socket::new().map_err(kernel)?;
+    let mut host = Socket::new().map_err(kernel_error)?;
     // An unreadable link table counts as "port present": GC must never remove a live check.
     let port_exists = |port: &str| host.find_link(port).map_or(true, |l| l.is_some());
     spoofcheck::gc(valid, port_exists)
@@ -174,6 +185,13 @@ mod tests {
     fn del_without_netns_ipam_or_netfilter_has_nothing_to_do() {
         let args = attach::testing::cmd_args(serde_json::json!({"bridge": "br9"}), "");
         let conf = crate::config::load(&args).unwrap();
-        assert!(del(&args, &conf).is_ok());
+        let ok = del(
+            &netkit::LiveKernel,
+            &attach::ipam::ExecIpam,
+            &crate::netfilter::LiveNetfilter,
+            &args,
+            &conf,
+        );
+        assert!(ok.is_ok());
     }
 }

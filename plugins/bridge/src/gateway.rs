@@ -7,7 +7,7 @@ use attach::errors::{kernel, kernel_ctx};
 use ipnetwork::IpNetwork;
 use libcni::error::CniError;
 use libcni::result::{CniResult, Route};
-use netkit::{AddressOptions, Family, Socket};
+use netkit::{AddressOptions, Family, Netlink};
 
 use crate::config::NetConf;
 
@@ -80,8 +80,8 @@ pub fn calc(result: &mut CniResult, conf: &NetConf) -> Result<Gateways, CniError
 
 /// Makes sure `link` holds the gateway address `gw`. Another IPv4 address (or an overlapping
 /// IPv6 one) is an error unless `force`, which replaces it.
-pub fn ensure_addr(
-    sock: &mut Socket,
+pub fn ensure_addr<S: Netlink>(
+    sock: &mut S,
     index: u32,
     name: &str,
     gw: IpNetwork,

@@ -6,29 +6,33 @@ mod check;
 mod config;
 mod del;
 mod gateway;
+mod netfilter;
 
-use attach::ipam;
+use attach::ipam::{ExecIpam, Ipam};
 use libcni::error::CniError;
 use libcni::result::CniResult;
 use libcni::skel::{CmdArgs, Plugin};
 use netkit::netfilter::ipmasq::Backend;
+use netkit::LiveKernel;
+
+use crate::netfilter::LiveNetfilter;
 
 struct Bridge;
 
 impl Plugin for Bridge {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
         let conf = config::load(args)?;
-        add::add(args, &conf)
+        add::add(&LiveKernel, &ExecIpam, &LiveNetfilter, args, &conf)
     }
 
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = config::load(args)?;
-        del::del(args, &conf)
+        del::del(&LiveKernel, &ExecIpam, &LiveNetfilter, args, &conf)
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = config::load(args)?;
-        check::check(args, &conf)
+        check::check(&LiveKernel, &ExecIpam, &LiveNetfilter, args, &conf)
     }
 
     fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
@@ -38,7 +42,7 @@ impl Plugin for Bridge {
 
     fn status(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = config::load(args)?;
-        ipam::call_if_set(args, &conf.ipam_type, "STATUS")?;
+        ExecIpam.call_if_set(args, &conf.ipam_type, "STATUS")?;
         // An ADD would fail without the netfilter support it needs.
         if conf.ip_masq && conf.is_layer3() {
             let backend = conf
