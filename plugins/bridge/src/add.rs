@@ -15,8 +15,8 @@ use libcni::skel::CmdArgs;
 use netkit::bridge_port::PortFlags;
 use netkit::kernel::SysctlWrite;
 use netkit::link::{BridgeOptions, Link, VethSpec};
-use netkit::netfilter::iptables::Family;
 use netkit::netfilter::ipmasq::Backend;
+use netkit::netfilter::iptables::Family;
 use netkit::netfilter::spoofcheck::SpoofChecker;
 use netkit::packet_route::link::{InfoBridge, LinkFlags, State};
 use netkit::{AddressOptions, Kernel, Netlink};
@@ -175,8 +175,9 @@ fn setup_port<K: Kernel, F: Netfilter>(
 
     let bridge = setup_bridge(kernel, &mut host, conf)?;
     pin_bridge_mac(&mut host, &bridge)?;
-    let (host_veth, cont_link) =
-        setup_veth(kernel, &mut host, &mut cont, &netns, &bridge, args, conf, rb)?;
+    let (host_veth, cont_link) = setup_veth(
+        kernel, &mut host, &mut cont, &netns, &bridge, args, conf, rb,
+    )?;
 
     if conf.macspoofchk {
         let sc = SpoofChecker::new(
@@ -245,7 +246,8 @@ fn setup_bridge<K: Kernel>(
             })?;
     }
     if conf.promisc && !br.is_promisc() {
-        host.set_link_promisc(br.index, true).map_err(kernel_error)?;
+        host.set_link_promisc(br.index, true)
+            .map_err(kernel_error)?;
     }
     // We own the routes of the bridge. Absent when IPv6 is disabled: that is fine.
     let _ = kernel
@@ -288,7 +290,11 @@ fn setup_veth<K: Kernel>(
                 break;
             }
             Err(e) if e.is_exists() => {
-                if cont.find_link(&args.ifname).map_err(kernel_error)?.is_some() {
+                if cont
+                    .find_link(&args.ifname)
+                    .map_err(kernel_error)?
+                    .is_some()
+                {
                     return Err(CniError::internal(format!(
                         "container veth name provided ({}) already exists",
                         args.ifname

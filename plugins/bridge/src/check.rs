@@ -29,7 +29,9 @@ pub fn check<K: Kernel, I: Ipam, F: Netfilter>(
         .ok_or_else(|| fail("Required prevResult missing"))?;
 
     let mut host = kernel.socket().map_err(attach::errors::kernel)?;
-    let br = host.link_by_name(&conf.bridge).map_err(attach::errors::kernel)?;
+    let br = host
+        .link_by_name(&conf.bridge)
+        .map_err(attach::errors::kernel)?;
     if !br.is_kind("bridge") {
         return Err(fail(format!(
             "Error: Bridge interface {} is not a bridge",
@@ -67,9 +69,13 @@ pub fn check<K: Kernel, I: Ipam, F: Netfilter>(
             recorded.sandbox, args.netns
         )));
     }
-    let netns = kernel.open_netns(&args.netns).map_err(attach::errors::kernel)?;
+    let netns = kernel
+        .open_netns(&args.netns)
+        .map_err(attach::errors::kernel)?;
     let mut cont = kernel.socket_in(&netns).map_err(attach::errors::kernel)?;
-    let cont_link = cont.link_by_name(&args.ifname).map_err(attach::errors::kernel)?;
+    let cont_link = cont
+        .link_by_name(&args.ifname)
+        .map_err(attach::errors::kernel)?;
     if !cont_link.is_kind("veth") {
         return Err(fail(format!(
             "Error: Container interface {} not of type veth",

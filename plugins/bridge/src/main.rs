@@ -68,3 +68,6 @@ impl Plugin for Bridge {
 fn main() {
     libcni::skel::run(&Bridge, "CNI bridge plugin (ferrocni)");
 }
+
+#[cfg(test)]
+mod tests;

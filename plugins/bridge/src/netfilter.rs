@@ -226,7 +226,9 @@ pub mod fake {
 
         fn spoof_check_installed(&self, sc: &SpoofChecker) -> Result<bool> {
             self.record(format!("nft list spoof check {}", sc.comment()))?;
-            Ok(self.lock().contains(&format!("spoofcheck {}", sc.comment())))
+            Ok(self
+                .lock()
+                .contains(&format!("spoofcheck {}", sc.comment())))
         }
     }
 }
