@@ -4,7 +4,6 @@
 
 use std::time::{Duration, Instant};
 
-use attach::errors::{kernel as kernel_error, kernel_ctx};
 use attach::ipam::Ipam;
 use attach::link;
 use attach::rollback::{self, Rollback};
@@ -22,6 +21,7 @@ use netkit::packet_route::link::{InfoBridge, LinkFlags, State};
 use netkit::{AddressOptions, Kernel, Netlink};
 
 use crate::config::NetConf;
+use crate::error::BridgeError;
 use crate::gateway::{self, CONTAINER_IF_INDEX};
 use crate::netfilter::Netfilter;
 
@@ -39,14 +39,15 @@ pub fn add<K: Kernel, I: Ipam, F: Netfilter>(
     nf: &F,
     args: &CmdArgs,
     conf: &NetConf,
-) -> Result<CniResult, CniError> {
-    rollback::guarded("bridge", |rb| {
+) -> Result<CniResult, BridgeError> {
+    let result = rollback::guarded("bridge", |rb| {
         let result = add_steps(kernel, ipam, nf, args, conf, rb)?;
         // The result must also be printable in the request's version (an L2 result has no IP
         // for 0.1.0/0.2.0): find out while the rollback can still undo everything.
         result.to_value(&args.cni_version)?;
         Ok(result)
-    })
+    })?;
+    Ok(result)
 }
 
 /// What the link-level part of an ADD made: the bridge, the veth pair between it and the
@@ -67,12 +68,12 @@ fn add_steps<K: Kernel, I: Ipam, F: Netfilter>(
     args: &CmdArgs,
     conf: &NetConf,
     rb: &mut Rollback,
-) -> Result<CniResult, CniError> {
+) -> Result<CniResult, BridgeError> {
     // IPAM that never touches the container link runs alongside the bridge and veth setup;
     // the rest (dhcp) needs the link, so it runs once the veth exists, as in the reference.
     let (port, ipam_result) =
         ipam.add_alongside_if_set(args, &conf.ipam_type, CONTAINER_IF_INDEX, rb, |rb| {
-            setup_port(kernel, nf, args, conf, rb)
+            setup_port(kernel, nf, args, conf, rb).map_err(CniError::from)
         })?;
     let Port {
         mut host,
@@ -141,15 +142,14 @@ fn add_steps<K: Kernel, I: Ipam, F: Netfilter>(
                 &conf.network,
                 &args.ifname,
                 &args.container_id,
-            )
-            .map_err(CniError::from)?;
+            )?;
         }
     } else if !conf.disable_container_interface {
-        cont.set_link_up(cont_link.index).map_err(kernel_error)?;
+        cont.set_link_up(cont_link.index)?;
     }
 
     let host_now = if conf.disable_container_interface {
-        host.link_by_index(host_veth.index).map_err(kernel_error)?
+        host.link_by_index(host_veth.index)?
     } else {
         wait_port_up(&mut host, host_veth.index)?
     };
@@ -169,8 +169,8 @@ fn setup_port<K: Kernel, F: Netfilter>(
     args: &CmdArgs,
     conf: &NetConf,
     rb: &mut Rollback,
-) -> Result<Port<K>, CniError> {
-    let mut host = kernel.socket().map_err(kernel_error)?;
+) -> Result<Port<K>, BridgeError> {
+    let mut host = kernel.socket()?;
     let (netns, mut cont) = link::open_netns_with(kernel, &args.netns)?;
 
     let bridge = setup_bridge(kernel, &mut host, conf)?;
@@ -190,7 +190,7 @@ fn setup_port<K: Kernel, F: Netfilter>(
         rb.push("spoof check", move || {
             undo.remove_spoof_check(&undo_sc).map_err(|e| e.to_string())
         });
-        nf.spoof_check(&sc).map_err(CniError::from)?;
+        nf.spoof_check(&sc)?;
     }
     Ok(Port {
         host,
@@ -206,10 +206,10 @@ fn setup_port<K: Kernel, F: Netfilter>(
 /// takes its lowest port's MAC, which would change as pods come and go and leave neighbours
 /// with a stale entry for the gateway. A new bridge keeps its own random MAC (never a port's),
 /// and a bridge that already existed keeps the MAC it has.
-fn pin_bridge_mac<S: Netlink>(host: &mut S, br: &Link) -> Result<(), CniError> {
+fn pin_bridge_mac<S: Netlink>(host: &mut S, br: &Link) -> Result<(), BridgeError> {
     if let Ok(mac) = <[u8; 6]>::try_from(br.mac.as_slice()) {
         host.set_link_mac(br.index, &mac)
-            .map_err(|e| kernel_ctx(e, "could not set bridge's mac"))?;
+            .map_err(BridgeError::PinMac)?;
     }
     Ok(())
 }
@@ -220,7 +220,7 @@ fn setup_bridge<K: Kernel>(
     kernel: &K,
     host: &mut K::Socket,
     conf: &NetConf,
-) -> Result<Link, CniError> {
+) -> Result<Link, BridgeError> {
     let opts = BridgeOptions {
         mtu: (conf.mtu != 0).then_some(conf.mtu),
         vlan_filtering: conf.uses_vlans().then_some(true),
@@ -228,33 +228,30 @@ fn setup_bridge<K: Kernel>(
     };
     let mut br = host.ensure_bridge(&conf.bridge, &opts).map_err(|e| {
         if conf.uses_vlans() && e.errno() == Some(libc::EOPNOTSUPP) {
-            CniError::internal(format!(
-                "{e} (vlan/vlanTrunk need a kernel with bridge VLAN filtering)"
-            ))
+            BridgeError::NoVlanFiltering(e)
         } else {
-            kernel_error(e)
+            BridgeError::Kernel(e)
         }
     })?;
     if conf.uses_vlans() && !br.bridge_info().contains(&InfoBridge::VlanFiltering(true)) {
         // An existing bridge without filtering would ignore the port VLANs entirely.
         host.set_bridge_vlan_filtering(&conf.bridge, true)
             .map_err(|e| {
-                kernel_error(e.context(format!(
+                e.context(format!(
                     "failed to enable VLAN filtering on {:?}",
                     conf.bridge
-                )))
+                ))
             })?;
     }
     if conf.promisc && !br.is_promisc() {
-        host.set_link_promisc(br.index, true)
-            .map_err(kernel_error)?;
+        host.set_link_promisc(br.index, true)?;
     }
     // We own the routes of the bridge. Absent when IPv6 is disabled: that is fine.
     let _ = kernel
         .host_sysctl_write_if_different(&format!("net/ipv6/conf/{}/accept_ra", conf.bridge), "0");
     if !br.flags.contains(LinkFlags::Up) {
-        host.set_link_up(br.index).map_err(kernel_error)?;
-        br = host.link_by_index(br.index).map_err(kernel_error)?;
+        host.set_link_up(br.index)?;
+        br = host.link_by_index(br.index)?;
     }
     Ok(br)
 }
@@ -271,7 +268,7 @@ fn setup_veth<K: Kernel>(
     args: &CmdArgs,
     conf: &NetConf,
     rb: &mut Rollback,
-) -> Result<(Link, Link), CniError> {
+) -> Result<(Link, Link), BridgeError> {
     let mut host_name = String::new();
     for attempt in 0..VETH_NAME_ATTEMPTS {
         let candidate = link::random_veth_name()?;
@@ -290,27 +287,20 @@ fn setup_veth<K: Kernel>(
                 break;
             }
             Err(e) if e.is_exists() => {
-                if cont
-                    .find_link(&args.ifname)
-                    .map_err(kernel_error)?
-                    .is_some()
-                {
-                    return Err(CniError::internal(format!(
-                        "container veth name provided ({}) already exists",
-                        args.ifname
-                    )));
+                if cont.find_link(&args.ifname)?.is_some() {
+                    return Err(BridgeError::VethNameTaken(args.ifname.clone()));
                 }
                 if attempt + 1 == VETH_NAME_ATTEMPTS {
-                    return Err(kernel_error(e));
+                    return Err(e.into());
                 }
             }
-            Err(e) => return Err(kernel_error(e)),
+            Err(e) => return Err(e.into()),
         }
     }
     link::undo_delete_host_with(kernel, rb, &host_name);
 
-    let host_veth = host.link_by_name(&host_name).map_err(kernel_error)?;
-    let cont_link = cont.link_by_name(&args.ifname).map_err(kernel_error)?;
+    let host_veth = host.link_by_name(&host_name)?;
+    let cont_link = cont.link_by_name(&args.ifname)?;
     // The host end never autoconfigures IPv6 from router advertisements.
     let _ = kernel.host_sysctl_write(&format!("net/ipv6/conf/{host_name}/accept_ra"), "0");
 
@@ -321,8 +311,7 @@ fn setup_veth<K: Kernel>(
             isolated: Some(conf.port_isolation),
             learning: None,
         };
-        host.set_bridge_port_flags(host_veth.index, &flags)
-            .map_err(kernel_error)?;
+        host.set_bridge_port_flags(host_veth.index, &flags)?;
     }
     if conf.uses_vlans() {
         setup_port_vlans(host, br, host_veth.index, conf)?;
@@ -349,22 +338,20 @@ fn setup_port_vlans<S: Netlink>(
     br: &Link,
     port: u32,
     conf: &NetConf,
-) -> Result<(), CniError> {
+) -> Result<(), BridgeError> {
     let native = conf.native_vlan();
     if !conf.preserve_default_vlan {
         // A new port holds exactly the bridge's default PVID.
         let pvid = default_pvid(br);
         if pvid != 0 && pvid != native {
-            host.bridge_vlan_del(port, pvid).map_err(kernel_error)?;
+            host.bridge_vlan_del(port, pvid)?;
         }
     }
     for vid in conf.trunk.iter().flatten().filter(|v| **v != native) {
-        host.bridge_vlan_add(port, *vid, false, false)
-            .map_err(kernel_error)?;
+        host.bridge_vlan_add(port, *vid, false, false)?;
     }
     if native != 0 {
-        host.bridge_vlan_add(port, native, true, true)
-            .map_err(kernel_error)?;
+        host.bridge_vlan_add(port, native, true, true)?;
     }
     Ok(())
 }
@@ -378,7 +365,7 @@ fn configure_container<K: Kernel>(
     ifname: &str,
     result: &CniResult,
     conf: &NetConf,
-) -> Result<(), CniError> {
+) -> Result<(), BridgeError> {
     let ours: Vec<IpNetwork> = result
         .ips
         .iter()
@@ -406,15 +393,12 @@ fn configure_container<K: Kernel>(
     }
     writes.push(write(&keys.arp_notify, "1", false));
     // Each write's failure is ignored as in the reference: IPv6 may be disabled in the netns.
-    kernel
-        .sysctl_write_all(netns, &writes)
-        .map_err(kernel_error)?;
+    kernel.sysctl_write_all(netns, &writes)?;
 
     for addr in &ours {
-        cont.add_address(index, *addr, &AddressOptions::default())
-            .map_err(kernel_error)?;
+        cont.add_address(index, *addr, &AddressOptions::default())?;
     }
-    cont.set_link_up(index).map_err(kernel_error)?;
+    cont.set_link_up(index)?;
     if conf.enable_dad && has_v6 {
         wait_dad(cont, index, ifname)?;
     }
@@ -440,10 +424,12 @@ fn configure_container<K: Kernel>(
             Ok(()) => {}
             Err(e) if e.is_exists() => {}
             Err(e) => {
-                return Err(kernel_ctx(
-                    e,
-                    format!("failed to add route '{} via {:?} dev {ifname}'", r.dst, gw),
-                ))
+                return Err(BridgeError::AddRoute {
+                    dst: r.dst,
+                    gateway: gw,
+                    ifname: ifname.to_string(),
+                    source: e,
+                })
             }
         }
     }
@@ -451,21 +437,19 @@ fn configure_container<K: Kernel>(
 }
 
 /// Waits until no IPv6 address of the link is tentative (DAD done) or DAD failed.
-fn wait_dad<S: Netlink>(cont: &mut S, index: u32, ifname: &str) -> Result<(), CniError> {
+fn wait_dad<S: Netlink>(cont: &mut S, index: u32, ifname: &str) -> Result<(), BridgeError> {
     use netkit::packet_route::address::AddressFlags;
     let start = Instant::now();
     loop {
-        let addrs = cont
-            .addresses(Some(index), netkit::Family::V6)
-            .map_err(kernel_error)?;
+        let addrs = cont.addresses(Some(index), netkit::Family::V6)?;
         if let Some(bad) = addrs
             .iter()
             .find(|a| a.flags.contains(AddressFlags::Dadfailed))
         {
-            return Err(CniError::internal(format!(
-                "IPv6 duplicate address detection failed for {} on {ifname}",
-                bad.address
-            )));
+            return Err(BridgeError::DadFailed {
+                address: bad.address,
+                ifname: ifname.to_string(),
+            });
         }
         if !addrs
             .iter()
@@ -474,9 +458,9 @@ fn wait_dad<S: Netlink>(cont: &mut S, index: u32, ifname: &str) -> Result<(), Cn
             return Ok(());
         }
         if start.elapsed() > DAD_TIMEOUT {
-            return Err(CniError::internal(format!(
-                "timed out waiting for IPv6 DAD on {ifname}"
-            )));
+            return Err(BridgeError::DadTimeout {
+                ifname: ifname.to_string(),
+            });
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -490,7 +474,7 @@ fn setup_gateways<K: Kernel>(
     conf: &NetConf,
     gws: &gateway::Gateways,
     result: &mut CniResult,
-) -> Result<(), CniError> {
+) -> Result<(), BridgeError> {
     for (list, key) in [
         (&gws.v4, "net/ipv4/ip_forward"),
         (&gws.v6, "net/ipv6/conf/all/forwarding"),
@@ -514,7 +498,7 @@ fn setup_gateways<K: Kernel>(
         if !list.is_empty() {
             kernel
                 .host_sysctl_write_if_different(key, "1")
-                .map_err(|e| kernel_ctx(e, "failed to enable forwarding"))?;
+                .map_err(BridgeError::Forwarding)?;
         }
     }
     Ok(())
@@ -527,9 +511,9 @@ fn ensure_vlan_gateway<S: Netlink>(
     host: &mut S,
     br: &Link,
     conf: &NetConf,
-) -> Result<Link, CniError> {
+) -> Result<Link, BridgeError> {
     let name = format!("{}.{}", br.name, conf.vlan);
-    if let Some(link) = host.find_link(&name).map_err(kernel_error)? {
+    if let Some(link) = host.find_link(&name)? {
         return Ok(link);
     }
     let port = link::random_veth_name()?;
@@ -557,14 +541,9 @@ fn ensure_vlan_gateway<S: Netlink>(
         }
         // Created concurrently by another ADD.
         Err(e) if e.is_exists() => {}
-        Err(e) => {
-            return Err(kernel_ctx(
-                e,
-                format!("failed to create vlan gateway {name:?}"),
-            ))
-        }
+        Err(e) => return Err(BridgeError::VlanGateway { name, source: e }),
     }
-    host.link_by_name(&name).map_err(kernel_error)
+    Ok(host.link_by_name(&name)?)
 }
 
 /// The bridge end of a new VLAN gateway gets the VLAN as untagged PVID, then the gateway end
@@ -575,32 +554,32 @@ fn configure_vlan_gateway<S: Netlink>(
     conf: &NetConf,
     port: &str,
     name: &str,
-) -> Result<(), CniError> {
-    let port_link = host.link_by_name(port).map_err(kernel_error)?;
+) -> Result<(), BridgeError> {
+    let port_link = host.link_by_name(port)?;
     let vconf = NetConf {
         trunk: None,
         ..conf.clone()
     };
     setup_port_vlans(host, br, port_link.index, &vconf)?;
-    let gateway = host.link_by_name(name).map_err(kernel_error)?;
+    let gateway = host.link_by_name(name)?;
     host.set_link_up(gateway.index)
-        .map_err(|e| kernel_ctx(e, format!("failed to set vlan gateway {name:?} up")))
+        .map_err(|source| BridgeError::VlanGatewayUp {
+            name: name.to_string(),
+            source,
+        })
 }
 
 /// Polls until the host veth reports operstate UP (its peer is up), like the reference's
 /// retries but at a much finer interval.
-fn wait_port_up<S: Netlink>(host: &mut S, index: u32) -> Result<Link, CniError> {
+fn wait_port_up<S: Netlink>(host: &mut S, index: u32) -> Result<Link, BridgeError> {
     let start = Instant::now();
     loop {
-        let link = host.link_by_index(index).map_err(kernel_error)?;
+        let link = host.link_by_index(index)?;
         if link.operstate == State::Up {
             return Ok(link);
         }
         if start.elapsed() > PORT_UP_TIMEOUT {
-            return Err(CniError::internal(format!(
-                "bridge port in error state: {:?}",
-                link.operstate
-            )));
+            return Err(BridgeError::PortNotUp(link.operstate));
         }
         std::thread::sleep(POLL_INTERVAL);
     }

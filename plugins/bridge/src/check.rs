@@ -3,18 +3,14 @@
 
 use attach::ipam::Ipam;
 use ipnetwork::IpNetwork;
-use libcni::error::CniError;
 use libcni::result::{CniResult, IpConfig};
 use libcni::skel::CmdArgs;
 use netkit::netfilter::spoofcheck::SpoofChecker;
 use netkit::{Kernel, Link, Netlink};
 
 use crate::config::NetConf;
+use crate::error::BridgeError;
 use crate::netfilter::Netfilter;
-
-fn fail(msg: impl Into<String>) -> CniError {
-    CniError::internal(msg)
-}
 
 pub fn check<K: Kernel, I: Ipam, F: Netfilter>(
     kernel: &K,
@@ -22,80 +18,60 @@ pub fn check<K: Kernel, I: Ipam, F: Netfilter>(
     nf: &F,
     args: &CmdArgs,
     conf: &NetConf,
-) -> Result<(), CniError> {
+) -> Result<(), BridgeError> {
     ipam.call_if_set(args, &conf.ipam_type, "CHECK")?;
-    let prev = args
-        .prev_result()?
-        .ok_or_else(|| fail("Required prevResult missing"))?;
+    let prev = args.prev_result()?.ok_or(BridgeError::PrevResultMissing)?;
 
-    let mut host = kernel.socket().map_err(attach::errors::kernel)?;
-    let br = host
-        .link_by_name(&conf.bridge)
-        .map_err(attach::errors::kernel)?;
+    let mut host = kernel.socket()?;
+    let br = host.link_by_name(&conf.bridge)?;
     if !br.is_kind("bridge") {
-        return Err(fail(format!(
-            "Error: Bridge interface {} is not a bridge",
-            conf.bridge
-        )));
+        return Err(BridgeError::NotABridge(conf.bridge.clone()));
     }
     if let Some(recorded) = prev.interfaces.iter().find(|i| i.name == conf.bridge) {
         if !recorded.mac.is_empty() && !recorded.mac.eq_ignore_ascii_case(&br.mac_string()) {
-            return Err(fail(format!(
-                "Bridge interface {} Mac doesn't match: {} found {}",
-                conf.bridge,
-                recorded.mac,
-                br.mac_string()
-            )));
+            return Err(BridgeError::BridgeMac {
+                bridge: conf.bridge.clone(),
+                recorded: recorded.mac.clone(),
+                found: br.mac_string(),
+            });
         }
     }
     if br.is_promisc() != conf.promisc {
-        return Err(fail(format!(
-            "Error: Bridge interface {} promisc set to {}, expected {}",
-            conf.bridge,
-            br.is_promisc(),
-            conf.promisc
-        )));
+        return Err(BridgeError::Promisc {
+            bridge: conf.bridge.clone(),
+            found: br.is_promisc(),
+            expected: conf.promisc,
+        });
     }
 
     let cont_pos = prev
         .interfaces
         .iter()
         .position(|i| i.name == args.ifname && !i.sandbox.is_empty())
-        .ok_or_else(|| fail(format!("Interface {} not found in prevResult", args.ifname)))?;
+        .ok_or_else(|| BridgeError::NotInPrevResult(args.ifname.clone()))?;
     let recorded = &prev.interfaces[cont_pos];
     if recorded.sandbox != args.netns {
-        return Err(fail(format!(
-            "Sandbox in prevResult {} doesn't match configured netns: {}",
-            recorded.sandbox, args.netns
-        )));
+        return Err(BridgeError::Sandbox {
+            recorded: recorded.sandbox.clone(),
+            netns: args.netns.clone(),
+        });
     }
-    let netns = kernel
-        .open_netns(&args.netns)
-        .map_err(attach::errors::kernel)?;
-    let mut cont = kernel.socket_in(&netns).map_err(attach::errors::kernel)?;
-    let cont_link = cont
-        .link_by_name(&args.ifname)
-        .map_err(attach::errors::kernel)?;
+    let netns = kernel.open_netns(&args.netns)?;
+    let mut cont = kernel.socket_in(&netns)?;
+    let cont_link = cont.link_by_name(&args.ifname)?;
     if !cont_link.is_kind("veth") {
-        return Err(fail(format!(
-            "Error: Container interface {} not of type veth",
-            args.ifname
-        )));
+        return Err(BridgeError::NotVeth(args.ifname.clone()));
     }
     if !recorded.mac.is_empty() && !recorded.mac.eq_ignore_ascii_case(&cont_link.mac_string()) {
-        return Err(fail(format!(
-            "Interface {} Mac {} doesn't match container Mac: {}",
-            args.ifname,
-            recorded.mac,
-            cont_link.mac_string()
-        )));
+        return Err(BridgeError::ContainerMac {
+            ifname: args.ifname.clone(),
+            recorded: recorded.mac.clone(),
+            found: cont_link.mac_string(),
+        });
     }
-    let peer = cont_link.link.ok_or_else(|| {
-        fail(format!(
-            "Error: container interface {} has no veth peer",
-            args.ifname
-        ))
-    })?;
+    let peer = cont_link
+        .link
+        .ok_or_else(|| BridgeError::NoPeer(args.ifname.clone()))?;
 
     // The host end: a veth of prevResult, outside the sandbox, peered with the container end.
     let mut host_found = false;
@@ -104,33 +80,29 @@ pub fn check<K: Kernel, I: Ipam, F: Netfilter>(
         .iter()
         .filter(|i| i.sandbox.is_empty() && i.name != conf.bridge)
     {
-        let Some(link) = host.find_link(&i.name).map_err(attach::errors::kernel)? else {
+        let Some(link) = host.find_link(&i.name)? else {
             continue;
         };
         if link.index != peer || !link.is_kind("veth") {
             continue;
         }
         if link.master != Some(br.index) {
-            return Err(fail(format!(
-                "Interface {} is not attached to bridge {}",
-                i.name, conf.bridge
-            )));
+            return Err(BridgeError::NotAttached {
+                ifname: i.name.clone(),
+                bridge: conf.bridge.clone(),
+            });
         }
         if !i.mac.is_empty() && !i.mac.eq_ignore_ascii_case(&link.mac_string()) {
-            return Err(fail(format!(
-                "Interface {} Mac {} doesn't match: {}",
-                i.name,
-                i.mac,
-                link.mac_string()
-            )));
+            return Err(BridgeError::HostMac {
+                ifname: i.name.clone(),
+                recorded: i.mac.clone(),
+                found: link.mac_string(),
+            });
         }
         host_found = true;
     }
     if !host_found {
-        return Err(fail(format!(
-            "Error: host side of veth {} not found in prevResult or not attached",
-            args.ifname
-        )));
+        return Err(BridgeError::HostSideMissing(args.ifname.clone()));
     }
 
     check_addressing(&mut cont, &cont_link, &prev, cont_pos)?;
@@ -144,8 +116,7 @@ pub fn check<K: Kernel, I: Ipam, F: Netfilter>(
             &conf.network,
             &args.ifname,
             &args.container_id,
-        )
-        .map_err(CniError::from)?;
+        )?;
     }
     if conf.macspoofchk {
         let sc = SpoofChecker::new(
@@ -153,11 +124,8 @@ pub fn check<K: Kernel, I: Ipam, F: Netfilter>(
             "",
             &SpoofChecker::ref_id_for(&args.container_id, &args.ifname),
         );
-        if !nf.spoof_check_installed(&sc).map_err(CniError::from)? {
-            return Err(fail(format!(
-                "spoof-check rules {} are missing",
-                sc.comment()
-            )));
+        if !nf.spoof_check_installed(&sc)? {
+            return Err(BridgeError::SpoofCheckMissing(sc.comment()));
         }
     }
     Ok(())
@@ -171,7 +139,7 @@ fn check_addressing<S: Netlink>(
     link: &Link,
     prev: &CniResult,
     cont_pos: usize,
-) -> Result<(), CniError> {
+) -> Result<(), BridgeError> {
     let ips: Vec<IpConfig> = prev
         .ips
         .iter()
@@ -179,5 +147,5 @@ fn check_addressing<S: Netlink>(
         .cloned()
         .collect();
     attach::check::interface_ips(cont, link, &ips)?;
-    attach::check::routes(cont, &prev.routes, &ips)
+    Ok(attach::check::routes(cont, &prev.routes, &ips)?)
 }

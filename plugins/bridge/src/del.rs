@@ -4,7 +4,7 @@
 
 use std::net::IpAddr;
 
-use attach::errors::{kernel as kernel_error, Failures};
+use attach::errors::Failures;
 use attach::ipam::Ipam;
 use libcni::error::CniError;
 use libcni::skel::CmdArgs;
@@ -13,6 +13,7 @@ use netkit::netfilter::{ipmasq, spoofcheck, spoofcheck::SpoofChecker};
 use netkit::{Kernel, Netlink, Socket};
 
 use crate::config::NetConf;
+use crate::error::BridgeError;
 use crate::netfilter::Netfilter;
 
 /// Keeps going after a failure: every step is tried, the first failure is returned and the
@@ -23,7 +24,7 @@ pub fn del<K: Kernel, I: Ipam, F: Netfilter>(
     nf: &F,
     args: &CmdArgs,
     conf: &NetConf,
-) -> Result<(), CniError> {
+) -> Result<(), BridgeError> {
     // The IPAM release runs alongside the veth deletion, the kernel's slowest step (the
     // unregistration waits for RCU grace periods): the DEL then takes about the deletion alone.
     // The two are independent (IPAM releases by container and ifname); dhcp, which may need
@@ -33,7 +34,7 @@ pub fn del<K: Kernel, I: Ipam, F: Netfilter>(
     });
 
     let mut failures = Failures::default();
-    failures.note(link);
+    failures.note(link.map_err(CniError::from));
     failures.note(ipam);
 
     if conf.macspoofchk {
@@ -53,10 +54,10 @@ pub fn del<K: Kernel, I: Ipam, F: Netfilter>(
         let families = masquerade_families(args, &addresses);
         failures.note(
             nf.unmasquerade(&conf.network, &args.ifname, &args.container_id, &families)
-                .map_err(CniError::from),
+                .map_err(|e| CniError::from(BridgeError::from(e))),
         );
     }
-    failures.finish("bridge")
+    Ok(failures.finish("bridge")?)
 }
 
 /// Deletes the container end of the veth, which takes the host end (and its bridge port)
@@ -66,7 +67,7 @@ fn delete_container_end<K: Kernel>(
     kernel: &K,
     args: &CmdArgs,
     conf: &NetConf,
-) -> (Vec<IpAddr>, Result<(), CniError>) {
+) -> (Vec<IpAddr>, Result<(), BridgeError>) {
     let mut addresses = Vec::new();
     if args.netns.is_empty() {
         return (addresses, Ok(()));
@@ -74,7 +75,7 @@ fn delete_container_end<K: Kernel>(
     let ns = match kernel.open_netns(&args.netns) {
         Ok(ns) => ns,
         Err(e) if e.is_netns_not_found() => return (addresses, Ok(())),
-        Err(e) => return (addresses, Err(kernel_error(e))),
+        Err(e) => return (addresses, Err(e.into())),
     };
     let deleted = kernel.socket_in(&ns).and_then(|mut s| {
         if conf.ip_masq && conf.is_layer3() {
@@ -88,7 +89,7 @@ fn delete_container_end<K: Kernel>(
         }
         s.delete_link_by_name(&args.ifname)
     });
-    (addresses, deleted.map(|_| ()).map_err(kernel_error))
+    (addresses, deleted.map(|_| ()).map_err(BridgeError::from))
 }
 
 /// The address families the attachment used, from prevResult and the link's addresses (only
@@ -118,28 +119,28 @@ fn families_of<'a>(addresses: impl IntoIterator<Item = &'a IpAddr>) -> Vec<Famil
 
 /// GC: forwards to IPAM, then removes the masquerade rules and spoof checks of attachments
 /// not in the valid list. Keeps going after a failure like DEL.
-pub fn gc(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
+pub fn gc(args: &CmdArgs, conf: &NetConf) -> Result<(), BridgeError> {
     let valid = args.valid_attachments()?;
     let mut failures = Failures::default();
     failures.note(attach::ipam::call_if_set(args, &conf.ipam_type, "GC"));
     if conf.ip_masq {
-        failures.note(ipmasq::gc(&conf.network, &valid).map_err(CniError::from));
+        failures.note(ipmasq::gc(&conf.network, &valid).map_err(|e| BridgeError::from(e).into()));
     }
     if conf.macspoofchk {
         failures.note(gc_spoof_checks(&valid));
     }
-    failures.finish("bridge")
+    Ok(failures.finish("bridge")?)
 }
 
 /// Spoof checks whose bridge port is gone and whose attachment is not valid: a pod removed
 /// without DEL leaves them behind, and nothing else ever would remove them.
 fn gc_spoof_checks(valid: &[(String, String)]) -> Result<(), CniError> {
-    let mut host = Socket::new().map_err(kernel_error)?;
+    let mut host = Socket::new().map_err(|e| CniError::from(BridgeError::from(e)))?;
     // An unreadable link table counts as "port present": GC must never remove a live check.
     let port_exists = |port: &str| host.find_link(port).map_or(true, |l| l.is_some());
     spoofcheck::gc(valid, port_exists)
         .map(|_| ())
-        .map_err(CniError::from)
+        .map_err(|e| BridgeError::from(e).into())
 }
 
 /// IPv6 link-local addresses (fe80::/10) never carry masquerade rules.

@@ -70,7 +70,7 @@ fn run_add(
     config: Value,
 ) -> Result<CniResult, CniError> {
     let a = args(config);
-    add::add(kernel, ipam, nf, &a, &config::load(&a)?)
+    Ok(add::add(kernel, ipam, nf, &a, &config::load(&a)?)?)
 }
 
 fn run_del(
@@ -79,7 +79,7 @@ fn run_del(
     nf: &FakeNetfilter,
     a: &CmdArgs,
 ) -> Result<(), CniError> {
-    del::del(kernel, ipam, nf, a, &config::load(a)?)
+    Ok(del::del(kernel, ipam, nf, a, &config::load(a)?)?)
 }
 
 fn run_check(
@@ -88,7 +88,7 @@ fn run_check(
     nf: &FakeNetfilter,
     a: &CmdArgs,
 ) -> Result<(), CniError> {
-    check::check(kernel, ipam, nf, a, &config::load(a)?)
+    Ok(check::check(kernel, ipam, nf, a, &config::load(a)?)?)
 }
 
 /// The host end of the pod's veth (the only veth of the host).
