@@ -1285,7 +1285,9 @@ impl FakeNamespace {
         self.recalculate_bridge_mac(master);
     }
 
-    /// Link `index` leaves its bridge (or, a bridge, loses its ports): port state goes.
+    /// Link `index` goes away (deleted, or moved to another namespace): its port state,
+    /// promiscuous mode and MAC mark go; its bridge, if any, recomputes its MAC; a bridge's
+    /// ports are ports no more.
     fn leave_bridge(&mut self, index: u32) {
         self.promisc.remove(&index);
         self.mac_set.remove(&index);
@@ -1438,6 +1440,113 @@ impl From<&VethSpec<'_>> for OwnedVeth {
             master: s.master,
             up: s.up,
             peer_up: s.peer_up,
+        }
+    }
+}
+
+#[cfg(test)]
+mod bridge_tests {
+    use super::*;
+
+    #[test]
+    fn bridges_ports_and_veth_pairs_follow_the_kernel_rules() {
+        let k = FakeKernel::new();
+        k.add_netns("/pod");
+        let pod = k.open_netns("/pod").unwrap();
+        let mut host = k.socket().unwrap();
+        let br = host
+            .ensure_bridge("br0", &BridgeOptions::default())
+            .unwrap();
+        assert!(br.bridge_info().contains(&InfoBridge::VlanFiltering(false)));
+        // Adopted as it is the second time; another kind of link is refused.
+        assert_eq!(
+            host.ensure_bridge("br0", &BridgeOptions::default())
+                .unwrap()
+                .index,
+            br.index
+        );
+        let eth0 = k.setup_link(HOST, "eth0", None, 1500);
+        let e = host
+            .ensure_bridge("eth0", &BridgeOptions::default())
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("already exists but is not a bridge"),
+            "{e}"
+        );
+
+        let spec = VethSpec {
+            name: "veth0",
+            peer_name: "eth0",
+            master: Some(br.index),
+            up: true,
+            ..Default::default()
+        };
+        // The peer name is free in the pod, though taken here.
+        host.create_veth(&spec, Some(&pod)).unwrap();
+        assert!(host.create_veth(&spec, Some(&pod)).unwrap_err().is_exists());
+        let veth0 = host.link_by_name("veth0").unwrap();
+        let mut cont = k.socket_in(&pod).unwrap();
+        let peer = cont.link_by_name("eth0").unwrap();
+        assert_eq!(
+            (veth0.link, peer.link),
+            (Some(peer.index), Some(veth0.index))
+        );
+        assert_eq!(
+            (veth0.master, veth0.operstate),
+            (Some(br.index), OperState::LowerLayerDown)
+        );
+        cont.set_link_up(peer.index).unwrap();
+        assert_eq!(
+            host.link_by_index(veth0.index).unwrap().operstate,
+            OperState::Up
+        );
+        // An unpinned bridge took its port's MAC.
+        assert_eq!(host.link_by_index(br.index).unwrap().mac, veth0.mac);
+
+        // Port flags and VLANs need a port; one PVID per port.
+        let e = host
+            .set_bridge_port_flags(
+                eth0,
+                &PortFlags {
+                    hairpin: Some(true),
+                    ..Default::default()
+                },
+            )
+            .unwrap_err();
+        assert_eq!(e.errno(), Some(libc::EOPNOTSUPP));
+        host.bridge_vlan_add(veth0.index, 10, true, true).unwrap();
+        host.bridge_vlan_add(veth0.index, 20, false, false).unwrap();
+        host.bridge_vlan_del(veth0.index, 30).unwrap();
+        assert_eq!(
+            host.bridge_vlan_add(veth0.index, 4095, false, false)
+                .unwrap_err()
+                .errno(),
+            Some(libc::EINVAL)
+        );
+        let vlans = &k.namespace(HOST).ports[&veth0.index].vlans;
+        assert_eq!(
+            vlans
+                .iter()
+                .map(|(v, f)| (*v, f.pvid, f.untagged))
+                .collect::<Vec<_>>(),
+            [(1, false, true), (10, true, true), (20, false, false)]
+        );
+        host.set_link_promisc(br.index, true).unwrap();
+        assert!(host.link_by_index(br.index).unwrap().is_promisc());
+
+        // Deleting the pod end takes the host end and its port with it.
+        assert!(cont.delete_link_by_name("eth0").unwrap());
+        assert!(host.find_link("veth0").unwrap().is_none());
+        assert!(k.namespace(HOST).ports.is_empty());
+        let ops = k.ops();
+        for op in [
+            "host: link add veth0 master br0 up type veth peer name eth0 netns /pod",
+            "host: bridge link set dev eth0 hairpin on",
+            "host: bridge vlan add vid 10 dev veth0 pvid untagged",
+            "host: bridge vlan del vid 30 dev veth0",
+            "host: link set br0 promisc on",
+        ] {
+            assert!(ops.iter().any(|o| o == op), "{op}: {ops:#?}");
         }
     }
 }
