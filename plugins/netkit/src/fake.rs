@@ -999,11 +999,8 @@ impl Netlink for FakeSocket {
                 return Err(Error::kernel(ctx, libc::EEXIST));
             }
             if let Some(master) = spec.master {
-                if !here
-                    .links
-                    .get(&master)
-                    .is_some_and(|l| l.kind.as_deref() == Some("bridge"))
-                {
+                let is_bridge = |l: &FakeLink| l.kind.as_deref() == Some("bridge");
+                if !here.links.get(&master).is_some_and(is_bridge) {
                     return Err(no_device(ctx));
                 }
             }
