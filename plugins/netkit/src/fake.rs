@@ -229,7 +229,9 @@ impl FakeKernel {
     }
 
     /// Adds an up link `name` of `kind` (`None`: a physical NIC) to namespace `ns` (setup:
-    /// not recorded); its ifindex.
+    /// not recorded); its ifindex. A bridge made so has its MAC set (as one configured by the
+    /// administrator or pinned by an earlier ADD): ports joining it leave its MAC alone. A
+    /// bridge created through [`Netlink::ensure_bridge`] without a MAC takes its ports'.
     pub fn setup_link(&self, ns: &str, name: &str, kind: Option<&str>, mtu: u32) -> u32 {
         let mut m = self.lock();
         let index = m.next_index;
@@ -247,6 +249,9 @@ impl FakeKernel {
         };
         if let Some(n) = m.state.namespaces.get_mut(ns) {
             n.links.insert(index, link);
+            if kind == Some("bridge") {
+                n.mac_set.insert(index);
+            }
         }
         index
     }
