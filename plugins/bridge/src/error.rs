@@ -169,6 +169,124 @@ mod tests {
         netkit::Error::kernel("failed to set address on br0", libc::EBUSY)
     }
 
+    /// One of every variant.
+    fn every_variant() -> Vec<BridgeError> {
+        let k = kernel_error;
+        let s = |v: &str| v.to_string();
+        let json = serde_json::from_str::<u8>("x").unwrap_err();
+        let bad_prefix = IpNetwork::new("10.0.0.1".parse().unwrap(), 40).unwrap_err();
+        vec![
+            BridgeError::LoadConf(json),
+            BridgeError::BridgeName(k()),
+            BridgeError::VlanId(5000),
+            BridgeError::Mtu(-1),
+            BridgeError::MasqBackend(s("x")),
+            BridgeError::IpamWithoutInterface,
+            BridgeError::HairpinAndPromisc,
+            BridgeError::Mac(s("zz")),
+            BridgeError::TrunkMinId,
+            BridgeError::TrunkMaxId,
+            BridgeError::TrunkMinAboveMax,
+            BridgeError::TrunkMinMissing,
+            BridgeError::TrunkMaxMissing,
+            BridgeError::TrunkId,
+            BridgeError::MasqUnavailable { tool: "iptables" },
+            BridgeError::SpoofCheckUnavailable,
+            BridgeError::Kernel(k()),
+            BridgeError::Netfilter(netkit::netfilter::Error::Invalid {
+                context: s("masquerade"),
+                detail: s("bad"),
+            }),
+            BridgeError::PinMac(k()),
+            BridgeError::NoVlanFiltering(k()),
+            BridgeError::VethNameTaken(s("eth0")),
+            BridgeError::AddRoute {
+                dst: "0.0.0.0/0".parse().unwrap(),
+                gateway: None,
+                ifname: s("eth0"),
+                source: k(),
+            },
+            BridgeError::DadFailed {
+                address: "fd00::5/64".parse().unwrap(),
+                ifname: s("eth0"),
+            },
+            BridgeError::DadTimeout { ifname: s("eth0") },
+            BridgeError::Gateway {
+                gateway: "10.0.0.1".parse().unwrap(),
+                source: bad_prefix,
+            },
+            BridgeError::AddressTaken {
+                link: s("br0"),
+                gateway: "10.1.0.1/24".parse().unwrap(),
+                existing: "10.9.0.1/24".parse().unwrap(),
+            },
+            BridgeError::GatewayAddress {
+                link: s("br0"),
+                source: k(),
+            },
+            BridgeError::Forwarding(k()),
+            BridgeError::VlanGateway {
+                name: s("br0.5"),
+                source: k(),
+            },
+            BridgeError::VlanGatewayUp {
+                name: s("br0.5"),
+                source: k(),
+            },
+            BridgeError::PortNotUp(State::Down),
+            BridgeError::PrevResultMissing,
+            BridgeError::NotABridge(s("br0")),
+            BridgeError::BridgeMac {
+                bridge: s("br0"),
+                recorded: s("a"),
+                found: s("b"),
+            },
+            BridgeError::Promisc {
+                bridge: s("br0"),
+                found: true,
+                expected: false,
+            },
+            BridgeError::NotInPrevResult(s("eth0")),
+            BridgeError::Sandbox {
+                recorded: s("/a"),
+                netns: s("/b"),
+            },
+            BridgeError::NotVeth(s("eth0")),
+            BridgeError::ContainerMac {
+                ifname: s("eth0"),
+                recorded: s("a"),
+                found: s("b"),
+            },
+            BridgeError::NoPeer(s("eth0")),
+            BridgeError::NotAttached {
+                ifname: s("veth0"),
+                bridge: s("br0"),
+            },
+            BridgeError::HostMac {
+                ifname: s("veth0"),
+                recorded: s("a"),
+                found: s("b"),
+            },
+            BridgeError::HostSideMissing(s("eth0")),
+            BridgeError::SpoofCheckMissing(s("macspoofchk-c-eth0")),
+            BridgeError::Delegated(CniError::new(7, "bad config", "details")),
+        ]
+    }
+
+    #[test]
+    fn every_variant_maps_to_its_code() {
+        for e in every_variant() {
+            let text = e.to_string();
+            let expected = match &e {
+                BridgeError::MasqUnavailable { .. } | BridgeError::SpoofCheckUnavailable => 50,
+                BridgeError::Delegated(inner) => inner.code,
+                _ => 999,
+            };
+            let c = CniError::from(e);
+            assert_eq!((c.code, c.msg), (expected, text));
+        }
+    }
+
     #[test]
     fn codes_and_texts() {
         let busy = "failed to set address on br0: Device or resource busy (os error 16)";
