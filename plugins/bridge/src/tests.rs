@@ -673,3 +673,49 @@ fn a_taken_container_ifname_fails_without_side_effects() {
     assert_eq!(kernel.state(), before);
     assert!(ipam.leases().is_empty());
 }
+
+#[test]
+fn dual_stack_gateways_and_ipv6_sysctls() {
+    let (kernel, _) = setup();
+    kernel.setup_sysctl(HOST, "net/ipv6/conf/all/forwarding", "0");
+    let ipam = FakeIpam::new(
+        &kernel,
+        json!({"cniVersion": "1.0.0",
+            "ips": [{"address": "10.1.0.5/24"}, {"address": "fd00:1::5/64"}]}),
+    );
+    let nf = FakeNetfilter::new(&kernel);
+    let r = run_add(
+        &kernel,
+        &ipam,
+        &nf,
+        config(json!({"isDefaultGateway": true})),
+    )
+    .unwrap();
+    let log = ops(&kernel);
+    for op in [
+        "/run/netns/pod: sysctl net/ipv6/conf/net1/disable_ipv6",
+        "/run/netns/pod: sysctl net/ipv6/conf/net1/keep_addr_on_down",
+        "/run/netns/pod: sysctl -w net/ipv6/conf/net1/keep_addr_on_down=1",
+        "host: addr add fd00:1::1/64 dev br0",
+        "host: sysctl -w net/ipv6/conf/all/forwarding=1",
+    ] {
+        assert!(log.iter().any(|o| o == op), "{op}: {log:#?}");
+    }
+    let br = kernel.link(HOST, "br0").unwrap();
+    assert_eq!(
+        kernel.namespace(HOST).addresses,
+        [
+            (br.index, "10.1.0.1/24".parse().unwrap()),
+            (br.index, "fd00:1::1/64".parse().unwrap()),
+        ]
+    );
+    let defaults: Vec<String> = r
+        .routes
+        .iter()
+        .map(|r| format!("{} via {:?}", r.dst, r.gw))
+        .collect();
+    assert_eq!(
+        defaults,
+        ["0.0.0.0/0 via Some(10.1.0.1)", "::/0 via Some(fd00:1::1)"]
+    );
+}
