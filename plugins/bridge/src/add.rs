@@ -4,23 +4,26 @@
 
 use std::time::{Duration, Instant};
 
-use attach::errors::{kernel, kernel_ctx};
+use attach::ipam::Ipam;
+use attach::link;
 use attach::rollback::{self, Rollback};
-use attach::{ipam, link};
 use ipnetwork::IpNetwork;
 use libcni::error::CniError;
 use libcni::result::{CniResult, Interface};
 use libcni::skel::CmdArgs;
 use netkit::bridge_port::PortFlags;
+use netkit::kernel::SysctlWrite;
 use netkit::link::{BridgeOptions, Link, VethSpec};
-use netkit::netfilter::ipmasq::{self, Backend};
+use netkit::netfilter::ipmasq::Backend;
+use netkit::netfilter::iptables::Family;
 use netkit::netfilter::spoofcheck::SpoofChecker;
 use netkit::packet_route::link::{InfoBridge, LinkFlags, State};
-use netkit::packet_route::RouteNetlinkMessage;
-use netkit::{sysctl, AddressOptions, Netns, Socket};
+use netkit::{AddressOptions, Kernel, Netlink};
 
 use crate::config::NetConf;
+use crate::error::BridgeError;
 use crate::gateway::{self, CONTAINER_IF_INDEX};
+use crate::netfilter::Netfilter;
 
 /// Attempts at finding a free random host veth name.
 const VETH_NAME_ATTEMPTS: usize = 10;
@@ -30,33 +33,47 @@ const PORT_UP_TIMEOUT: Duration = Duration::from_millis(2500);
 const DAD_TIMEOUT: Duration = Duration::from_secs(5);
 const POLL_INTERVAL: Duration = Duration::from_millis(5);
 
-pub fn add(args: &CmdArgs, conf: &NetConf) -> Result<CniResult, CniError> {
-    rollback::guarded("bridge", |rb| {
-        let result = add_steps(args, conf, rb)?;
+pub fn add<K: Kernel, I: Ipam, F: Netfilter>(
+    kernel: &K,
+    ipam: &I,
+    nf: &F,
+    args: &CmdArgs,
+    conf: &NetConf,
+) -> Result<CniResult, BridgeError> {
+    let result = rollback::guarded("bridge", |rb| {
+        let result = add_steps(kernel, ipam, nf, args, conf, rb)?;
         // The result must also be printable in the request's version (an L2 result has no IP
         // for 0.1.0/0.2.0): find out while the rollback can still undo everything.
         result.to_value(&args.cni_version)?;
         Ok(result)
-    })
+    })?;
+    Ok(result)
 }
 
 /// What the link-level part of an ADD made: the bridge, the veth pair between it and the
 /// container, and the sockets and netns it went through.
-struct Port {
-    host: Socket,
-    netns: Netns,
-    cont: Socket,
+struct Port<K: Kernel> {
+    host: K::Socket,
+    netns: K::Ns,
+    cont: K::Socket,
     bridge: Link,
     host_veth: Link,
     cont_link: Link,
 }
 
-fn add_steps(args: &CmdArgs, conf: &NetConf, rb: &mut Rollback) -> Result<CniResult, CniError> {
+fn add_steps<K: Kernel, I: Ipam, F: Netfilter>(
+    kernel: &K,
+    ipam: &I,
+    nf: &F,
+    args: &CmdArgs,
+    conf: &NetConf,
+    rb: &mut Rollback,
+) -> Result<CniResult, BridgeError> {
     // IPAM that never touches the container link runs alongside the bridge and veth setup;
     // the rest (dhcp) needs the link, so it runs once the veth exists, as in the reference.
     let (port, ipam_result) =
-        ipam::add_alongside_if_set(args, &conf.ipam_type, CONTAINER_IF_INDEX, rb, |rb| {
-            setup_port(args, conf, rb)
+        ipam.add_alongside_if_set(args, &conf.ipam_type, CONTAINER_IF_INDEX, rb, |rb| {
+            setup_port(kernel, nf, args, conf, rb).map_err(CniError::from)
         })?;
     let Port {
         mut host,
@@ -91,6 +108,7 @@ fn add_steps(args: &CmdArgs, conf: &NetConf, rb: &mut Rollback) -> Result<CniRes
         result.dns = ipam_result.dns;
         let gws = gateway::calc(&mut result, conf)?;
         configure_container(
+            kernel,
             &netns,
             &mut cont,
             cont_link.index,
@@ -100,7 +118,7 @@ fn add_steps(args: &CmdArgs, conf: &NetConf, rb: &mut Rollback) -> Result<CniRes
         )?;
 
         if conf.is_gateway {
-            setup_gateways(&mut host, &br, conf, &gws, &mut result)?;
+            setup_gateways(kernel, &mut host, &br, conf, &gws, &mut result)?;
         }
         if conf.ip_masq {
             let backend = conf
@@ -113,24 +131,25 @@ fn add_steps(args: &CmdArgs, conf: &NetConf, rb: &mut Rollback) -> Result<CniRes
                 args.container_id.clone(),
             );
             // Registered first: a partially applied setup is still torn down.
+            let undo = nf.clone();
             rb.push("masquerade", move || {
-                ipmasq::teardown(&network, &ifname, &cid).map_err(|e| e.to_string())
+                undo.unmasquerade(&network, &ifname, &cid, &[Family::V4, Family::V6])
+                    .map_err(|e| e.to_string())
             });
-            ipmasq::setup(
+            nf.masquerade(
                 backend,
                 &addrs,
                 &conf.network,
                 &args.ifname,
                 &args.container_id,
-            )
-            .map_err(CniError::from)?;
+            )?;
         }
     } else if !conf.disable_container_interface {
-        cont.set_link_up(cont_link.index).map_err(kernel)?;
+        cont.set_link_up(cont_link.index)?;
     }
 
     let host_now = if conf.disable_container_interface {
-        host.link_by_index(host_veth.index).map_err(kernel)?
+        host.link_by_index(host_veth.index)?
     } else {
         wait_port_up(&mut host, host_veth.index)?
     };
@@ -144,13 +163,21 @@ fn add_steps(args: &CmdArgs, conf: &NetConf, rb: &mut Rollback) -> Result<CniRes
 
 /// The link-level part of an ADD, which does not depend on the addresses: the bridge (its
 /// MAC pinned), the veth pair with its port settings, and the spoof check of the port.
-fn setup_port(args: &CmdArgs, conf: &NetConf, rb: &mut Rollback) -> Result<Port, CniError> {
-    let mut host = Socket::new().map_err(kernel)?;
-    let (netns, mut cont) = link::open_netns(&args.netns)?;
+fn setup_port<K: Kernel, F: Netfilter>(
+    kernel: &K,
+    nf: &F,
+    args: &CmdArgs,
+    conf: &NetConf,
+    rb: &mut Rollback,
+) -> Result<Port<K>, BridgeError> {
+    let mut host = kernel.socket()?;
+    let (netns, mut cont) = link::open_netns_with(kernel, &args.netns)?;
 
-    let bridge = setup_bridge(&mut host, conf)?;
+    let bridge = setup_bridge(kernel, &mut host, conf)?;
     pin_bridge_mac(&mut host, &bridge)?;
-    let (host_veth, cont_link) = setup_veth(&mut host, &mut cont, &netns, &bridge, args, conf, rb)?;
+    let (host_veth, cont_link) = setup_veth(
+        kernel, &mut host, &mut cont, &netns, &bridge, args, conf, rb,
+    )?;
 
     if conf.macspoofchk {
         let sc = SpoofChecker::new(
@@ -159,11 +186,11 @@ fn setup_port(args: &CmdArgs, conf: &NetConf, rb: &mut Rollback) -> Result<Port,
             &SpoofChecker::ref_id_for(&args.container_id, &args.ifname),
         );
         // Registered first: a partially applied setup is still torn down.
-        let undo = sc.clone();
+        let (undo, undo_sc) = (nf.clone(), sc.clone());
         rb.push("spoof check", move || {
-            undo.teardown().map_err(|e| e.to_string())
+            undo.remove_spoof_check(&undo_sc).map_err(|e| e.to_string())
         });
-        sc.setup().map_err(CniError::from)?;
+        nf.spoof_check(&sc)?;
     }
     Ok(Port {
         host,
@@ -179,17 +206,21 @@ fn setup_port(args: &CmdArgs, conf: &NetConf, rb: &mut Rollback) -> Result<Port,
 /// takes its lowest port's MAC, which would change as pods come and go and leave neighbours
 /// with a stale entry for the gateway. A new bridge keeps its own random MAC (never a port's),
 /// and a bridge that already existed keeps the MAC it has.
-fn pin_bridge_mac(host: &mut Socket, br: &Link) -> Result<(), CniError> {
+fn pin_bridge_mac<S: Netlink>(host: &mut S, br: &Link) -> Result<(), BridgeError> {
     if let Ok(mac) = <[u8; 6]>::try_from(br.mac.as_slice()) {
         host.set_link_mac(br.index, &mac)
-            .map_err(|e| kernel_ctx(e, "could not set bridge's mac"))?;
+            .map_err(BridgeError::PinMac)?;
     }
     Ok(())
 }
 
 /// Creates (or adopts) the bridge and brings it up, with promisc, VLAN filtering and
 /// `accept_ra=0` as configured.
-fn setup_bridge(host: &mut Socket, conf: &NetConf) -> Result<Link, CniError> {
+fn setup_bridge<K: Kernel>(
+    kernel: &K,
+    host: &mut K::Socket,
+    conf: &NetConf,
+) -> Result<Link, BridgeError> {
     let opts = BridgeOptions {
         mtu: (conf.mtu != 0).then_some(conf.mtu),
         vlan_filtering: conf.uses_vlans().then_some(true),
@@ -197,87 +228,81 @@ fn setup_bridge(host: &mut Socket, conf: &NetConf) -> Result<Link, CniError> {
     };
     let mut br = host.ensure_bridge(&conf.bridge, &opts).map_err(|e| {
         if conf.uses_vlans() && e.errno() == Some(libc::EOPNOTSUPP) {
-            CniError::internal(format!(
-                "{e} (vlan/vlanTrunk need a kernel with bridge VLAN filtering)"
-            ))
+            BridgeError::NoVlanFiltering(e)
         } else {
-            kernel(e)
+            BridgeError::Kernel(e)
         }
     })?;
     if conf.uses_vlans() && !br.bridge_info().contains(&InfoBridge::VlanFiltering(true)) {
         // An existing bridge without filtering would ignore the port VLANs entirely.
-        let msg = netkit::rtnetlink::LinkBridge::new(&conf.bridge)
-            .vlan_filtering(true)
-            .build();
-        host.request_ack(RouteNetlinkMessage::NewLink(msg), 0)
+        host.set_bridge_vlan_filtering(&conf.bridge, true)
             .map_err(|e| {
-                kernel(e.context(format!(
+                e.context(format!(
                     "failed to enable VLAN filtering on {:?}",
                     conf.bridge
-                )))
+                ))
             })?;
     }
     if conf.promisc && !br.is_promisc() {
-        host.set_link_promisc(br.index, true).map_err(kernel)?;
+        host.set_link_promisc(br.index, true)?;
     }
     // We own the routes of the bridge. Absent when IPv6 is disabled: that is fine.
-    let _ = sysctl::write_if_different(&format!("net/ipv6/conf/{}/accept_ra", conf.bridge), "0");
+    let _ = kernel
+        .host_sysctl_write_if_different(&format!("net/ipv6/conf/{}/accept_ra", conf.bridge), "0");
     if !br.flags.contains(LinkFlags::Up) {
-        host.set_link_up(br.index).map_err(kernel)?;
-        br = host.link_by_index(br.index).map_err(kernel)?;
+        host.set_link_up(br.index)?;
+        br = host.link_by_index(br.index)?;
     }
     Ok(br)
 }
 
 /// Creates the veth pair with the container end born inside the netns and the host end
 /// already enslaved and up, then applies the port settings.
-fn setup_veth(
-    host: &mut Socket,
-    cont: &mut Socket,
-    netns: &Netns,
+#[allow(clippy::too_many_arguments)]
+fn setup_veth<K: Kernel>(
+    kernel: &K,
+    host: &mut K::Socket,
+    cont: &mut K::Socket,
+    netns: &K::Ns,
     br: &Link,
     args: &CmdArgs,
     conf: &NetConf,
     rb: &mut Rollback,
-) -> Result<(Link, Link), CniError> {
+) -> Result<(Link, Link), BridgeError> {
     let mut host_name = String::new();
     for attempt in 0..VETH_NAME_ATTEMPTS {
         let candidate = link::random_veth_name()?;
         let spec = VethSpec {
             name: &candidate,
             peer_name: &args.ifname,
-            peer_netns: Some(netns),
             mtu: (conf.mtu != 0).then_some(conf.mtu),
             peer_mac: conf.mac,
             master: Some(br.index),
             up: true,
             ..Default::default()
         };
-        match host.create_veth(&spec) {
+        match host.create_veth(&spec, Some(netns)) {
             Ok(()) => {
                 host_name = candidate;
                 break;
             }
             Err(e) if e.is_exists() => {
-                if cont.find_link(&args.ifname).map_err(kernel)?.is_some() {
-                    return Err(CniError::internal(format!(
-                        "container veth name provided ({}) already exists",
-                        args.ifname
-                    )));
+                if cont.find_link(&args.ifname)?.is_some() {
+                    return Err(BridgeError::VethNameTaken(args.ifname.clone()));
                 }
                 if attempt + 1 == VETH_NAME_ATTEMPTS {
-                    return Err(kernel(e));
+                    return Err(e.into());
                 }
             }
-            Err(e) => return Err(kernel(e)),
+            Err(e) => return Err(e.into()),
         }
     }
-    link::undo_delete_host(rb, &host_name);
+    link::undo_delete_host_with(kernel, rb, &host_name);
 
-    let host_veth = host.link_by_name(&host_name).map_err(kernel)?;
-    let cont_link = cont.link_by_name(&args.ifname).map_err(kernel)?;
+    let host_veth = host.link_by_name(&host_name)?;
+    let cont_link = cont.link_by_name(&args.ifname)?;
     // The host end never autoconfigures IPv6 from router advertisements.
-    let _ = sysctl::write(&format!("net/ipv6/conf/{host_name}/accept_ra"), "0");
+    let _ = kernel.host_sysctl_write(&format!("net/ipv6/conf/{host_name}/accept_ra"), "0");
 
     // A new port has hairpin and isolation off: only send what differs.
     if conf.hairpin || conf.port_isolation {
@@ -286,8 +311,7 @@ fn setup_veth(
             isolated: Some(conf.port_isolation),
             learning: None,
         };
-        host.set_bridge_port_flags(host_veth.index, &flags)
-            .map_err(kernel)?;
+        host.set_bridge_port_flags(host_veth.index, &flags)?;
     }
     if conf.uses_vlans() {
         setup_port_vlans(host, br, host_veth.index, conf)?;
@@ -309,40 +333,39 @@ fn default_pvid(br: &Link) -> u16 {
         .unwrap_or(1)
 }
 
-fn setup_port_vlans(
-    host: &mut Socket,
+fn setup_port_vlans<S: Netlink>(
+    host: &mut S,
     br: &Link,
     port: u32,
     conf: &NetConf,
-) -> Result<(), CniError> {
+) -> Result<(), BridgeError> {
     let native = conf.native_vlan();
     if !conf.preserve_default_vlan {
         // A new port holds exactly the bridge's default PVID.
         let pvid = default_pvid(br);
         if pvid != 0 && pvid != native {
-            host.bridge_vlan_del(port, pvid).map_err(kernel)?;
+            host.bridge_vlan_del(port, pvid)?;
         }
     }
     for vid in conf.trunk.iter().flatten().filter(|v| **v != native) {
-        host.bridge_vlan_add(port, *vid, false, false)
-            .map_err(kernel)?;
+        host.bridge_vlan_add(port, *vid, false, false)?;
     }
     if native != 0 {
-        host.bridge_vlan_add(port, native, true, true)
-            .map_err(kernel)?;
+        host.bridge_vlan_add(port, native, true, true)?;
     }
     Ok(())
 }
 
 /// Sysctls, addresses, link up and routes inside the container netns.
-fn configure_container(
-    netns: &Netns,
-    cont: &mut Socket,
+fn configure_container<K: Kernel>(
+    kernel: &K,
+    netns: &K::Ns,
+    cont: &mut K::Socket,
     index: u32,
     ifname: &str,
     result: &CniResult,
     conf: &NetConf,
-) -> Result<(), CniError> {
+) -> Result<(), BridgeError> {
     let ours: Vec<IpNetwork> = result
         .ips
         .iter()
@@ -350,35 +373,32 @@ fn configure_container(
         .map(|i| i.address)
         .collect();
     let has_v6 = ours.iter().any(IpNetwork::is_ipv6);
-    netns
-        .run(|| {
-            // Failures are ignored as in the reference: IPv6 may be disabled in the netns.
-            if has_v6 {
-                let _ = sysctl::write_if_different(
-                    &format!("net/ipv6/conf/{ifname}/disable_ipv6"),
-                    "0",
-                );
-                let _ = sysctl::write_if_different(
-                    &format!("net/ipv6/conf/{ifname}/keep_addr_on_down"),
-                    "1",
-                );
-            }
-            if conf.enable_dad {
-                let _ = sysctl::write(&format!("net/ipv6/conf/{ifname}/enhanced_dad"), "1");
-                let _ = sysctl::write(&format!("net/ipv6/conf/{ifname}/accept_dad"), "1");
-            } else {
-                // Without DAD the addresses are usable the moment ADD returns.
-                let _ = sysctl::write(&format!("net/ipv6/conf/{ifname}/accept_dad"), "0");
-            }
-            let _ = sysctl::write(&format!("net/ipv4/conf/{ifname}/arp_notify"), "1");
-        })
-        .map_err(kernel)?;
+    let keys = ContainerSysctls::new(ifname);
+    let write = |key, value, only_if_different| SysctlWrite {
+        key,
+        value,
+        only_if_different,
+    };
+    let mut writes = Vec::with_capacity(5);
+    if has_v6 {
+        writes.push(write(&keys.disable_ipv6, "0", true));
+        writes.push(write(&keys.keep_addr_on_down, "1", true));
+    }
+    if conf.enable_dad {
+        writes.push(write(&keys.enhanced_dad, "1", false));
+        writes.push(write(&keys.accept_dad, "1", false));
+    } else {
+        // Without DAD the addresses are usable the moment ADD returns.
+        writes.push(write(&keys.accept_dad, "0", false));
+    }
+    writes.push(write(&keys.arp_notify, "1", false));
+    // Each write's failure is ignored as in the reference: IPv6 may be disabled in the netns.
+    kernel.sysctl_write_all(netns, &writes)?;
 
     for addr in &ours {
-        cont.add_address(index, *addr, &AddressOptions::default())
-            .map_err(kernel)?;
+        cont.add_address(index, *addr, &AddressOptions::default())?;
     }
-    cont.set_link_up(index).map_err(kernel)?;
+    cont.set_link_up(index)?;
     if conf.enable_dad && has_v6 {
         wait_dad(cont, index, ifname)?;
     }
@@ -404,10 +424,12 @@ fn configure_container(
             Ok(()) => {}
             Err(e) if e.is_exists() => {}
             Err(e) => {
-                return Err(kernel_ctx(
-                    e,
-                    format!("failed to add route '{} via {:?} dev {ifname}'", r.dst, gw),
-                ))
+                return Err(BridgeError::AddRoute {
+                    dst: r.dst,
+                    gateway: gw,
+                    ifname: ifname.to_string(),
+                    source: e,
+                })
             }
         }
     }
@@ -415,21 +437,19 @@ fn configure_container(
 }
 
 /// Waits until no IPv6 address of the link is tentative (DAD done) or DAD failed.
-fn wait_dad(cont: &mut Socket, index: u32, ifname: &str) -> Result<(), CniError> {
+fn wait_dad<S: Netlink>(cont: &mut S, index: u32, ifname: &str) -> Result<(), BridgeError> {
     use netkit::packet_route::address::AddressFlags;
     let start = Instant::now();
     loop {
-        let addrs = cont
-            .addresses(Some(index), netkit::Family::V6)
-            .map_err(kernel)?;
+        let addrs = cont.addresses(Some(index), netkit::Family::V6)?;
         if let Some(bad) = addrs
             .iter()
             .find(|a| a.flags.contains(AddressFlags::Dadfailed))
         {
-            return Err(CniError::internal(format!(
-                "IPv6 duplicate address detection failed for {} on {ifname}",
-                bad.address
-            )));
+            return Err(BridgeError::DadFailed {
+                address: bad.address,
+                ifname: ifname.to_string(),
+            });
         }
         if !addrs
             .iter()
@@ -438,22 +458,23 @@ fn wait_dad(cont: &mut Socket, index: u32, ifname: &str) -> Result<(), CniError>
             return Ok(());
         }
         if start.elapsed() > DAD_TIMEOUT {
-            return Err(CniError::internal(format!(
-                "timed out waiting for IPv6 DAD on {ifname}"
-            )));
+            return Err(BridgeError::DadTimeout {
+                ifname: ifname.to_string(),
+            });
         }
         std::thread::sleep(Duration::from_millis(20));
     }
 }
 
 /// Gateway addresses on the bridge (or the VLAN gateway interface) and forwarding.
-fn setup_gateways(
-    host: &mut Socket,
+fn setup_gateways<K: Kernel>(
+    kernel: &K,
+    host: &mut K::Socket,
     br: &Link,
     conf: &NetConf,
     gws: &gateway::Gateways,
     result: &mut CniResult,
-) -> Result<(), CniError> {
+) -> Result<(), BridgeError> {
     for (list, key) in [
         (&gws.v4, "net/ipv4/ip_forward"),
         (&gws.v6, "net/ipv6/conf/all/forwarding"),
@@ -475,8 +496,9 @@ fn setup_gateways(
             gateway::ensure_addr(host, index, &name, *gw, conf.force_address)?;
         }
         if !list.is_empty() {
-            sysctl::write_if_different(key, "1")
-                .map_err(|e| kernel_ctx(e, "failed to enable forwarding"))?;
+            kernel
+                .host_sysctl_write_if_different(key, "1")
+                .map_err(BridgeError::Forwarding)?;
         }
     }
     Ok(())
@@ -485,16 +507,19 @@ fn setup_gateways(
 /// The L3 gateway of a VLAN: a veth whose end `<bridge>.<vlan>` holds the gateway address in the
 /// host and whose other end is a bridge port with the VLAN as untagged PVID. Shared by every
 /// pod of the VLAN, so it is never deleted (like the bridge).
-fn ensure_vlan_gateway(host: &mut Socket, br: &Link, conf: &NetConf) -> Result<Link, CniError> {
+fn ensure_vlan_gateway<S: Netlink>(
+    host: &mut S,
+    br: &Link,
+    conf: &NetConf,
+) -> Result<Link, BridgeError> {
     let name = format!("{}.{}", br.name, conf.vlan);
-    if let Some(link) = host.find_link(&name).map_err(kernel)? {
+    if let Some(link) = host.find_link(&name)? {
         return Ok(link);
     }
     let port = link::random_veth_name()?;
     let spec = VethSpec {
         name: &port,
         peer_name: &name,
-        peer_netns: None,
         mtu: (br.mtu != 0).then_some(br.mtu),
         master: Some(br.index),
         up: true,
@@ -502,7 +527,7 @@ fn ensure_vlan_gateway(host: &mut Socket, br: &Link, conf: &NetConf) -> Result<L
         // the gateway end is set up once the pair exists.
         ..Default::default()
     };
-    match host.create_veth(&spec) {
+    match host.create_veth(&spec, None) {
         Ok(()) => {
             if let Err(e) = configure_vlan_gateway(host, br, conf, &port, &name) {
                 // Half-configured, it would be adopted as it is by the next ADD: remove it.
@@ -516,51 +541,67 @@ fn ensure_vlan_gateway(host: &mut Socket, br: &Link, conf: &NetConf) -> Result<L
         }
         // Created concurrently by another ADD.
         Err(e) if e.is_exists() => {}
-        Err(e) => {
-            return Err(kernel_ctx(
-                e,
-                format!("failed to create vlan gateway {name:?}"),
-            ))
-        }
+        Err(e) => return Err(BridgeError::VlanGateway { name, source: e }),
     }
-    host.link_by_name(&name).map_err(kernel)
+    Ok(host.link_by_name(&name)?)
 }
 
 /// The bridge end of a new VLAN gateway gets the VLAN as untagged PVID, then the gateway end
 /// is set up.
-fn configure_vlan_gateway(
-    host: &mut Socket,
+fn configure_vlan_gateway<S: Netlink>(
+    host: &mut S,
     br: &Link,
     conf: &NetConf,
     port: &str,
     name: &str,
-) -> Result<(), CniError> {
-    let port_link = host.link_by_name(port).map_err(kernel)?;
+) -> Result<(), BridgeError> {
+    let port_link = host.link_by_name(port)?;
     let vconf = NetConf {
         trunk: None,
         ..conf.clone()
     };
     setup_port_vlans(host, br, port_link.index, &vconf)?;
-    let gateway = host.link_by_name(name).map_err(kernel)?;
+    let gateway = host.link_by_name(name)?;
     host.set_link_up(gateway.index)
-        .map_err(|e| kernel_ctx(e, format!("failed to set vlan gateway {name:?} up")))
+        .map_err(|source| BridgeError::VlanGatewayUp {
+            name: name.to_string(),
+            source,
+        })
 }
 
 /// Polls until the host veth reports operstate UP (its peer is up), like the reference's
 /// retries but at a much finer interval.
-fn wait_port_up(host: &mut Socket, index: u32) -> Result<Link, CniError> {
+fn wait_port_up<S: Netlink>(host: &mut S, index: u32) -> Result<Link, BridgeError> {
     let start = Instant::now();
     loop {
-        let link = host.link_by_index(index).map_err(kernel)?;
+        let link = host.link_by_index(index)?;
         if link.operstate == State::Up {
             return Ok(link);
         }
         if start.elapsed() > PORT_UP_TIMEOUT {
-            return Err(CniError::internal(format!(
-                "bridge port in error state: {:?}",
-                link.operstate
-            )));
+            return Err(BridgeError::PortNotUp(link.operstate));
         }
         std::thread::sleep(POLL_INTERVAL);
+    }
+}
+
+/// The sysctl keys of the container interface that ADD writes.
+struct ContainerSysctls {
+    disable_ipv6: String,
+    keep_addr_on_down: String,
+    enhanced_dad: String,
+    accept_dad: String,
+    arp_notify: String,
+}
+
+impl ContainerSysctls {
+    fn new(ifname: &str) -> ContainerSysctls {
+        ContainerSysctls {
+            disable_ipv6: format!("net/ipv6/conf/{ifname}/disable_ipv6"),
+            keep_addr_on_down: format!("net/ipv6/conf/{ifname}/keep_addr_on_down"),
+            enhanced_dad: format!("net/ipv6/conf/{ifname}/enhanced_dad"),
+            accept_dad: format!("net/ipv6/conf/{ifname}/accept_dad"),
+            arp_notify: format!("net/ipv4/conf/{ifname}/arp_notify"),
+        }
     }
 }

@@ -1,90 +1,77 @@
 //! CHECK: bridge, container veth, host veth and addressing as recorded in
 //! prevResult. Unlike the reference, an L2-only config (no IPAM) passes.
 
-use attach::errors::kernel;
-use attach::ipam;
+use attach::ipam::Ipam;
 use ipnetwork::IpNetwork;
-use libcni::error::CniError;
 use libcni::result::{CniResult, IpConfig};
 use libcni::skel::CmdArgs;
-use netkit::netfilter::ipmasq;
 use netkit::netfilter::spoofcheck::SpoofChecker;
-use netkit::{Link, Netns, Socket};
+use netkit::{Kernel, Link, Netlink};
 
 use crate::config::NetConf;
+use crate::error::BridgeError;
+use crate::netfilter::Netfilter;
 
-fn fail(msg: impl Into<String>) -> CniError {
-    CniError::internal(msg)
-}
+pub fn check<K: Kernel, I: Ipam, F: Netfilter>(
+    kernel: &K,
+    ipam: &I,
+    nf: &F,
+    args: &CmdArgs,
+    conf: &NetConf,
+) -> Result<(), BridgeError> {
+    ipam.call_if_set(args, &conf.ipam_type, "CHECK")?;
+    let prev = args.prev_result()?.ok_or(BridgeError::PrevResultMissing)?;
 
-pub fn check(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
-    ipam::call_if_set(args, &conf.ipam_type, "CHECK")?;
-    let prev = args
-        .prev_result()?
-        .ok_or_else(|| fail("Required prevResult missing"))?;
-
-    let mut host = Socket::new().map_err(kernel)?;
-    let br = host.link_by_name(&conf.bridge).map_err(kernel)?;
+    let mut host = kernel.socket()?;
+    let br = host.link_by_name(&conf.bridge)?;
     if !br.is_kind("bridge") {
-        return Err(fail(format!(
-            "Error: Bridge interface {} is not a bridge",
-            conf.bridge
-        )));
+        return Err(BridgeError::NotABridge(conf.bridge.clone()));
     }
     if let Some(recorded) = prev.interfaces.iter().find(|i| i.name == conf.bridge) {
         if !recorded.mac.is_empty() && !recorded.mac.eq_ignore_ascii_case(&br.mac_string()) {
-            return Err(fail(format!(
-                "Bridge interface {} Mac doesn't match: {} found {}",
-                conf.bridge,
-                recorded.mac,
-                br.mac_string()
-            )));
+            return Err(BridgeError::BridgeMac {
+                bridge: conf.bridge.clone(),
+                recorded: recorded.mac.clone(),
+                found: br.mac_string(),
+            });
         }
     }
     if br.is_promisc() != conf.promisc {
-        return Err(fail(format!(
-            "Error: Bridge interface {} promisc set to {}, expected {}",
-            conf.bridge,
-            br.is_promisc(),
-            conf.promisc
-        )));
+        return Err(BridgeError::Promisc {
+            bridge: conf.bridge.clone(),
+            found: br.is_promisc(),
+            expected: conf.promisc,
+        });
     }
 
     let cont_pos = prev
         .interfaces
         .iter()
         .position(|i| i.name == args.ifname && !i.sandbox.is_empty())
-        .ok_or_else(|| fail(format!("Interface {} not found in prevResult", args.ifname)))?;
+        .ok_or_else(|| BridgeError::NotInPrevResult(args.ifname.clone()))?;
     let recorded = &prev.interfaces[cont_pos];
     if recorded.sandbox != args.netns {
-        return Err(fail(format!(
-            "Sandbox in prevResult {} doesn't match configured netns: {}",
-            recorded.sandbox, args.netns
-        )));
+        return Err(BridgeError::Sandbox {
+            recorded: recorded.sandbox.clone(),
+            netns: args.netns.clone(),
+        });
     }
-    let netns = Netns::open(&args.netns).map_err(kernel)?;
-    let mut cont = Socket::open_in(&netns).map_err(kernel)?;
-    let cont_link = cont.link_by_name(&args.ifname).map_err(kernel)?;
+    let netns = kernel.open_netns(&args.netns)?;
+    let mut cont = kernel.socket_in(&netns)?;
+    let cont_link = cont.link_by_name(&args.ifname)?;
     if !cont_link.is_kind("veth") {
-        return Err(fail(format!(
-            "Error: Container interface {} not of type veth",
-            args.ifname
-        )));
+        return Err(BridgeError::NotVeth(args.ifname.clone()));
     }
     if !recorded.mac.is_empty() && !recorded.mac.eq_ignore_ascii_case(&cont_link.mac_string()) {
-        return Err(fail(format!(
-            "Interface {} Mac {} doesn't match container Mac: {}",
-            args.ifname,
-            recorded.mac,
-            cont_link.mac_string()
-        )));
+        return Err(BridgeError::ContainerMac {
+            ifname: args.ifname.clone(),
+            recorded: recorded.mac.clone(),
+            found: cont_link.mac_string(),
+        });
     }
-    let peer = cont_link.link.ok_or_else(|| {
-        fail(format!(
-            "Error: container interface {} has no veth peer",
-            args.ifname
-        ))
-    })?;
+    let peer = cont_link
+        .link
+        .ok_or_else(|| BridgeError::NoPeer(args.ifname.clone()))?;
 
     // The host end: a veth of prevResult, outside the sandbox, peered with the container end.
     let mut host_found = false;
@@ -93,33 +80,29 @@ pub fn check(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
         .iter()
         .filter(|i| i.sandbox.is_empty() && i.name != conf.bridge)
     {
-        let Some(link) = host.find_link(&i.name).map_err(kernel)? else {
+        let Some(link) = host.find_link(&i.name)? else {
             continue;
         };
         if link.index != peer || !link.is_kind("veth") {
             continue;
         }
         if link.master != Some(br.index) {
-            return Err(fail(format!(
-                "Interface {} is not attached to bridge {}",
-                i.name, conf.bridge
-            )));
+            return Err(BridgeError::NotAttached {
+                ifname: i.name.clone(),
+                bridge: conf.bridge.clone(),
+            });
         }
         if !i.mac.is_empty() && !i.mac.eq_ignore_ascii_case(&link.mac_string()) {
-            return Err(fail(format!(
-                "Interface {} Mac {} doesn't match: {}",
-                i.name,
-                i.mac,
-                link.mac_string()
-            )));
+            return Err(BridgeError::HostMac {
+                ifname: i.name.clone(),
+                recorded: i.mac.clone(),
+                found: link.mac_string(),
+            });
         }
         host_found = true;
     }
     if !host_found {
-        return Err(fail(format!(
-            "Error: host side of veth {} not found in prevResult or not attached",
-            args.ifname
-        )));
+        return Err(BridgeError::HostSideMissing(args.ifname.clone()));
     }
 
     check_addressing(&mut cont, &cont_link, &prev, cont_pos)?;
@@ -127,17 +110,13 @@ pub fn check(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
     if conf.ip_masq && !prev.ips.is_empty() {
         let addrs: Vec<IpNetwork> = prev.ips.iter().map(|i| i.address).collect();
         // Without a configured backend ADD picked one by what the network had then.
-        match conf.ip_masq_backend {
-            Some(backend) => ipmasq::verify(
-                backend,
-                &addrs,
-                &conf.network,
-                &args.ifname,
-                &args.container_id,
-            ),
-            None => ipmasq::verify_default(&addrs, &conf.network, &args.ifname, &args.container_id),
-        }
-        .map_err(CniError::from)?;
+        nf.verify_masquerade(
+            conf.ip_masq_backend,
+            &addrs,
+            &conf.network,
+            &args.ifname,
+            &args.container_id,
+        )?;
     }
     if conf.macspoofchk {
         let sc = SpoofChecker::new(
@@ -145,11 +124,8 @@ pub fn check(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
             "",
             &SpoofChecker::ref_id_for(&args.container_id, &args.ifname),
         );
-        if !sc.is_installed().map_err(CniError::from)? {
-            return Err(fail(format!(
-                "spoof-check rules {} are missing",
-                sc.comment()
-            )));
+        if !nf.spoof_check_installed(&sc)? {
+            return Err(BridgeError::SpoofCheckMissing(sc.comment()));
         }
     }
     Ok(())
@@ -158,12 +134,12 @@ pub fn check(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
 /// prevResult's addresses of the container interface and its routes, as every main plugin
 /// checks them (attach): in the main table, or where sbr moved them, so a chain with sbr after
 /// bridge passes CHECK.
-fn check_addressing(
-    cont: &mut Socket,
+fn check_addressing<S: Netlink>(
+    cont: &mut S,
     link: &Link,
     prev: &CniResult,
     cont_pos: usize,
-) -> Result<(), CniError> {
+) -> Result<(), BridgeError> {
     let ips: Vec<IpConfig> = prev
         .ips
         .iter()
@@ -171,5 +147,5 @@ fn check_addressing(
         .cloned()
         .collect();
     attach::check::interface_ips(cont, link, &ips)?;
-    attach::check::routes(cont, &prev.routes, &ips)
+    Ok(attach::check::routes(cont, &prev.routes, &ips)?)
 }

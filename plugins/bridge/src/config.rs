@@ -1,10 +1,11 @@
 //! The bridge network configuration: fields, defaults and validation.
 
-use libcni::error::CniError;
 use libcni::result::Dns;
 use libcni::skel::CmdArgs;
 use netkit::netfilter::ipmasq::Backend;
 use serde::Deserialize;
+
+use crate::error::BridgeError;
 
 /// Default bridge name.
 pub const DEFAULT_BRIDGE: &str = "cni0";
@@ -130,50 +131,34 @@ impl NetConf {
     }
 }
 
-fn invalid(msg: impl Into<String>) -> CniError {
-    CniError::internal(msg)
-}
-
 /// Parses and validates the configuration of a call (stdin + CNI_ARGS).
-pub fn load(args: &CmdArgs) -> Result<NetConf, CniError> {
-    let raw: RawConf = args
-        .decode_config()
-        .map_err(|e| CniError::internal(format!("failed to load netconf: {e}")))?;
+pub fn load(args: &CmdArgs) -> Result<NetConf, BridgeError> {
+    let raw: RawConf = args.decode_config().map_err(BridgeError::LoadConf)?;
     from_raw(raw, &args.network_name, &args.args)
 }
 
-fn from_raw(raw: RawConf, network: &str, cni_args: &str) -> Result<NetConf, CniError> {
+fn from_raw(raw: RawConf, network: &str, cni_args: &str) -> Result<NetConf, BridgeError> {
     let bridge = if raw.bridge.is_empty() {
         DEFAULT_BRIDGE.to_string()
     } else {
         raw.bridge
     };
-    netkit::link::validate_ifname(&bridge)
-        .map_err(|e| invalid(format!("invalid bridge name: {e}")))?;
+    netkit::link::validate_ifname(&bridge).map_err(BridgeError::BridgeName)?;
     if !(0..=MAX_VLAN).contains(&raw.vlan) {
-        return Err(invalid(format!(
-            "invalid VLAN ID {} (must be between 0 and 4094)",
-            raw.vlan
-        )));
+        return Err(BridgeError::VlanId(raw.vlan));
     }
     let trunk = collect_trunk(raw.vlan_trunk.as_deref())?;
-    let mtu = u32::try_from(raw.mtu).map_err(|_| invalid(format!("invalid MTU {}", raw.mtu)))?;
+    let mtu = u32::try_from(raw.mtu).map_err(|_| BridgeError::Mtu(raw.mtu))?;
     let ip_masq_backend = match raw.ip_masq_backend.as_deref() {
         None => None,
-        Some(s) => Some(
-            Backend::parse(s).ok_or_else(|| invalid(format!("unknown ipmasq backend {s:?}")))?,
-        ),
+        Some(s) => Some(Backend::parse(s).ok_or_else(|| BridgeError::MasqBackend(s.to_string()))?),
     };
     let ipam_type = raw.ipam.map(|i| i.kind).unwrap_or_default();
     if raw.disable_container_interface && !ipam_type.is_empty() {
-        return Err(invalid(
-            "cannot use IPAM when DisableContainerInterface flag is set",
-        ));
+        return Err(BridgeError::IpamWithoutInterface);
     }
     if raw.hairpin_mode && raw.promisc_mode {
-        return Err(invalid(
-            "cannot set hairpin mode and promiscuous mode at the same time.",
-        ));
+        return Err(BridgeError::HairpinAndPromisc);
     }
 
     let mut mac_text = String::new();
@@ -198,12 +183,8 @@ fn from_raw(raw: RawConf, network: &str, cni_args: &str) -> Result<NetConf, CniE
     let mac = if mac_text.is_empty() {
         None
     } else {
-        // Refused before anything is made; worded as the reference's veth setup reports it.
-        Some(netkit::link::parse_mac(&mac_text).map_err(|_| {
-            invalid(format!(
-                "failed to make veth pair: address {mac_text}: invalid MAC address"
-            ))
-        })?)
+        // Refused before anything is made.
+        Some(netkit::link::parse_mac(&mac_text).map_err(|_| BridgeError::Mac(mac_text.clone()))?)
     };
 
     let dns = raw.dns.filter(|d| !d.is_empty());
@@ -232,7 +213,7 @@ fn from_raw(raw: RawConf, network: &str, cni_args: &str) -> Result<NetConf, CniE
 }
 
 /// Expands `vlanTrunk` into a sorted list of IDs, with the reference's error messages.
-fn collect_trunk(items: Option<&[RawTrunk]>) -> Result<Option<Vec<u16>>, CniError> {
+fn collect_trunk(items: Option<&[RawTrunk]>) -> Result<Option<Vec<u16>>, BridgeError> {
     let Some(items) = items else { return Ok(None) };
     let valid = |v: i64| (1..=MAX_VLAN).contains(&v);
     let mut ids = std::collections::BTreeSet::new();
@@ -240,31 +221,27 @@ fn collect_trunk(items: Option<&[RawTrunk]>) -> Result<Option<Vec<u16>>, CniErro
         match (item.min_id, item.max_id) {
             (Some(min), Some(max)) => {
                 if !valid(min) {
-                    return Err(invalid("incorrect trunk minID parameter"));
+                    return Err(BridgeError::TrunkMinId);
                 }
                 if !valid(max) {
-                    return Err(invalid("incorrect trunk maxID parameter"));
+                    return Err(BridgeError::TrunkMaxId);
                 }
                 if max < min {
-                    return Err(invalid("minID is greater than maxID in trunk parameter"));
+                    return Err(BridgeError::TrunkMinAboveMax);
                 }
                 ids.extend((min..=max).map(|v| v as u16));
             }
             (None, Some(_)) => {
-                return Err(invalid(
-                    "minID and maxID should be configured simultaneously, minID is missing",
-                ));
+                return Err(BridgeError::TrunkMinMissing);
             }
             (Some(_), None) => {
-                return Err(invalid(
-                    "minID and maxID should be configured simultaneously, maxID is missing",
-                ));
+                return Err(BridgeError::TrunkMaxMissing);
             }
             (None, None) => {}
         }
         if let Some(id) = item.id {
             if !valid(id) {
-                return Err(invalid("incorrect trunk id parameter"));
+                return Err(BridgeError::TrunkId);
             }
             ids.insert(id as u16);
         }
@@ -281,9 +258,8 @@ mod tests {
     use super::*;
     use serde_json::Value;
 
-    fn parse(v: Value, cni_args: &str) -> Result<NetConf, CniError> {
-        let raw: RawConf =
-            libcni::gojson::from_value(&v).map_err(|e| CniError::internal(e.to_string()))?;
+    fn parse(v: Value, cni_args: &str) -> Result<NetConf, BridgeError> {
+        let raw: RawConf = libcni::gojson::from_value(&v).map_err(BridgeError::LoadConf)?;
         from_raw(raw, "net", cni_args)
     }
 
@@ -306,7 +282,7 @@ mod tests {
 
     #[test]
     fn validation_errors() {
-        let msg = |v: Value| parse(v, "").unwrap_err().msg;
+        let msg = |v: Value| parse(v, "").unwrap_err().to_string();
         assert_eq!(
             msg(serde_json::json!({"vlan": 5000})),
             "invalid VLAN ID 5000 (must be between 0 and 4094)"

@@ -4,29 +4,37 @@
 
 use std::net::IpAddr;
 
-use attach::errors::{kernel, Failures};
-use attach::ipam;
+use attach::errors::Failures;
+use attach::ipam::Ipam;
 use libcni::error::CniError;
 use libcni::skel::CmdArgs;
 use netkit::netfilter::iptables::Family;
 use netkit::netfilter::{ipmasq, spoofcheck, spoofcheck::SpoofChecker};
-use netkit::{Netns, Socket};
+use netkit::{Kernel, Netlink, Socket};
 
 use crate::config::NetConf;
+use crate::error::BridgeError;
+use crate::netfilter::Netfilter;
 
 /// Keeps going after a failure: every step is tried, the first failure is returned and the
 /// others go to stderr.
-pub fn del(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
+pub fn del<K: Kernel, I: Ipam, F: Netfilter>(
+    kernel: &K,
+    ipam: &I,
+    nf: &F,
+    args: &CmdArgs,
+    conf: &NetConf,
+) -> Result<(), BridgeError> {
     // The IPAM release runs alongside the veth deletion, the kernel's slowest step (the
     // unregistration waits for RCU grace periods): the DEL then takes about the deletion alone.
     // The two are independent (IPAM releases by container and ifname); dhcp, which may need
     // the link to release its lease, is released before the deletion instead.
-    let (ipam, (addresses, link)) = ipam::call_alongside(args, &conf.ipam_type, "DEL", || {
-        delete_container_end(args, conf)
+    let (ipam, (addresses, link)) = ipam.call_alongside(args, &conf.ipam_type, "DEL", || {
+        delete_container_end(kernel, args, conf)
     });
 
     let mut failures = Failures::default();
-    failures.note(link);
+    failures.note(link.map_err(CniError::from));
     failures.note(ipam);
 
     if conf.macspoofchk {
@@ -35,7 +43,7 @@ pub fn del(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
             "",
             &SpoofChecker::ref_id_for(&args.container_id, &args.ifname),
         );
-        if let Err(e) = sc.teardown() {
+        if let Err(e) = nf.remove_spoof_check(&sc) {
             // As in the reference: a spoof-check leftover must not block the DEL.
             eprintln!("bridge: {e}");
         }
@@ -45,27 +53,31 @@ pub fn del(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
     if conf.ip_masq && conf.is_layer3() {
         let families = masquerade_families(args, &addresses);
         failures.note(
-            ipmasq::teardown_families(&conf.network, &args.ifname, &args.container_id, &families)
-                .map_err(CniError::from),
+            nf.unmasquerade(&conf.network, &args.ifname, &args.container_id, &families)
+                .map_err(|e| CniError::from(BridgeError::from(e))),
         );
     }
-    failures.finish("bridge")
+    Ok(failures.finish("bridge")?)
 }
 
 /// Deletes the container end of the veth, which takes the host end (and its bridge port)
 /// with it; an empty CNI_NETNS, a netns or a link that is gone are fine. Returns, with the
 /// outcome, the addresses the link had when masquerade needs to know its families.
-fn delete_container_end(args: &CmdArgs, conf: &NetConf) -> (Vec<IpAddr>, Result<(), CniError>) {
+fn delete_container_end<K: Kernel>(
+    kernel: &K,
+    args: &CmdArgs,
+    conf: &NetConf,
+) -> (Vec<IpAddr>, Result<(), BridgeError>) {
     let mut addresses = Vec::new();
     if args.netns.is_empty() {
         return (addresses, Ok(()));
     }
-    let ns = match Netns::open(&args.netns) {
+    let ns = match kernel.open_netns(&args.netns) {
         Ok(ns) => ns,
         Err(e) if e.is_netns_not_found() => return (addresses, Ok(())),
-        Err(e) => return (addresses, Err(kernel(e))),
+        Err(e) => return (addresses, Err(e.into())),
     };
-    let deleted = Socket::open_in(&ns).and_then(|mut s| {
+    let deleted = kernel.socket_in(&ns).and_then(|mut s| {
         if conf.ip_masq && conf.is_layer3() {
             if let Some(link) = s.find_link(&args.ifname)? {
                 for a in s.addresses(Some(link.index), netkit::Family::Any)? {
@@ -77,7 +89,7 @@ fn delete_container_end(args: &CmdArgs, conf: &NetConf) -> (Vec<IpAddr>, Result<
         }
         s.delete_link_by_name(&args.ifname)
     });
-    (addresses, deleted.map(|_| ()).map_err(kernel))
+    (addresses, deleted.map(|_| ()).map_err(BridgeError::from))
 }
 
 /// The address families the attachment used, from prevResult and the link's addresses (only
@@ -107,28 +119,28 @@ fn families_of<'a>(addresses: impl IntoIterator<Item = &'a IpAddr>) -> Vec<Famil
 
 /// GC: forwards to IPAM, then removes the masquerade rules and spoof checks of attachments
 /// not in the valid list. Keeps going after a failure like DEL.
-pub fn gc(args: &CmdArgs, conf: &NetConf) -> Result<(), CniError> {
+pub fn gc(args: &CmdArgs, conf: &NetConf) -> Result<(), BridgeError> {
     let valid = args.valid_attachments()?;
     let mut failures = Failures::default();
-    failures.note(ipam::call_if_set(args, &conf.ipam_type, "GC"));
+    failures.note(attach::ipam::call_if_set(args, &conf.ipam_type, "GC"));
     if conf.ip_masq {
-        failures.note(ipmasq::gc(&conf.network, &valid).map_err(CniError::from));
+        failures.note(ipmasq::gc(&conf.network, &valid).map_err(|e| BridgeError::from(e).into()));
     }
     if conf.macspoofchk {
         failures.note(gc_spoof_checks(&valid));
     }
-    failures.finish("bridge")
+    Ok(failures.finish("bridge")?)
 }
 
 /// Spoof checks whose bridge port is gone and whose attachment is not valid: a pod removed
 /// without DEL leaves them behind, and nothing else ever would remove them.
 fn gc_spoof_checks(valid: &[(String, String)]) -> Result<(), CniError> {
-    let mut host = Socket::new().map_err(kernel)?;
+    let mut host = Socket::new().map_err(|e| CniError::from(BridgeError::from(e)))?;
     // An unreadable link table counts as "port present": GC must never remove a live check.
     let port_exists = |port: &str| host.find_link(port).map_or(true, |l| l.is_some());
     spoofcheck::gc(valid, port_exists)
         .map(|_| ())
-        .map_err(CniError::from)
+        .map_err(|e| BridgeError::from(e).into())
 }
 
 /// IPv6 link-local addresses (fe80::/10) never carry masquerade rules.
@@ -174,6 +186,13 @@ mod tests {
     fn del_without_netns_ipam_or_netfilter_has_nothing_to_do() {
         let args = attach::testing::cmd_args(serde_json::json!({"bridge": "br9"}), "");
         let conf = crate::config::load(&args).unwrap();
-        assert!(del(&args, &conf).is_ok());
+        let ok = del(
+            &netkit::LiveKernel,
+            &attach::ipam::ExecIpam,
+            &crate::netfilter::LiveNetfilter,
+            &args,
+            &conf,
+        );
+        assert!(ok.is_ok());
     }
 }

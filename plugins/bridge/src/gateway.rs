@@ -3,13 +3,12 @@
 
 use std::net::IpAddr;
 
-use attach::errors::{kernel, kernel_ctx};
 use ipnetwork::IpNetwork;
-use libcni::error::CniError;
 use libcni::result::{CniResult, Route};
-use netkit::{AddressOptions, Family, Socket};
+use netkit::{AddressOptions, Family, Netlink};
 
 use crate::config::NetConf;
+use crate::error::BridgeError;
 
 /// Index of the container interface in the result's `interfaces` list.
 pub const CONTAINER_IF_INDEX: usize = 2;
@@ -45,7 +44,7 @@ fn default_dst(v6: bool) -> IpNetwork {
 /// Points every IP at the container interface, fills in missing gateways (subnet + 1) when the
 /// bridge is a gateway, adds default routes for `isDefaultGateway`, and returns the gateway
 /// addresses to put on the bridge.
-pub fn calc(result: &mut CniResult, conf: &NetConf) -> Result<Gateways, CniError> {
+pub fn calc(result: &mut CniResult, conf: &NetConf) -> Result<Gateways, BridgeError> {
     let mut gws = Gateways::default();
     let mut default_found = [false, false];
     for i in 0..result.ips.len() {
@@ -65,8 +64,12 @@ pub fn calc(result: &mut CniResult, conf: &NetConf) -> Result<Gateways, CniError
         }
         if conf.is_gateway {
             if let Some(gw) = result.ips[i].gateway {
-                let net = IpNetwork::new(gw, result.ips[i].address.prefix())
-                    .map_err(|e| CniError::internal(format!("invalid gateway {gw}: {e}")))?;
+                let net = IpNetwork::new(gw, result.ips[i].address.prefix()).map_err(|source| {
+                    BridgeError::Gateway {
+                        gateway: gw,
+                        source,
+                    }
+                })?;
                 if v6 {
                     gws.v6.push(net);
                 } else {
@@ -80,15 +83,15 @@ pub fn calc(result: &mut CniResult, conf: &NetConf) -> Result<Gateways, CniError
 
 /// Makes sure `link` holds the gateway address `gw`. Another IPv4 address (or an overlapping
 /// IPv6 one) is an error unless `force`, which replaces it.
-pub fn ensure_addr(
-    sock: &mut Socket,
+pub fn ensure_addr<S: Netlink>(
+    sock: &mut S,
     index: u32,
     name: &str,
     gw: IpNetwork,
     force: bool,
-) -> Result<(), CniError> {
+) -> Result<(), BridgeError> {
     let family = Family::of(gw.ip());
-    let addrs = sock.addresses(Some(index), family).map_err(kernel)?;
+    let addrs = sock.addresses(Some(index), family)?;
     for a in addrs {
         if a.address == gw {
             return Ok(());
@@ -99,13 +102,14 @@ pub fn ensure_addr(
                 match sock.delete_address(index, a.address) {
                     Ok(()) => {}
                     Err(e) if e.is_not_found() => {}
-                    Err(e) => return Err(kernel(e)),
+                    Err(e) => return Err(e.into()),
                 }
             } else {
-                return Err(CniError::internal(format!(
-                    "{name:?} already has an IP address different from {gw} (it has {}; set \"forceAddress\": true to replace it)",
-                    a.address
-                )));
+                return Err(BridgeError::AddressTaken {
+                    link: name.to_string(),
+                    gateway: gw,
+                    existing: a.address,
+                });
             }
         }
     }
@@ -117,10 +121,10 @@ pub fn ensure_addr(
     match sock.add_address(index, gw, &opts) {
         Ok(()) => Ok(()),
         Err(e) if e.is_exists() => Ok(()),
-        Err(e) => Err(kernel_ctx(
-            e,
-            format!("could not add IP address to {name:?}"),
-        )),
+        Err(source) => Err(BridgeError::GatewayAddress {
+            link: name.to_string(),
+            source,
+        }),
     }
 }
 

@@ -5,57 +5,79 @@ mod add;
 mod check;
 mod config;
 mod del;
+mod error;
 mod gateway;
+mod netfilter;
 
-use attach::ipam;
+use attach::ipam::{ExecIpam, Ipam};
 use libcni::error::CniError;
 use libcni::result::CniResult;
 use libcni::skel::{CmdArgs, Plugin};
 use netkit::netfilter::ipmasq::Backend;
+use netkit::LiveKernel;
+
+use crate::error::BridgeError;
+use crate::netfilter::LiveNetfilter;
 
 struct Bridge;
 
 impl Plugin for Bridge {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
         let conf = config::load(args)?;
-        add::add(args, &conf)
+        Ok(add::add(
+            &LiveKernel,
+            &ExecIpam,
+            &LiveNetfilter,
+            args,
+            &conf,
+        )?)
     }
 
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = config::load(args)?;
-        del::del(args, &conf)
+        Ok(del::del(
+            &LiveKernel,
+            &ExecIpam,
+            &LiveNetfilter,
+            args,
+            &conf,
+        )?)
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = config::load(args)?;
-        check::check(args, &conf)
+        Ok(check::check(
+            &LiveKernel,
+            &ExecIpam,
+            &LiveNetfilter,
+            args,
+            &conf,
+        )?)
     }
 
     fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = config::load(args)?;
-        del::gc(args, &conf)
+        Ok(del::gc(args, &conf)?)
     }
 
     fn status(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = config::load(args)?;
-        ipam::call_if_set(args, &conf.ipam_type, "STATUS")?;
+        ExecIpam.call_if_set(args, &conf.ipam_type, "STATUS")?;
         // An ADD would fail without the netfilter support it needs.
         if conf.ip_masq && conf.is_layer3() {
             let backend = conf
                 .ip_masq_backend
                 .unwrap_or_else(|| Backend::default_for(&conf.network));
             if !backend.is_available() {
-                return Err(CniError::not_available(format!(
-                    "bridge: ipMasq needs {}, which is not available",
-                    backend.tool()
-                )));
+                return Err(BridgeError::MasqUnavailable {
+                    tool: backend.tool(),
+                }
+                .into());
             }
         }
         // The spoof check is an nftables `bridge` table, written over netlink.
         if conf.macspoofchk && !Backend::Nftables.is_available() {
-            return Err(CniError::not_available(
-                "bridge: macspoofchk needs the kernel's nf_tables, which is not available",
-            ));
+            return Err(BridgeError::SpoofCheckUnavailable.into());
         }
         Ok(())
     }
@@ -64,3 +86,6 @@ impl Plugin for Bridge {
 fn main() {
     libcni::skel::run(&Bridge, "CNI bridge plugin (ferrocni)");
 }
+
+#[cfg(test)]
+mod tests;

@@ -14,21 +14,23 @@
 //! left nothing behind. Other fakes (IPAM) can share the log and the injection through
 //! [`FakeKernel::record`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use ipnetwork::IpNetwork;
 use netlink_packet_core::Nla;
 use netlink_packet_route::link::{
-    InfoData, InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage, State as OperState,
+    InfoBridge, InfoData, InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
+    State as OperState,
 };
 use netlink_packet_route::route::{RouteProtocol, RouteScope};
 
 use crate::addr::{address_message, Address, AddressOptions, Family};
+use crate::bridge_port::PortFlags;
 use crate::error::{Error, Result};
 use crate::kernel::{Kernel, Netlink};
-use crate::link::{format_mac, validate_ifname, Link, VethSpec};
+use crate::link::{format_mac, validate_ifname, BridgeOptions, Link, VethSpec};
 use crate::route::{Route, TABLE_MAIN};
 use crate::tap::TapSpec;
 
@@ -69,6 +71,15 @@ pub struct FakeNamespace {
     /// Connected routes deleted explicitly (`ip route del <prefix> dev X`), by link and
     /// prefix: the address stays, its route does not.
     pub withdrawn: Vec<(u32, IpNetwork)>,
+
+    // bridge
+    /// Bridge port state, by the port's ifindex (made when a link joins a bridge).
+    pub ports: BTreeMap<u32, FakePort>,
+    /// Links in promiscuous mode.
+    pub promisc: BTreeSet<u32>,
+    /// Links whose MAC was set explicitly: a bridge among them keeps its MAC whatever its
+    /// ports (the kernel's `NET_ADDR_SET`).
+    pub mac_set: BTreeSet<u32>,
 }
 
 impl FakeNamespace {
@@ -85,6 +96,7 @@ impl FakeNamespace {
 
     /// Drops what belongs to link `index` (addresses, routes through it, its sysctls).
     fn forget_link(&mut self, index: u32) {
+        self.leave_bridge(index);
         let name = self.name_of(index);
         self.addresses.retain(|(i, _)| *i != index);
         self.routes.retain(|r| r.oif != Some(index));
@@ -230,7 +242,9 @@ impl FakeKernel {
     }
 
     /// Adds an up link `name` of `kind` (`None`: a physical NIC) to namespace `ns` (setup:
-    /// not recorded); its ifindex.
+    /// not recorded); its ifindex. A bridge made so has its MAC set (as one configured by the
+    /// administrator or pinned by an earlier ADD): ports joining it leave its MAC alone. A
+    /// bridge created through [`Netlink::ensure_bridge`] without a MAC takes its ports'.
     pub fn setup_link(&self, ns: &str, name: &str, kind: Option<&str>, mtu: u32) -> u32 {
         let mut m = self.lock();
         let index = m.next_index;
@@ -249,6 +263,9 @@ impl FakeKernel {
         };
         if let Some(n) = m.state.namespaces.get_mut(ns) {
             n.links.insert(index, link);
+            if kind == Some("bridge") {
+                n.mac_set.insert(index);
+            }
         }
         index
     }
@@ -399,22 +416,6 @@ fn ns_mut<'a>(m: &'a mut Model, ns: &str) -> &'a mut FakeNamespace {
 
 // ptp, ipvlan, host-device
 
-/// A veth's peer dies with it, wherever it is (the pair points at each other by ifindex).
-fn drop_veth_peer(m: &mut Model, index: u32) {
-    for n in m.state.namespaces.values_mut() {
-        let peers: Vec<u32> = n
-            .links
-            .values()
-            .filter(|l| l.kind.as_deref() == Some("veth") && l.parent == Some(index))
-            .map(|l| l.index)
-            .collect();
-        for p in peers {
-            n.forget_link(p);
-            n.links.remove(&p);
-        }
-    }
-}
-
 /// Deletes the connected route `wanted` (a prefix of an address on its device); whether
 /// there was one.
 fn withdraw_connected(n: &mut FakeNamespace, wanted: &Route) -> bool {
@@ -443,7 +444,7 @@ fn destroy_netns(m: &mut Model, path: &str) {
     };
     for l in gone.links.values() {
         if l.kind.as_deref() == Some("veth") {
-            drop_veth_peer(m, l.index);
+            remove_veth_peer(m, Some(l));
         } else if l.kind.is_none() && l.index != 1 && path != HOST {
             let mut back = l.clone();
             back.up = false;
@@ -607,7 +608,7 @@ impl Netlink for FakeSocket {
         self.op(format!("link get {name}"), |m, ns| {
             ns_ref(m, ns)
                 .by_name(name)
-                .map(to_link)
+                .map(|l| report(m, ns, l))
                 .ok_or_else(|| no_device(ctx()))
         })
     }
@@ -617,14 +618,18 @@ impl Netlink for FakeSocket {
             ns_ref(m, ns)
                 .links
                 .get(&index)
-                .map(to_link)
+                .map(|l| report(m, ns, l))
                 .ok_or_else(|| no_device(format!("failed to find link with index {index}")))
         })
     }
 
     fn links(&mut self) -> Result<Vec<Link>> {
         self.op("link show".into(), |m, ns| {
-            Ok(ns_ref(m, ns).links.values().map(to_link).collect())
+            Ok(ns_ref(m, ns)
+                .links
+                .values()
+                .map(|l| report(m, ns, l))
+                .collect())
         })
     }
 
@@ -679,8 +684,8 @@ impl Netlink for FakeSocket {
                 return Err(no_device(format!("failed to delete link {name}")));
             }
             n.forget_link(index);
-            n.links.remove(&index);
-            drop_veth_peer(m, index);
+            let removed = n.links.remove(&index);
+            remove_veth_peer(m, removed.as_ref());
             Ok(())
         })
     }
@@ -693,8 +698,8 @@ impl Netlink for FakeSocket {
                 return Ok(false);
             };
             n.forget_link(index);
-            n.links.remove(&index);
-            drop_veth_peer(m, index);
+            let removed = n.links.remove(&index);
+            remove_veth_peer(m, removed.as_ref());
             Ok(true)
         })
     }
@@ -751,9 +756,15 @@ impl Netlink for FakeSocket {
 
     fn set_link_mac(&mut self, index: u32, mac: &[u8; 6]) -> Result<()> {
         let mac = *mac;
-        self.set(index, format!("address {}", format_mac(&mac)), |l| {
+        let r = self.set(index, format!("address {}", format_mac(&mac)), |l| {
             l.mac = mac
-        })
+        });
+        if r.is_ok() {
+            ns_mut(&mut self.kernel.lock(), &self.ns)
+                .mac_set
+                .insert(index);
+        }
+        r
     }
 
     fn set_link_master(&mut self, index: u32, master: u32) -> Result<()> {
@@ -767,6 +778,7 @@ impl Netlink for FakeSocket {
             }
             let link = n.links.get_mut(&index).ok_or_else(|| no_device(ctx))?;
             link.master = Some(master);
+            n.join_bridge(index, master);
             Ok(())
         })
     }
@@ -914,9 +926,106 @@ impl Netlink for FakeSocket {
         })
     }
 
-    // ptp, ipvlan, host-device
+    // bridge
+    fn ensure_bridge(&mut self, name: &str, opts: &BridgeOptions) -> Result<Link> {
+        // As the live socket: a lookup, a creation when missing, a lookup of what was made.
+        let ctx = || format!("failed to create bridge {name:?}");
+        if let Some(link) = self.find_link(name).map_err(|e| e.context(ctx()))? {
+            return checked_bridge(link).map_err(|e| e.context(ctx()));
+        }
+        let mut what = format!("link add {name}");
+        if let Some(m) = opts.mac {
+            what.push_str(&format!(" address {}", format_mac(&m)));
+        }
+        if let Some(v) = opts.mtu {
+            what.push_str(&format!(" mtu {v}"));
+        }
+        if let Some(q) = opts.txqueuelen {
+            what.push_str(&format!(" txqueuelen {q}"));
+        }
+        what.push_str(" type bridge");
+        if let Some(v) = opts.vlan_filtering {
+            what.push_str(&format!(" vlan_filtering {}", u8::from(v)));
+        }
+        let opts = opts.clone();
+        let created = self.op(what, |m, ns| {
+            if ns_ref(m, ns).by_name(name).is_some() {
+                return Err(Error::kernel(ctx(), libc::EEXIST));
+            }
+            let index = m.next_index;
+            m.next_index += 1;
+            let link = FakeLink {
+                index,
+                name: name.to_string(),
+                kind: Some("bridge".into()),
+                data: Some(bridge_data(opts.vlan_filtering.unwrap_or(false), 1)),
+                mtu: opts.mtu.unwrap_or(1500),
+                mac: opts.mac.unwrap_or(mac_for(index)),
+                up: false,
+                master: None,
+                parent: None,
+                alias: None,
+            };
+            let n = ns_mut(m, ns);
+            n.links.insert(index, link);
+            if opts.mac.is_some() {
+                n.mac_set.insert(index);
+            }
+            Ok(())
+        });
+        match created {
+            // Created meanwhile by another ADD: fine if it is a bridge.
+            Ok(()) => {}
+            Err(e) if e.is_exists() => {}
+            Err(e) => return Err(e),
+        }
+        let link = self.link_by_name(name).map_err(|e| e.context(ctx()))?;
+        checked_bridge(link).map_err(|e| e.context(ctx()))
+    }
 
-    fn add_veth(&mut self, spec: &VethSpec<'_>, peer_netns: Option<&FakeNs>) -> Result<()> {
+    fn set_bridge_vlan_filtering(&mut self, name: &str, on: bool) -> Result<()> {
+        let what = format!(
+            "link set {name} type bridge vlan_filtering {}",
+            u8::from(on)
+        );
+        self.op(what, |m, ns| {
+            let link = ns_mut(m, ns)
+                .links
+                .values_mut()
+                .find(|l| l.name == name)
+                .ok_or_else(|| no_device(format!("failed to find link {name:?}")))?;
+            if link.kind.as_deref() != Some("bridge") {
+                return Err(Error::kernel(
+                    format!("failed to set vlan_filtering on {name}"),
+                    libc::EOPNOTSUPP,
+                ));
+            }
+            let pvid = bridge_default_pvid(link);
+            link.data = Some(bridge_data(on, pvid));
+            Ok(())
+        })
+    }
+
+    fn set_link_promisc(&mut self, index: u32, on: bool) -> Result<()> {
+        let name = self.name_of(index);
+        let what = if on { "on" } else { "off" };
+        self.op(format!("link set {name} promisc {what}"), |m, ns| {
+            let n = ns_mut(m, ns);
+            if !n.links.contains_key(&index) {
+                return Err(no_device(format!(
+                    "failed to set promiscuous mode {what} {name}"
+                )));
+            }
+            if on {
+                n.promisc.insert(index);
+            } else {
+                n.promisc.remove(&index);
+            }
+            Ok(())
+        })
+    }
+
+    fn create_veth(&mut self, spec: &VethSpec<'_>, peer_netns: Option<&FakeNs>) -> Result<()> {
         let ctx = format!(
             "failed to create veth pair {:?}/{:?}",
             spec.name, spec.peer_name
@@ -924,11 +1033,11 @@ impl Netlink for FakeSocket {
         validate_ifname(spec.name).map_err(|e| e.context(&ctx))?;
         validate_ifname(spec.peer_name).map_err(|e| e.context(&ctx))?;
         let mut what = format!("link add {}", spec.name);
-        if let Some(mac) = spec.mac {
-            what.push_str(&format!(" address {}", format_mac(&mac)));
+        if let Some(m) = spec.mac {
+            what.push_str(&format!(" address {}", format_mac(&m)));
         }
-        if let Some(mtu) = spec.mtu {
-            what.push_str(&format!(" mtu {mtu}"));
+        if let Some(v) = spec.mtu {
+            what.push_str(&format!(" mtu {v}"));
         }
         if let Some(master) = spec.master {
             what.push_str(&format!(" master {}", self.name_of(master)));
@@ -936,9 +1045,9 @@ impl Netlink for FakeSocket {
         if spec.up {
             what.push_str(" up");
         }
-        what.push_str(&format!(" type veth peer {}", spec.peer_name));
-        if let Some(mac) = spec.peer_mac {
-            what.push_str(&format!(" address {}", format_mac(&mac)));
+        what.push_str(&format!(" type veth peer name {}", spec.peer_name));
+        if let Some(m) = spec.peer_mac {
+            what.push_str(&format!(" address {}", format_mac(&m)));
         }
         if let Some(ns) = peer_netns {
             what.push_str(&format!(" netns {}", ns.0));
@@ -946,43 +1055,57 @@ impl Netlink for FakeSocket {
         if spec.peer_up {
             what.push_str(" up");
         }
+        let spec = OwnedVeth::from(spec);
         self.op(what, |m, ns| {
-            let there = peer_netns.map_or_else(|| ns.to_string(), |n| n.0.clone());
-            if !m.state.namespaces.contains_key(&there) {
-                return Err(gone(&there).context(&ctx));
+            let peer_ns = peer_netns.map_or_else(|| ns.to_string(), |p| p.0.clone());
+            if !m.state.namespaces.contains_key(&peer_ns) {
+                return Err(gone(&peer_ns).context(&ctx));
             }
-            if spec
-                .master
-                .is_some_and(|i| !ns_ref(m, ns).links.contains_key(&i))
-            {
-                return Err(no_device(ctx));
-            }
-            if ns_ref(m, ns).by_name(spec.name).is_some()
-                || ns_ref(m, &there).by_name(spec.peer_name).is_some()
-                || (there == ns && spec.name == spec.peer_name)
-            {
+            let here = ns_ref(m, ns);
+            let clash = here.by_name(&spec.name).is_some()
+                || ns_ref(m, &peer_ns).by_name(&spec.peer_name).is_some()
+                || (peer_ns == ns && spec.name == spec.peer_name);
+            if clash {
                 return Err(Error::kernel(ctx, libc::EEXIST));
             }
-            let (a, b) = (m.next_index, m.next_index + 1);
+            if let Some(master) = spec.master {
+                let is_bridge = |l: &FakeLink| l.kind.as_deref() == Some("bridge");
+                if !here.links.get(&master).is_some_and(is_bridge) {
+                    return Err(no_device(ctx));
+                }
+            }
+            let (index, peer_index) = (m.next_index, m.next_index + 1);
             m.next_index += 2;
-            let end =
-                |index: u32, name: &str, peer: u32, mac: Option<[u8; 6]>, up: bool| FakeLink {
-                    index,
-                    name: name.to_string(),
-                    kind: Some("veth".into()),
-                    data: None,
-                    mtu: spec.mtu.unwrap_or(1500),
-                    mac: mac.unwrap_or(mac_for(index)),
-                    up,
-                    master: None,
-                    parent: Some(peer),
-                    alias: None,
-                };
-            let mut near = end(a, spec.name, b, spec.mac, spec.up);
-            near.master = spec.master;
-            let far = end(b, spec.peer_name, a, spec.peer_mac, spec.peer_up);
-            ns_mut(m, ns).links.insert(a, near);
-            ns_mut(m, &there).links.insert(b, far);
+            let end = |index, name: &str, mac: Option<[u8; 6]>, up, peer| FakeLink {
+                index,
+                name: name.to_string(),
+                kind: Some("veth".into()),
+                data: None,
+                mtu: spec.mtu.unwrap_or(1500),
+                mac: mac.unwrap_or(mac_for(index)),
+                up,
+                master: None,
+                // A veth reports its peer's ifindex as IFLA_LINK.
+                parent: Some(peer),
+                alias: None,
+            };
+            let host_end = end(index, &spec.name, spec.mac, spec.up, peer_index);
+            let peer_end = end(
+                peer_index,
+                &spec.peer_name,
+                spec.peer_mac,
+                spec.peer_up,
+                index,
+            );
+            ns_mut(m, &peer_ns).links.insert(peer_index, peer_end);
+            let n = ns_mut(m, ns);
+            n.links.insert(index, host_end);
+            if let Some(master) = spec.master {
+                if let Some(l) = n.links.get_mut(&index) {
+                    l.master = Some(master);
+                }
+                n.join_bridge(index, master);
+            }
             Ok(())
         })
     }
@@ -991,6 +1114,78 @@ impl Netlink for FakeSocket {
         let what = format!("alias {alias:?}");
         let alias = (!alias.is_empty()).then(|| alias.to_string());
         self.set(index, what, |l| l.alias = alias)
+    }
+
+    fn set_bridge_port_flags(&mut self, index: u32, flags: &PortFlags) -> Result<()> {
+        let on = |b: bool| if b { "on" } else { "off" };
+        let mut what = String::new();
+        for (key, v) in [
+            ("hairpin", flags.hairpin),
+            ("isolated", flags.isolated),
+            ("learning", flags.learning),
+        ] {
+            if let Some(v) = v {
+                what.push_str(&format!(" {key} {}", on(v)));
+            }
+        }
+        // The live socket sends nothing when there is nothing to set.
+        if what.is_empty() {
+            return Ok(());
+        }
+        let name = self.name_of(index);
+        let flags = *flags;
+        self.op(format!("bridge link set dev {name}{what}"), |m, ns| {
+            let port = port_mut(
+                ns_mut(m, ns),
+                index,
+                format!("failed to set bridge port flags {flags:?} on {name}"),
+            )?;
+            if let Some(v) = flags.hairpin {
+                port.hairpin = v;
+            }
+            if let Some(v) = flags.isolated {
+                port.isolated = v;
+            }
+            if let Some(v) = flags.learning {
+                port.learning = v;
+            }
+            Ok(())
+        })
+    }
+
+    fn bridge_vlan_add(&mut self, index: u32, vid: u16, pvid: bool, untagged: bool) -> Result<()> {
+        let name = self.name_of(index);
+        let mut what = format!("bridge vlan add vid {vid} dev {name}");
+        if pvid {
+            what.push_str(" pvid");
+        }
+        if untagged {
+            what.push_str(" untagged");
+        }
+        self.op(what, |m, ns| {
+            let ctx = format!("failed to add VLAN {vid} to bridge port {name}");
+            if !(1..=4094).contains(&vid) {
+                return Err(Error::kernel(ctx, libc::EINVAL));
+            }
+            let port = port_mut(ns_mut(m, ns), index, ctx)?;
+            // A port has one PVID: a new one takes the flag from the old.
+            if pvid {
+                for v in port.vlans.values_mut() {
+                    v.pvid = false;
+                }
+            }
+            port.vlans.insert(vid, FakeVlan { pvid, untagged });
+            Ok(())
+        })
+    }
+
+    fn bridge_vlan_del(&mut self, index: u32, vid: u16) -> Result<()> {
+        let name = self.name_of(index);
+        self.op(format!("bridge vlan del vid {vid} dev {name}"), |m, ns| {
+            let ctx = format!("failed to delete VLAN {vid} from bridge port {name}");
+            port_mut(ns_mut(m, ns), index, ctx)?.vlans.remove(&vid);
+            Ok(())
+        })
     }
 }
 
@@ -1102,20 +1297,338 @@ impl Kernel for FakeKernel {
         })
     }
 
-    // ptp, ipvlan, host-device
+    // The caller's own netns (ptp, host-device, bridge)
 
     fn current_netns(&self) -> Result<FakeNs> {
         self.record(format!("open netns {HOST}"))
             .map_err(|e| e.context("failed to open the current thread's netns"))?;
         Ok(FakeNs(HOST.into()))
     }
-
     fn host_sysctl_write(&self, key: &str, value: &str) -> Result<()> {
         self.sysctl_write(&FakeNs(HOST.into()), key, value)
     }
 
     fn host_sysctl_write_if_different(&self, key: &str, value: &str) -> Result<bool> {
         self.sysctl_write_if_different(&FakeNs(HOST.into()), key, value)
+    }
+}
+
+// bridge
+
+/// The bridge state of one port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FakePort {
+    pub hairpin: bool,
+    pub isolated: bool,
+    pub learning: bool,
+    /// The port's VLANs by ID.
+    pub vlans: BTreeMap<u16, FakeVlan>,
+}
+
+/// The flags of one VLAN of a bridge port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FakeVlan {
+    pub pvid: bool,
+    pub untagged: bool,
+}
+
+impl FakeNamespace {
+    /// Link `index` joins bridge `master` (when it is one): a fresh port, with learning on,
+    /// hairpin and isolation off and the bridge's default PVID as untagged PVID, and a bridge
+    /// whose MAC was never set taking its lowest port's.
+    fn join_bridge(&mut self, index: u32, master: u32) {
+        let Some(br) = self.links.get(&master) else {
+            return;
+        };
+        if br.kind.as_deref() != Some("bridge") {
+            return;
+        }
+        let pvid = bridge_default_pvid(br);
+        let mut vlans = BTreeMap::new();
+        if pvid != 0 {
+            vlans.insert(
+                pvid,
+                FakeVlan {
+                    pvid: true,
+                    untagged: true,
+                },
+            );
+        }
+        self.ports.insert(
+            index,
+            FakePort {
+                hairpin: false,
+                isolated: false,
+                learning: true,
+                vlans,
+            },
+        );
+        self.recalculate_bridge_mac(master);
+    }
+
+    /// Link `index` goes away (deleted, or moved to another namespace): its port state,
+    /// promiscuous mode and MAC mark go; its bridge, if any, recomputes its MAC; a bridge's
+    /// ports are ports no more.
+    fn leave_bridge(&mut self, index: u32) {
+        self.promisc.remove(&index);
+        self.mac_set.remove(&index);
+        if self.ports.remove(&index).is_some() {
+            if let Some(master) = self.links.get(&index).and_then(|l| l.master) {
+                if let Some(l) = self.links.get_mut(&index) {
+                    l.master = None;
+                }
+                self.recalculate_bridge_mac(master);
+            }
+        }
+        let ports: Vec<u32> = self
+            .links
+            .values()
+            .filter(|l| l.master == Some(index))
+            .map(|l| l.index)
+            .collect();
+        for p in ports {
+            self.ports.remove(&p);
+        }
+    }
+
+    /// A bridge without a MAC set takes the lowest MAC of its ports; with no port, it keeps
+    /// the one it has.
+    fn recalculate_bridge_mac(&mut self, bridge: u32) {
+        if self.mac_set.contains(&bridge) {
+            return;
+        }
+        let lowest = self
+            .links
+            .values()
+            .filter(|l| l.master == Some(bridge))
+            .map(|l| l.mac)
+            .min();
+        if let (Some(mac), Some(br)) = (lowest, self.links.get_mut(&bridge)) {
+            br.mac = mac;
+        }
+    }
+}
+
+/// `IFLA_INFO_DATA` of a bridge as the kernel reports the parts the plugins read.
+fn bridge_data(vlan_filtering: bool, default_pvid: u16) -> InfoData {
+    InfoData::Bridge(vec![
+        InfoBridge::VlanFiltering(vlan_filtering),
+        InfoBridge::VlanDefaultPvid(default_pvid),
+    ])
+}
+
+fn bridge_default_pvid(l: &FakeLink) -> u16 {
+    match &l.data {
+        Some(InfoData::Bridge(info)) => info
+            .iter()
+            .find_map(|i| match i {
+                InfoBridge::VlanDefaultPvid(p) => Some(*p),
+                _ => None,
+            })
+            .unwrap_or(1),
+        _ => 1,
+    }
+}
+
+/// What [`crate::Socket::ensure_bridge`] accepts as an existing bridge.
+fn checked_bridge(link: Link) -> Result<Link> {
+    if link.is_kind("bridge") {
+        Ok(link)
+    } else {
+        let detail = format!("{:?} already exists but is not a bridge", link.name);
+        Err(Error::conflict("", detail))
+    }
+}
+
+/// The port state of link `index`: ENODEV when the link is missing, EOPNOTSUPP when it is
+/// no bridge port.
+fn port_mut(n: &mut FakeNamespace, index: u32, ctx: String) -> Result<&mut FakePort> {
+    if !n.links.contains_key(&index) {
+        return Err(no_device(ctx));
+    }
+    n.ports
+        .get_mut(&index)
+        .ok_or_else(|| Error::kernel(ctx, libc::EOPNOTSUPP))
+}
+
+/// A deleted veth takes its peer with it, wherever the peer is.
+fn remove_veth_peer(m: &mut Model, removed: Option<&FakeLink>) {
+    let Some(l) = removed.filter(|l| l.kind.as_deref() == Some("veth")) else {
+        return;
+    };
+    let Some(peer) = l.parent else {
+        return;
+    };
+    let at = m.state.namespaces.iter().find_map(|(key, n)| {
+        n.links
+            .get(&peer)
+            .filter(|p| p.kind.as_deref() == Some("veth") && p.parent == Some(l.index))
+            .map(|_| key.clone())
+    });
+    if let Some(key) = at {
+        let n = ns_mut(m, &key);
+        n.forget_link(peer);
+        n.links.remove(&peer);
+    }
+}
+
+/// The link as the kernel reports it, with what the model keeps beside it: promiscuous
+/// mode, and a veth's carrier, which needs both ends up.
+fn report(m: &Model, ns: &str, l: &FakeLink) -> Link {
+    let mut link = to_link(l);
+    if ns_ref(m, ns).promisc.contains(&l.index) {
+        link.flags |= LinkFlags::Promisc;
+        link.message.header.flags |= LinkFlags::Promisc;
+    }
+    if l.up && l.kind.as_deref() == Some("veth") {
+        let peer_up = l.parent.is_some_and(|p| {
+            m.state
+                .namespaces
+                .values()
+                .filter_map(|n| n.links.get(&p))
+                .any(|p| p.kind.as_deref() == Some("veth") && p.parent == Some(l.index) && p.up)
+        });
+        if !peer_up {
+            let no_carrier = LinkFlags::Running | LinkFlags::LowerUp;
+            link.flags.remove(no_carrier);
+            link.message.header.flags.remove(no_carrier);
+            link.operstate = OperState::LowerLayerDown;
+        }
+    }
+    link
+}
+
+/// A [`VethSpec`] without its borrowed netns, to move into the model's closure.
+struct OwnedVeth {
+    name: String,
+    peer_name: String,
+    mtu: Option<u32>,
+    mac: Option<[u8; 6]>,
+    peer_mac: Option<[u8; 6]>,
+    master: Option<u32>,
+    up: bool,
+    peer_up: bool,
+}
+
+impl From<&VethSpec<'_>> for OwnedVeth {
+    fn from(s: &VethSpec<'_>) -> OwnedVeth {
+        OwnedVeth {
+            name: s.name.to_string(),
+            peer_name: s.peer_name.to_string(),
+            mtu: s.mtu,
+            mac: s.mac,
+            peer_mac: s.peer_mac,
+            master: s.master,
+            up: s.up,
+            peer_up: s.peer_up,
+        }
+    }
+}
+
+#[cfg(test)]
+mod bridge_tests {
+    use super::*;
+
+    #[test]
+    fn bridges_ports_and_veth_pairs_follow_the_kernel_rules() {
+        let k = FakeKernel::new();
+        k.add_netns("/pod");
+        let pod = k.open_netns("/pod").unwrap();
+        let mut host = k.socket().unwrap();
+        let br = host
+            .ensure_bridge("br0", &BridgeOptions::default())
+            .unwrap();
+        assert!(br.bridge_info().contains(&InfoBridge::VlanFiltering(false)));
+        // Adopted as it is the second time; another kind of link is refused.
+        assert_eq!(
+            host.ensure_bridge("br0", &BridgeOptions::default())
+                .unwrap()
+                .index,
+            br.index
+        );
+        let eth0 = k.setup_link(HOST, "eth0", None, 1500);
+        let e = host
+            .ensure_bridge("eth0", &BridgeOptions::default())
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("already exists but is not a bridge"),
+            "{e}"
+        );
+
+        let spec = VethSpec {
+            name: "veth0",
+            peer_name: "eth0",
+            master: Some(br.index),
+            up: true,
+            ..Default::default()
+        };
+        // The peer name is free in the pod, though taken here.
+        host.create_veth(&spec, Some(&pod)).unwrap();
+        assert!(host.create_veth(&spec, Some(&pod)).unwrap_err().is_exists());
+        let veth0 = host.link_by_name("veth0").unwrap();
+        let mut cont = k.socket_in(&pod).unwrap();
+        let peer = cont.link_by_name("eth0").unwrap();
+        assert_eq!(
+            (veth0.link, peer.link),
+            (Some(peer.index), Some(veth0.index))
+        );
+        assert_eq!(
+            (veth0.master, veth0.operstate),
+            (Some(br.index), OperState::LowerLayerDown)
+        );
+        cont.set_link_up(peer.index).unwrap();
+        assert_eq!(
+            host.link_by_index(veth0.index).unwrap().operstate,
+            OperState::Up
+        );
+        // An unpinned bridge took its port's MAC.
+        assert_eq!(host.link_by_index(br.index).unwrap().mac, veth0.mac);
+
+        // Port flags and VLANs need a port; one PVID per port.
+        let e = host
+            .set_bridge_port_flags(
+                eth0,
+                &PortFlags {
+                    hairpin: Some(true),
+                    ..Default::default()
+                },
+            )
+            .unwrap_err();
+        assert_eq!(e.errno(), Some(libc::EOPNOTSUPP));
+        host.bridge_vlan_add(veth0.index, 10, true, true).unwrap();
+        host.bridge_vlan_add(veth0.index, 20, false, false).unwrap();
+        host.bridge_vlan_del(veth0.index, 30).unwrap();
+        assert_eq!(
+            host.bridge_vlan_add(veth0.index, 4095, false, false)
+                .unwrap_err()
+                .errno(),
+            Some(libc::EINVAL)
+        );
+        let vlans = &k.namespace(HOST).ports[&veth0.index].vlans;
+        assert_eq!(
+            vlans
+                .iter()
+                .map(|(v, f)| (*v, f.pvid, f.untagged))
+                .collect::<Vec<_>>(),
+            [(1, false, true), (10, true, true), (20, false, false)]
+        );
+        host.set_link_promisc(br.index, true).unwrap();
+        assert!(host.link_by_index(br.index).unwrap().is_promisc());
+
+        // Deleting the pod end takes the host end and its port with it.
+        assert!(cont.delete_link_by_name("eth0").unwrap());
+        assert!(host.find_link("veth0").unwrap().is_none());
+        assert!(k.namespace(HOST).ports.is_empty());
+        let ops = k.ops();
+        for op in [
+            "host: link add veth0 master br0 up type veth peer name eth0 netns /pod",
+            "host: bridge link set dev eth0 hairpin on",
+            "host: bridge vlan add vid 10 dev veth0 pvid untagged",
+            "host: bridge vlan del vid 30 dev veth0",
+            "host: link set br0 promisc on",
+        ] {
+            assert!(ops.iter().any(|o| o == op), "{op}: {ops:#?}");
+        }
     }
 }
 
@@ -1241,8 +1754,8 @@ mod tests {
             up: true,
             ..Default::default()
         };
-        host.add_veth(&spec, Some(&pod)).unwrap();
-        assert!(host.add_veth(&spec, Some(&pod)).unwrap_err().is_exists());
+        host.create_veth(&spec, Some(&pod)).unwrap();
+        assert!(host.create_veth(&spec, Some(&pod)).unwrap_err().is_exists());
         let (near, far) = (
             k.link(HOST, "veth0").unwrap(),
             k.link("/pod", "eth0").unwrap(),

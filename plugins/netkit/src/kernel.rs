@@ -13,8 +13,9 @@ use ipnetwork::IpNetwork;
 use netlink_packet_route::link::{LinkAttribute, LinkMessage};
 
 use crate::addr::{Address, AddressOptions, Family};
+use crate::bridge_port::PortFlags;
 use crate::error::Result;
-use crate::link::{Link, VethSpec};
+use crate::link::{BridgeOptions, Link, VethSpec};
 use crate::netlink::Socket;
 use crate::netns::Netns;
 use crate::route::{Route, TABLE_MAIN};
@@ -89,14 +90,32 @@ pub trait Netlink {
         }
     }
 
-    // ptp, ipvlan, host-device
+    // Veth pairs (bridge, ptp) and link aliases (host-device)
 
-    /// Creates the veth pair `spec.name` (here) / `spec.peer_name`, the peer born in
-    /// `peer_netns` when given (`spec.peer_netns` is not read: the namespace is this kernel's),
-    /// in one RTM_NEWLINK; EEXIST when either name is taken in its namespace.
-    fn add_veth(&mut self, spec: &VethSpec<'_>, peer_netns: Option<&Self::Ns>) -> Result<()>;
+    /// Creates a veth pair in one request: `spec.name` here (enslaved to `spec.master`, up
+    /// when `spec.up`), `spec.peer_name` born in `peer_netns` (here when `None`); the
+    /// `spec.peer_netns` of the live type is ignored in favour of `peer_netns`. EEXIST when
+    /// either name is taken in its namespace.
+    fn create_veth(&mut self, spec: &VethSpec<'_>, peer_netns: Option<&Self::Ns>) -> Result<()>;
     /// `ip link set dev X alias TEXT` (an empty text clears it).
     fn set_link_alias(&mut self, index: u32, alias: &str) -> Result<()>;
+
+    // bridge
+
+    /// The bridge `name`, created (down, with `opts`) when missing; an existing bridge is
+    /// returned as it is, another kind of link is an error ("already exists but is not a
+    /// bridge").
+    fn ensure_bridge(&mut self, name: &str, opts: &BridgeOptions) -> Result<Link>;
+    /// `ip link set NAME type bridge vlan_filtering 0|1` on an existing bridge.
+    fn set_bridge_vlan_filtering(&mut self, name: &str, on: bool) -> Result<()>;
+    /// `ip link set X promisc on|off`.
+    fn set_link_promisc(&mut self, index: u32, on: bool) -> Result<()>;
+    /// `bridge link set dev X hairpin|isolated|learning on|off` (only the flags given).
+    fn set_bridge_port_flags(&mut self, index: u32, flags: &PortFlags) -> Result<()>;
+    /// `bridge vlan add vid V dev X [pvid] [untagged]`.
+    fn bridge_vlan_add(&mut self, index: u32, vid: u16, pvid: bool, untagged: bool) -> Result<()>;
+    /// `bridge vlan del vid V dev X`; a VLAN the port does not have is not an error.
+    fn bridge_vlan_del(&mut self, index: u32, vid: u16) -> Result<()>;
 }
 
 /// The kernel as a plugin sees it. Cheap to clone: an undo step keeps its own copy to reach
@@ -128,14 +147,45 @@ pub trait Kernel: Clone + 'static {
         self.sysctl_write(ns, key, value).map(|()| true)
     }
 
-    // ptp, ipvlan, host-device
+    // The caller's own netns (ptp, host-device, bridge)
 
     /// The calling thread's netns (where a device leaving a container goes).
     fn current_netns(&self) -> Result<Self::Ns>;
-    /// Writes the sysctl `key` in the calling thread's netns.
+    /// Writes the sysctl `key` in the calling thread's netns (the plugin's host side).
     fn host_sysctl_write(&self, key: &str, value: &str) -> Result<()>;
     /// [`Kernel::host_sysctl_write`] only when `key` holds another value; whether it wrote.
     fn host_sysctl_write_if_different(&self, key: &str, value: &str) -> Result<bool>;
+
+    // bridge
+
+    /// Applies `writes` inside `ns` in one visit (one namespace switch on the live kernel);
+    /// the outcome of each, in order. `Err` only when `ns` cannot be entered.
+    fn sysctl_write_all(
+        &self,
+        ns: &Self::Ns,
+        writes: &[SysctlWrite<'_>],
+    ) -> Result<Vec<Result<()>>> {
+        Ok(writes
+            .iter()
+            .map(|w| {
+                if w.only_if_different {
+                    self.sysctl_write_if_different(ns, w.key, w.value)
+                        .map(|_| ())
+                } else {
+                    self.sysctl_write(ns, w.key, w.value)
+                }
+            })
+            .collect())
+    }
+}
+
+/// One sysctl write of [`Kernel::sysctl_write_all`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SysctlWrite<'a> {
+    pub key: &'a str,
+    pub value: &'a str,
+    /// Skip the write when the sysctl already holds `value`.
+    pub only_if_different: bool,
 }
 
 /// The live kernel: netlink sockets, `/proc/sys`, `/dev/net/tun`.
@@ -168,7 +218,7 @@ impl Kernel for LiveKernel {
         crate::tap::create_tap(ns, spec)
     }
 
-    // ptp, ipvlan, host-device
+    // The caller's own netns (ptp, host-device, bridge)
 
     fn current_netns(&self) -> Result<Netns> {
         Netns::current()
@@ -178,6 +228,20 @@ impl Kernel for LiveKernel {
     }
     fn host_sysctl_write_if_different(&self, key: &str, value: &str) -> Result<bool> {
         crate::sysctl::write_if_different(key, value)
+    }
+    fn sysctl_write_all(&self, ns: &Netns, writes: &[SysctlWrite<'_>]) -> Result<Vec<Result<()>>> {
+        ns.run(|| {
+            writes
+                .iter()
+                .map(|w| {
+                    if w.only_if_different {
+                        crate::sysctl::write_if_different(w.key, w.value).map(|_| ())
+                    } else {
+                        crate::sysctl::write(w.key, w.value)
+                    }
+                })
+                .collect()
+        })
     }
 }
 
@@ -268,17 +332,39 @@ impl Netlink for Socket {
         Socket::default_route_link(self)
     }
 
-    // ptp, ipvlan, host-device
+    // Veth pairs (bridge, ptp) and link aliases (host-device)
 
-    fn add_veth(&mut self, spec: &VethSpec<'_>, peer_netns: Option<&Netns>) -> Result<()> {
+    fn create_veth(&mut self, spec: &VethSpec<'_>, peer_netns: Option<&Netns>) -> Result<()> {
         let spec = VethSpec {
             peer_netns,
             ..spec.clone()
         };
-        self.create_veth(&spec)
+        Socket::create_veth(self, &spec)
     }
     fn set_link_alias(&mut self, index: u32, alias: &str) -> Result<()> {
         Socket::set_link_alias(self, index, alias)
+    }
+
+    // bridge
+
+    fn ensure_bridge(&mut self, name: &str, opts: &BridgeOptions) -> Result<Link> {
+        Socket::ensure_bridge(self, name, opts)
+    }
+    fn set_bridge_vlan_filtering(&mut self, name: &str, on: bool) -> Result<()> {
+        let msg = rtnetlink::LinkBridge::new(name).vlan_filtering(on).build();
+        self.request_ack(netlink_packet_route::RouteNetlinkMessage::NewLink(msg), 0)
+    }
+    fn set_link_promisc(&mut self, index: u32, on: bool) -> Result<()> {
+        Socket::set_link_promisc(self, index, on)
+    }
+    fn set_bridge_port_flags(&mut self, index: u32, flags: &PortFlags) -> Result<()> {
+        Socket::set_bridge_port_flags(self, index, flags)
+    }
+    fn bridge_vlan_add(&mut self, index: u32, vid: u16, pvid: bool, untagged: bool) -> Result<()> {
+        Socket::bridge_vlan_add(self, index, vid, pvid, untagged)
+    }
+    fn bridge_vlan_del(&mut self, index: u32, vid: u16) -> Result<()> {
+        Socket::bridge_vlan_del(self, index, vid)
     }
 }
 

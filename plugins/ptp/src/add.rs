@@ -168,7 +168,7 @@ fn setup_veth<K: Kernel>(
             up: true,
             ..Default::default()
         };
-        match host.add_veth(&spec, Some(netns)) {
+        match host.create_veth(&spec, Some(netns)) {
             Ok(()) => {
                 // Deleting the host end takes the container end with it.
                 link::undo_delete_host_with(kernel, rb, &name);

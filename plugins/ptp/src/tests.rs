@@ -211,7 +211,7 @@ fn add_makes_the_pair_addresses_routes_through_the_gateway_then_masquerades() {
             "host: socket",
             "open netns /run/netns/pod",
             "/run/netns/pod: socket",
-            "host: link add veth* mtu 1400 up type veth peer net1 netns /run/netns/pod",
+            "host: link add veth* mtu 1400 up type veth peer name net1 netns /run/netns/pod",
             "host: sysctl -w net/ipv6/conf/veth*/accept_ra=0",
             "host: link get veth*",
             "/run/netns/pod: link get net1",
