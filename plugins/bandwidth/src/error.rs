@@ -53,3 +53,66 @@ impl From<BandwidthError> for CniError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cni(e: BandwidthError) -> CniError {
+        CniError::from(e)
+    }
+
+    #[test]
+    fn codes_and_texts() {
+        let e = cni(BandwidthError::Config(ConfigError::RateWithoutBurst {
+            direction: "ingress",
+        }));
+        assert_eq!(
+            (e.code, e.msg.as_str()),
+            (999, "if rate is set, burst must also be set")
+        );
+        let e = cni(BandwidthError::Shape {
+            direction: "egress",
+            source: ShapeError::RateTooLow { rate_bits: 1 },
+        });
+        assert_eq!(
+            (e.code, e.msg.as_str()),
+            (
+                999,
+                "invalid egress limit: rate 1 bit/s is below 8 bit/s (one byte per second)"
+            )
+        );
+        let e = cni(BandwidthError::Chain(
+            "must be called as chained plugin".into(),
+        ));
+        assert_eq!(
+            (e.code, e.msg.as_str()),
+            (999, "must be called as chained plugin")
+        );
+        let e = cni(BandwidthError::Version {
+            config: "0.2.0".into(),
+        });
+        assert_eq!((e.code, e.msg.as_str()), (1, "incompatible CNI versions"));
+        assert!(
+            e.details
+                .starts_with("config is \"0.2.0\", plugin supports ["),
+            "{}",
+            e.details
+        );
+        let e = cni(BandwidthError::Kernel(netkit::Error::invalid(
+            "failed to find link \"eth0\"",
+            "gone",
+        )));
+        assert_eq!(
+            (e.code, e.msg.as_str()),
+            (999, "failed to find link \"eth0\": gone")
+        );
+        let e = cni(BandwidthError::Mismatch(vec!["a".into(), "b".into()]));
+        assert_eq!(
+            (e.code, e.msg.as_str()),
+            (999, "bandwidth check failed: a; b")
+        );
+        let e = cni(BandwidthError::Gc(vec!["x".into()]));
+        assert_eq!((e.code, e.msg.as_str()), (999, "bandwidth GC failed: x"));
+    }
+}
