@@ -1,8 +1,9 @@
-//! Errors of the host-local plugin, each mapped to a CNI error code by [`IpamError::code`].
+//! Errors of the host-local plugin; `From<IpamError> for CniError` maps each to its CNI code.
 
+use libcni::CniError;
 use thiserror::Error;
 
-#[derive(Debug, Error, PartialEq, Eq)]
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
 pub enum IpamError {
     /// The network configuration is invalid (code 999: plain errors upstream, which its
     /// skeleton reports so).
@@ -26,16 +27,24 @@ pub enum IpamError {
     NotAvailable(String),
 }
 
-impl IpamError {
-    pub fn code(&self) -> u32 {
-        match self {
-            IpamError::InvalidArgs(_) => 4,
+impl From<IpamError> for CniError {
+    fn from(e: IpamError) -> CniError {
+        let msg = e.to_string();
+        match e {
+            IpamError::InvalidArgs(_) => CniError::invalid_env(msg),
             IpamError::InvalidConfig(_) | IpamError::Allocation(_) | IpamError::CheckFailed(_) => {
-                999
+                CniError::internal(msg)
             }
-            IpamError::Io(_) => 5,
-            IpamError::NotAvailable(_) => 50,
+            IpamError::Io(_) => CniError::io(msg),
+            IpamError::NotAvailable(_) => CniError::not_available(msg),
         }
+    }
+}
+
+impl IpamError {
+    /// The CNI code this error is reported with.
+    pub fn code(&self) -> u32 {
+        CniError::from(self.clone()).code
     }
 
     /// Builds an I/O error naming the operation and the object it failed on.
@@ -58,5 +67,52 @@ impl IpamError {
             IpamError::Io(m) => IpamError::Io(wrap(m)),
             IpamError::NotAvailable(m) => IpamError::NotAvailable(wrap(m)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_and_texts() {
+        let cases = [
+            (
+                IpamError::InvalidConfig("no IP ranges specified".into()),
+                999,
+            ),
+            (
+                IpamError::InvalidArgs("invalid container ID \"\"".into()),
+                4,
+            ),
+            (
+                IpamError::Allocation("failed to allocate for range 0: exhausted".into()),
+                999,
+            ),
+            (
+                IpamError::CheckFailed(
+                    "host-local: Failed to find address added by container c".into(),
+                ),
+                999,
+            ),
+            (IpamError::Io("open resolvConf /x: gone".into()), 5),
+            (
+                IpamError::NotAvailable(
+                    "no IP addresses available in range set: 10.0.0.0/30".into(),
+                ),
+                50,
+            ),
+        ];
+        for (e, code) in cases {
+            let text = e.to_string();
+            let cni = CniError::from(e);
+            assert_eq!((cni.code, cni.msg), (code, text));
+        }
+        assert_eq!(
+            IpamError::io("open resolvConf", "/etc/r", "gone")
+                .context("loading")
+                .to_string(),
+            "loading: open resolvConf /etc/r: gone"
+        );
     }
 }
