@@ -61,6 +61,24 @@ pub enum ConfError {
     Inject(String),
 }
 
+/// A configuration that cannot be read is an I/O error (5), every other problem an invalid
+/// configuration (7).
+impl From<ConfError> for crate::error::CniError {
+    fn from(e: ConfError) -> Self {
+        use crate::error::{codes, CniError};
+        let code = match &e {
+            ConfError::Io { .. } => codes::IO,
+            ConfError::NoConfigsFound { .. }
+            | ConfError::NotFound { .. }
+            | ConfError::TooLarge { .. }
+            | ConfError::NotRegularFile { .. }
+            | ConfError::Invalid { .. }
+            | ConfError::Inject(_) => codes::INVALID_CONFIG,
+        };
+        CniError::new(code, e.to_string(), "")
+    }
+}
+
 impl ConfError {
     fn invalid(msg: impl Into<String>) -> Self {
         ConfError::Invalid {
@@ -747,5 +765,48 @@ fn json_kind(v: &Value) -> &'static str {
         Value::String(_) => "string",
         Value::Array(_) => "array",
         Value::Object(_) => "object",
+    }
+}
+
+#[cfg(test)]
+mod error_tests {
+    use super::*;
+    use crate::error::CniError;
+
+    #[test]
+    fn codes_and_texts() {
+        let e = CniError::from(ConfError::NotFound {
+            dir: "/etc/cni/net.d".into(),
+            name: "pods".into(),
+        });
+        assert_eq!(
+            (e.code, e.msg.as_str()),
+            (
+                7,
+                "no net configuration with name \"pods\" in /etc/cni/net.d"
+            )
+        );
+        let e = CniError::from(ConfError::Invalid {
+            path: Some("/etc/cni/net.d/10.conf".into()),
+            msg: "missing type".into(),
+        });
+        assert_eq!(
+            (e.code, e.msg.as_str()),
+            (7, "/etc/cni/net.d/10.conf: missing type")
+        );
+        let e = CniError::from(ConfError::Io {
+            path: "/etc/cni/net.d".into(),
+            source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        });
+        assert_eq!(e.code, 5);
+        assert!(
+            e.msg.starts_with("error reading /etc/cni/net.d: "),
+            "{}",
+            e.msg
+        );
+        assert_eq!(
+            CniError::from(ConfError::Inject("keys cannot be empty".into())).code,
+            7
+        );
     }
 }
