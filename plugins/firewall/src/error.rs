@@ -46,7 +46,7 @@ pub enum FirewallError {
         family: &'static str,
         table: &'static str,
         #[source]
-        source: netkit::netfilter::Error,
+        source: Box<netkit::netfilter::Error>,
     },
     /// CHECK: an ingress policy rule is missing (nf_tables).
     #[error("an ingress policy rule is missing from {family} {table}/{chain}")]
@@ -76,7 +76,7 @@ pub enum FirewallError {
         chain: String,
     },
     #[error("failed to add the container's firewall rules: {0}")]
-    AddRules(#[source] netkit::netfilter::Error),
+    AddRules(#[source] Box<netkit::netfilter::Error>),
     #[error(
         "failed to delete the container's firewall rules: kept racing with concurrent changes"
     )]
@@ -126,15 +126,22 @@ pub enum FirewallError {
     /// GC could not remove some records (code 5).
     #[error("{}", .0.join("; "))]
     Gc(Vec<String>),
-    /// A netfilter operation failed; the error names the operation and the object.
+    /// A netfilter operation failed; the error names the operation and the object (boxed:
+    /// it is much larger than the other variants).
     #[error(transparent)]
-    Netfilter(#[from] netkit::netfilter::Error),
+    Netfilter(Box<netkit::netfilter::Error>),
     /// A kernel operation failed; the error names the operation and the object.
     #[error(transparent)]
     Kernel(#[from] netkit::Error),
     /// An error libcni's skeleton helpers returned (prevResult, valid attachments), code kept.
     #[error(transparent)]
     Delegated(#[from] CniError),
+}
+
+impl From<netkit::netfilter::Error> for FirewallError {
+    fn from(e: netkit::netfilter::Error) -> FirewallError {
+        FirewallError::Netfilter(Box::new(e))
+    }
 }
 
 impl From<FirewallError> for CniError {

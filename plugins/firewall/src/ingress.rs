@@ -212,7 +212,7 @@ fn setup_over_netlink(family: Family, rules: &[PolicyRule]) -> Result<(), Firewa
         FirewallError::IngressSetup {
             family: fam.name(),
             table: FILTER,
-            source,
+            source: Box::new(source),
         }
     })
 }

@@ -98,7 +98,7 @@ pub fn add(ips: &[IpAddr], v6: bool, admin_chain: &str) -> Result<(), FirewallEr
         xt::ensure_chain(b, fam, FILTER, admin_chain);
     };
     xt_rules::ensure(&mut sock, prelude, &wanted(fam, ips, admin_chain))
-        .map_err(FirewallError::AddRules)
+        .map_err(|e| FirewallError::AddRules(Box::new(e)))
 }
 
 /// DEL for one family: the address rules (every copy); missing ones are fine.
