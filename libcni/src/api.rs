@@ -15,10 +15,10 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use crate::attach_lock::AttachmentLock;
-use crate::cache::{CacheEntry, CacheError, CachedRecord, ResultCache};
-use crate::conf::{build_plugin_config, inject_conf, version_at_least, ConfError};
+use crate::cache::{CacheEntry, CachedRecord, ResultCache};
+use crate::conf::{build_plugin_config, inject_conf, version_at_least};
 use crate::conf::{NetworkConfigList, PluginConf};
-use crate::error::{codes, CniError};
+use crate::error::CniError;
 use crate::invoke::{self, ExecArgs, PluginInfo};
 use crate::result::{convert, CniResult};
 use crate::{gojson, validate};
@@ -524,27 +524,6 @@ fn join_errors(errors: Vec<CniError>) -> Result<(), CniError> {
         .collect::<Vec<_>>()
         .join("\n");
     Err(CniError::new(first.code, msg, ""))
-}
-
-impl From<ConfError> for CniError {
-    fn from(e: ConfError) -> Self {
-        let code = match &e {
-            ConfError::Io { .. } => codes::IO,
-            _ => codes::INVALID_CONFIG,
-        };
-        CniError::new(code, e.to_string(), "")
-    }
-}
-
-impl From<CacheError> for CniError {
-    fn from(e: CacheError) -> Self {
-        let code = match &e {
-            CacheError::Io { .. } => codes::IO,
-            CacheError::Corrupt { .. } => codes::DECODE,
-            CacheError::MissingKey { .. } | CacheError::UnsafeKey(_) => codes::INVALID_ENV,
-        };
-        CniError::new(code, e.to_string(), "")
-    }
 }
 
 /// Default plugin directory list from a `CNI_PATH`-style string.

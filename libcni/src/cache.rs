@@ -52,6 +52,20 @@ pub enum CacheError {
     Corrupt { path: PathBuf, msg: String },
 }
 
+/// A cache file that cannot be read or written is an I/O error (5), a corrupt one a decode
+/// error (6), an unusable key (from the runtime's arguments) an invalid environment (4).
+impl From<CacheError> for crate::error::CniError {
+    fn from(e: CacheError) -> Self {
+        use crate::error::{codes, CniError};
+        let code = match &e {
+            CacheError::Io { .. } => codes::IO,
+            CacheError::Corrupt { .. } => codes::DECODE,
+            CacheError::MissingKey { .. } | CacheError::UnsafeKey(_) => codes::INVALID_ENV,
+        };
+        CniError::new(code, e.to_string(), "")
+    }
+}
+
 /// One cached attachment (the `cniCacheV1` record).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct CacheEntry {
@@ -459,5 +473,47 @@ mod tests {
         assert!(base64_decode("Zm9v!").is_err());
         assert!(base64_decode("Z").is_err());
         assert!(base64_decode("Zg==Zg==").is_err());
+    }
+}
+
+#[cfg(test)]
+mod error_tests {
+    use super::*;
+    use crate::error::CniError;
+
+    #[test]
+    fn codes_and_texts() {
+        let e = CniError::from(CacheError::UnsafeKey("..".into()));
+        assert_eq!(
+            (e.code, e.msg.as_str()),
+            (
+                4,
+                "cannot use \"..\" in a cache file name: it must not contain '/' nor be \".\" or \"..\""
+            )
+        );
+        let e = CniError::from(CacheError::Corrupt {
+            path: "/var/lib/cni/results/n-c-eth0".into(),
+            msg: "empty".into(),
+        });
+        assert_eq!(
+            (e.code, e.msg.as_str()),
+            (
+                6,
+                "cache file /var/lib/cni/results/n-c-eth0 is corrupt: empty"
+            )
+        );
+        let e = CniError::from(CacheError::Io {
+            op: "write",
+            path: "/x".into(),
+            source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        });
+        assert_eq!(e.code, 5);
+        assert!(e.msg.starts_with("failed to write /x: "), "{}", e.msg);
+        let e = CniError::from(CacheError::MissingKey {
+            network: String::new(),
+            container_id: "c".into(),
+            ifname: "eth0".into(),
+        });
+        assert_eq!(e.code, 4);
     }
 }

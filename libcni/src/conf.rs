@@ -54,27 +54,109 @@ pub enum ConfError {
     #[error("{} is not a regular file", path.display())]
     NotRegularFile { path: PathBuf },
     /// The content is not a valid configuration; `path` is set when it came from a file.
-    #[error("{}{msg}", path.as_ref().map(|p| format!("{}: ", p.display())).unwrap_or_default())]
-    Invalid { path: Option<PathBuf>, msg: String },
+    #[error("{}{problem}", path.as_ref().map(|p| format!("{}: ", p.display())).unwrap_or_default())]
+    Invalid {
+        path: Option<PathBuf>,
+        problem: Problem,
+    },
     /// Runtime values could not be injected into a plugin configuration.
     #[error("failed to inject values into plugin configuration: {0}")]
     Inject(String),
 }
 
+/// What is wrong with a configuration's content, in libcni's words.
+#[derive(Debug, thiserror::Error)]
+pub enum Problem {
+    #[error("error parsing configuration list: {0}")]
+    ListJson(#[source] gojson::Error),
+    #[error("error parsing configuration list: expected a JSON object, got {0}")]
+    ListNotAnObject(&'static str),
+    #[error("error parsing configuration list: no name")]
+    NoName,
+    #[error("error parsing configuration list: invalid name type {0}")]
+    NameType(&'static str),
+    #[error("error parsing configuration list: invalid cniVersion type {0}")]
+    VersionType(&'static str),
+    #[error(
+        "error parsing configuration list: invalid type for cniVersions index {index}: {kind}"
+    )]
+    VersionsEntryType { index: usize, kind: &'static str },
+    #[error("error parsing configuration list: invalid type for cniVersions: {0}")]
+    VersionsType(&'static str),
+    #[error("error parsing configuration list: invalid version {0:?}")]
+    Version(String),
+    #[error("error parsing configuration list: invalid value {value:?} for {key}")]
+    BoolValue { key: String, value: String },
+    #[error("error parsing configuration list: invalid type {kind} for {key}")]
+    BoolType { key: String, kind: &'static str },
+    #[error(
+        "error parsing configuration list: `loadOnlyInlinedPlugins` is true, and no 'plugins' key"
+    )]
+    OnlyInlinedWithoutPlugins,
+    #[error("error parsing configuration list: no plugins in list")]
+    NoPluginsInList,
+    #[error("error parsing configuration list: invalid 'plugins' type {0}")]
+    PluginsType(&'static str),
+    /// A `plugins` entry that is not an object.
+    #[error("expected a JSON object, got {0}")]
+    PluginNotAnObject(&'static str),
+    /// A `plugins` entry that is not a valid plugin configuration.
+    #[error("failed to parse plugin config {index}: {cause}")]
+    Plugin { index: usize, cause: Box<ConfError> },
+    #[error("error parsing configuration: {0}")]
+    PluginJson(#[source] gojson::Error),
+    #[error("error parsing configuration: expected a JSON object, got {0}")]
+    PluginConfNotAnObject(&'static str),
+    #[error("error parsing configuration: missing 'type'")]
+    MissingType,
+    #[error("error parsing configuration: 'type' must be a string, got {0}")]
+    TypeNotAString(&'static str),
+    #[error("error parsing configuration: capability \"{0}\" must be a boolean")]
+    CapabilityNotABool(String),
+    #[error("error parsing configuration: 'capabilities' must be an object, got {0}")]
+    CapabilitiesType(&'static str),
+    #[error("cannot serialize configuration list: {0}")]
+    Serialize(#[source] serde_json::Error),
+    /// A list file whose plugins (inlined and from its sub-directory) are none.
+    #[error("no plugin configs found")]
+    NoPluginConfigs,
+}
+
+/// A configuration that cannot be read is an I/O error (5), every other problem an invalid
+/// configuration (7).
+impl From<ConfError> for crate::error::CniError {
+    fn from(e: ConfError) -> Self {
+        use crate::error::{codes, CniError};
+        let code = match &e {
+            ConfError::Io { .. } => codes::IO,
+            ConfError::NoConfigsFound { .. }
+            | ConfError::NotFound { .. }
+            | ConfError::TooLarge { .. }
+            | ConfError::NotRegularFile { .. }
+            | ConfError::Invalid { .. }
+            | ConfError::Inject(_) => codes::INVALID_CONFIG,
+        };
+        CniError::new(code, e.to_string(), "")
+    }
+}
+
 impl ConfError {
-    fn invalid(msg: impl Into<String>) -> Self {
+    fn invalid(problem: Problem) -> Self {
         ConfError::Invalid {
             path: None,
-            msg: msg.into(),
+            problem,
         }
     }
 
     /// Attaches the file a parse error came from (other variants already name their path).
     fn in_file(self, file: &Path) -> Self {
         match self {
-            ConfError::Invalid { path: None, msg } => ConfError::Invalid {
+            ConfError::Invalid {
+                path: None,
+                problem,
+            } => ConfError::Invalid {
                 path: Some(file.to_path_buf()),
-                msg,
+                problem,
             },
             other => other,
         }
@@ -98,16 +180,11 @@ impl PluginConf {
         // are exact, as libcni reads them from a map.
         let plugin_type = match gojson::get(&raw, "type") {
             Some(Value::String(t)) if !t.is_empty() => t.clone(),
-            Some(Value::String(_)) | None => {
-                return Err(ConfError::invalid(
-                    "error parsing configuration: missing 'type'",
-                ))
-            }
+            Some(Value::String(_)) | None => return Err(ConfError::invalid(Problem::MissingType)),
             Some(other) => {
-                return Err(ConfError::invalid(format!(
-                    "error parsing configuration: 'type' must be a string, got {}",
-                    json_kind(other)
-                )))
+                return Err(ConfError::invalid(Problem::TypeNotAString(json_kind(
+                    other,
+                ))))
             }
         };
         match gojson::get(&raw, "capabilities") {
@@ -116,16 +193,15 @@ impl PluginConf {
                 // Go's map[string]bool reads null as false.
                 if let Some((name, _)) = caps.iter().find(|(_, v)| !v.is_boolean() && !v.is_null())
                 {
-                    return Err(ConfError::invalid(format!(
-                        "error parsing configuration: capability \"{name}\" must be a boolean"
+                    return Err(ConfError::invalid(Problem::CapabilityNotABool(
+                        name.clone(),
                     )));
                 }
             }
             Some(other) => {
-                return Err(ConfError::invalid(format!(
-                    "error parsing configuration: 'capabilities' must be an object, got {}",
-                    json_kind(other)
-                )))
+                return Err(ConfError::invalid(Problem::CapabilitiesType(json_kind(
+                    other,
+                ))))
             }
         }
         Ok(PluginConf { plugin_type, raw })
@@ -135,13 +211,10 @@ impl PluginConf {
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, ConfError> {
         match gojson::parse(bytes) {
             Ok(Value::Object(map)) => Self::from_map(map),
-            Ok(other) => Err(ConfError::invalid(format!(
-                "error parsing configuration: expected a JSON object, got {}",
-                json_kind(&other)
+            Ok(other) => Err(ConfError::invalid(Problem::PluginConfNotAnObject(
+                json_kind(&other),
             ))),
-            Err(e) => Err(ConfError::invalid(format!(
-                "error parsing configuration: {e}"
-            ))),
+            Err(e) => Err(ConfError::invalid(Problem::PluginJson(e))),
         }
     }
 
@@ -196,42 +269,23 @@ impl NetworkConfigList {
         let raw = match gojson::parse(bytes) {
             Ok(Value::Object(map)) => map,
             Ok(other) => {
-                return Err(ConfError::invalid(format!(
-                    "error parsing configuration list: expected a JSON object, got {}",
-                    json_kind(&other)
-                )))
+                return Err(ConfError::invalid(Problem::ListNotAnObject(json_kind(
+                    &other,
+                ))))
             }
-            Err(e) => {
-                return Err(ConfError::invalid(format!(
-                    "error parsing configuration list: {e}"
-                )))
-            }
+            Err(e) => return Err(ConfError::invalid(Problem::ListJson(e))),
         };
 
         let name = match raw.get("name") {
             Some(Value::String(n)) => n.clone(),
-            None => {
-                return Err(ConfError::invalid(
-                    "error parsing configuration list: no name",
-                ))
-            }
-            Some(other) => {
-                return Err(ConfError::invalid(format!(
-                    "error parsing configuration list: invalid name type {}",
-                    json_kind(other)
-                )))
-            }
+            None => return Err(ConfError::invalid(Problem::NoName)),
+            Some(other) => return Err(ConfError::invalid(Problem::NameType(json_kind(other)))),
         };
 
         let mut cni_version = match raw.get("cniVersion") {
             None => String::new(),
             Some(Value::String(v)) => v.clone(),
-            Some(other) => {
-                return Err(ConfError::invalid(format!(
-                    "error parsing configuration list: invalid cniVersion type {}",
-                    json_kind(other)
-                )))
-            }
+            Some(other) => return Err(ConfError::invalid(Problem::VersionType(json_kind(other)))),
         };
 
         let cni_versions = match raw.get("cniVersions") {
@@ -242,21 +296,16 @@ impl NetworkConfigList {
                     match item {
                         Value::String(v) => versions.push(v.clone()),
                         other => {
-                            return Err(ConfError::invalid(format!(
-                                "error parsing configuration list: invalid type for cniVersions index {i}: {}",
-                                json_kind(other)
-                            )))
+                            return Err(ConfError::invalid(Problem::VersionsEntryType {
+                                index: i,
+                                kind: json_kind(other),
+                            }))
                         }
                     }
                 }
                 versions
             }
-            Some(other) => {
-                return Err(ConfError::invalid(format!(
-                    "error parsing configuration list: invalid type for cniVersions: {}",
-                    json_kind(other)
-                )))
-            }
+            Some(other) => return Err(ConfError::invalid(Problem::VersionsType(json_kind(other)))),
         };
         if raw.contains_key("cniVersions") {
             cni_version = select_version(&cni_version, &cni_versions)?;
@@ -268,43 +317,34 @@ impl NetworkConfigList {
 
         let plugins = match raw.get("plugins") {
             None if load_only_inlined_plugins => {
-                return Err(ConfError::invalid(
-                    "error parsing configuration list: `loadOnlyInlinedPlugins` is true, and no 'plugins' key",
-                ))
+                return Err(ConfError::invalid(Problem::OnlyInlinedWithoutPlugins))
             }
             None => Vec::new(),
             Some(Value::Array(items)) => {
                 if items.is_empty() {
-                    return Err(ConfError::invalid(
-                        "error parsing configuration list: no plugins in list",
-                    ));
+                    return Err(ConfError::invalid(Problem::NoPluginsInList));
                 }
                 let mut plugins = Vec::with_capacity(items.len());
                 for (i, item) in items.iter().enumerate() {
                     let parsed = match item {
                         Value::Object(map) => PluginConf::from_map(map.clone()),
-                        other => Err(ConfError::invalid(format!(
-                            "expected a JSON object, got {}",
-                            json_kind(other)
-                        ))),
+                        other => Err(ConfError::invalid(Problem::PluginNotAnObject(json_kind(
+                            other,
+                        )))),
                     };
                     match parsed {
                         Ok(p) => plugins.push(p),
                         Err(e) => {
-                            return Err(ConfError::invalid(format!(
-                                "failed to parse plugin config {i}: {e}"
-                            )))
+                            return Err(ConfError::invalid(Problem::Plugin {
+                                index: i,
+                                cause: Box::new(e),
+                            }))
                         }
                     }
                 }
                 plugins
             }
-            Some(other) => {
-                return Err(ConfError::invalid(format!(
-                    "error parsing configuration list: invalid 'plugins' type {}",
-                    json_kind(other)
-                )))
-            }
+            Some(other) => return Err(ConfError::invalid(Problem::PluginsType(json_kind(other)))),
         };
 
         Ok(NetworkConfigList {
@@ -337,7 +377,7 @@ impl NetworkConfigList {
             Value::Array(vec![Value::Object(conf.raw.clone())]),
         );
         let bytes = serde_json::to_vec(&Value::Object(list))
-            .map_err(|e| ConfError::invalid(format!("cannot serialize configuration list: {e}")))?;
+            .map_err(|e| ConfError::invalid(Problem::Serialize(e)))?;
         Self::from_bytes(&bytes)
     }
 
@@ -482,7 +522,7 @@ pub fn load_conflist_file(path: &Path) -> Result<NetworkConfigList, ConfError> {
     if list.plugins.is_empty() {
         return Err(ConfError::Invalid {
             path: Some(path.to_path_buf()),
-            msg: "no plugin configs found".into(),
+            problem: Problem::NoPluginConfigs,
         });
     }
     Ok(list)
@@ -694,11 +734,7 @@ fn select_version(cni_version: &str, cni_versions: &[String]) -> Result<String, 
     let too_new = |v: &str| -> Result<bool, ConfError> {
         compare_versions(v, LIBCNI_SPEC_VERSION)
             .map(|o| o == Ordering::Greater)
-            .ok_or_else(|| {
-                ConfError::invalid(format!(
-                    "error parsing configuration list: invalid version {v:?}"
-                ))
-            })
+            .ok_or_else(|| ConfError::invalid(Problem::Version(v.to_string())))
     };
     let mut best: Option<&str> = None;
     let candidates = cni_versions
@@ -728,14 +764,15 @@ fn read_bool(raw: &Map<String, Value>, key: &str) -> Result<bool, ConfError> {
         Some(Value::String(s)) => match s.to_ascii_lowercase().as_str() {
             "true" => Ok(true),
             "false" => Ok(false),
-            _ => Err(ConfError::invalid(format!(
-                "error parsing configuration list: invalid value {s:?} for {key}"
-            ))),
+            _ => Err(ConfError::invalid(Problem::BoolValue {
+                key: key.to_string(),
+                value: s.clone(),
+            })),
         },
-        Some(other) => Err(ConfError::invalid(format!(
-            "error parsing configuration list: invalid type {} for {key}",
-            json_kind(other)
-        ))),
+        Some(other) => Err(ConfError::invalid(Problem::BoolType {
+            key: key.to_string(),
+            kind: json_kind(other),
+        })),
     }
 }
 
@@ -747,5 +784,70 @@ fn json_kind(v: &Value) -> &'static str {
         Value::String(_) => "string",
         Value::Array(_) => "array",
         Value::Object(_) => "object",
+    }
+}
+
+#[cfg(test)]
+mod error_tests {
+    use super::*;
+    use crate::error::CniError;
+
+    #[test]
+    fn codes_and_texts() {
+        let e = CniError::from(ConfError::NotFound {
+            dir: "/etc/cni/net.d".into(),
+            name: "pods".into(),
+        });
+        assert_eq!(
+            (e.code, e.msg.as_str()),
+            (
+                7,
+                "no net configuration with name \"pods\" in /etc/cni/net.d"
+            )
+        );
+        let e = CniError::from(ConfError::Invalid {
+            path: Some("/etc/cni/net.d/10.conf".into()),
+            problem: Problem::MissingType,
+        });
+        assert_eq!(
+            (e.code, e.msg.as_str()),
+            (
+                7,
+                "/etc/cni/net.d/10.conf: error parsing configuration: missing 'type'"
+            )
+        );
+        let e = CniError::from(ConfError::invalid(Problem::Plugin {
+            index: 1,
+            cause: Box::new(ConfError::invalid(Problem::TypeNotAString("number"))),
+        }));
+        assert_eq!(
+            (e.code, e.msg.as_str()),
+            (
+                7,
+                "failed to parse plugin config 1: error parsing configuration: 'type' must be a string, got number"
+            )
+        );
+        let e = CniError::from(ConfError::invalid(Problem::BoolValue {
+            key: "disableCheck".into(),
+            value: "yes".into(),
+        }));
+        assert_eq!(
+            e.msg,
+            "error parsing configuration list: invalid value \"yes\" for disableCheck"
+        );
+        let e = CniError::from(ConfError::Io {
+            path: "/etc/cni/net.d".into(),
+            source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        });
+        assert_eq!(e.code, 5);
+        assert!(
+            e.msg.starts_with("error reading /etc/cni/net.d: "),
+            "{}",
+            e.msg
+        );
+        assert_eq!(
+            CniError::from(ConfError::Inject("keys cannot be empty".into())).code,
+            7
+        );
     }
 }

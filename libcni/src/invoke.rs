@@ -17,6 +17,77 @@ use serde_json::{Map, Value};
 use crate::error::{codes, CniError};
 use crate::gojson;
 
+/// Why finding or running a plugin failed, or its answer could not be used (the plugin's own
+/// error, parsed from its stdout, is passed on as it is). The `From` below picks the codes.
+#[derive(Debug, thiserror::Error)]
+pub enum InvokeError {
+    /// A plain error in the reference's invoke package (code 999).
+    #[error("no plugin name provided")]
+    NoPluginName,
+    #[error("invalid plugin name: {0}")]
+    InvalidPluginName(String),
+    #[error("no paths provided")]
+    NoPaths,
+    #[error("failed to find plugin {plugin:?} in path [{}]", join_paths(.paths))]
+    NotFound { plugin: String, paths: Vec<PathBuf> },
+    #[error("netplugin failed with no error message: failed to execute {}: {source}", .plugin.display())]
+    Exec {
+        plugin: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The plugin failed and printed nothing.
+    #[error("netplugin failed with no error message: {}", describe_status(.status))]
+    Silent { status: ExitStatus },
+    /// The plugin failed with a message on stderr only.
+    #[error("netplugin failed: {stderr:?}: {}", describe_status(.status))]
+    StderrOnly { stderr: String, status: ExitStatus },
+    /// The plugin failed and its stdout is not an error object.
+    #[error("netplugin failed but error parsing its diagnostic message {stdout:?}: {why}")]
+    BadDiagnostic { stdout: String, why: String },
+    #[error("decoding version info: {0}")]
+    VersionJson(#[source] gojson::Error),
+    /// A VERSION answer without a field it needs.
+    #[error("decoding version info: missing field {0}")]
+    VersionFieldMissing(&'static str),
+    /// A VERSION answer whose `supportedVersions` has the wrong shape (`what` says how).
+    #[error("decoding version info: supportedVersions must {0}")]
+    VersionListShape(&'static str),
+    #[error("failed to unmarshal raw result: {0}")]
+    ResultJson(#[source] gojson::Error),
+    #[error("failed to unmarshal raw result: not a JSON object")]
+    ResultNotObject,
+}
+
+fn join_paths(paths: &[PathBuf]) -> String {
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+impl From<InvokeError> for CniError {
+    fn from(e: InvokeError) -> CniError {
+        let msg = e.to_string();
+        match e {
+            InvokeError::InvalidPluginName(_)
+            | InvokeError::NoPaths
+            | InvokeError::NotFound { .. } => CniError::invalid_config(msg),
+            InvokeError::VersionJson(_)
+            | InvokeError::VersionFieldMissing(_)
+            | InvokeError::VersionListShape(_)
+            | InvokeError::ResultJson(_)
+            | InvokeError::ResultNotObject => CniError::decode(msg),
+            InvokeError::NoPluginName
+            | InvokeError::Exec { .. }
+            | InvokeError::Silent { .. }
+            | InvokeError::StderrOnly { .. }
+            | InvokeError::BadDiagnostic { .. } => CniError::internal(msg),
+        }
+    }
+}
+
 /// How many times a plugin start failing with "text file busy" is retried (1 s apart): the
 /// binary may be being replaced right now.
 const TEXT_FILE_BUSY_RETRIES: u32 = 5;
@@ -75,16 +146,13 @@ pub fn split_path_list(list: &str) -> Vec<PathBuf> {
 /// hold no path separator; the first regular, executable file named so wins.
 pub fn find_in_path(plugin_type: &str, paths: &[PathBuf]) -> Result<PathBuf, CniError> {
     if plugin_type.is_empty() {
-        // A plain error in the reference's invoke package: code 999.
-        return Err(CniError::internal("no plugin name provided"));
+        return Err(InvokeError::NoPluginName.into());
     }
     if plugin_type.contains('/') || plugin_type.contains('\\') || plugin_type.contains('\0') {
-        return Err(CniError::invalid_config(format!(
-            "invalid plugin name: {plugin_type}"
-        )));
+        return Err(InvokeError::InvalidPluginName(plugin_type.to_string()).into());
     }
     if paths.is_empty() {
-        return Err(CniError::invalid_config("no paths provided"));
+        return Err(InvokeError::NoPaths.into());
     }
     for dir in paths {
         let candidate = dir.join(plugin_type);
@@ -94,14 +162,11 @@ pub fn find_in_path(plugin_type: &str, paths: &[PathBuf]) -> Result<PathBuf, Cni
             }
         }
     }
-    let listed = paths
-        .iter()
-        .map(|p| p.display().to_string())
-        .collect::<Vec<_>>()
-        .join(" ");
-    Err(CniError::invalid_config(format!(
-        "failed to find plugin {plugin_type:?} in path [{listed}]"
-    )))
+    Err(InvokeError::NotFound {
+        plugin: plugin_type.to_string(),
+        paths: paths.to_vec(),
+    }
+    .into())
 }
 
 /// Runs `plugin` with the current environment overridden by `env`, `stdin` as its input, and
@@ -120,11 +185,12 @@ pub fn exec_plugin(
                 attempt += 1;
                 std::thread::sleep(Duration::from_secs(1));
             }
-            Err(e) => {
-                return Err(CniError::internal(format!(
-                    "netplugin failed with no error message: failed to execute {}: {e}",
-                    plugin.display()
-                )))
+            Err(source) => {
+                return Err(InvokeError::Exec {
+                    plugin: plugin.to_path_buf(),
+                    source,
+                }
+                .into())
             }
             Ok(output) => break output,
         }
@@ -184,32 +250,25 @@ pub fn get_version_info(plugin: &Path) -> Result<PluginInfo, CniError> {
 
 /// Decodes a VERSION answer; a 0.2.0 answer may omit `supportedVersions`.
 pub fn decode_version_info(stdout: &[u8]) -> Result<PluginInfo, CniError> {
-    let value: Value = gojson::parse(stdout)
-        .map_err(|e| CniError::decode(format!("decoding version info: {e}")))?;
+    let value: Value = gojson::parse(stdout).map_err(InvokeError::VersionJson)?;
     let cni_version = gojson::get_in(&value, "cniVersion")
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
     if cni_version.is_empty() {
-        return Err(CniError::decode(
-            "decoding version info: missing field cniVersion",
-        ));
+        return Err(InvokeError::VersionFieldMissing("cniVersion").into());
     }
     let supported: Vec<String> = match gojson::get_in(&value, "supportedVersions") {
         Some(Value::Array(items)) => items
             .iter()
             .map(|v| {
-                v.as_str().map(str::to_string).ok_or_else(|| {
-                    CniError::decode("decoding version info: supportedVersions must hold strings")
-                })
+                v.as_str()
+                    .map(str::to_string)
+                    .ok_or(InvokeError::VersionListShape("hold strings"))
             })
             .collect::<Result<_, _>>()?,
         None => Vec::new(),
-        Some(_) => {
-            return Err(CniError::decode(
-                "decoding version info: supportedVersions must be a list",
-            ))
-        }
+        Some(_) => return Err(InvokeError::VersionListShape("be a list").into()),
     };
     if supported.is_empty() {
         if cni_version == "0.2.0" {
@@ -218,9 +277,7 @@ pub fn decode_version_info(stdout: &[u8]) -> Result<PluginInfo, CniError> {
                 supported_versions: vec!["0.1.0".into(), "0.2.0".into()],
             });
         }
-        return Err(CniError::decode(
-            "decoding version info: missing field supportedVersions",
-        ));
+        return Err(InvokeError::VersionFieldMissing("supportedVersions").into());
     }
     Ok(PluginInfo {
         cni_version,
@@ -304,24 +361,22 @@ fn describe_status(status: &ExitStatus) -> String {
 fn plugin_error(status: &ExitStatus, stdout: &[u8], stderr: &[u8]) -> CniError {
     if stdout.iter().all(u8::is_ascii_whitespace) {
         if stderr.is_empty() {
-            return CniError::internal(format!(
-                "netplugin failed with no error message: {}",
-                describe_status(status)
-            ));
+            return InvokeError::Silent { status: *status }.into();
         }
-        return CniError::internal(format!(
-            "netplugin failed: {:?}: {}",
-            String::from_utf8_lossy(stderr),
-            describe_status(status)
-        ));
+        return InvokeError::StderrOnly {
+            stderr: String::from_utf8_lossy(stderr).into_owned(),
+            status: *status,
+        }
+        .into();
     }
     pass_stderr_through(stderr);
     match parse_error_json(stdout) {
         Ok(e) => e,
-        Err(why) => CniError::internal(format!(
-            "netplugin failed but error parsing its diagnostic message {:?}: {why}",
-            String::from_utf8_lossy(stdout)
-        )),
+        Err(why) => InvokeError::BadDiagnostic {
+            stdout: String::from_utf8_lossy(stdout).into_owned(),
+            why,
+        }
+        .into(),
     }
 }
 
@@ -349,16 +404,11 @@ fn parse_error_json(stdout: &[u8]) -> Result<CniError, String> {
 
 /// Plugin stdout of a result-returning verb → result JSON with a `cniVersion`.
 fn fixup_result_version(request: &[u8], stdout: &[u8]) -> Result<Value, CniError> {
-    let value: Value = gojson::parse(stdout)
-        .map_err(|e| CniError::decode(format!("failed to unmarshal raw result: {e}")))?;
+    let value: Value = gojson::parse(stdout).map_err(InvokeError::ResultJson)?;
     let mut obj = match value {
         Value::Null => Map::new(),
         Value::Object(obj) => obj,
-        _ => {
-            return Err(CniError::decode(
-                "failed to unmarshal raw result: not a JSON object",
-            ))
-        }
+        _ => return Err(InvokeError::ResultNotObject.into()),
     };
     if gojson::get(&obj, "cniVersion").is_none() {
         obj.insert("cniVersion".into(), request_version(request).into());
@@ -453,5 +503,70 @@ mod tests {
         );
         assert_eq!(parse_error_json(br#"{"msg":"x"}"#).unwrap().code, 999);
         assert!(parse_error_json(b"oops").is_err());
+    }
+}
+
+#[cfg(test)]
+mod error_tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    fn cni(e: InvokeError) -> (u32, String) {
+        let e = CniError::from(e);
+        (e.code, e.msg)
+    }
+
+    #[test]
+    fn codes_and_texts() {
+        assert_eq!(
+            cni(InvokeError::NoPluginName),
+            (999, "no plugin name provided".into())
+        );
+        assert_eq!(
+            cni(InvokeError::NotFound {
+                plugin: "bridge".into(),
+                paths: vec!["/opt/cni/bin".into(), "/usr/lib/cni".into()]
+            }),
+            (
+                7,
+                "failed to find plugin \"bridge\" in path [/opt/cni/bin /usr/lib/cni]".into()
+            )
+        );
+        assert_eq!(cni(InvokeError::InvalidPluginName("a/b".into())).0, 7);
+        assert_eq!(cni(InvokeError::NoPaths).0, 7);
+        assert_eq!(
+            cni(InvokeError::Silent {
+                status: ExitStatus::from_raw(1 << 8)
+            }),
+            (
+                999,
+                "netplugin failed with no error message: exit status 1".into()
+            )
+        );
+        assert_eq!(
+            cni(InvokeError::StderrOnly {
+                stderr: "boom".into(),
+                status: ExitStatus::from_raw(9)
+            }),
+            (999, "netplugin failed: \"boom\": signal: 9".into())
+        );
+        assert_eq!(
+            cni(InvokeError::VersionFieldMissing("cniVersion")),
+            (6, "decoding version info: missing field cniVersion".into())
+        );
+        assert_eq!(
+            cni(InvokeError::VersionListShape("be a list")),
+            (
+                6,
+                "decoding version info: supportedVersions must be a list".into()
+            )
+        );
+        assert_eq!(
+            cni(InvokeError::ResultNotObject),
+            (
+                6,
+                "failed to unmarshal raw result: not a JSON object".into()
+            )
+        );
     }
 }

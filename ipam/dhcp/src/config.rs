@@ -1,11 +1,12 @@
 //! The dhcp IPAM configuration (`ipam.daemonSocketPath`, `provide`, `request`, `priority`)
 //! and the DHCP options it turns into.
 
-use libcni::CniError;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::message::opt;
+
+use crate::error::DhcpError;
 
 pub const DEFAULT_SOCKET_PATH: &str = "/run/cni/dhcp.sock";
 
@@ -63,7 +64,7 @@ pub struct DhcpConf {
 }
 
 /// Names of dhcp-options(5) the reference understands; anything else must be a number.
-pub fn option_code(name: &str) -> Result<u8, CniError> {
+pub fn option_code(name: &str) -> Result<u8, DhcpError> {
     let code = match name {
         "dhcp-client-identifier" => opt::CLIENT_ID,
         "subnet-mask" => opt::SUBNET_MASK,
@@ -71,11 +72,9 @@ pub fn option_code(name: &str) -> Result<u8, CniError> {
         "host-name" => opt::HOST_NAME,
         "user-class" => opt::USER_CLASS,
         "vendor-class-identifier" => opt::CLASS_ID,
-        other => other.parse::<u8>().map_err(|_| {
-            CniError::internal(format!(
-                "Can not parse option {other:?}: Can not parse option: strconv.ParseUint: parsing {other:?}: invalid syntax"
-            ))
-        })?,
+        other => other
+            .parse::<u8>()
+            .map_err(|_| DhcpError::OptionName(other.to_string()))?,
     };
     Ok(code)
 }
@@ -92,22 +91,21 @@ fn lenient_args(cni_args: &str) -> Vec<(&str, &str)> {
 fn value_option(
     code: u8,
     value: &str,
-    what: impl Fn() -> String,
-) -> Result<(u8, Vec<u8>), CniError> {
+    option: &str,
+    from_arg: Option<&str>,
+) -> Result<(u8, Vec<u8>), DhcpError> {
     if value.len() > 255 {
-        return Err(CniError::internal(format!("value too long for {}", what())));
+        return Err(DhcpError::ValueTooLong {
+            option: option.to_string(),
+            from_arg: from_arg.map(str::to_string),
+        });
     }
     Ok((code, value.as_bytes().to_vec()))
 }
 
 /// Reads the configuration of a request (`config` is the whole stdin object).
-pub fn parse(config: &Map<String, Value>, cni_args: &str) -> Result<DhcpConf, CniError> {
-    let conf: NetConf = libcni::gojson::from_map(config).map_err(|e| {
-        CniError::internal(format!(
-            // The reference's plugin side reads the config first to find the socket.
-            "error obtaining socketPath: error parsing socket path conf: {e}"
-        ))
-    })?;
+pub fn parse(config: &Map<String, Value>, cni_args: &str) -> Result<DhcpConf, DhcpError> {
+    let conf: NetConf = libcni::gojson::from_map(config).map_err(DhcpError::Decode)?;
     let args = lenient_args(cni_args);
     let mut provide: Vec<(u8, Vec<u8>)> = Vec::new();
     let mut put = |o: (u8, Vec<u8>)| match provide.iter_mut().find(|(c, _)| *c == o.0) {
@@ -117,14 +115,10 @@ pub fn parse(config: &Map<String, Value>, cni_args: &str) -> Result<DhcpConf, Cn
     for p in &conf.ipam.provide {
         let code = option_code(&p.option)?;
         if !p.value.is_empty() {
-            put(value_option(code, &p.value, || {
-                format!("option {:?}", p.option)
-            })?);
+            put(value_option(code, &p.value, &p.option, None)?);
         }
         if let Some((_, v)) = args.iter().rev().find(|(k, _)| *k == p.from_arg) {
-            put(value_option(code, v, || {
-                format!("option {:?} from CNI_ARGS {:?}", p.option, p.from_arg)
-            })?);
+            put(value_option(code, v, &p.option, Some(&p.from_arg))?);
         }
     }
     let mut request_list: Vec<u8> = Vec::new();
@@ -146,8 +140,8 @@ pub fn parse(config: &Map<String, Value>, cni_args: &str) -> Result<DhcpConf, Cn
             }
         }
     }
-    let priority = u32::try_from(conf.ipam.priority)
-        .map_err(|_| CniError::internal(format!("invalid priority {}", conf.ipam.priority)))?;
+    let priority =
+        u32::try_from(conf.ipam.priority).map_err(|_| DhcpError::Priority(conf.ipam.priority))?;
     Ok(DhcpConf {
         network: conf.name,
         socket_path: if conf.ipam.daemon_socket_path.is_empty() {
@@ -179,7 +173,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn conf(v: Value, args: &str) -> Result<DhcpConf, CniError> {
+    fn conf(v: Value, args: &str) -> Result<DhcpConf, DhcpError> {
         parse(v.as_object().unwrap(), args)
     }
 

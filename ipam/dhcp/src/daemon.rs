@@ -10,12 +10,12 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use libcni::CniError;
 use serde_json::Value;
 
 use crate::client::Identity;
 use crate::config;
 use crate::duration;
+use crate::error::DhcpError;
 use crate::lease::{Lease, Place, Timing};
 use crate::protocol::{Reply, Request, MAX_MESSAGE};
 
@@ -102,7 +102,7 @@ impl Daemon {
         Arc::clone(map.entry(id.to_string()).or_default())
     }
 
-    fn handle(&self, req: Request) -> Result<Option<Value>, CniError> {
+    fn handle(&self, req: Request) -> Result<Option<Value>, DhcpError> {
         let conf = config::parse(&req.config, &req.args)?;
         let id = config::client_id(&req.container_id, &conf.network, &req.ifname);
         match req.method.as_str() {
@@ -136,18 +136,18 @@ impl Daemon {
                         )
                         .map_err(|e| {
                             eprintln!("dhcp: {id}: failed to acquire a DHCP lease: {e}");
-                            CniError::internal(e.to_string())
+                            DhcpError::Acquire(e)
                         })?;
                         *held = Some(Arc::clone(&l));
                         l
                     }
                 };
                 match lease.result() {
-                    Ok(r) => r.to_value("1.0.0").map(Some),
+                    Ok(r) => Ok(r.to_value("1.0.0").map(Some)?),
                     Err(e) => {
                         lease.stop();
                         *held = None;
-                        Err(CniError::internal(e))
+                        Err(DhcpError::Lease(e))
                     }
                 }
             }
@@ -156,7 +156,7 @@ impl Daemon {
                 let held = slot.lock().unwrap_or_else(|e| e.into_inner());
                 match held.as_ref() {
                     Some(l) => Ok(Some(Value::String(l.address().to_string()))),
-                    None => Err(CniError::internal(format!("no DHCP lease held for {id}"))),
+                    None => Err(DhcpError::NoLease(id)),
                 }
             }
             "release" => {
@@ -214,7 +214,7 @@ impl Daemon {
                 Ok(None)
             }
             "status" => Ok(None),
-            other => Err(CniError::invalid_env(format!("unknown method {other:?}"))),
+            other => Err(DhcpError::UnknownMethod(other.to_string())),
         }
     }
 }
@@ -224,12 +224,12 @@ fn serve(daemon: &Daemon, mut stream: UnixStream) {
     let reply = match (&mut stream).take(MAX_MESSAGE).read_to_end(&mut body) {
         Err(e) => Reply {
             result: None,
-            error: Some(CniError::io(format!("error reading the request: {e}"))),
+            error: Some(DhcpError::ReadRequest(e).into()),
         },
         Ok(_) => match serde_json::from_slice::<Request>(&body) {
             Err(e) => Reply {
                 result: None,
-                error: Some(CniError::decode(format!("error parsing the request: {e}"))),
+                error: Some(DhcpError::ParseRequest(e).into()),
             },
             Ok(req) => match daemon.handle(req) {
                 Ok(result) => Reply {
@@ -238,7 +238,7 @@ fn serve(daemon: &Daemon, mut stream: UnixStream) {
                 },
                 Err(e) => Reply {
                     result: None,
-                    error: Some(e),
+                    error: Some(e.into()),
                 },
             },
         },

@@ -5,6 +5,7 @@ mod client;
 mod config;
 mod daemon;
 mod duration;
+mod error;
 mod lease;
 mod message;
 mod protocol;
@@ -14,7 +15,8 @@ use libcni::result::CniResult;
 use libcni::skel::{self, CmdArgs, Plugin};
 use libcni::CniError;
 
-use crate::protocol::{CallError, Request};
+use crate::error::DhcpError;
+use crate::protocol::Request;
 
 struct Dhcp;
 
@@ -37,73 +39,73 @@ fn request(method: &str, args: &CmdArgs) -> Request {
     }
 }
 
-fn call(method: &str, args: &CmdArgs) -> Result<Option<serde_json::Value>, CallError> {
-    let conf = config::parse(&args.config, &args.args).map_err(CallError::Failed)?;
+fn call(method: &str, args: &CmdArgs) -> Result<Option<serde_json::Value>, DhcpError> {
+    let conf = config::parse(&args.config, &args.args)?;
     protocol::call(&conf.socket_path, &request(method, args))
 }
 
-fn required(
-    r: Result<Option<serde_json::Value>, CallError>,
-) -> Result<Option<serde_json::Value>, CniError> {
-    r.map_err(|e| match e {
-        // A plain error upstream (code 999).
-        CallError::NoDaemon(msg) => CniError::internal(msg),
-        CallError::Failed(e) => e,
-    })
-}
-
 /// Best effort when there is nothing to undo without a daemon (DEL, GC).
-fn optional(method: &str, r: Result<Option<serde_json::Value>, CallError>) -> Result<(), CniError> {
+fn optional(
+    method: &str,
+    r: Result<Option<serde_json::Value>, DhcpError>,
+) -> Result<(), DhcpError> {
     match r {
         Ok(_) => Ok(()),
-        Err(CallError::NoDaemon(msg)) => {
-            eprintln!("dhcp: {method}: {msg}; no lease is being maintained");
+        Err(e @ DhcpError::NoDaemon { .. }) => {
+            eprintln!("dhcp: {method}: {e}; no lease is being maintained");
             Ok(())
         }
-        Err(CallError::Failed(e)) => Err(e),
+        Err(e) => Err(e),
+    }
+}
+
+fn add(args: &CmdArgs) -> Result<CniResult, DhcpError> {
+    let value = call("allocate", args)?.ok_or(DhcpError::NoResult)?;
+    Ok(CniResult::from_value(&value)?)
+}
+
+fn check(args: &CmdArgs) -> Result<(), DhcpError> {
+    let prev = args.prev_result()?.ok_or(DhcpError::MissingPrevResult)?;
+    let held = call("check", args)?;
+    let held = held.as_ref().and_then(|v| v.as_str()).unwrap_or_default();
+    if prev
+        .ips
+        .iter()
+        .any(|ip| ip.address.ip().to_string() == held)
+    {
+        Ok(())
+    } else {
+        Err(DhcpError::NotInPrevResult(held.to_string()))
+    }
+}
+
+fn status(args: &CmdArgs) -> Result<(), DhcpError> {
+    match call("status", args) {
+        Ok(_) => Ok(()),
+        Err(e @ DhcpError::NoDaemon { .. }) => Err(DhcpError::Unavailable(Box::new(e))),
+        Err(e) => Err(e),
     }
 }
 
 impl Plugin for Dhcp {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
-        let value = required(call("allocate", args))?
-            .ok_or_else(|| CniError::internal("the DHCP daemon returned no result"))?;
-        CniResult::from_value(&value)
+        Ok(add(args)?)
     }
 
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
-        optional("DEL", call("release", args))
+        Ok(optional("DEL", call("release", args))?)
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
-        let prev = args
-            .prev_result()?
-            .ok_or_else(|| CniError::internal("Required prevResult missing"))?;
-        let held = required(call("check", args))?;
-        let held = held.as_ref().and_then(|v| v.as_str()).unwrap_or_default();
-        if prev
-            .ips
-            .iter()
-            .any(|ip| ip.address.ip().to_string() == held)
-        {
-            Ok(())
-        } else {
-            Err(CniError::internal(format!(
-                "dhcp: the lease holds {held}, which is not in prevResult"
-            )))
-        }
+        Ok(check(args)?)
     }
 
     fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
-        optional("GC", call("gc", args))
+        Ok(optional("GC", call("gc", args))?)
     }
 
     fn status(&self, args: &CmdArgs) -> Result<(), CniError> {
-        match call("status", args) {
-            Ok(_) => Ok(()),
-            Err(CallError::NoDaemon(msg)) => Err(CniError::not_available(msg)),
-            Err(CallError::Failed(e)) => Err(e),
-        }
+        Ok(status(args)?)
     }
 }
 

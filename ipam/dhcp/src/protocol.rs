@@ -14,6 +14,8 @@ use libcni::CniError;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::error::DhcpError;
+
 /// Largest request or reply accepted.
 pub const MAX_MESSAGE: u64 = 8 * 1024 * 1024;
 
@@ -40,14 +42,6 @@ pub struct Reply {
     pub error: Option<CniError>,
 }
 
-/// Why a call did not get an answer.
-#[derive(Debug)]
-pub enum CallError {
-    /// Nothing listens on the socket (no file, or refused).
-    NoDaemon(String),
-    Failed(CniError),
-}
-
 /// Go's text for a syscall error: the C library's, lower-cased, without Rust's "(os error N)".
 fn go_errno_text(e: &std::io::Error) -> String {
     let text = e.to_string();
@@ -62,23 +56,21 @@ fn go_errno_text(e: &std::io::Error) -> String {
     }
 }
 
-pub fn call(socket: &str, request: &Request) -> Result<Option<Value>, CallError> {
+pub fn call(socket: &str, request: &Request) -> Result<Option<Value>, DhcpError> {
     let mut stream = UnixStream::connect(socket).map_err(|e| {
         // Worded as the reference's Go dialer reports it.
-        let msg = format!(
-            "error dialing DHCP daemon: dial unix {socket}: connect: {}",
-            go_errno_text(&e)
-        );
+        let (socket, reason) = (socket.to_string(), go_errno_text(&e));
         match e.kind() {
             std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
-                CallError::NoDaemon(msg)
+                DhcpError::NoDaemon { socket, reason }
             }
-            _ => CallError::Failed(CniError::internal(msg)),
+            _ => DhcpError::Dial { socket, reason },
         }
     })?;
     let method = go_method(&request.method);
-    let io = |e: std::io::Error| {
-        CallError::Failed(CniError::io(format!("error calling DHCP.{method}: {e}")))
+    let io = |source: std::io::Error| DhcpError::Call {
+        method: method.clone(),
+        source,
     };
     let body = serde_json::to_vec(request).map_err(|e| io(std::io::Error::other(e)))?;
     stream.write_all(&body).map_err(io)?;
@@ -95,10 +87,7 @@ pub fn call(socket: &str, request: &Request) -> Result<Option<Value>, CallError>
     })?;
     match reply.error {
         // As the reference's plugin reports what its daemon answered.
-        Some(e) => Err(CallError::Failed(CniError {
-            msg: format!("error calling DHCP.{method}: {}", e.msg),
-            ..e
-        })),
+        Some(error) => Err(DhcpError::Daemon { method, error }),
         None => Ok(reply.result),
     }
 }

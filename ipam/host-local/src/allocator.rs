@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use ipnetwork::IpNetwork;
 
 use crate::config::IpamConfig;
-use crate::error::IpamError;
+use crate::error::{AllocFailure, IpamError};
 use crate::ip::canonical;
 use crate::range::RangeSet;
 use crate::store::index::Index;
@@ -28,16 +28,12 @@ fn validate_attachment(cid: &str, ifname: &str) -> Result<(), IpamError> {
 }
 
 fn open(cfg: &IpamConfig) -> Result<Store, IpamError> {
-    Store::open(&cfg.data_dir, &cfg.name, true, cfg.ranges.len())?.ok_or_else(|| {
-        IpamError::Io(format!(
-            "store {} could not be created",
-            cfg.data_dir.join(&cfg.name).display()
-        ))
-    })
+    Store::open(&cfg.data_dir, &cfg.name, true, cfg.ranges.len())?
+        .ok_or_else(|| IpamError::StoreMissing(cfg.data_dir.join(&cfg.name)))
 }
 
-fn alloc_err(idx: usize, msg: String) -> IpamError {
-    IpamError::Allocation(format!("failed to allocate for range {idx}: {msg}"))
+fn alloc_err(index: usize, reason: AllocFailure) -> IpamError {
+    IpamError::Allocate { index, reason }
 }
 
 /// Takes one address from `set` for (cid, ifname): `requested` if given, else round-robin
@@ -51,19 +47,25 @@ fn allocate_in_set(
     ifname: &str,
 ) -> Result<Allocation, IpamError> {
     if let Some(ip) = requested {
-        let range = set
-            .range_for(&ip)
-            .ok_or_else(|| alloc_err(idx, format!("{ip} not in range set {set}")))?;
-        if range.gateway == ip {
-            return Err(alloc_err(
+        let range = set.range_for(&ip).ok_or_else(|| {
+            alloc_err(
                 idx,
-                format!("requested ip {ip} is subnet's gateway"),
-            ));
+                AllocFailure::NotInSet {
+                    ip,
+                    set: set.clone(),
+                },
+            )
+        })?;
+        if range.gateway == ip {
+            return Err(alloc_err(idx, AllocFailure::IsGateway(ip)));
         }
         if !store.try_reserve(ip, cid, ifname)? {
             return Err(alloc_err(
                 idx,
-                format!("requested IP address {ip} is not available in range set {set}"),
+                AllocFailure::Taken {
+                    ip,
+                    set: set.clone(),
+                },
             ));
         }
         store.set_last_reserved(idx, ip);
@@ -82,10 +84,7 @@ fn allocate_in_set(
             });
         }
     }
-    Err(alloc_err(
-        idx,
-        format!("no IP addresses available in range set: {set}"),
-    ))
+    Err(alloc_err(idx, AllocFailure::Exhausted(set.clone())))
 }
 
 /// ADD: one address per range set; on any failure releases what this call took.
@@ -105,7 +104,10 @@ pub fn add(cfg: &IpamConfig, cid: &str, ifname: &str) -> Result<Vec<Allocation>,
         if let Some(ip) = held.iter().find(|ip| set.contains(ip)) {
             outcome = Err(alloc_err(
                 idx,
-                format!("{ip} has been allocated to {cid}, duplicate allocation is not allowed"),
+                AllocFailure::Duplicate {
+                    ip: *ip,
+                    container_id: cid.to_string(),
+                },
             ));
             break;
         }
@@ -122,11 +124,7 @@ pub fn add(cfg: &IpamConfig, cid: &str, ifname: &str) -> Result<Vec<Allocation>,
         }
     }
     if outcome.is_ok() && !requested.is_empty() {
-        let list: Vec<String> = requested.iter().map(|ip| ip.to_string()).collect();
-        outcome = Err(IpamError::Allocation(format!(
-            "failed to allocate all requested IPs: {}",
-            list.join(" ")
-        )));
+        outcome = Err(IpamError::RequestedLeftOver(requested.clone()));
     }
     if let Err(e) = outcome {
         for a in &taken {
@@ -163,7 +161,7 @@ pub fn del(cfg: &IpamConfig, cid: &str, ifname: &str) -> Result<(), IpamError> {
     if errors.is_empty() {
         Ok(())
     } else {
-        Err(IpamError::Io(errors.join(";")))
+        Err(IpamError::Release(errors))
     }
 }
 
@@ -188,17 +186,17 @@ pub fn check(
         if !store.verify_held(candidates, cid, ifname)?.is_empty() {
             Ok(())
         } else {
-            Err(IpamError::CheckFailed(format!(
-                "host-local: Failed to find address added by container {cid}"
-            )))
+            Err(IpamError::NoLease(cid.to_string()))
         }
     } else {
         ours.iter()
             .try_for_each(|ip| match store.read_owner(&ip.to_string())? {
                 Some(o) if o.belongs_to(cid, ifname) => Ok(()),
-                _ => Err(IpamError::CheckFailed(format!(
-                "host-local: address {ip} is not reserved for container {cid} interface {ifname}"
-            ))),
+                _ => Err(IpamError::NotReserved {
+                    ip: *ip,
+                    container_id: cid.to_string(),
+                    ifname: ifname.to_string(),
+                }),
             })
     };
     store.commit();
@@ -246,7 +244,7 @@ pub fn gc(cfg: &IpamConfig, valid: &[(String, String)]) -> Result<(), IpamError>
     if errors.is_empty() {
         Ok(())
     } else {
-        Err(IpamError::Io(errors.join("; ")))
+        Err(IpamError::Gc(errors))
     }
 }
 
@@ -275,33 +273,25 @@ pub fn exhausted_sets<'a>(ranges: &'a [RangeSet], index: Option<&Index>) -> Vec<
 /// over-count (an entry whose file is gone), so exhaustion is confirmed by a rescan.
 pub fn status(cfg: &IpamConfig) -> Result<(), IpamError> {
     let mut store = Store::open(&cfg.data_dir, &cfg.name, false, cfg.ranges.len())?;
-    let mut exhausted: Vec<String> = Vec::new();
+    let mut exhausted: Option<RangeSet> = None;
     if let Some(s) = store.as_mut() {
-        let mut count = exhausted_sets(&cfg.ranges, Some(s.leases())).len();
-        if count > 0 {
+        if !exhausted_sets(&cfg.ranges, Some(s.leases())).is_empty() {
             s.rescan()?;
-            count = exhausted_sets(&cfg.ranges, Some(s.leases())).len();
-        }
-        if count > 0 {
             exhausted = exhausted_sets(&cfg.ranges, Some(s.leases()))
-                .into_iter()
-                .map(|r| r.to_string())
-                .collect();
+                .first()
+                .map(|r| (*r).clone());
         }
     } else {
         exhausted = exhausted_sets(&cfg.ranges, None)
-            .into_iter()
-            .map(|r| r.to_string())
-            .collect();
+            .first()
+            .map(|r| (*r).clone());
     }
     if let Some(s) = store {
         s.commit();
     }
-    match exhausted.first() {
+    match exhausted {
         None => Ok(()),
-        Some(set) => Err(IpamError::NotAvailable(format!(
-            "no IP addresses available in range set: {set}"
-        ))),
+        Some(set) => Err(IpamError::Exhausted(set)),
     }
 }
 
@@ -402,7 +392,7 @@ mod tests {
         let files = std::fs::read_dir(d.0.join("net1")).unwrap().count();
         assert_eq!(files, 4 + 3 + 1); // 4 leases, lock, last_reserved x2, index
         let st = status(&c).unwrap_err();
-        assert_eq!(st.code(), 50);
+        assert_eq!(libcni::CniError::from(st).code, 50);
         del(&c, "c1", "eth0").unwrap();
         status(&c).unwrap();
     }

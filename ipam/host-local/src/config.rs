@@ -34,10 +34,6 @@ pub struct IpamConfig {
     pub requested_ips: Vec<IpAddr>,
 }
 
-fn bad(msg: impl Into<String>) -> IpamError {
-    IpamError::InvalidConfig(msg.into())
-}
-
 /// Go-style key lookup (exact or case-folded, last wins); `null` counts as absent.
 fn field<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
     libcni::gojson::get(obj, key)
@@ -45,17 +41,23 @@ fn field<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
 
 fn object<'a>(v: &'a Value, what: &str) -> Result<&'a Map<String, Value>, IpamError> {
     v.as_object()
-        .ok_or_else(|| bad(format!("{what}: expected an object, got {v}")))
+        .ok_or_else(|| wrong_type(what, "an object", v))
 }
 
 fn array<'a>(v: &'a Value, what: &str) -> Result<&'a Vec<Value>, IpamError> {
-    v.as_array()
-        .ok_or_else(|| bad(format!("{what}: expected a list, got {v}")))
+    v.as_array().ok_or_else(|| wrong_type(what, "a list", v))
 }
 
 fn string<'a>(v: &'a Value, what: &str) -> Result<&'a str, IpamError> {
-    v.as_str()
-        .ok_or_else(|| bad(format!("{what}: expected a string, got {v}")))
+    v.as_str().ok_or_else(|| wrong_type(what, "a string", v))
+}
+
+fn wrong_type(field: &str, expected: &'static str, value: &Value) -> IpamError {
+    IpamError::WrongType {
+        field: field.to_string(),
+        expected,
+        value: value.clone(),
+    }
 }
 
 /// An optional IP field; "" means absent, as with Go's net.IP.
@@ -69,13 +71,13 @@ fn ip_field(obj: &Map<String, Value>, key: &str) -> Result<Option<IpAddr>, IpamE
             }
             s.parse::<IpAddr>()
                 .map(|ip| Some(canonical(ip)))
-                .map_err(|_| bad(format!("invalid IP address: {s}")))
+                .map_err(|_| IpamError::InvalidIp(s.to_string()))
         }
     }
 }
 
 fn parse_cidr(s: &str) -> Result<(IpAddr, u8), IpamError> {
-    let err = || bad(format!("invalid CIDR address: {s}"));
+    let err = || IpamError::InvalidCidr(s.to_string());
     let (ip, prefix) = s.split_once('/').ok_or_else(err)?;
     let ip: IpAddr = ip.parse().map_err(|_| err())?;
     let prefix: u8 = prefix.parse().map_err(|_| err())?;
@@ -91,7 +93,7 @@ fn range_spec(v: &Value) -> Result<RangeSpec, IpamError> {
     let obj = object(v, "range")?;
     let subnet = match field(obj, "subnet") {
         Some(s) => parse_cidr(string(s, "subnet")?)?,
-        None => return Err(bad("range: missing subnet")),
+        None => return Err(IpamError::MissingSubnet),
     };
     Ok(RangeSpec {
         subnet,
@@ -116,8 +118,7 @@ fn range_sets(v: &Value, what: &str) -> Result<Vec<Vec<RangeSpec>>, IpamError> {
 fn ip_list(v: &Value, what: &str, out: &mut Vec<IpAddr>) -> Result<(), IpamError> {
     for item in array(v, what)? {
         let s = string(item, what)?;
-        let ip = parse_ip_maybe_prefix(s)
-            .ok_or_else(|| bad(format!("cannot understand ip: invalid IP address: {s}")))?;
+        let ip = parse_ip_maybe_prefix(s).ok_or_else(|| IpamError::RequestedIp(s.to_string()))?;
         out.push(ip);
     }
     Ok(())
@@ -131,9 +132,9 @@ fn routes(v: &Value) -> Result<Vec<RouteSpec>, IpamError> {
             Some(d) => {
                 let s = string(d, "dst")?;
                 let (ip, prefix) = parse_cidr(s)?;
-                IpNetwork::new(ip, prefix).map_err(|_| bad(format!("invalid CIDR address: {s}")))?
+                IpNetwork::new(ip, prefix).map_err(|_| IpamError::InvalidCidr(s.to_string()))?
             }
-            None => return Err(bad("route: missing dst")),
+            None => return Err(IpamError::MissingDst),
         };
         out.push(RouteSpec {
             dst,
@@ -156,7 +157,7 @@ fn at_least_0_3_0(version: &str) -> bool {
 pub fn load(conf: &Map<String, Value>, env_ip: Option<&str>) -> Result<IpamConfig, IpamError> {
     let ipam = match field(conf, "ipam") {
         Some(v) => object(v, "ipam")?,
-        None => return Err(bad("IPAM config missing 'ipam' key")),
+        None => return Err(IpamError::MissingIpam),
     };
     let name = field(conf, "name")
         .map(|v| string(v, "name"))
@@ -180,11 +181,7 @@ pub fn load(conf: &Map<String, Value>, env_ip: Option<&str>) -> Result<IpamConfi
 
     let mut requested = Vec::new();
     if let Some(ip) = env_ip.filter(|s| !s.is_empty()) {
-        requested.push(parse_ip_maybe_prefix(ip).ok_or_else(|| {
-            IpamError::InvalidConfig(format!(
-                "ARGS: error parsing value of pair \"IP={ip}\": invalid IP address {ip}"
-            ))
-        })?);
+        requested.push(parse_ip_maybe_prefix(ip).ok_or_else(|| IpamError::EnvIp(ip.to_string()))?);
     }
     if let Some(ips) = args_cni.and_then(|a| field(a, "ips")) {
         ip_list(ips, "args.cni.ips", &mut requested)?;
@@ -216,25 +213,24 @@ pub fn load(conf: &Map<String, Value>, env_ip: Option<&str>) -> Result<IpamConfi
         specs.extend(range_sets(v, "ranges")?);
     }
     if specs.is_empty() {
-        return Err(bad("no IP ranges specified"));
+        return Err(IpamError::NoRanges);
     }
     let mut ranges = Vec::with_capacity(specs.len());
     for (i, set) in specs.iter().enumerate() {
         ranges.push(
-            RangeSet::canonicalize(set).map_err(|e| bad(format!("invalid range set {i}: {e}")))?,
+            RangeSet::canonicalize(set)
+                .map_err(|reason| IpamError::RangeSet { index: i, reason })?,
         );
     }
     let v4 = ranges.iter().filter(|s| s.family() == Family::V4).count();
     let v6 = ranges.len() - v4;
     if (v4 > 1 || v6 > 1) && !at_least_0_3_0(&cni_version) {
-        return Err(bad(format!(
-            "CNI version {cni_version} does not support more than 1 address per family"
-        )));
+        return Err(IpamError::TooManyAddresses(cni_version));
     }
     for (i, a) in ranges.iter().enumerate() {
         for (j, b) in ranges.iter().enumerate().skip(i + 1) {
             if a.overlaps(b) {
-                return Err(bad(format!("range set {i} overlaps with {j}")));
+                return Err(IpamError::Overlap(i, j));
             }
         }
     }

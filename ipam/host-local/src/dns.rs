@@ -16,11 +16,19 @@ pub struct DnsSettings {
 const MAX_RESOLV_CONF: u64 = 1 << 20;
 
 pub fn read_resolv_conf(path: &str) -> Result<DnsSettings, IpamError> {
-    let file = std::fs::File::open(path).map_err(|e| IpamError::io("open resolvConf", path, e))?;
+    let file = std::fs::File::open(path).map_err(|source| IpamError::Io {
+        op: "open resolvConf",
+        path: path.into(),
+        source,
+    })?;
     let mut text = String::new();
     file.take(MAX_RESOLV_CONF)
         .read_to_string(&mut text)
-        .map_err(|e| IpamError::io("read resolvConf", path, e))?;
+        .map_err(|source| IpamError::Io {
+            op: "read resolvConf",
+            path: path.into(),
+            source,
+        })?;
     Ok(parse_resolv_conf(&text))
 }
 

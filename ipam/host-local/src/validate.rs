@@ -18,9 +18,7 @@ pub fn network_name(name: &str) -> Result<(), IpamError> {
     if matches_id_pattern(name) {
         Ok(())
     } else {
-        Err(IpamError::InvalidConfig(format!(
-            "invalid network name {name:?}"
-        )))
+        Err(IpamError::NetworkName(name.to_string()))
     }
 }
 
@@ -28,9 +26,7 @@ pub fn container_id(id: &str) -> Result<(), IpamError> {
     if matches_id_pattern(id) {
         Ok(())
     } else {
-        Err(IpamError::InvalidArgs(format!(
-            "invalid container ID {id:?}"
-        )))
+        Err(IpamError::ContainerId(id.to_string()))
     }
 }
 
@@ -46,9 +42,7 @@ pub fn ifname(name: &str) -> Result<(), IpamError> {
     if ok {
         Ok(())
     } else {
-        Err(IpamError::InvalidArgs(format!(
-            "invalid interface name {name:?}"
-        )))
+        Err(IpamError::IfName(name.to_string()))
     }
 }
 

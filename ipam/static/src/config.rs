@@ -7,8 +7,9 @@ use std::net::IpAddr;
 use ipnetwork::IpNetwork;
 use libcni::result::{Dns, Route};
 use libcni::skel::CmdArgs;
-use libcni::CniError;
 use serde::Deserialize;
+
+use crate::error::StaticError;
 
 /// One address of the result.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,12 +112,6 @@ struct CniArgsConf {
     ips: Vec<String>,
 }
 
-/// Every error of static is a plain one upstream (`fmt.Errorf`, or the JSON decoder's), which
-/// the plugin skeleton reports with code 999.
-fn invalid(msg: impl Into<String>) -> CniError {
-    CniError::internal(msg)
-}
-
 /// Go's `net.ParseIP`, plus `To4()` canonicalisation of IPv4-mapped IPv6 addresses.
 pub fn parse_ip(s: &str) -> Option<IpAddr> {
     let ip: IpAddr = s.parse().ok()?;
@@ -146,45 +141,32 @@ pub fn parse_cidr(s: &str) -> Option<IpNetwork> {
 }
 
 /// An address of the result from `text`, or the reference's error naming the field it came
-/// from (`what(text)`).
-fn address(text: &str, what: impl Fn(&str) -> String) -> Result<StaticAddress, CniError> {
-    let address = parse_cidr(text).ok_or_else(|| invalid(what(text)))?;
+/// from (`not_cidr(text)`).
+fn address(text: &str, not_cidr: fn(String) -> StaticError) -> Result<StaticAddress, StaticError> {
+    let address = parse_cidr(text).ok_or_else(|| not_cidr(text.to_string()))?;
     Ok(StaticAddress {
         address,
         gateway: None,
     })
 }
 
-fn ipam_address_error(text: &str) -> String {
-    format!("the 'address' field is expected to be in CIDR notation, got: '{text}'")
-}
-
-fn env_ip_error(text: &str) -> String {
-    format!("the 'ip' field is expected to be in CIDR notation, got: '{text}'")
-}
-
-fn ips_entry_error(text: &str) -> String {
-    format!("an entry in the 'ips' field is NOT in CIDR notation, got: '{text}'")
-}
-
 /// A `gateway` or route `gw`: Go decodes it as a `net.IP`, whose decoder words the error.
-fn parse_gateway(s: &str) -> Result<Option<IpAddr>, CniError> {
+fn parse_gateway(s: &str) -> Result<Option<IpAddr>, StaticError> {
     if s.is_empty() {
         return Ok(None);
     }
     parse_ip(s)
         .map(Some)
-        .ok_or_else(|| invalid(format!("invalid IP address: {s}")))
+        .ok_or_else(|| StaticError::InvalidIp(s.to_string()))
 }
 
-fn route(r: &RouteConf) -> Result<Route, CniError> {
+fn route(r: &RouteConf) -> Result<Route, StaticError> {
     // The reference accepts a route without dst (and prints a broken result): ours refuses.
     if r.dst.is_empty() {
-        return Err(invalid("route: missing dst"));
+        return Err(StaticError::RouteWithoutDst);
     }
     // Go decodes dst as a `types.IPNet`, whose decoder words the error.
-    let dst =
-        parse_cidr(&r.dst).ok_or_else(|| invalid(format!("invalid CIDR address: {}", r.dst)))?;
+    let dst = parse_cidr(&r.dst).ok_or_else(|| StaticError::InvalidCidr(r.dst.clone()))?;
     let gw = parse_gateway(&r.gw)?;
     Ok(Route {
         dst,
@@ -203,9 +185,9 @@ fn comma_list(value: &str) -> impl Iterator<Item = &str> {
 }
 
 /// Loads the configuration of a call: the request's config and its CNI_ARGS.
-pub fn load(args: &CmdArgs) -> Result<StaticConfig, CniError> {
+pub fn load(args: &CmdArgs) -> Result<StaticConfig, StaticError> {
     // The reference returns the JSON decoder's error unwrapped.
-    let conf: NetConf = args.decode_config().map_err(|e| invalid(e.to_string()))?;
+    let conf: NetConf = args.decode_config().map_err(StaticError::Decode)?;
     let pairs = args.cni_args()?;
     libcni::args::check_known(&pairs, &["IP", "GATEWAY"])?;
     let env_ip = libcni::args::get(&pairs, "IP").unwrap_or_default();
@@ -222,25 +204,27 @@ fn addresses(
     ipam: &IpamConf,
     env_ip: &str,
     env_gateway: &str,
-) -> Result<Vec<StaticAddress>, CniError> {
+) -> Result<Vec<StaticAddress>, StaticError> {
     let mut from_env = Vec::new();
     if !env_ip.is_empty() {
         for item in comma_list(env_ip) {
-            from_env.push(address(item, env_ip_error)?);
+            from_env.push(address(item, StaticError::EnvIpNotCidr)?);
         }
     }
     // GATEWAY applies to the CNI_ARGS addresses whose subnet contains it.
     if !env_gateway.is_empty() {
         for item in env_gateway.split(',') {
             let gw = parse_ip(item.trim())
-                .ok_or_else(|| invalid(format!("invalid gateway address: {item}")))?;
+                .ok_or_else(|| StaticError::InvalidGateway(item.to_string()))?;
             for a in from_env.iter_mut().filter(|a| a.address.contains(gw)) {
                 a.gateway = Some(gw);
             }
         }
     }
-    let requested = |ips: &[String]| -> Result<Vec<StaticAddress>, CniError> {
-        ips.iter().map(|s| address(s, ips_entry_error)).collect()
+    let requested = |ips: &[String]| -> Result<Vec<StaticAddress>, StaticError> {
+        ips.iter()
+            .map(|s| address(s, StaticError::IpsEntryNotCidr))
+            .collect()
     };
     let from_args = match conf.args.as_ref().and_then(|a| a.cni.as_ref()) {
         Some(c) if !c.ips.is_empty() => Some(requested(&c.ips)?),
@@ -254,7 +238,7 @@ fn addresses(
     }
     let mut addresses = Vec::new();
     for a in &ipam.addresses {
-        let mut parsed = address(&a.address, ipam_address_error)?;
+        let mut parsed = address(&a.address, StaticError::AddressNotCidr)?;
         parsed.gateway = parse_gateway(&a.gateway)?;
         addresses.push(parsed);
     }
@@ -262,20 +246,14 @@ fn addresses(
     Ok(addresses)
 }
 
-fn build(conf: &NetConf, env_ip: &str, env_gateway: &str) -> Result<StaticConfig, CniError> {
-    let ipam = conf
-        .ipam
-        .as_ref()
-        .ok_or_else(|| invalid("IPAM config missing 'ipam' key"))?;
+fn build(conf: &NetConf, env_ip: &str, env_gateway: &str) -> Result<StaticConfig, StaticError> {
+    let ipam = conf.ipam.as_ref().ok_or(StaticError::MissingIpam)?;
     let addresses = addresses(conf, ipam, env_ip, env_gateway)?;
 
     let v4 = addresses.iter().filter(|a| a.address.is_ipv4()).count();
     let v6 = addresses.len() - v4;
     if (v4 > 1 || v6 > 1) && !libcni::version::at_least(&conf.cni_version, "0.3.0") {
-        return Err(invalid(format!(
-            "CNI version {} does not support more than 1 address per family",
-            conf.cni_version
-        )));
+        return Err(StaticError::TooManyAddresses(conf.cni_version.clone()));
     }
 
     let routes = ipam.routes.iter().map(route).collect::<Result<_, _>>()?;
@@ -297,9 +275,9 @@ mod tests {
     use super::*;
     use serde_json::{json, Value};
 
-    fn load_json(v: Value, ip: &str, gw: &str) -> Result<StaticConfig, CniError> {
+    fn load_json(v: Value, ip: &str, gw: &str) -> Result<StaticConfig, libcni::CniError> {
         let conf: NetConf = libcni::gojson::from_value(&v).unwrap();
-        build(&conf, ip, gw)
+        Ok(build(&conf, ip, gw)?)
     }
 
     fn addrs(c: &StaticConfig) -> Vec<String> {

@@ -2,12 +2,14 @@
 //! Nothing is allocated, so DEL and GC have nothing to release.
 
 mod config;
+mod error;
 
 use libcni::result::IpConfig;
 use libcni::skel::{self, CmdArgs, Plugin};
 use libcni::{CniError, CniResult};
 
 use crate::config::StaticConfig;
+use crate::error::StaticError;
 
 struct Static;
 
@@ -29,7 +31,7 @@ fn result_of(conf: StaticConfig) -> CniResult {
 
 /// Every configured address must be in prevResult, with the configured gateway when one is
 /// set (the reference skips addresses that are missing; we report them).
-fn verify(conf: &StaticConfig, prev: &CniResult, ifname: &str) -> Result<(), CniError> {
+fn verify(conf: &StaticConfig, prev: &CniResult, ifname: &str) -> Result<(), StaticError> {
     for want in &conf.addresses {
         let found = prev
             .ips
@@ -37,16 +39,16 @@ fn verify(conf: &StaticConfig, prev: &CniResult, ifname: &str) -> Result<(), Cni
             .find(|ip| ip.address.ip() == want.address.ip());
         match found {
             None => {
-                return Err(CniError::internal(format!(
-                    "static: address {} is not in prevResult for interface {ifname}",
-                    want.address
-                )))
+                return Err(StaticError::NotInPrevResult {
+                    address: want.address,
+                    ifname: ifname.to_string(),
+                })
             }
             Some(ip) if want.gateway.is_some() && ip.gateway != want.gateway => {
-                return Err(CniError::internal(format!(
-                    "static: Failed to match addr {} on interface {ifname}",
-                    want.address.ip()
-                )))
+                return Err(StaticError::GatewayMismatch {
+                    address: want.address.ip(),
+                    ifname: ifname.to_string(),
+                })
             }
             Some(_) => {}
         }
@@ -54,22 +56,24 @@ fn verify(conf: &StaticConfig, prev: &CniResult, ifname: &str) -> Result<(), Cni
     Ok(())
 }
 
+fn check(args: &CmdArgs) -> Result<(), StaticError> {
+    let conf = config::load(args)?;
+    let prev = args.prev_result()?.ok_or(StaticError::MissingPrevResult)?;
+    verify(&conf, &prev, &args.ifname)
+}
+
 impl Plugin for Static {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
-        config::load(args).map(result_of)
+        Ok(config::load(args).map(result_of)?)
     }
 
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
         // Nothing was allocated; the config is still validated so a broken one is reported.
-        config::load(args).map(|_| ())
+        Ok(config::load(args).map(|_| ())?)
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
-        let conf = config::load(args)?;
-        let prev = args
-            .prev_result()?
-            .ok_or_else(|| CniError::internal("Required prevResult missing"))?;
-        verify(&conf, &prev, &args.ifname)
+        Ok(check(args)?)
     }
 }
 

@@ -7,15 +7,17 @@ use libcni::result::{CniResult, Interface, IpConfig, Route};
 use libcni::skel::CmdArgs;
 use netkit::{Family, Kernel, Link, LiveKernel, Netlink, Socket};
 
+use crate::error::AttachError;
 use crate::errors::kernel;
 
-fn fail(msg: impl Into<String>) -> CniError {
-    CniError::internal(msg)
+fn fail(e: AttachError) -> CniError {
+    e.into()
 }
 
 /// The prevResult a CHECK needs (`<prefix>Required prevResult missing` otherwise).
 pub fn prev_result(args: &CmdArgs, missing: &str) -> Result<CniResult, CniError> {
-    args.prev_result()?.ok_or_else(|| fail(missing))
+    args.prev_result()?
+        .ok_or_else(|| fail(AttachError::PrevResultMissing(missing.to_string())))
 }
 
 /// The container interface of prevResult: named `CNI_IFNAME` with `CNI_NETNS` as sandbox.
@@ -25,40 +27,36 @@ pub fn container_interface(prev: &CniResult, args: &CmdArgs) -> Result<Interface
         .find(|i| i.name == args.ifname && i.sandbox == args.netns)
         .cloned()
         .ok_or_else(|| {
-            fail(format!(
-                "Sandbox in prevResult  doesn't match configured netns: {}",
-                args.netns
-            ))
+            fail(AttachError::SandboxMismatch {
+                netns: args.netns.clone(),
+            })
         })
 }
 
 /// The container link recorded in `intf`, found in the container and with the recorded MAC.
 pub fn container_link<S: Netlink>(cont: &mut S, intf: &Interface) -> Result<Link, CniError> {
     if intf.name.is_empty() {
-        return Err(fail("Container interface name missing in prevResult: "));
+        return Err(fail(AttachError::InterfaceNameMissing));
     }
     let link = match cont.find_link(&intf.name).map_err(kernel)? {
         Some(l) => l,
         None => {
-            return Err(fail(format!(
-                "Container Interface name in prevResult: {} not found",
-                intf.name
-            )))
+            return Err(fail(AttachError::InterfaceNotFound {
+                name: intf.name.clone(),
+            }))
         }
     };
     if intf.sandbox.is_empty() {
-        return Err(fail(format!(
-            "Error: Container interface {} should not be in host namespace",
-            link.name
-        )));
+        return Err(fail(AttachError::InHostNamespace {
+            name: link.name.clone(),
+        }));
     }
     if !intf.mac.is_empty() && !intf.mac.eq_ignore_ascii_case(&link.mac_string()) {
-        return Err(fail(format!(
-            "Interface {} Mac {} doesn't match container Mac: {}",
-            intf.name,
-            intf.mac,
-            link.mac_string()
-        )));
+        return Err(fail(AttachError::MacMismatch {
+            name: intf.name.clone(),
+            recorded: intf.mac.clone(),
+            actual: link.mac_string(),
+        }));
     }
     Ok(link)
 }
@@ -100,10 +98,10 @@ pub fn interface_ips<S: Netlink>(
     let all_routes = cont.routes(Family::Any, None).map_err(kernel)?;
     for ip in ips {
         if !addrs.iter().any(|a| a.address == ip.address) {
-            return Err(fail(format!(
-                "Failed to match addr {} on interface {}",
-                ip.address, link.name
-            )));
+            return Err(fail(AttachError::AddressMissing {
+                address: ip.address,
+                ifname: link.name.clone(),
+            }));
         }
         let prefix = prefix_of(&ip.address);
         let tables = tables_of(&rules, ip);
@@ -111,11 +109,10 @@ pub fn interface_ips<S: Netlink>(
             .iter()
             .any(|r| r.dst_network() == prefix && tables.contains(&r.table_id()))
         {
-            let gw = ip.gateway.map(|g| g.to_string()).unwrap_or_default();
-            return Err(fail(format!(
-                "Failed to find Gateway {gw} for interface {}",
-                link.name
-            )));
+            return Err(fail(AttachError::GatewayRouteMissing {
+                gateway: ip.gateway,
+                ifname: link.name.clone(),
+            }));
         }
     }
     Ok(())
@@ -145,13 +142,10 @@ pub fn routes<S: Netlink>(
                 && (r.gw.is_none() || k.gateway == r.gw)
         });
         if !found {
-            let gw =
-                r.gw.map(|g| g.to_string())
-                    .unwrap_or_else(|| "<nil>".into());
-            return Err(fail(format!(
-                "Expected Route {{Dst: {} GW: {gw}}} not found in the container's routing table",
-                r.dst
-            )));
+            return Err(fail(AttachError::RouteMissing {
+                dst: r.dst,
+                gateway: r.gw,
+            }));
         }
     }
     Ok(())

@@ -7,6 +7,8 @@ use libcni::skel::CmdArgs;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::error::AttachError;
+
 /// `"ipam": {"type": ...}`; the rest of the object is the IPAM plugin's business.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
@@ -87,10 +89,10 @@ pub fn mac_by_precedence(
 /// a plain error (code 999) with Go's `net.ParseMAC` wording.
 pub fn parse_mac(text: &str) -> Result<[u8; 6], CniError> {
     netkit::link::parse_mac(text).map_err(|_| {
-        CniError::internal(format!(
-            "invalid args {text} for MAC addr: {}",
-            go_mac_error(text)
-        ))
+        AttachError::Mac {
+            text: text.to_string(),
+        }
+        .into()
     })
 }
 
@@ -104,7 +106,7 @@ pub fn mtu(raw: i64) -> Result<Option<u32>, CniError> {
     match u32::try_from(raw) {
         Ok(0) => Ok(None),
         Ok(v) => Ok(Some(v)),
-        Err(_) => Err(CniError::internal(format!("invalid MTU {raw}"))),
+        Err(_) => Err(AttachError::Mtu(raw).into()),
     }
 }
 
@@ -112,9 +114,11 @@ pub fn mtu(raw: i64) -> Result<Option<u32>, CniError> {
 /// master's MTU, worded and coded (999) as the reference does.
 pub fn mtu_within_master(raw: i64, master_mtu: u32) -> Result<Option<u32>, CniError> {
     if raw < 0 || raw > i64::from(master_mtu) {
-        return Err(CniError::internal(format!(
-            "invalid MTU {raw}, must be [0, master MTU({master_mtu})]"
-        )));
+        return Err(AttachError::MtuOverMaster {
+            mtu: raw,
+            master_mtu,
+        }
+        .into());
     }
     mtu(raw)
 }
@@ -123,13 +127,18 @@ pub fn mtu_within_master(raw: i64, master_mtu: u32) -> Result<Option<u32>, CniEr
 /// has no such check (the kernel refuses the name later); ours fails early, with the
 /// reference's code for a failed ADD (999).
 pub fn ifname(field: &str, name: &str) -> Result<(), CniError> {
-    netkit::link::validate_ifname(name)
-        .map_err(|e| CniError::internal(format!("invalid {field}: {e}")))
+    netkit::link::validate_ifname(name).map_err(|source| {
+        AttachError::IfName {
+            field: field.to_string(),
+            source,
+        }
+        .into()
+    })
 }
 
 /// The decode error of a config, worded like the reference's (`fmt.Errorf`, so code 999).
-pub fn decode_error(e: impl std::fmt::Display) -> CniError {
-    CniError::internal(format!("failed to load netconf: {e}"))
+pub fn decode_error(e: libcni::gojson::Error) -> CniError {
+    AttachError::Decode(e).into()
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use libcni::result::CniResult;
 use netkit::packet_route::address::AddressFlags;
 use netkit::{AddressOptions, Family, Kernel, LiveKernel, Netlink, Netns, Socket};
 
+use crate::error::AttachError;
 use crate::errors::kernel_ctx;
 
 /// How long IPv6 duplicate address detection may take.
@@ -37,7 +38,7 @@ pub fn configure_iface_with<K: Kernel>(
     result: &CniResult,
 ) -> Result<(), CniError> {
     if result.interfaces.is_empty() {
-        return Err(CniError::internal("no interfaces to configure"));
+        return Err(AttachError::NoInterfaces.into());
     }
     let link = sock.link_by_name(ifname).map_err(CniError::from)?;
     let (mut v4gw, mut v6gw) = (None, None);
@@ -45,10 +46,11 @@ pub fn configure_iface_with<K: Kernel>(
     for ip in &result.ips {
         let Some(idx) = ip.interface else { continue };
         if result.interfaces.get(idx).is_none_or(|i| i.name != ifname) {
-            return Err(CniError::internal(format!(
-                "failed to add IP addr {} to {ifname:?}: invalid interface index",
-                ip.address
-            )));
+            return Err(AttachError::BadInterfaceIndex {
+                address: ip.address,
+                ifname: ifname.to_string(),
+            }
+            .into());
         }
         if ip.address.is_ipv6() && !ipv6_enabled {
             enable_ipv6(kernel, netns, ifname)?;
@@ -140,10 +142,11 @@ fn settle_addresses<S: Netlink>(sock: &mut S, index: u32, ifname: &str) -> Resul
             .iter()
             .find(|a| a.flags.contains(AddressFlags::Dadfailed))
         {
-            return Err(CniError::internal(format!(
-                "IPv6 duplicate address detection failed for {} on {ifname}",
-                bad.address
-            )));
+            return Err(AttachError::DadFailed {
+                address: bad.address,
+                ifname: ifname.to_string(),
+            }
+            .into());
         }
         if !addrs
             .iter()
@@ -152,9 +155,10 @@ fn settle_addresses<S: Netlink>(sock: &mut S, index: u32, ifname: &str) -> Resul
             return Ok(());
         }
         if start.elapsed() > DAD_TIMEOUT {
-            return Err(CniError::internal(format!(
-                "timed out waiting for IPv6 DAD on {ifname}"
-            )));
+            return Err(AttachError::DadTimeout {
+                ifname: ifname.to_string(),
+            }
+            .into());
         }
         std::thread::sleep(DAD_POLL);
     }

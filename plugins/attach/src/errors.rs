@@ -2,6 +2,8 @@
 
 use libcni::error::CniError;
 
+use crate::error::AttachError;
+
 /// A netkit failure as a CNI error: netkit's `From` conversion (code 999, bad input
 /// included), named for `map_err` call sites.
 pub fn kernel(e: netkit::Error) -> CniError {
@@ -10,7 +12,11 @@ pub fn kernel(e: netkit::Error) -> CniError {
 
 /// A netkit failure with an outer context: "`outer`: `cause`".
 pub fn kernel_ctx(e: netkit::Error, outer: impl std::fmt::Display) -> CniError {
-    context(kernel(e), outer)
+    AttachError::KernelContext {
+        context: outer.to_string(),
+        source: e,
+    }
+    .into()
 }
 
 /// Prepends `outer: ` to a CNI error's message, keeping its code.

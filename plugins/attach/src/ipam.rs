@@ -11,6 +11,7 @@ use libcni::invoke;
 use libcni::result::CniResult;
 use libcni::skel::CmdArgs;
 
+use crate::error::AttachError;
 use crate::rollback::Rollback;
 
 fn env(args: &CmdArgs, command: &str) -> Vec<(String, String)> {
@@ -74,7 +75,7 @@ pub trait Ipam: Clone + Send + Sync + 'static {
                 let worked = work(rollback);
                 let ipam = delegate
                     .join()
-                    .unwrap_or_else(|_| Err(CniError::internal("IPAM delegation failed")));
+                    .unwrap_or_else(|_| Err(AttachError::IpamPanicked.into()));
                 (worked, ipam)
             })
         } else {
@@ -136,7 +137,7 @@ pub trait Ipam: Clone + Send + Sync + 'static {
             let worked = work();
             let ipam = delegate
                 .join()
-                .unwrap_or_else(|_| Err(CniError::internal("IPAM delegation failed")));
+                .unwrap_or_else(|_| Err(AttachError::IpamPanicked.into()));
             (ipam, worked)
         })
     }
@@ -163,7 +164,7 @@ pub trait Ipam: Clone + Send + Sync + 'static {
 /// The IPAM plugin's result for interface `iface` (an error without any IP).
 fn for_interface(mut result: CniResult, iface: usize) -> Result<CniResult, CniError> {
     if result.ips.is_empty() {
-        return Err(CniError::internal("IPAM plugin returned missing IP config"));
+        return Err(AttachError::IpamNoIps.into());
     }
     for ip in &mut result.ips {
         ip.interface = Some(iface);

@@ -11,6 +11,7 @@
 pub mod check;
 pub mod conf;
 pub mod configure;
+pub mod error;
 pub mod errors;
 pub mod ipam;
 pub mod link;

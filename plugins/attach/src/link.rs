@@ -7,6 +7,7 @@ use libcni::error::CniError;
 use libcni::result::Interface;
 use netkit::{Kernel, Link, LiveKernel, Netlink, Netns, Socket};
 
+use crate::error::AttachError;
 use crate::errors::{kernel, kernel_ctx};
 
 /// Attempts at a free temporary name.
@@ -17,7 +18,7 @@ pub fn random_veth_name() -> Result<String, CniError> {
     let mut b = [0u8; 4];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut b))
-        .map_err(|e| CniError::internal(format!("failed to generate a random link name: {e}")))?;
+        .map_err(AttachError::RandomName)?;
     Ok(format!("veth{:08x}", u32::from_ne_bytes(b)))
 }
 
@@ -166,12 +167,15 @@ pub fn master<S: Netlink>(sock: &mut S, name: &str) -> Result<Link, CniError> {
         return sock
             .default_route_link()
             .map_err(kernel)?
-            .ok_or_else(|| CniError::internal("no default route interface found"));
+            .ok_or_else(|| AttachError::NoDefaultRoute.into());
     }
     sock.link_by_name(name).map_err(|e| {
         if e.is_not_found() {
             // Go's netlink words a missing link "Link not found"; operators match on it.
-            CniError::internal(format!("failed to lookup master {name:?}: Link not found"))
+            AttachError::MasterNotFound {
+                name: name.to_string(),
+            }
+            .into()
         } else {
             kernel_ctx(e, format!("failed to lookup master {name:?}"))
         }
@@ -205,9 +209,13 @@ pub fn master_status(plugin: &str, in_container: bool, name: &str) -> Result<(),
         return Ok(());
     }
     let mut host = Socket::new().map_err(kernel)?;
-    master(&mut host, name)
-        .map(|_| ())
-        .map_err(|e| CniError::not_available(format!("{plugin}: {}", e.msg)))
+    master(&mut host, name).map(|_| ()).map_err(|cause| {
+        AttachError::MasterUnavailable {
+            plugin: plugin.to_string(),
+            cause,
+        }
+        .into()
+    })
 }
 
 /// DEL of a plugin whose only objects are the container link and an IPAM lease: both go (at

@@ -5,7 +5,7 @@
 use libcni::result::CniResult;
 use netkit::{Link, Netns, Socket};
 
-use crate::error::BandwidthError;
+use crate::error::{BandwidthError, ChainError};
 
 pub fn host_veth(
     prev: &CniResult,
@@ -14,9 +14,7 @@ pub fn host_veth(
     host: &mut Socket,
 ) -> Result<Link, BandwidthError> {
     if prev.interfaces.is_empty() {
-        return Err(BandwidthError::Chain(
-            "no interfaces provided in prevResult".into(),
-        ));
+        return Err(ChainError::NoInterfaces.into());
     }
     let netns = Netns::open(netns_path)?;
     let mut container = Socket::open_in(&netns)?;
@@ -25,38 +23,31 @@ pub fn host_veth(
         .map_err(|e| e.context(format!("in netns {netns_path:?}")))?;
     let peer_index = match (cont_link.is_kind("veth"), cont_link.link) {
         (true, Some(i)) => i,
-        _ => {
-            return Err(BandwidthError::Chain(format!(
-                "container interface {ifname} has no veth peer: bandwidth supports veth-based chains only"
-            )))
-        }
+        _ => return Err(ChainError::NoVethPeer(ifname.to_string()).into()),
     };
     let host_link = match host.link_by_index(peer_index) {
         Ok(l) => l,
         Err(e) if e.is_not_found() => {
-            return Err(BandwidthError::Chain(format!(
-                "veth peer with index {peer_index} is not in host ns"
-            )));
+            return Err(ChainError::PeerNotInHost(peer_index).into());
         }
         Err(e) => return Err(e.into()),
     };
     // An equal ifindex in this netns may belong to an unrelated link when the peer lives in a
     // third netns: insist that it points back at the container interface.
     if !host_link.is_kind("veth") || host_link.link != Some(cont_link.index) {
-        return Err(BandwidthError::Chain(format!(
-            "veth peer with index {peer_index} is not in host ns (link {} there is not the peer of {ifname})",
-            host_link.name
-        )));
+        return Err(ChainError::NotThePeer {
+            index: peer_index,
+            host_link: host_link.name,
+            ifname: ifname.to_string(),
+        }
+        .into());
     }
     let listed = prev
         .interfaces
         .iter()
         .any(|i| i.sandbox.is_empty() && i.name == host_link.name);
     if !listed {
-        return Err(BandwidthError::Chain(format!(
-            "no veth peer of container interface found in host ns: {} is not in prevResult.interfaces",
-            host_link.name
-        )));
+        return Err(ChainError::NotListed(host_link.name).into());
     }
     Ok(host_link)
 }

@@ -18,7 +18,7 @@ use netkit::tc::{psched_tick_in_usec, Tbf};
 use netkit::Socket;
 
 use config::{Config, Limit};
-use error::BandwidthError;
+use error::{BandwidthError, ChainError};
 use setup::Plan;
 
 /// Chaining exists from 0.3.0 on, as the reference advertises.
@@ -61,12 +61,11 @@ fn prepare(args: &CmdArgs) -> Result<(CniResult, Option<Shaping>), CniError> {
     let cfg = Config::from_map(&args.config).map_err(BandwidthError::from)?;
     let prev = args.prev_result()?.ok_or_else(|| {
         // The reference words the two verbs differently.
-        let msg = if args.command == Command::Check {
-            "must be called as a chained plugin"
+        BandwidthError::Chain(if args.command == Command::Check {
+            ChainError::NotChainedCheck
         } else {
-            "must be called as chained plugin"
-        };
-        BandwidthError::Chain(msg.into())
+            ChainError::NotChained
+        })
     })?;
     if cfg.limits.is_empty() {
         return Ok((prev, None));

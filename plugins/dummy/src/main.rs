@@ -1,8 +1,9 @@
 //! The `dummy` CNI plugin: a dummy link named `CNI_IFNAME`, created in the container netns and
 //! addressed by IPAM (required): an interface that holds addresses without carrying traffic.
 
+mod error;
+
 use attach::conf::{self, IpamRef};
-use attach::errors::kernel_ctx;
 use attach::ipam::{ExecIpam, Ipam};
 use attach::rollback::{self, Rollback};
 use attach::{check, configure, link};
@@ -14,6 +15,8 @@ use netkit::packet_route::link::LinkMessage;
 use netkit::{Kernel, LiveKernel, Netlink};
 use serde::Deserialize;
 
+use crate::error::DummyError;
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 // Go's struct name, for its wording of type errors.
@@ -23,16 +26,11 @@ struct RawConf {
 }
 
 /// The IPAM type, which dummy requires.
-fn load(args: &CmdArgs) -> Result<String, CniError> {
-    let raw: RawConf = args
-        .decode_config()
-        .map_err(|e| CniError::internal(format!("failed to parse network config: {e}")))?;
+fn load(args: &CmdArgs) -> Result<String, DummyError> {
+    let raw: RawConf = args.decode_config().map_err(DummyError::Decode)?;
     let ipam_type = conf::ipam_type(&raw.ipam);
     if ipam_type.is_empty() {
-        // A plain error upstream, so code 999.
-        return Err(CniError::internal(
-            "dummy interface requires an IPAM configuration",
-        ));
+        return Err(DummyError::IpamRequired);
     }
     Ok(ipam_type)
 }
@@ -47,12 +45,12 @@ fn add_with<K: Kernel, I: Ipam>(
     args: &CmdArgs,
     ipam_type: &str,
     message: &dyn Fn(NewLinkBase<'_>) -> LinkMessage,
-) -> Result<CniResult, CniError> {
-    rollback::guarded("dummy", |rb| {
+) -> Result<CniResult, DummyError> {
+    Ok(rollback::guarded("dummy", |rb| {
         let r = add_steps(kernel, ipam, args, ipam_type, message, rb)?;
         r.to_value(&args.cni_version)?;
         Ok(r)
-    })
+    })?)
 }
 
 fn add_steps<K: Kernel, I: Ipam>(
@@ -62,7 +60,7 @@ fn add_steps<K: Kernel, I: Ipam>(
     ipam_type: &str,
     message: &dyn Fn(NewLinkBase<'_>) -> LinkMessage,
     rb: &mut Rollback,
-) -> Result<CniResult, CniError> {
+) -> Result<CniResult, DummyError> {
     let mut host = kernel.socket()?;
     let (netns, mut cont) = link::open_netns_with(kernel, &args.netns)?;
     // Born under its final name (nothing on the host shares the container's names), while
@@ -73,10 +71,15 @@ fn add_steps<K: Kernel, I: Ipam>(
             ..Default::default()
         };
         host.add_link(message(base), Some(&netns))
-            .map_err(|e| kernel_ctx(e, "failed to create dummy"))?;
+            .map_err(|e| CniError::from(DummyError::Create(e)))?;
         link::undo_delete_with(kernel, rb, &args.netns, &args.ifname);
-        cont.link_by_name(&args.ifname)
-            .map_err(|e| kernel_ctx(e, format!("failed to fetch dummy {:?}", args.ifname)))
+        cont.link_by_name(&args.ifname).map_err(|source| {
+            DummyError::Fetch {
+                ifname: args.ifname.clone(),
+                source,
+            }
+            .into()
+        })
     })?;
     result.cni_version = libcni::version::CURRENT.to_string();
     result.interfaces = vec![link::container_interface(&created, &args.netns)];
@@ -90,8 +93,10 @@ fn del<K: Kernel, I: Ipam>(
     ipam: &I,
     args: &CmdArgs,
     ipam_type: &str,
-) -> Result<(), CniError> {
-    link::del_with_ipam_with(kernel, ipam, args, ipam_type, "dummy")
+) -> Result<(), DummyError> {
+    Ok(link::del_with_ipam_with(
+        kernel, ipam, args, ipam_type, "dummy",
+    )?)
 }
 
 /// CHECK: the attachment, with the container link a dummy that is up.
@@ -100,8 +105,8 @@ fn check<K: Kernel, I: Ipam>(
     ipam: &I,
     args: &CmdArgs,
     ipam_type: &str,
-) -> Result<(), CniError> {
-    check::attachment_with(
+) -> Result<(), DummyError> {
+    Ok(check::attachment_with(
         kernel,
         ipam,
         args,
@@ -109,33 +114,34 @@ fn check<K: Kernel, I: Ipam>(
         "dummy: Required prevResult missing",
         |_, l, _| {
             if !l.is_kind("dummy") {
-                return Err(CniError::internal(format!(
-                    "Error: Container interface {} not of type dummy",
-                    l.name
-                )));
+                return Err(DummyError::NotDummy(l.name.clone()).into());
             }
             if !l.is_up() {
-                return Err(CniError::internal(format!("Interface {} is down", l.name)));
+                return Err(DummyError::Down(l.name.clone()).into());
             }
             Ok(())
         },
-    )
+    )?)
 }
 
 impl Plugin for Dummy {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
         let ipam_type = load(args)?;
-        add_with(&LiveKernel, &ExecIpam, args, &ipam_type, &|base| {
-            dummy_message(&base)
-        })
+        Ok(add_with(
+            &LiveKernel,
+            &ExecIpam,
+            args,
+            &ipam_type,
+            &|base| dummy_message(&base),
+        )?)
     }
 
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
-        del(&LiveKernel, &ExecIpam, args, &load(args)?)
+        Ok(del(&LiveKernel, &ExecIpam, args, &load(args)?)?)
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
-        check(&LiveKernel, &ExecIpam, args, &load(args)?)
+        Ok(check(&LiveKernel, &ExecIpam, args, &load(args)?)?)
     }
 
     fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
@@ -175,13 +181,13 @@ mod tests {
 
     #[test]
     fn ipam_is_required() {
-        let e = load(&cmd_args(json!({"type": "dummy"}), "")).unwrap_err();
+        let e = CniError::from(load(&cmd_args(json!({"type": "dummy"}), "")).unwrap_err());
         assert_eq!(
             (e.code, e.msg.as_str()),
             (999, "dummy interface requires an IPAM configuration")
         );
         assert_eq!(
-            load(&cmd_args(json!({"ipam": "x"}), "")).unwrap_err().code,
+            CniError::from(load(&cmd_args(json!({"ipam": "x"}), "")).unwrap_err()).code,
             999
         );
         assert_eq!(
@@ -208,7 +214,9 @@ mod tests {
         let guard = netkit::Netns::open(host.path()).unwrap().enter().unwrap();
         let r = add_with(&LiveKernel, &ExecIpam, &args, "fake-ipam", &ifb_stand_in).unwrap();
         // A second ADD into the same netns and ifname fails at creation.
-        let e = add_with(&LiveKernel, &ExecIpam, &args, "fake-ipam", &ifb_stand_in).unwrap_err();
+        let e = CniError::from(
+            add_with(&LiveKernel, &ExecIpam, &args, "fake-ipam", &ifb_stand_in).unwrap_err(),
+        );
         drop(guard);
         assert_eq!(r.dns.nameservers, ["10.7.2.53"]);
         assert_eq!(
@@ -232,7 +240,9 @@ mod tests {
         );
         args.ifname = "net2".into();
         let guard = netkit::Netns::open(host.path()).unwrap().enter().unwrap();
-        let e = add_with(&LiveKernel, &ExecIpam, &args, "fake-ipam", &ifb_stand_in).unwrap_err();
+        let e = CniError::from(
+            add_with(&LiveKernel, &ExecIpam, &args, "fake-ipam", &ifb_stand_in).unwrap_err(),
+        );
         drop(guard);
         assert_eq!(e.msg, "IPAM plugin returned missing IP config");
         assert_eq!(ipam_calls(empty.path()), ["ADD ctr1 net2", "DEL ctr1 net2"]);
@@ -272,9 +282,9 @@ mod fake_kernel_tests {
     }
 
     fn run_add(kernel: &FakeKernel, ipam: &FakeIpam) -> Result<CniResult, CniError> {
-        add_with(kernel, ipam, &args(), "fake-ipam", &|base| {
+        Ok(add_with(kernel, ipam, &args(), "fake-ipam", &|base| {
             dummy_message(&base)
-        })
+        })?)
     }
 
     #[test]
@@ -349,16 +359,16 @@ mod fake_kernel_tests {
         let net1 = kernel.link(POD, "net1").unwrap();
         let mut pod = kernel.socket_in(&FakeNs(POD.into())).unwrap();
         pod.set_link_down(net1.index).unwrap();
-        let e = check(&kernel, &ipam, &a, "fake-ipam").unwrap_err();
+        let e = CniError::from(check(&kernel, &ipam, &a, "fake-ipam").unwrap_err());
         assert_eq!(e.msg, "Interface net1 is down");
         pod.delete_link(net1.index).unwrap();
         kernel.setup_link(POD, "net1", Some("veth"), 1500);
-        let e = check(&kernel, &ipam, &a, "fake-ipam").unwrap_err();
+        let e = CniError::from(check(&kernel, &ipam, &a, "fake-ipam").unwrap_err());
         assert!(e.msg.starts_with("Interface net1 Mac"), "{}", e.msg);
         let mut without_mac = r.clone();
         without_mac.interfaces[0].mac.clear();
         let a = with_prev_result(args(), &without_mac);
-        let e = check(&kernel, &ipam, &a, "fake-ipam").unwrap_err();
+        let e = CniError::from(check(&kernel, &ipam, &a, "fake-ipam").unwrap_err());
         assert_eq!(e.msg, "Error: Container interface net1 not of type dummy");
     }
 }

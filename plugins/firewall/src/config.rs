@@ -2,8 +2,9 @@
 
 use std::path::PathBuf;
 
-use libcni::CniError;
 use serde::Deserialize;
+
+use crate::error::FirewallError;
 
 pub const DEFAULT_ADMIN_CHAIN: &str = "CNI-ADMIN";
 pub const DEFAULT_ZONE: &str = "trusted";
@@ -86,45 +87,32 @@ fn valid_zone(s: &str) -> bool {
 
 pub fn parse(
     config: &serde_json::Map<String, serde_json::Value>,
-) -> Result<FirewallConf, CniError> {
-    let raw: RawConf = libcni::gojson::from_map(config)
-        .map_err(|e| CniError::internal(format!("failed to load netconf: {e}")))?;
+) -> Result<FirewallConf, FirewallError> {
+    let raw: RawConf = libcni::gojson::from_map(config).map_err(FirewallError::Load)?;
     let backend = match raw.backend.as_deref() {
         None | Some("") => None,
         Some(name) if BackendKind::from_name(name).is_some() => BackendKind::from_name(name),
-        Some(other) => {
-            return Err(CniError::internal(format!(
-                "unknown firewall backend {other:?}: expected \"iptables\" or \"firewalld\""
-            )))
-        }
+        Some(other) => return Err(FirewallError::UnknownBackend(other.to_string())),
     };
     let admin_chain = raw
         .admin_chain
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| DEFAULT_ADMIN_CHAIN.to_string());
     if !valid_chain_name(&admin_chain) {
-        return Err(CniError::internal(format!(
-            "invalid iptablesAdminChainName {admin_chain:?}"
-        )));
+        return Err(FirewallError::AdminChain(admin_chain));
     }
     let zone = raw
         .zone
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| DEFAULT_ZONE.to_string());
     if !valid_zone(&zone) {
-        return Err(CniError::internal(format!(
-            "invalid firewalldZone {zone:?}"
-        )));
+        return Err(FirewallError::Zone(zone));
     }
     let ingress_policy = match raw.ingress_policy.as_deref() {
         None | Some("") | Some("open") => IngressPolicy::Open,
         Some("same-bridge") => IngressPolicy::SameBridge,
         Some("isolated") => IngressPolicy::Isolated,
-        Some(other) => {
-            return Err(CniError::internal(format!(
-                "unknown ingress policy: {other:?}"
-            )))
-        }
+        Some(other) => return Err(FirewallError::IngressPolicy(other.to_string())),
     };
     let data_dir = PathBuf::from(
         raw.data_dir
@@ -145,7 +133,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn conf(v: serde_json::Value) -> Result<FirewallConf, CniError> {
+    fn conf(v: serde_json::Value) -> Result<FirewallConf, FirewallError> {
         parse(v.as_object().unwrap())
     }
 

@@ -7,8 +7,9 @@
 
 use std::net::IpAddr;
 
-use libcni::CniError;
 use netkit::netfilter::exec;
+
+use crate::error::FirewallError;
 
 const PID_FILES: &[&str] = &["/run/firewalld.pid", "/var/run/firewalld.pid"];
 const TOOL: &str = "firewall-cmd";
@@ -43,7 +44,7 @@ pub fn args(zone: &str, op: &str, ip: IpAddr) -> Vec<String> {
     ]
 }
 
-fn run(zone: &str, op: &str, ip: IpAddr) -> Result<exec::Output, CniError> {
+fn run(zone: &str, op: &str, ip: IpAddr) -> Result<exec::Output, FirewallError> {
     let a = args(zone, op, ip);
     let refs: Vec<&str> = a.iter().map(String::as_str).collect();
     exec::run(
@@ -52,21 +53,22 @@ fn run(zone: &str, op: &str, ip: IpAddr) -> Result<exec::Output, CniError> {
         None,
         &format!("failed to {op} source {ip} in firewalld zone {zone}"),
     )
-    .map_err(|e| CniError::internal(e.to_string()))
+    .map_err(FirewallError::from)
 }
 
 /// ADD: bind each address to the zone (already bound to it is fine).
-pub fn add(ips: &[IpAddr], zone: &str) -> Result<(), CniError> {
+pub fn add(ips: &[IpAddr], zone: &str) -> Result<(), FirewallError> {
     for ip in ips {
         let out = run(zone, "add", *ip)?;
         if !out.success
             && !out.stderr.contains("ZONE_ALREADY_SET")
             && !out.stderr.contains("ALREADY_ENABLED")
         {
-            return Err(CniError::internal(format!(
-                "failed to add source {ip} to firewalld zone {zone}: {}",
-                out.stderr
-            )));
+            return Err(FirewallError::FirewalldAdd {
+                ip: *ip,
+                zone: zone.to_string(),
+                stderr: out.stderr,
+            });
         }
     }
     Ok(())
@@ -87,13 +89,14 @@ pub fn del(ips: &[IpAddr], zone: &str) {
 }
 
 /// CHECK: each address is a source of the zone.
-pub fn check(ips: &[IpAddr], zone: &str) -> Result<(), CniError> {
+pub fn check(ips: &[IpAddr], zone: &str) -> Result<(), FirewallError> {
     for ip in ips {
         let out = run(zone, "query", *ip)?;
         if !out.success {
-            return Err(CniError::internal(format!(
-                "source {ip} is not bound to firewalld zone {zone}"
-            )));
+            return Err(FirewallError::FirewalldNotBound {
+                ip: *ip,
+                zone: zone.to_string(),
+            });
         }
     }
     Ok(())

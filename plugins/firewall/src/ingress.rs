@@ -18,13 +18,13 @@
 //! (exact-rule `-C`, `-I`, `-A`). One description, [`policy_rules`], feeds both.
 
 use libcni::result::CniResult;
-use libcni::CniError;
 use netkit::netfilter::host;
 use netkit::netfilter::iptables::{Family, Iptables};
 use netkit::netfilter::nf_tables::{self as nft, xt, Socket, Verdict};
 use netkit::netfilter::xt_rules::{self, Place, Wanted};
 
 use crate::config::IngressPolicy;
+use crate::error::FirewallError;
 
 const FILTER: &str = "filter";
 const FORWARD: &str = "FORWARD";
@@ -146,19 +146,16 @@ fn refs(v: &[String]) -> Vec<&str> {
 }
 
 /// The bridge is the first interface of the bridge plugin's result.
-fn bridge_name(result: &CniResult, policy: &str) -> Result<String, CniError> {
+fn bridge_name(result: &CniResult, policy: &'static str) -> Result<String, FirewallError> {
     let name = result
         .interfaces
         .first()
         .map(|i| i.name.clone())
         .unwrap_or_default();
     if name.is_empty() {
-        return Err(CniError::internal(format!(
-            "interface needs to be set for ingress policy {policy:?}, make sure to chain \"firewall\" plugin with \"bridge\""
-        )));
+        return Err(FirewallError::NoBridge { policy });
     }
-    netkit::link::validate_ifname(&name)
-        .map_err(|e| CniError::internal(format!("bad bridge name in prevResult: {e}")))?;
+    netkit::link::validate_ifname(&name).map_err(FirewallError::BridgeName)?;
     Ok(name)
 }
 
@@ -166,7 +163,7 @@ fn bridge_name(result: &CniResult, policy: &str) -> Result<String, CniError> {
 fn policy_of(
     policy: IngressPolicy,
     result: &CniResult,
-) -> Result<Option<(String, bool)>, CniError> {
+) -> Result<Option<(String, bool)>, FirewallError> {
     let (isolated, name) = match policy {
         IngressPolicy::Open => return Ok(None),
         IngressPolicy::SameBridge => (false, "same-bridge"),
@@ -202,7 +199,7 @@ fn wanted(family: Family, rules: &[PolicyRule]) -> Vec<Wanted> {
         .collect()
 }
 
-fn setup_over_netlink(family: Family, rules: &[PolicyRule]) -> Result<(), CniError> {
+fn setup_over_netlink(family: Family, rules: &[PolicyRule]) -> Result<(), FirewallError> {
     let fam = nft_family(family);
     let mut sock = Socket::new()?;
     let prelude = |b: &mut nft::Batch| {
@@ -211,15 +208,16 @@ fn setup_over_netlink(family: Family, rules: &[PolicyRule]) -> Result<(), CniErr
             xt::ensure_chain(b, fam, FILTER, chain);
         }
     };
-    xt_rules::ensure(&mut sock, prelude, &wanted(family, rules)).map_err(|e| {
-        CniError::internal(format!(
-            "failed to set up the ingress policy chains in {} {FILTER}: {e}",
-            fam.name()
-        ))
+    xt_rules::ensure(&mut sock, prelude, &wanted(family, rules)).map_err(|source| {
+        FirewallError::IngressSetup {
+            family: fam.name(),
+            table: FILTER,
+            source: Box::new(source),
+        }
     })
 }
 
-fn setup_with_tool(ipt: &Iptables, rules: &[PolicyRule]) -> Result<(), CniError> {
+fn setup_with_tool(ipt: &Iptables, rules: &[PolicyRule]) -> Result<(), FirewallError> {
     for chain in [STAGE1, STAGE2] {
         ipt.ensure_chain(FILTER, chain)?;
     }
@@ -234,7 +232,7 @@ fn setup_with_tool(ipt: &Iptables, rules: &[PolicyRule]) -> Result<(), CniError>
 }
 
 /// ADD part of the ingress policy (nothing for `open`).
-pub fn setup(policy: IngressPolicy, result: &CniResult) -> Result<(), CniError> {
+pub fn setup(policy: IngressPolicy, result: &CniResult) -> Result<(), FirewallError> {
     let Some((bridge, isolated)) = policy_of(policy, result)? else {
         return Ok(());
     };
@@ -250,7 +248,7 @@ pub fn setup(policy: IngressPolicy, result: &CniResult) -> Result<(), CniError> 
 }
 
 /// CHECK part of the ingress policy (the reference does not check it; we do).
-pub fn check(policy: IngressPolicy, result: &CniResult) -> Result<(), CniError> {
+pub fn check(policy: IngressPolicy, result: &CniResult) -> Result<(), FirewallError> {
     let Some((bridge, isolated)) = policy_of(policy, result)? else {
         return Ok(());
     };
@@ -260,11 +258,11 @@ pub fn check(policy: IngressPolicy, result: &CniResult) -> Result<(), CniError> 
             let fam = nft_family(family);
             let mut sock = Socket::new()?;
             if let Some(w) = xt_rules::missing(&mut sock, &wanted(family, &rules))?.first() {
-                return Err(CniError::internal(format!(
-                    "an ingress policy rule is missing from {} {FILTER}/{}",
-                    fam.name(),
-                    w.rule.chain
-                )));
+                return Err(FirewallError::IngressRuleMissing {
+                    family: fam.name(),
+                    table: FILTER,
+                    chain: w.rule.chain.clone(),
+                });
             }
             continue;
         }
@@ -272,12 +270,12 @@ pub fn check(policy: IngressPolicy, result: &CniResult) -> Result<(), CniError> 
         for rule in &rules {
             let args = rule.args();
             if !ipt.exists(FILTER, rule.chain, &refs(&args))? {
-                return Err(CniError::internal(format!(
-                    "{} rule `{}` not found in {FILTER}/{}",
-                    ipt.tool(),
-                    args.join(" "),
-                    rule.chain
-                )));
+                return Err(FirewallError::ToolRuleMissing {
+                    tool: ipt.tool(),
+                    rule: args,
+                    table: FILTER,
+                    chain: rule.chain.to_string(),
+                });
             }
         }
     }
@@ -310,7 +308,8 @@ mod tests {
     fn needs_a_bridge_interface() {
         let e = bridge_name(&CniResult::default(), "same-bridge").unwrap_err();
         assert!(
-            e.msg.contains("chain \"firewall\" plugin with \"bridge\""),
+            e.to_string()
+                .contains("chain \"firewall\" plugin with \"bridge\""),
             "{e}"
         );
     }

@@ -10,11 +10,11 @@
 
 use std::net::IpAddr;
 
-use libcni::CniError;
 use netkit::netfilter::host;
 use netkit::netfilter::iptables::{Family, Iptables};
 use netkit::netfilter::restore;
 
+use crate::error::FirewallError;
 use crate::netlink_backend;
 
 /// Whether this family's rules go over netlink (iptables-nft host) rather than the tool.
@@ -100,7 +100,7 @@ fn of_family(ips: &[IpAddr], v6: bool) -> Vec<IpAddr> {
 /// The tools of the families whose rules are not written over netlink (all of them on an
 /// iptables-legacy host, none on an iptables-nft one) must be installed: the reference needs
 /// both tools before doing anything; so do we there, with a clear message.
-pub fn require_tools() -> Result<(), CniError> {
+pub fn require_tools() -> Result<(), FirewallError> {
     for v6 in [false, true] {
         if over_netlink(v6) {
             continue;
@@ -108,16 +108,14 @@ pub fn require_tools() -> Result<(), CniError> {
         let ipt = Iptables::for_table(family_of(v6), FILTER);
         for tool in [ipt.tool(), ipt.restore_tool()] {
             if netkit::netfilter::exec::find_tool(tool).is_none() {
-                return Err(CniError::internal(format!(
-                    "could not initialize the firewall iptables backend: the {tool:?} tool is not installed"
-                )));
+                return Err(FirewallError::ToolMissing { tool });
             }
         }
     }
     Ok(())
 }
 
-fn setup_chains(ipt: &Iptables, admin_chain: &str) -> Result<(), CniError> {
+fn setup_chains(ipt: &Iptables, admin_chain: &str) -> Result<(), FirewallError> {
     ipt.ensure_chain(FILTER, PRIV_CHAIN)?;
     ipt.ensure_chain(FILTER, admin_chain)?;
     ipt.insert_unique(FILTER, FORWARD, 1, &refs(&forward_jump()))?;
@@ -128,7 +126,7 @@ fn setup_chains(ipt: &Iptables, admin_chain: &str) -> Result<(), CniError> {
 /// ADD: per family with addresses, ensure the chains and jumps and append the address rules:
 /// over netlink on iptables-nft hosts (one transaction per family), with the tool elsewhere.
 /// On failure the rules added by this call are removed again.
-pub fn add(ips: &[IpAddr], admin_chain: &str) -> Result<(), CniError> {
+pub fn add(ips: &[IpAddr], admin_chain: &str) -> Result<(), FirewallError> {
     let mut done = Vec::new();
     for v6 in [false, true] {
         let addrs = of_family(ips, v6);
@@ -159,7 +157,7 @@ pub fn add(ips: &[IpAddr], admin_chain: &str) -> Result<(), CniError> {
 }
 
 /// ADD with the iptables tool (legacy hosts), exact-rule operations only.
-fn add_with_tool(ips: &[IpAddr], admin_chain: &str) -> Result<(), CniError> {
+fn add_with_tool(ips: &[IpAddr], admin_chain: &str) -> Result<(), FirewallError> {
     require_tools()?;
     let mut added: Vec<(Iptables, Vec<Vec<String>>)> = Vec::new();
     let result = (|| {
@@ -222,7 +220,7 @@ pub fn del(ips: &[IpAddr]) {
 }
 
 /// CHECK: chains, jumps and address rules exist for every family the container has.
-pub fn check(ips: &[IpAddr], admin_chain: &str) -> Result<(), CniError> {
+pub fn check(ips: &[IpAddr], admin_chain: &str) -> Result<(), FirewallError> {
     for v6 in [false, true] {
         let addrs = of_family(ips, v6);
         if addrs.is_empty() {
@@ -236,10 +234,11 @@ pub fn check(ips: &[IpAddr], admin_chain: &str) -> Result<(), CniError> {
         let ipt = Iptables::for_table(family_of(v6), FILTER);
         for chain in [PRIV_CHAIN, admin_chain] {
             if !ipt.chain_exists(FILTER, chain)? {
-                return Err(CniError::internal(format!(
-                    "{} chain {FILTER}/{chain} does not exist",
-                    ipt.tool()
-                )));
+                return Err(FirewallError::ToolChainMissing {
+                    tool: ipt.tool(),
+                    table: FILTER,
+                    chain: chain.to_string(),
+                });
             }
         }
         let mut wanted = vec![
@@ -254,11 +253,12 @@ pub fn check(ips: &[IpAddr], admin_chain: &str) -> Result<(), CniError> {
         );
         for (chain, rule) in wanted {
             if !ipt.exists(FILTER, chain, &refs(&rule))? {
-                return Err(CniError::internal(format!(
-                    "{} rule `{}` not found in {FILTER}/{chain}",
-                    ipt.tool(),
-                    rule.join(" ")
-                )));
+                return Err(FirewallError::ToolRuleMissing {
+                    tool: ipt.tool(),
+                    rule,
+                    table: FILTER,
+                    chain: chain.to_string(),
+                });
             }
         }
     }

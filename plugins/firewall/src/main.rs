@@ -3,6 +3,7 @@
 //! `ingressPolicy` isolation between bridges.
 
 mod config;
+mod error;
 mod firewalld;
 mod ingress;
 mod iptables_backend;
@@ -16,6 +17,7 @@ use libcni::skel::{self, CmdArgs, Plugin};
 use libcni::CniError;
 
 use crate::config::{BackendKind, FirewallConf};
+use crate::error::FirewallError;
 use crate::record::{Record, Records};
 
 struct Firewall;
@@ -37,7 +39,7 @@ fn addresses(result: &CniResult) -> Vec<IpAddr> {
 
 /// Lets `ips` through with the chosen backend. The iptables backend undoes its own rules on
 /// failure; firewalld's zone bindings are undone here.
-fn allow(kind: BackendKind, conf: &FirewallConf, ips: &[IpAddr]) -> Result<(), CniError> {
+fn allow(kind: BackendKind, conf: &FirewallConf, ips: &[IpAddr]) -> Result<(), FirewallError> {
     match kind {
         BackendKind::Iptables => iptables_backend::add(ips, &conf.admin_chain),
         BackendKind::Firewalld => firewalld::add(ips, &conf.zone).inspect_err(|_| {
@@ -54,134 +56,151 @@ fn disallow(kind: BackendKind, ips: &[IpAddr], zone: &str) {
     }
 }
 
+fn add(args: &CmdArgs) -> Result<CniResult, FirewallError> {
+    let conf = config::parse(&args.config)?;
+    let result = args.prev_result()?.ok_or(FirewallError::NotChained)?;
+    let ips = addresses(&result);
+    let kind = backend(&conf);
+    let records = Records::new(&conf.data_dir, &args.network_name);
+    // Recorded before the first rule: an ADD killed anywhere leaves what DEL and GC need.
+    records.save(&Record::new(
+        &args.container_id,
+        &args.ifname,
+        kind,
+        &conf.zone,
+        &ips,
+    ))?;
+    let applied = allow(kind, &conf, &ips).and_then(|()| {
+        ingress::setup(conf.ingress_policy, &result).inspect_err(|_| {
+            disallow(kind, &ips, &conf.zone);
+        })
+    });
+    if let Err(e) = applied {
+        if let Err(undo) = records.remove(&args.container_id, &args.ifname) {
+            eprintln!("firewall: {undo}");
+        }
+        return Err(e);
+    }
+    Ok(result)
+}
+
+/// Removes the rules of the addresses in prevResult and in the attachment's record, so a
+/// DEL without prevResult (a second DEL, or the DEL after a failed ADD) still cleans up.
+fn del(args: &CmdArgs) -> Result<(), FirewallError> {
+    let conf = config::parse(&args.config)?;
+    let records = Records::new(&conf.data_dir, &args.network_name);
+    let record = records.load(&args.container_id, &args.ifname);
+    let mut ips = match args.prev_result()? {
+        Some(result) => addresses(&result),
+        None => Vec::new(),
+    };
+    let (kind, zone) = match &record {
+        Some(r) => {
+            ips.extend(
+                r.ips
+                    .iter()
+                    .filter(|ip| !ips.contains(ip))
+                    .collect::<Vec<_>>(),
+            );
+            (
+                r.backend().unwrap_or_else(|| backend(&conf)),
+                r.zone.clone().unwrap_or_else(|| conf.zone.clone()),
+            )
+        }
+        None => (backend(&conf), conf.zone.clone()),
+    };
+    if !ips.is_empty() {
+        disallow(kind, &ips, &zone);
+    }
+    // A record that cannot be removed (read-only disk) must not make DEL fail for ever:
+    // its rules are gone, and GC or a later DEL removes it.
+    if let Err(e) = records.remove(&args.container_id, &args.ifname) {
+        eprintln!("firewall: {e}");
+    }
+    Ok(())
+}
+
+fn check(args: &CmdArgs) -> Result<(), FirewallError> {
+    let conf = config::parse(&args.config)?;
+    let result = args
+        .prev_result()?
+        .ok_or(FirewallError::PrevResultMissing)?;
+    let ips = addresses(&result);
+    match backend(&conf) {
+        BackendKind::Iptables => iptables_backend::check(&ips, &conf.admin_chain)?,
+        BackendKind::Firewalld => firewalld::check(&ips, &conf.zone)?,
+    }
+    ingress::check(conf.ingress_policy, &result)
+}
+
+/// Ready when the backend's client tools are installed.
+fn status(args: &CmdArgs) -> Result<(), FirewallError> {
+    let conf = config::parse(&args.config)?;
+    let missing = match backend(&conf) {
+        BackendKind::Iptables => iptables_backend::require_tools().err(),
+        BackendKind::Firewalld => netkit::netfilter::exec::find_tool("firewall-cmd")
+            .is_none()
+            .then_some(FirewallError::FirewalldMissing),
+    };
+    match missing {
+        None => Ok(()),
+        Some(e) => Err(FirewallError::Unavailable(Box::new(e))),
+    }
+}
+
+/// Removes the rules of this network's recorded attachments that are not in
+/// `cni.dev/valid-attachments` (pods whose DEL never came). An address still recorded by
+/// a valid attachment keeps its rules.
+fn gc(args: &CmdArgs) -> Result<(), FirewallError> {
+    let conf = config::parse(&args.config)?;
+    let valid = args.valid_attachments()?;
+    let records = Records::new(&conf.data_dir, &args.network_name);
+    let (live, stale): (Vec<Record>, Vec<Record>) = records.list()?.into_iter().partition(|r| {
+        valid
+            .iter()
+            .any(|(cid, ifname)| *cid == r.container_id && *ifname == r.ifname)
+    });
+    let in_use: Vec<IpAddr> = live.iter().flat_map(|r| r.ips.iter().copied()).collect();
+    let mut failures = Vec::new();
+    for r in stale {
+        let ips: Vec<IpAddr> = r
+            .ips
+            .iter()
+            .copied()
+            .filter(|ip| !in_use.contains(ip))
+            .collect();
+        let zone = r.zone.clone().unwrap_or_else(|| conf.zone.clone());
+        disallow(r.backend().unwrap_or_else(|| backend(&conf)), &ips, &zone);
+        if let Err(e) = records.remove(&r.container_id, &r.ifname) {
+            failures.push(e.to_string());
+        }
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(FirewallError::Gc(failures))
+    }
+}
+
 impl Plugin for Firewall {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
-        let conf = config::parse(&args.config)?;
-        let result = args
-            .prev_result()?
-            .ok_or_else(|| CniError::internal("missing prevResult from earlier plugin"))?;
-        let ips = addresses(&result);
-        let kind = backend(&conf);
-        let records = Records::new(&conf.data_dir, &args.network_name);
-        // Recorded before the first rule: an ADD killed anywhere leaves what DEL and GC need.
-        records.save(&Record::new(
-            &args.container_id,
-            &args.ifname,
-            kind,
-            &conf.zone,
-            &ips,
-        ))?;
-        let applied = allow(kind, &conf, &ips).and_then(|()| {
-            ingress::setup(conf.ingress_policy, &result).inspect_err(|_| {
-                disallow(kind, &ips, &conf.zone);
-            })
-        });
-        if let Err(e) = applied {
-            if let Err(undo) = records.remove(&args.container_id, &args.ifname) {
-                eprintln!("firewall: {}", undo.msg);
-            }
-            return Err(e);
-        }
-        Ok(result)
+        add(args).map_err(Into::into)
     }
 
-    /// Removes the rules of the addresses in prevResult and in the attachment's record, so a
-    /// DEL without prevResult (a second DEL, or the DEL after a failed ADD) still cleans up.
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
-        let conf = config::parse(&args.config)?;
-        let records = Records::new(&conf.data_dir, &args.network_name);
-        let record = records.load(&args.container_id, &args.ifname);
-        let mut ips = match args.prev_result()? {
-            Some(result) => addresses(&result),
-            None => Vec::new(),
-        };
-        let (kind, zone) = match &record {
-            Some(r) => {
-                ips.extend(
-                    r.ips
-                        .iter()
-                        .filter(|ip| !ips.contains(ip))
-                        .collect::<Vec<_>>(),
-                );
-                (
-                    r.backend().unwrap_or_else(|| backend(&conf)),
-                    r.zone.clone().unwrap_or_else(|| conf.zone.clone()),
-                )
-            }
-            None => (backend(&conf), conf.zone.clone()),
-        };
-        if !ips.is_empty() {
-            disallow(kind, &ips, &zone);
-        }
-        // A record that cannot be removed (read-only disk) must not make DEL fail for ever:
-        // its rules are gone, and GC or a later DEL removes it.
-        if let Err(e) = records.remove(&args.container_id, &args.ifname) {
-            eprintln!("firewall: {}", e.msg);
-        }
-        Ok(())
+        del(args).map_err(Into::into)
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
-        let conf = config::parse(&args.config)?;
-        let result = args
-            .prev_result()?
-            .ok_or_else(|| CniError::internal("Required prevResult missing"))?;
-        let ips = addresses(&result);
-        match backend(&conf) {
-            BackendKind::Iptables => iptables_backend::check(&ips, &conf.admin_chain)?,
-            BackendKind::Firewalld => firewalld::check(&ips, &conf.zone)?,
-        }
-        ingress::check(conf.ingress_policy, &result)
+        check(args).map_err(Into::into)
     }
 
-    /// Ready when the backend's client tools are installed.
     fn status(&self, args: &CmdArgs) -> Result<(), CniError> {
-        let conf = config::parse(&args.config)?;
-        let missing = match backend(&conf) {
-            BackendKind::Iptables => iptables_backend::require_tools().err(),
-            BackendKind::Firewalld => netkit::netfilter::exec::find_tool("firewall-cmd")
-                .is_none()
-                .then(|| CniError::internal("firewall-cmd is not installed")),
-        };
-        match missing {
-            None => Ok(()),
-            Some(e) => Err(CniError::not_available(e.msg)),
-        }
+        status(args).map_err(Into::into)
     }
 
-    /// Removes the rules of this network's recorded attachments that are not in
-    /// `cni.dev/valid-attachments` (pods whose DEL never came). An address still recorded by
-    /// a valid attachment keeps its rules.
     fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
-        let conf = config::parse(&args.config)?;
-        let valid = args.valid_attachments()?;
-        let records = Records::new(&conf.data_dir, &args.network_name);
-        let (live, stale): (Vec<Record>, Vec<Record>) =
-            records.list()?.into_iter().partition(|r| {
-                valid
-                    .iter()
-                    .any(|(cid, ifname)| *cid == r.container_id && *ifname == r.ifname)
-            });
-        let in_use: Vec<IpAddr> = live.iter().flat_map(|r| r.ips.iter().copied()).collect();
-        let mut failures = Vec::new();
-        for r in stale {
-            let ips: Vec<IpAddr> = r
-                .ips
-                .iter()
-                .copied()
-                .filter(|ip| !in_use.contains(ip))
-                .collect();
-            let zone = r.zone.clone().unwrap_or_else(|| conf.zone.clone());
-            disallow(r.backend().unwrap_or_else(|| backend(&conf)), &ips, &zone);
-            if let Err(e) = records.remove(&r.container_id, &r.ifname) {
-                failures.push(e.msg);
-            }
-        }
-        if failures.is_empty() {
-            Ok(())
-        } else {
-            Err(CniError::io(failures.join("; ")))
-        }
+        gc(args).map_err(Into::into)
     }
 }
 

@@ -6,10 +6,10 @@
 
 use std::net::IpAddr;
 
-use libcni::CniError;
 use netkit::netfilter::nf_tables::{xt, Batch, Family, Hook, Rule, Socket, Verdict};
 use netkit::netfilter::xt_rules::{self, Wanted};
 
+use crate::error::FirewallError;
 use crate::iptables_backend::PRIV_CHAIN;
 
 const FILTER: &str = xt::FILTER;
@@ -89,7 +89,7 @@ fn wanted(fam: Family, ips: &[IpAddr], admin_chain: &str) -> Vec<Wanted> {
 
 /// ADD for one family: the chains and jumps (when missing) and the address rules, in one
 /// transaction; copies a concurrent ADD added meanwhile are removed again.
-pub fn add(ips: &[IpAddr], v6: bool, admin_chain: &str) -> Result<(), CniError> {
+pub fn add(ips: &[IpAddr], v6: bool, admin_chain: &str) -> Result<(), FirewallError> {
     let fam = family(v6);
     let mut sock = Socket::new()?;
     let prelude = |b: &mut Batch| {
@@ -97,13 +97,12 @@ pub fn add(ips: &[IpAddr], v6: bool, admin_chain: &str) -> Result<(), CniError> 
         xt::ensure_chain(b, fam, FILTER, PRIV_CHAIN);
         xt::ensure_chain(b, fam, FILTER, admin_chain);
     };
-    xt_rules::ensure(&mut sock, prelude, &wanted(fam, ips, admin_chain)).map_err(|e| {
-        CniError::internal(format!("failed to add the container's firewall rules: {e}"))
-    })
+    xt_rules::ensure(&mut sock, prelude, &wanted(fam, ips, admin_chain))
+        .map_err(|e| FirewallError::AddRules(Box::new(e)))
 }
 
 /// DEL for one family: the address rules (every copy); missing ones are fine.
-pub fn del(ips: &[IpAddr], v6: bool) -> Result<(), CniError> {
+pub fn del(ips: &[IpAddr], v6: bool) -> Result<(), FirewallError> {
     let fam = family(v6);
     let Ok(mut sock) = Socket::new() else {
         return Ok(());
@@ -121,32 +120,31 @@ pub fn del(ips: &[IpAddr], v6: bool) -> Result<(), CniError> {
         match sock.commit(&b) {
             Ok(_) => return Ok(()),
             Err(e) if matches!(e.errno(), Some(ENOENT)) => continue,
-            Err(e) => return Err(CniError::from(e)),
+            Err(e) => return Err(e.into()),
         }
     }
-    Err(CniError::internal(
-        "failed to delete the container's firewall rules: kept racing with concurrent changes",
-    ))
+    Err(FirewallError::DeleteRace)
 }
 
 /// CHECK for one family.
-pub fn check(ips: &[IpAddr], v6: bool, admin_chain: &str) -> Result<(), CniError> {
+pub fn check(ips: &[IpAddr], v6: bool, admin_chain: &str) -> Result<(), FirewallError> {
     let fam = family(v6);
     let mut sock = Socket::new()?;
     for chain in [PRIV_CHAIN, admin_chain] {
         if sock.chain(fam, FILTER, chain)?.is_none() {
-            return Err(CniError::internal(format!(
-                "iptables chain {} {FILTER}/{chain} does not exist",
-                fam.name()
-            )));
+            return Err(FirewallError::NftChainMissing {
+                family: fam.name(),
+                table: FILTER,
+                chain: chain.to_string(),
+            });
         }
     }
     if let Some(w) = xt_rules::missing(&mut sock, &wanted(fam, ips, admin_chain))?.first() {
-        return Err(CniError::internal(format!(
-            "a firewall rule is missing from {} {FILTER}/{}",
-            fam.name(),
-            w.rule.chain
-        )));
+        return Err(FirewallError::NftRuleMissing {
+            family: fam.name(),
+            table: FILTER,
+            chain: w.rule.chain.clone(),
+        });
     }
     Ok(())
 }

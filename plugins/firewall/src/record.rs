@@ -12,10 +12,10 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use libcni::statefile;
-use libcni::CniError;
 use serde::{Deserialize, Serialize};
 
 use crate::config::BackendKind;
+use crate::error::FirewallError;
 
 pub const DEFAULT_DATA_DIR: &str = "/run/cni/firewall";
 /// A record holds a few addresses; anything much larger is not ours.
@@ -72,16 +72,11 @@ impl Records {
         self.dir.join(format!("{container_id}:{ifname}"))
     }
 
-    pub fn save(&self, record: &Record) -> Result<(), CniError> {
+    pub fn save(&self, record: &Record) -> Result<(), FirewallError> {
         let path = self.path(&record.container_id, &record.ifname);
-        let bytes = serde_json::to_vec(record)
-            .map_err(|e| CniError::internal(format!("failed to encode firewall record: {e}")))?;
-        statefile::write_atomic(&path, &bytes).map_err(|e| {
-            CniError::io(format!(
-                "failed to write firewall record {}: {e}",
-                path.display()
-            ))
-        })
+        let bytes = serde_json::to_vec(record).map_err(FirewallError::EncodeRecord)?;
+        statefile::write_atomic(&path, &bytes)
+            .map_err(|source| FirewallError::WriteRecord { path, source })
     }
 
     /// The record of an attachment; a missing or unreadable one is `None` (an unreadable one
@@ -90,26 +85,22 @@ impl Records {
         read(&self.path(container_id, ifname))
     }
 
-    pub fn remove(&self, container_id: &str, ifname: &str) -> Result<(), CniError> {
+    pub fn remove(&self, container_id: &str, ifname: &str) -> Result<(), FirewallError> {
         let path = self.path(container_id, ifname);
-        statefile::remove_if_exists(&path).map_err(|e| {
-            CniError::io(format!(
-                "failed to remove firewall record {}: {e}",
-                path.display()
-            ))
-        })
+        statefile::remove_if_exists(&path)
+            .map_err(|source| FirewallError::RemoveRecord { path, source })
     }
 
     /// Every readable record of the network stored under its own attachment's name.
-    pub fn list(&self) -> Result<Vec<Record>, CniError> {
+    pub fn list(&self) -> Result<Vec<Record>, FirewallError> {
         let entries = match std::fs::read_dir(&self.dir) {
             Ok(e) => e,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => {
-                return Err(CniError::io(format!(
-                    "failed to list firewall records in {}: {e}",
-                    self.dir.display()
-                )))
+            Err(source) => {
+                return Err(FirewallError::ListRecords {
+                    dir: self.dir.clone(),
+                    source,
+                })
             }
         };
         Ok(entries

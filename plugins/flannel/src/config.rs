@@ -4,9 +4,10 @@
 use std::path::PathBuf;
 
 use libcni::skel::CmdArgs;
-use libcni::CniError;
 use serde::Deserialize;
 use serde_json::{Map, Value};
+
+use crate::error::FlannelError;
 
 pub const DEFAULT_SUBNET_FILE: &str = "/run/flannel/subnet.env";
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/flannel";
@@ -43,9 +44,8 @@ struct RawConf {
 }
 
 impl NetConf {
-    pub fn from_map(map: &Map<String, Value>) -> Result<NetConf, CniError> {
-        let raw: RawConf = libcni::gojson::from_map(map)
-            .map_err(|e| CniError::internal(format!("failed to load netconf: {e}")))?;
+    pub fn from_map(map: &Map<String, Value>) -> Result<NetConf, FlannelError> {
+        let raw: RawConf = libcni::gojson::from_map(map).map_err(FlannelError::Decode)?;
         Ok(NetConf {
             name: raw.name,
             cni_version: raw.cni_version,
@@ -63,7 +63,7 @@ impl NetConf {
         })
     }
 
-    pub fn load(args: &CmdArgs) -> Result<NetConf, CniError> {
+    pub fn load(args: &CmdArgs) -> Result<NetConf, FlannelError> {
         NetConf::from_map(&args.config)
     }
 }
@@ -73,7 +73,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn conf(v: Value) -> Result<NetConf, CniError> {
+    fn conf(v: Value) -> Result<NetConf, FlannelError> {
         NetConf::from_map(v.as_object().unwrap())
     }
 

@@ -5,29 +5,23 @@
 //! in `delegate` win over the defaults; `name` and `ipam` may not be given there.
 
 use libcni::result::Route;
-use libcni::CniError;
 use serde_json::{json, Map, Value};
 
 use crate::config::NetConf;
+use crate::error::FlannelError;
 use crate::subnet_env::SubnetEnv;
 
 /// The delegate's network config.
-pub fn build(conf: &NetConf, env: &SubnetEnv) -> Result<Map<String, Value>, CniError> {
+pub fn build(conf: &NetConf, env: &SubnetEnv) -> Result<Map<String, Value>, FlannelError> {
     let mut d = conf.delegate.clone().unwrap_or_default();
     if d.get("type").is_some_and(|t| !t.is_string()) {
-        return Err(CniError::internal(
-            "'delegate' dictionary, if present, must have (string) 'type' field",
-        ));
+        return Err(FlannelError::DelegateType);
     }
     if d.contains_key("name") {
-        return Err(CniError::internal(
-            "'delegate' dictionary must not have 'name' field, it'll be set by flannel",
-        ));
+        return Err(FlannelError::DelegateName);
     }
     if d.contains_key("ipam") {
-        return Err(CniError::internal(
-            "'delegate' dictionary must not have 'ipam' field, it'll be set by flannel",
-        ));
+        return Err(FlannelError::DelegateIpam);
     }
     if let Some(rc) = &conf.runtime_config {
         d.insert("runtimeConfig".into(), Value::Object(rc.clone()));
@@ -49,7 +43,7 @@ pub fn build(conf: &NetConf, env: &SubnetEnv) -> Result<Map<String, Value>, CniE
 
 /// The config's `ipam` (host-local unless it names a type) with `ranges` replaced by the
 /// node's subnets and the cluster networks appended to its `routes`.
-fn ipam(conf: &NetConf, env: &SubnetEnv) -> Result<Map<String, Value>, CniError> {
+fn ipam(conf: &NetConf, env: &SubnetEnv) -> Result<Map<String, Value>, FlannelError> {
     let mut ipam = conf.ipam.clone().unwrap_or_default();
     ipam.entry("type").or_insert_with(|| json!("host-local"));
     let ranges: Vec<Value> = [env.subnet, env.ipv6_subnet]
@@ -59,18 +53,13 @@ fn ipam(conf: &NetConf, env: &SubnetEnv) -> Result<Map<String, Value>, CniError>
         .collect();
     ipam.insert("ranges".into(), Value::Array(ranges));
     let mut routes: Vec<Route> = match ipam.get("routes") {
-        Some(v) => libcni::gojson::from_value(v).map_err(|e| {
-            CniError::internal(format!(
-                "failed to assemble Delegate IPAM: failed to parse ipam.routes: {e}"
-            ))
-        })?,
+        Some(v) => libcni::gojson::from_value(v).map_err(FlannelError::IpamRoutes)?,
         None => Vec::new(),
     };
     for net in env.networks.iter().chain(&env.ipv6_networks) {
         routes.push(Route::new(*net, None));
     }
-    let routes = serde_json::to_value(routes)
-        .map_err(|e| CniError::internal(format!("flannel: encoding ipam.routes: {e}")))?;
+    let routes = serde_json::to_value(routes).map_err(FlannelError::EncodeRoutes)?;
     ipam.insert("routes".into(), routes);
     Ok(ipam)
 }
@@ -193,7 +182,7 @@ mod tests {
         ] {
             let v = json!({"name": "n", "delegate": delegate});
             let conf = NetConf::from_map(v.as_object().unwrap()).unwrap();
-            let err = build(&conf, &env).unwrap_err();
+            let err = libcni::CniError::from(build(&conf, &env).unwrap_err());
             assert_eq!(err.code, libcni::error::codes::INTERNAL, "{delegate}");
         }
         let v = json!({"name": "n", "ipam": {"routes": "x"}});

@@ -5,6 +5,7 @@
 
 mod config;
 mod delegate;
+mod error;
 mod scratch;
 mod subnet_env;
 
@@ -15,6 +16,7 @@ use libcni::CniError;
 use serde_json::{Map, Value};
 
 use crate::config::NetConf;
+use crate::error::FlannelError;
 use crate::subnet_env::SubnetEnv;
 
 const ABOUT: &str = "CNI flannel meta-plugin (ferrocni): delegates to bridge/host-local built from flannel's subnet.env";
@@ -23,113 +25,126 @@ struct FlannelPlugin;
 
 /// subnet.env is written by the node's daemon; until it is, the node is not ready: "try
 /// again later" (11) for ADD, "not available" (50) for STATUS.
-fn load_env(conf: &NetConf) -> Result<SubnetEnv, CniError> {
-    SubnetEnv::load(&conf.subnet_file).map_err(|e| {
-        CniError::try_again(format!(
-            "flannel: loadFlannelSubnetEnv failed: {e} (has flanneld or ferrocni-agent started on this node?)"
-        ))
-    })
+fn load_env(conf: &NetConf) -> Result<SubnetEnv, FlannelError> {
+    SubnetEnv::load(&conf.subnet_file).map_err(FlannelError::SubnetEnv)
 }
 
 /// The delegate config for this node's current subnet.env.
-fn current_delegate(conf: &NetConf) -> Result<Map<String, Value>, CniError> {
+fn current_delegate(conf: &NetConf) -> Result<Map<String, Value>, FlannelError> {
     let env = load_env(conf)?;
     delegate::build(conf, &env)
 }
 
-fn call(delegate: &Map<String, Value>, command: &str) -> Result<Option<Value>, CniError> {
-    invoke::delegate(
+fn call(delegate: &Map<String, Value>, command: &str) -> Result<Option<Value>, FlannelError> {
+    Ok(invoke::delegate(
         delegate::plugin_type(delegate),
         command,
         &delegate::to_bytes(delegate),
-    )
+    )?)
+}
+
+fn add(args: &CmdArgs) -> Result<CniResult, FlannelError> {
+    let conf = NetConf::load(args)?;
+    let delegate = current_delegate(&conf)?;
+    let bytes = delegate::to_bytes(&delegate);
+    // Saved before the delegate runs: a half-done ADD is undone by a DEL that needs it.
+    scratch::save(&conf.data_dir, &args.container_id, &bytes)?;
+    let result = invoke::delegate(delegate::plugin_type(&delegate), "ADD", &bytes)?
+        .ok_or(FlannelError::NoResult)?;
+    Ok(CniResult::from_value(&result)?)
+}
+
+/// Deletes with the config saved at ADD, so subnet.env is not needed. Nothing saved:
+/// nothing to do. The saved config is removed once the delegate succeeded (flannel
+/// removes it even when the delegate fails, which leaves a retried DEL nothing to work with).
+fn del(args: &CmdArgs) -> Result<(), FlannelError> {
+    let conf = NetConf::load(args)?;
+    let Some(bytes) = scratch::load(&conf.data_dir, &args.container_id)? else {
+        return Ok(());
+    };
+    let Some(saved) = scratch::parse(&bytes) else {
+        // As flannel: the interface stays on the bridge until the node reboots.
+        eprintln!(
+            "flannel: failed to parse the saved netconf {}; nothing deleted",
+            scratch::path(&conf.data_dir, &args.container_id).display()
+        );
+        return Ok(());
+    };
+    invoke::delegate(delegate::plugin_type(&saved), "DEL", &bytes)?;
+    scratch::remove(&conf.data_dir, &args.container_id)
+}
+
+/// flannel's plugin checks nothing; this one hands the saved config and the runtime's
+/// prevResult to the delegate's CHECK.
+fn check(args: &CmdArgs) -> Result<(), FlannelError> {
+    let conf = NetConf::load(args)?;
+    let saved = scratch::load(&conf.data_dir, &args.container_id)?
+        .and_then(|b| scratch::parse(&b))
+        .ok_or_else(|| FlannelError::NothingSaved {
+            container_id: args.container_id.clone(),
+            data_dir: conf.data_dir.clone(),
+        })?;
+    let mut check = saved;
+    if let Some(prev) = libcni::gojson::get(&args.config, "prevResult") {
+        check.insert("prevResult".into(), prev.clone());
+    }
+    call(&check, "CHECK").map(|_| ())
+}
+
+/// Runs the delegate's GC (it releases addresses of attachments no longer valid) and
+/// drops this network's saved configs of containers with no valid attachment.
+fn gc(args: &CmdArgs) -> Result<(), FlannelError> {
+    let conf = NetConf::load(args)?;
+    let valid = args.valid_attachments()?;
+    let saved = scratch::list(&conf.data_dir, &conf.name)?;
+    // The current delegate, else (subnet.env gone) the last one saved.
+    let delegate = match current_delegate(&conf) {
+        Ok(d) => Some(d),
+        Err(_) => saved.last().map(|(_, c)| c.clone()),
+    };
+    if let Some(mut d) = delegate {
+        d.insert("cniVersion".into(), Value::String(args.cni_version.clone()));
+        if let Some(list) = libcni::gojson::get(&args.config, "cni.dev/valid-attachments") {
+            d.insert("cni.dev/valid-attachments".into(), list.clone());
+        }
+        call(&d, "GC")?;
+    }
+    for (id, _) in &saved {
+        if !valid.iter().any(|(cid, _)| cid == id) {
+            scratch::remove(&conf.data_dir, id)?;
+        }
+    }
+    Ok(())
+}
+
+/// Not ready (50) until subnet.env is complete; then whatever the delegate says.
+fn status(args: &CmdArgs) -> Result<(), FlannelError> {
+    let conf = NetConf::load(args)?;
+    let env = load_env(&conf).map_err(|e| FlannelError::NotReady(Box::new(e)))?;
+    let mut d = delegate::build(&conf, &env)?;
+    d.insert("cniVersion".into(), Value::String(args.cni_version.clone()));
+    call(&d, "STATUS").map(|_| ())
 }
 
 impl Plugin for FlannelPlugin {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
-        let conf = NetConf::load(args)?;
-        let delegate = current_delegate(&conf)?;
-        let bytes = delegate::to_bytes(&delegate);
-        // Saved before the delegate runs: a half-done ADD is undone by a DEL that needs it.
-        scratch::save(&conf.data_dir, &args.container_id, &bytes)?;
-        let result = invoke::delegate(delegate::plugin_type(&delegate), "ADD", &bytes)?
-            .ok_or_else(|| CniError::internal("flannel: the delegate printed no result"))?;
-        CniResult::from_value(&result)
+        Ok(add(args)?)
     }
 
-    /// Deletes with the config saved at ADD, so subnet.env is not needed. Nothing saved:
-    /// nothing to do. The saved config is removed once the delegate succeeded (flannel
-    /// removes it even when the delegate fails, which leaves a retried DEL nothing to work with).
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
-        let conf = NetConf::load(args)?;
-        let Some(bytes) = scratch::load(&conf.data_dir, &args.container_id)? else {
-            return Ok(());
-        };
-        let Some(saved) = scratch::parse(&bytes) else {
-            // As flannel: the interface stays on the bridge until the node reboots.
-            eprintln!(
-                "flannel: failed to parse the saved netconf {}; nothing deleted",
-                scratch::path(&conf.data_dir, &args.container_id).display()
-            );
-            return Ok(());
-        };
-        invoke::delegate(delegate::plugin_type(&saved), "DEL", &bytes)?;
-        scratch::remove(&conf.data_dir, &args.container_id)
+        Ok(del(args)?)
     }
 
-    /// flannel's plugin checks nothing; this one hands the saved config and the runtime's
-    /// prevResult to the delegate's CHECK.
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
-        let conf = NetConf::load(args)?;
-        let saved = scratch::load(&conf.data_dir, &args.container_id)?
-            .and_then(|b| scratch::parse(&b))
-            .ok_or_else(|| {
-                CniError::unknown_container(format!(
-                    "flannel: no delegate config saved for container {} in {}",
-                    args.container_id,
-                    conf.data_dir.display()
-                ))
-            })?;
-        let mut check = saved;
-        if let Some(prev) = libcni::gojson::get(&args.config, "prevResult") {
-            check.insert("prevResult".into(), prev.clone());
-        }
-        call(&check, "CHECK").map(|_| ())
+        Ok(check(args)?)
     }
 
-    /// Runs the delegate's GC (it releases addresses of attachments no longer valid) and
-    /// drops this network's saved configs of containers with no valid attachment.
     fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
-        let conf = NetConf::load(args)?;
-        let valid = args.valid_attachments()?;
-        let saved = scratch::list(&conf.data_dir, &conf.name)?;
-        // The current delegate, else (subnet.env gone) the last one saved.
-        let delegate = match current_delegate(&conf) {
-            Ok(d) => Some(d),
-            Err(_) => saved.last().map(|(_, c)| c.clone()),
-        };
-        if let Some(mut d) = delegate {
-            d.insert("cniVersion".into(), Value::String(args.cni_version.clone()));
-            if let Some(list) = libcni::gojson::get(&args.config, "cni.dev/valid-attachments") {
-                d.insert("cni.dev/valid-attachments".into(), list.clone());
-            }
-            call(&d, "GC")?;
-        }
-        for (id, _) in &saved {
-            if !valid.iter().any(|(cid, _)| cid == id) {
-                scratch::remove(&conf.data_dir, id)?;
-            }
-        }
-        Ok(())
+        Ok(gc(args)?)
     }
 
-    /// Not ready (50) until subnet.env is complete; then whatever the delegate says.
     fn status(&self, args: &CmdArgs) -> Result<(), CniError> {
-        let conf = NetConf::load(args)?;
-        let env = load_env(&conf).map_err(|e| CniError::not_available(e.msg))?;
-        let mut d = delegate::build(&conf, &env)?;
-        d.insert("cniVersion".into(), Value::String(args.cni_version.clone()));
-        call(&d, "STATUS").map(|_| ())
+        Ok(status(args)?)
     }
 }
 

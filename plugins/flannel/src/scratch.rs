@@ -4,8 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use libcni::statefile;
-use libcni::CniError;
 use serde_json::{Map, Value};
+
+use crate::error::FlannelError;
 
 /// Bound on a saved config read back (a delegate config is a few hundred bytes).
 const MAX_SAVED_BYTES: u64 = 1 << 20;
@@ -14,35 +15,21 @@ pub fn path(data_dir: &Path, container_id: &str) -> PathBuf {
     data_dir.join(container_id)
 }
 
-pub fn save(data_dir: &Path, container_id: &str, bytes: &[u8]) -> Result<(), CniError> {
+pub fn save(data_dir: &Path, container_id: &str, bytes: &[u8]) -> Result<(), FlannelError> {
     let p = path(data_dir, container_id);
-    statefile::write_atomic(&p, bytes).map_err(|e| {
-        CniError::io(format!(
-            "flannel: failed to save the delegate config {}: {e}",
-            p.display()
-        ))
-    })
+    statefile::write_atomic(&p, bytes).map_err(|source| FlannelError::Save { path: p, source })
 }
 
 /// The saved bytes, `None` when nothing was saved for this container.
-pub fn load(data_dir: &Path, container_id: &str) -> Result<Option<Vec<u8>>, CniError> {
+pub fn load(data_dir: &Path, container_id: &str) -> Result<Option<Vec<u8>>, FlannelError> {
     let p = path(data_dir, container_id);
-    statefile::read_bounded(&p, MAX_SAVED_BYTES).map_err(|e| {
-        CniError::io(format!(
-            "flannel: failed to read the saved delegate config {}: {e}",
-            p.display()
-        ))
-    })
+    statefile::read_bounded(&p, MAX_SAVED_BYTES)
+        .map_err(|source| FlannelError::Read { path: p, source })
 }
 
-pub fn remove(data_dir: &Path, container_id: &str) -> Result<(), CniError> {
+pub fn remove(data_dir: &Path, container_id: &str) -> Result<(), FlannelError> {
     let p = path(data_dir, container_id);
-    statefile::remove_if_exists(&p).map_err(|e| {
-        CniError::io(format!(
-            "flannel: failed to remove the saved delegate config {}: {e}",
-            p.display()
-        ))
-    })
+    statefile::remove_if_exists(&p).map_err(|source| FlannelError::Remove { path: p, source })
 }
 
 /// A saved config as an object, or `None` when it is not one.
@@ -58,15 +45,15 @@ pub type Saved = (String, Map<String, Value>);
 
 /// Every saved config of network `name`. Other files in the directory (another network's,
 /// temporaries, junk) are left out.
-pub fn list(data_dir: &Path, name: &str) -> Result<Vec<Saved>, CniError> {
+pub fn list(data_dir: &Path, name: &str) -> Result<Vec<Saved>, FlannelError> {
     let entries = match std::fs::read_dir(data_dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => {
-            return Err(CniError::io(format!(
-                "flannel: failed to list {}: {e}",
-                data_dir.display()
-            )))
+        Err(source) => {
+            return Err(FlannelError::List {
+                dir: data_dir.to_path_buf(),
+                source,
+            })
         }
     };
     let mut saved = Vec::new();

@@ -1,6 +1,8 @@
 //! CNI `loopback` plugin: brings `lo` up in the container netns.
 //! No configuration fields; CNI_IFNAME is ignored (always `lo`).
 
+mod error;
+
 use std::net::IpAddr;
 
 use libcni::error::CniError;
@@ -9,20 +11,16 @@ use libcni::skel::{self, CmdArgs, Plugin};
 use netkit::addr::{Address, Family};
 use netkit::{Netns, Socket};
 
+use crate::error::LoopbackError;
+
 const LO: &str = "lo";
 
 struct Loopback;
 
-/// Netlink failures are not CNI protocol errors: report them as the generic code 999,
-/// like the reference plugin.
-fn internal(e: netkit::Error) -> CniError {
-    CniError::internal(e.to_string())
-}
-
 /// A socket in the container netns plus lo's ifindex.
-fn open_lo(netns: &Netns) -> Result<(Socket, u32), CniError> {
-    let mut sock = Socket::open_in(netns).map_err(internal)?;
-    let index = sock.link_by_name(LO).map_err(internal)?.index;
+fn open_lo(netns: &Netns) -> Result<(Socket, u32), LoopbackError> {
+    let mut sock = Socket::open_in(netns)?;
+    let index = sock.link_by_name(LO)?.index;
     Ok((sock, index))
 }
 
@@ -37,12 +35,9 @@ fn is_loopback(ip: IpAddr) -> bool {
 }
 
 /// The first address of `family` on lo, after checking that every one of them is a loopback address.
-fn first_loopback_address(addrs: &[Address]) -> Result<Option<IpConfig>, CniError> {
+fn first_loopback_address(addrs: &[Address]) -> Result<Option<IpConfig>, LoopbackError> {
     if let Some(bad) = addrs.iter().find(|a| !is_loopback(a.ip())) {
-        return Err(CniError::internal(format!(
-            "loopback interface found with non-loopback address \"{}\"",
-            bad.ip()
-        )));
+        return Err(LoopbackError::NonLoopbackAddress(bad.ip()));
     }
     Ok(addrs.first().map(|a| IpConfig {
         interface: Some(0),
@@ -51,56 +46,68 @@ fn first_loopback_address(addrs: &[Address]) -> Result<Option<IpConfig>, CniErro
     }))
 }
 
+fn add(args: &CmdArgs) -> Result<CniResult, LoopbackError> {
+    // Parse prevResult before touching the kernel, so a bad one changes nothing.
+    let prev = args.prev_result()?;
+    let netns = Netns::open(&args.netns)?;
+    let (mut sock, lo) = open_lo(&netns)?;
+    sock.set_link_up(lo)?;
+    let v4 = sock.addresses(Some(lo), Family::V4)?;
+    let v4 = first_loopback_address(&v4)?;
+    let v6 = sock.addresses(Some(lo), Family::V6)?;
+    let v6 = first_loopback_address(&v6)?;
+
+    if let Some(prev) = prev {
+        return Ok(prev);
+    }
+    Ok(CniResult {
+        cni_version: args.cni_version.clone(),
+        interfaces: vec![Interface {
+            name: LO.to_string(),
+            mac: "00:00:00:00:00:00".to_string(),
+            sandbox: args.netns.clone(),
+            ..Default::default()
+        }],
+        ips: v4.into_iter().chain(v6).collect(),
+        ..Default::default()
+    })
+}
+
+fn del(args: &CmdArgs) -> Result<(), LoopbackError> {
+    if args.netns.is_empty() {
+        return Ok(());
+    }
+    // The runtime may already have removed the netns, or DEL may be repeated.
+    let netns = match Netns::open(&args.netns) {
+        Ok(ns) => ns,
+        Err(e) if e.is_netns_not_found() => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let (mut sock, lo) = open_lo(&netns)?;
+    Ok(sock.set_link_down(lo)?)
+}
+
+fn check(args: &CmdArgs) -> Result<(), LoopbackError> {
+    let netns = Netns::open(&args.netns)?;
+    let mut sock = Socket::open_in(&netns)?;
+    let lo = sock.link_by_name(LO)?;
+    if !lo.is_up() {
+        return Err(LoopbackError::Down);
+    }
+    Ok(())
+}
+
 impl Plugin for Loopback {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
-        // Parse prevResult before touching the kernel, so a bad one changes nothing.
-        let prev = args.prev_result()?;
-        let netns = Netns::open(&args.netns).map_err(internal)?;
-        let (mut sock, lo) = open_lo(&netns)?;
-        sock.set_link_up(lo).map_err(internal)?;
-        let v4 = sock.addresses(Some(lo), Family::V4).map_err(internal)?;
-        let v4 = first_loopback_address(&v4)?;
-        let v6 = sock.addresses(Some(lo), Family::V6).map_err(internal)?;
-        let v6 = first_loopback_address(&v6)?;
-
-        if let Some(prev) = prev {
-            return Ok(prev);
-        }
-        Ok(CniResult {
-            cni_version: args.cni_version.clone(),
-            interfaces: vec![Interface {
-                name: LO.to_string(),
-                mac: "00:00:00:00:00:00".to_string(),
-                sandbox: args.netns.clone(),
-                ..Default::default()
-            }],
-            ips: v4.into_iter().chain(v6).collect(),
-            ..Default::default()
-        })
+        Ok(add(args)?)
     }
 
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
-        if args.netns.is_empty() {
-            return Ok(());
-        }
-        // The runtime may already have removed the netns, or DEL may be repeated.
-        let netns = match Netns::open(&args.netns) {
-            Ok(ns) => ns,
-            Err(e) if e.is_netns_not_found() => return Ok(()),
-            Err(e) => return Err(internal(e)),
-        };
-        let (mut sock, lo) = open_lo(&netns)?;
-        sock.set_link_down(lo).map_err(internal)
+        Ok(del(args)?)
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
-        let netns = Netns::open(&args.netns).map_err(internal)?;
-        let mut sock = Socket::open_in(&netns).map_err(internal)?;
-        let lo = sock.link_by_name(LO).map_err(internal)?;
-        if !lo.is_up() {
-            return Err(CniError::internal("loopback interface is down"));
-        }
-        Ok(())
+        Ok(check(args)?)
     }
 }
 

@@ -1,11 +1,12 @@
 //! The macvlan network configuration (fields of the reference at its latest release).
 
 use attach::conf::{self, IpamRef, RuntimeMac};
-use libcni::error::CniError;
 use libcni::result::Dns;
 use libcni::skel::CmdArgs;
 use netkit::packet_route::link::MacVlanMode;
 use serde::Deserialize;
+
+use crate::error::MacvlanError;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -42,15 +43,13 @@ pub struct NetConf {
 }
 
 /// The reference's mode names ("" is bridge).
-pub fn mode_from_str(s: &str) -> Result<MacVlanMode, CniError> {
+pub fn mode_from_str(s: &str) -> Result<MacVlanMode, MacvlanError> {
     match s {
         "" | "bridge" => Ok(MacVlanMode::Bridge),
         "private" => Ok(MacVlanMode::Private),
         "vepa" => Ok(MacVlanMode::Vepa),
         "passthru" => Ok(MacVlanMode::Passthrough),
-        other => Err(CniError::internal(format!(
-            "unknown macvlan mode: {other:?}"
-        ))),
+        other => Err(MacvlanError::UnknownMode(other.to_string())),
     }
 }
 
@@ -64,7 +63,7 @@ pub fn mode_name(mode: MacVlanMode) -> String {
     }
 }
 
-pub fn load(args: &CmdArgs) -> Result<NetConf, CniError> {
+pub fn load(args: &CmdArgs) -> Result<NetConf, MacvlanError> {
     let raw: RawConf = args.decode_config().map_err(conf::decode_error)?;
     if !raw.master.is_empty() {
         conf::ifname("master", &raw.master)?;
@@ -88,8 +87,8 @@ mod tests {
     use super::*;
     use serde_json::{json, Value};
 
-    fn load_json(v: Value, cni_args: &str) -> Result<NetConf, CniError> {
-        load(&attach::testing::cmd_args(v, cni_args))
+    fn load_json(v: Value, cni_args: &str) -> Result<NetConf, libcni::error::CniError> {
+        Ok(load(&attach::testing::cmd_args(v, cni_args))?)
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! `CNI_IFNAME` inside the container, addressed by IPAM or left layer 2.
 
 mod config;
+mod error;
 
-use attach::errors::kernel_ctx;
 use attach::ipam::{ExecIpam, Ipam};
 use attach::rollback::{self, Rollback};
 use attach::{check, configure, link};
@@ -14,6 +14,7 @@ use netkit::link_kinds::{macvlan_message, macvlan_mode, MacvlanSpec, NewLinkBase
 use netkit::{Kernel, Link, LiveKernel, Netlink};
 
 use config::NetConf;
+use error::MacvlanError;
 
 struct Macvlan;
 
@@ -34,12 +35,12 @@ fn add<K: Kernel, I: Ipam>(
     ipam: &I,
     args: &CmdArgs,
     conf: &NetConf,
-) -> Result<CniResult, CniError> {
-    rollback::guarded("macvlan", |rb| {
+) -> Result<CniResult, MacvlanError> {
+    Ok(rollback::guarded("macvlan", |rb| {
         let r = add_steps(kernel, ipam, args, conf, rb)?;
         r.to_value(&args.cni_version)?;
         Ok(r)
-    })
+    })?)
 }
 
 fn add_steps<K: Kernel, I: Ipam>(
@@ -48,7 +49,7 @@ fn add_steps<K: Kernel, I: Ipam>(
     args: &CmdArgs,
     conf: &NetConf,
     rb: &mut Rollback,
-) -> Result<CniResult, CniError> {
+) -> Result<CniResult, MacvlanError> {
     let mut host = kernel.socket()?;
     let (netns, mut cont) = link::open_netns_with(kernel, &args.netns)?;
     let parent = master(conf, &mut host, &mut cont)?;
@@ -89,7 +90,10 @@ fn add_steps<K: Kernel, I: Ipam>(
         configure::configure_iface_with(kernel, &netns, &mut cont, &args.ifname, &result)?;
     } else {
         cont.set_link_up(created.index)
-            .map_err(|e| kernel_ctx(e, format!("failed to set {:?} UP", args.ifname)))?;
+            .map_err(|source| MacvlanError::SetUp {
+                ifname: args.ifname.clone(),
+                source,
+            })?;
     }
     // As the reference: the config's DNS, not IPAM's.
     result.dns = conf.dns.clone();
@@ -102,8 +106,14 @@ fn del<K: Kernel, I: Ipam>(
     ipam: &I,
     args: &CmdArgs,
     conf: &NetConf,
-) -> Result<(), CniError> {
-    link::del_with_ipam_with(kernel, ipam, args, &conf.ipam_type, "macvlan")
+) -> Result<(), MacvlanError> {
+    Ok(link::del_with_ipam_with(
+        kernel,
+        ipam,
+        args,
+        &conf.ipam_type,
+        "macvlan",
+    )?)
 }
 
 /// CHECK: the attachment, with the master present and the container link a macvlan in the
@@ -113,8 +123,8 @@ fn check<K: Kernel, I: Ipam>(
     ipam: &I,
     args: &CmdArgs,
     conf: &NetConf,
-) -> Result<(), CniError> {
-    check::attachment_with(
+) -> Result<(), MacvlanError> {
+    Ok(check::attachment_with(
         kernel,
         ipam,
         args,
@@ -123,35 +133,36 @@ fn check<K: Kernel, I: Ipam>(
         |cont, l, _| {
             let mut host = kernel.socket()?;
             master(conf, &mut host, cont)?;
-            let Some(mode) = macvlan_mode(l) else {
-                return Err(CniError::internal(format!(
-                    "Error: Container interface {} not of type macvlan",
-                    l.name
-                )));
-            };
-            if mode != conf.mode {
-                return Err(CniError::internal(format!(
-                    "Container macvlan mode {} does not match expected value: {}",
-                    config::mode_name(mode),
-                    config::mode_name(conf.mode)
-                )));
-            }
-            Ok(())
+            Ok(check_kind(l, conf)?)
         },
-    )
+    )?)
+}
+
+/// The container link is a macvlan in the configured mode.
+fn check_kind(l: &Link, conf: &NetConf) -> Result<(), MacvlanError> {
+    let Some(mode) = macvlan_mode(l) else {
+        return Err(MacvlanError::NotMacvlan(l.name.clone()));
+    };
+    if mode != conf.mode {
+        return Err(MacvlanError::ModeMismatch {
+            actual: config::mode_name(mode),
+            expected: config::mode_name(conf.mode),
+        });
+    }
+    Ok(())
 }
 
 impl Plugin for Macvlan {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
-        add(&LiveKernel, &ExecIpam, args, &config::load(args)?)
+        Ok(add(&LiveKernel, &ExecIpam, args, &config::load(args)?)?)
     }
 
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
-        del(&LiveKernel, &ExecIpam, args, &config::load(args)?)
+        Ok(del(&LiveKernel, &ExecIpam, args, &config::load(args)?)?)
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
-        check(&LiveKernel, &ExecIpam, args, &config::load(args)?)
+        Ok(check(&LiveKernel, &ExecIpam, args, &config::load(args)?)?)
     }
 
     fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
@@ -214,7 +225,7 @@ mod tests {
 
     fn run_add(kernel: &FakeKernel, ipam: &FakeIpam, config: Value) -> Result<CniResult, CniError> {
         let args = args_in(POD, config);
-        add(kernel, ipam, &args, &config::load(&args)?)
+        Ok(add(kernel, ipam, &args, &config::load(&args)?)?)
     }
 
     fn args(config: Value) -> CmdArgs {
@@ -350,7 +361,7 @@ mod tests {
         let c = config::load(&a).unwrap();
         run_add(&kernel, &ipam, config(json!({}))).unwrap();
         kernel.fail_when(|op| op.starts_with("ipam DEL"));
-        let e = del(&kernel, &ipam, &a, &c).unwrap_err();
+        let e = CniError::from(del(&kernel, &ipam, &a, &c).unwrap_err());
         assert!(e.msg.contains("ipam DEL"), "{}", e.msg);
         assert_eq!(kernel.state(), before);
     }
@@ -361,7 +372,7 @@ mod tests {
         let r = run_add(&kernel, &ipam, config(json!({}))).unwrap();
         let checked = |extra: Value| {
             let a = with_prev_result(args(config(extra)), &r);
-            check(&kernel, &ipam, &a, &config::load(&a).unwrap())
+            check(&kernel, &ipam, &a, &config::load(&a).unwrap()).map_err(CniError::from)
         };
         checked(json!({})).unwrap();
         let e = checked(json!({"mode": "vepa"})).unwrap_err();
@@ -389,13 +400,15 @@ mod tests {
             "Container Interface name in prevResult: net1 not found"
         );
         // Without prevResult.
-        let e = check(
-            &kernel,
-            &ipam,
-            &args(config(json!({}))),
-            &config::load(&args(config(json!({})))).unwrap(),
-        )
-        .unwrap_err();
+        let e = CniError::from(
+            check(
+                &kernel,
+                &ipam,
+                &args(config(json!({}))),
+                &config::load(&args(config(json!({})))).unwrap(),
+            )
+            .unwrap_err(),
+        );
         assert_eq!(e.msg, "Required prevResult missing");
     }
 }

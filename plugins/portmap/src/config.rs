@@ -5,7 +5,8 @@ use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
 use libcni::result::CniResult;
-use libcni::CniError;
+
+use crate::error::PortmapError;
 use serde::Deserialize;
 
 /// Default mark bit for "needs masquerade" (0x2000), as in the reference.
@@ -123,25 +124,26 @@ pub fn is_iptables_syntax(conditions: &[String]) -> bool {
 /// Characters that would end an nft statement or start a comment: never allowed in a token,
 /// so a condition cannot smuggle another command into the ruleset (the reference passes the
 /// text to nft as it is). Quotes, braces and commas are nft match syntax and fine.
-fn check_condition_tokens(conditions: &[String], field: &str) -> Result<(), CniError> {
+fn check_condition_tokens(conditions: &[String], field: &'static str) -> Result<(), PortmapError> {
     for t in conditions {
         if t.chars()
             .any(|c| matches!(c, ';' | '\n' | '\r' | '#' | '\0'))
         {
-            return Err(CniError::internal(format!(
-                "invalid token {t:?} in {field}: contains ; # NUL or a line break"
-            )));
+            return Err(PortmapError::ConditionToken {
+                token: t.clone(),
+                field,
+            });
         }
     }
     Ok(())
 }
 
-fn parse_mapping(m: RawMapping) -> Result<PortMapping, CniError> {
-    let port = |v: i64, what: &str| {
-        u16::try_from(v)
+fn parse_mapping(m: RawMapping) -> Result<PortMapping, PortmapError> {
+    let port = |value: i64, which: &'static str| {
+        u16::try_from(value)
             .ok()
             .filter(|p| *p > 0)
-            .ok_or_else(|| CniError::internal(format!("Invalid {what} port number: {v}")))
+            .ok_or(PortmapError::PortNumber { which, value })
     };
     // The reference checks the container port first.
     let container_port = port(m.container_port, "container")?;
@@ -156,15 +158,17 @@ fn parse_mapping(m: RawMapping) -> Result<PortMapping, CniError> {
         Some("udp") => Protocol::Udp,
         Some("sctp") => Protocol::Sctp,
         Some(other) => {
-            return Err(CniError::internal(format!(
-                "invalid protocol {other:?} in port mapping {host_port}: expected tcp, udp or sctp"
-            )))
+            return Err(PortmapError::Protocol {
+                protocol: other.to_string(),
+                host_port,
+            })
         }
     };
     let host_ip = match m.host_ip.as_deref().map(str::trim) {
         None | Some("") => None,
-        Some(s) => Some(s.parse::<IpAddr>().map_err(|_| {
-            CniError::internal(format!("invalid hostIP {s:?} in port mapping {host_port}"))
+        Some(s) => Some(s.parse::<IpAddr>().map_err(|_| PortmapError::HostIp {
+            host_ip: s.to_string(),
+            host_port,
         })?),
     };
     Ok(PortMapping {
@@ -177,19 +181,18 @@ fn parse_mapping(m: RawMapping) -> Result<PortMapping, CniError> {
 
 /// Parses and validates the request config, in the reference's order and words (plain
 /// errors there, code 999; ADD and DEL prefix them with "failed to parse config: ").
-pub fn parse(config: &serde_json::Map<String, serde_json::Value>) -> Result<PortMapConf, CniError> {
-    let raw: RawConf = libcni::gojson::from_map(config)
-        .map_err(|e| CniError::internal(format!("failed to parse network configuration: {e}")))?;
+pub fn parse(
+    config: &serde_json::Map<String, serde_json::Value>,
+) -> Result<PortMapConf, PortmapError> {
+    let raw: RawConf = libcni::gojson::from_map(config).map_err(PortmapError::Decode)?;
 
     if raw.mark_masq_bit.is_some() && raw.external_set_mark_chain.is_some() {
-        return Err(CniError::internal(
-            "Cannot specify externalSetMarkChain and markMasqBit",
-        ));
+        return Err(PortmapError::MarkChainAndBit);
     }
     let mark_masq_bit = match raw.mark_masq_bit {
         None => DEFAULT_MARK_MASQ_BIT,
         Some(b) if (0..=31).contains(&b) => b as u32,
-        Some(_) => return Err(CniError::internal("MasqMarkBit must be between 0 and 31")),
+        Some(_) => return Err(PortmapError::MarkBitRange),
     };
     if let Some(chain) = &raw.external_set_mark_chain {
         let ok = !chain.is_empty()
@@ -198,9 +201,7 @@ pub fn parse(config: &serde_json::Map<String, serde_json::Value>) -> Result<Port
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
         if !ok {
-            return Err(CniError::internal(format!(
-                "invalid externalSetMarkChain {chain:?}"
-            )));
+            return Err(PortmapError::MarkChainName(chain.clone()));
         }
     }
     let conditions_v4 = raw.conditions_v4.clone().unwrap_or_default();
@@ -212,11 +213,7 @@ pub fn parse(config: &serde_json::Map<String, serde_json::Value>) -> Result<Port
         None | Some("") => None,
         Some("iptables") => Some(Backend::Iptables),
         Some("nftables") => Some(Backend::Nftables),
-        Some(other) => {
-            return Err(CniError::internal(format!(
-                "unrecognized backend {other:?}"
-            )))
-        }
+        Some(other) => return Err(PortmapError::UnknownBackend(other.to_string())),
     };
     let mappings = raw
         .runtime_config
@@ -237,9 +234,7 @@ pub fn parse(config: &serde_json::Map<String, serde_json::Value>) -> Result<Port
     };
     // Ours: the nftables backend has no mark to set (the reference ignores the field).
     if backend == Some(Backend::Nftables) && raw.mark_masq_bit.is_some() {
-        return Err(CniError::internal(
-            "markMasqBit is supported only for iptables backend",
-        ));
+        return Err(PortmapError::MarkBitWithNftables);
     }
     conf.check_backend_options(backend)?;
     Ok(conf)
@@ -248,7 +243,7 @@ pub fn parse(config: &serde_json::Map<String, serde_json::Value>) -> Result<Port
 impl PortMapConf {
     /// Options of the other backend are refused when the backend is configured, as the
     /// reference words it (it names every such option).
-    pub fn check_backend_options(&self, backend: Option<Backend>) -> Result<(), CniError> {
+    pub fn check_backend_options(&self, backend: Option<Backend>) -> Result<(), PortmapError> {
         let Some(backend) = backend else {
             return Ok(());
         };
@@ -256,7 +251,7 @@ impl PortMapConf {
             Backend::Iptables => ("iptables", "nftables"),
             Backend::Nftables => ("nftables", "iptables"),
         };
-        let mut wrong: Vec<&str> = Vec::new();
+        let mut wrong: Vec<&'static str> = Vec::new();
         if backend == Backend::Nftables && self.external_set_mark_chain.is_some() {
             wrong.push("externalSetMarkChain");
         }
@@ -275,10 +270,11 @@ impl PortMapConf {
         if wrong.is_empty() {
             return Ok(());
         }
-        Err(CniError::internal(format!(
-            "{name} backend was requested but configuration contains {other}-specific options [{}]",
-            wrong.join(" ")
-        )))
+        Err(PortmapError::OtherBackendOptions {
+            backend: name,
+            other,
+            options: wrong,
+        })
     }
 
     /// The backend implied by the conditions' syntax, if any conditions are set.
@@ -334,8 +330,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn conf(v: serde_json::Value) -> Result<PortMapConf, CniError> {
-        parse(v.as_object().unwrap())
+    fn conf(v: serde_json::Value) -> Result<PortMapConf, libcni::CniError> {
+        parse(v.as_object().unwrap()).map_err(Into::into)
     }
 
     #[test]

@@ -13,12 +13,12 @@
 //! jumps to it (plus the legacy `CNI-SN-*` chain of very old versions).
 
 use ipnetwork::IpNetwork;
-use libcni::CniError;
 use netkit::netfilter::iptables::{Family, Iptables};
 use netkit::netfilter::nf_tables::{xt, Socket};
 use netkit::netfilter::{host, naming, restore, xt_cleanup};
 
 use crate::config::{PortMapConf, Protocol};
+use crate::error::PortmapError;
 
 const NAT: &str = "nat";
 pub const TOP_LEVEL_DNAT_CHAIN: &str = "CNI-HOSTPORT-DNAT";
@@ -56,7 +56,7 @@ impl Chain {
     }
 
     /// Creates the chain and its rules and jumps; existing identical rules are kept.
-    pub fn setup(&self, ipt: &Iptables) -> Result<(), CniError> {
+    pub fn setup(&self, ipt: &Iptables) -> Result<(), PortmapError> {
         ipt.ensure_chain(NAT, &self.name)?;
         for rule in &self.rules {
             ipt.append_unique(NAT, &self.name, &as_refs(rule))?;
@@ -76,7 +76,7 @@ impl Chain {
 
     /// Removes the jumps to the chain, then the chain. Nothing there is success.
     /// Returns whether the chain existed.
-    pub fn teardown(&self, ipt: &Iptables) -> Result<bool, CniError> {
+    pub fn teardown(&self, ipt: &Iptables) -> Result<bool, PortmapError> {
         // A chain that does not exist cannot be jumped to: one call settles the common case.
         if !ipt.clear_chain(NAT, &self.name)? {
             return Ok(false);
@@ -87,33 +87,34 @@ impl Chain {
     }
 
     /// CHECK: the chain, each rule and each jump exist.
-    pub fn check(&self, ipt: &Iptables) -> Result<(), CniError> {
+    pub fn check(&self, ipt: &Iptables) -> Result<(), PortmapError> {
         if !ipt.chain_exists(NAT, &self.name)? {
-            return Err(CniError::internal(format!(
-                "chain {} not found in {} table {NAT}",
-                self.name,
-                ipt.tool()
-            )));
+            return Err(PortmapError::ChainMissing {
+                chain: self.name.clone(),
+                tool: ipt.tool(),
+                table: NAT,
+            });
         }
         for rule in &self.rules {
             if !ipt.exists(NAT, &self.name, &as_refs(rule))? {
-                return Err(CniError::internal(format!(
-                    "rule `{}` not found in {} chain {NAT}/{}",
-                    rule.join(" "),
-                    ipt.tool(),
-                    self.name
-                )));
+                return Err(PortmapError::RuleMissing {
+                    rule: rule.clone(),
+                    tool: ipt.tool(),
+                    table: NAT,
+                    chain: self.name.clone(),
+                });
             }
         }
         for entry_chain in &self.entry_chains {
             for entry in &self.entry_rules {
                 let r = self.jump(entry);
                 if !ipt.exists(NAT, entry_chain, &as_refs(&r))? {
-                    return Err(CniError::internal(format!(
-                        "rule `{}` not found in {} chain {NAT}/{entry_chain}",
-                        r.join(" "),
-                        ipt.tool()
-                    )));
+                    return Err(PortmapError::RuleMissing {
+                        rule: r,
+                        tool: ipt.tool(),
+                        table: NAT,
+                        chain: entry_chain.clone(),
+                    });
                 }
             }
         }
@@ -334,7 +335,7 @@ pub fn forward_ports(
     network: &str,
     container_id: &str,
     container: IpNetwork,
-) -> Result<(), CniError> {
+) -> Result<(), PortmapError> {
     let ipt = iptables_for(&container);
     for shared in shared_chains(conf) {
         shared.setup(&ipt)?;
@@ -356,14 +357,18 @@ pub fn forward_ports(
             &ipt,
             &format!("failed to set up port forwarding chain {}", chain.name),
         )
-        .map_err(CniError::from)
+        .map_err(PortmapError::from)
 }
 
 /// DEL for one family: the container's `CNI-DN-*` chain (and the legacy `CNI-SN-*` one) with
 /// the jumps to it. Over netlink where iptables-nft keeps the nat table in nf_tables (only
 /// the chain and `CNI-HOSTPORT-DNAT` are read), with the tool where a legacy nat table is in
 /// use. Returns false when neither is possible.
-fn unforward_family(family: Family, network: &str, container_id: &str) -> Result<bool, CniError> {
+fn unforward_family(
+    family: Family,
+    network: &str,
+    container_id: &str,
+) -> Result<bool, PortmapError> {
     let chains = [
         dnat_chain(network, container_id),
         old_snat_chain(network, container_id),
@@ -427,7 +432,7 @@ pub fn check_ports(
     network: &str,
     container_id: &str,
     container: IpNetwork,
-) -> Result<(), CniError> {
+) -> Result<(), PortmapError> {
     let ipt = iptables_for(&container);
     top_level_dnat_chain().check(&ipt)?;
     if conf.snat && conf.external_set_mark_chain.is_none() {
@@ -439,7 +444,7 @@ pub fn check_ports(
 
 /// DEL: both families, whichever tools are usable (also the legacy `CNI-SN-*` chain of very
 /// old versions). Errors only when neither tool is usable.
-pub fn unforward_ports(network: &str, container_id: &str) -> Result<(), CniError> {
+pub fn unforward_ports(network: &str, container_id: &str) -> Result<(), PortmapError> {
     let mut usable = 0;
     for family in [Family::V4, Family::V6] {
         if unforward_family(family, network, container_id)? {
@@ -447,7 +452,7 @@ pub fn unforward_ports(network: &str, container_id: &str) -> Result<(), CniError
         }
     }
     if usable == 0 {
-        return Err(CniError::internal("neither iptables nor ip6tables usable"));
+        return Err(PortmapError::NoIptables);
     }
     Ok(())
 }
@@ -462,7 +467,7 @@ fn parse_dnat_comment(comment: &str) -> Option<(String, String)> {
 
 /// GC: removes the DNAT chains of `network` whose container is not in `valid` (both
 /// families). The jump comments name the network and container, so nothing else is touched.
-pub fn gc(network: &str, valid: &[String]) -> Result<(), CniError> {
+pub fn gc(network: &str, valid: &[String]) -> Result<(), PortmapError> {
     let mut errors = Vec::new();
     let stale_of = |comments: Vec<Option<String>>| -> Vec<String> {
         let mut stale: Vec<String> = comments
@@ -522,10 +527,7 @@ pub fn gc(network: &str, valid: &[String]) -> Result<(), CniError> {
     if errors.is_empty() {
         Ok(())
     } else {
-        Err(CniError::internal(format!(
-            "portmap GC: {}",
-            errors.join("; ")
-        )))
+        Err(PortmapError::Gc(errors))
     }
 }
 

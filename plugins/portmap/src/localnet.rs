@@ -3,7 +3,7 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use libcni::CniError;
+use crate::error::PortmapError;
 use netkit::netlink::RouteReplies;
 use netkit::packet_route::route::{RouteAddress, RouteAttribute, RouteMessage};
 use netkit::packet_route::{AddressFamily, RouteNetlinkMessage};
@@ -30,12 +30,11 @@ fn route_get_oif(sock: &mut Socket, ip: Ipv4Addr) -> Result<Option<u32>, netkit:
 
 /// Sets `net.ipv4.conf.<if>.route_localnet=1` on the interface routing to `container`.
 /// No route (e.g. the bridge is gone) is not an error: there is nothing to hairpin through.
-pub fn enable_route_localnet(container: IpAddr) -> Result<(), CniError> {
+pub fn enable_route_localnet(container: IpAddr) -> Result<(), PortmapError> {
     let IpAddr::V4(ip) = container else {
         return Ok(());
     };
-    let fail =
-        |e: netkit::Error| CniError::internal(format!("unable to enable route_localnet: {e}"));
+    let fail = PortmapError::RouteLocalnet;
     let mut sock = Socket::new().map_err(fail)?;
     let oif = match route_get_oif(&mut sock, ip) {
         Ok(Some(i)) => i,

@@ -12,7 +12,6 @@
 use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
-use libcni::CniError;
 use netkit::netfilter::nf_tables::build::{self, Addr};
 use netkit::netfilter::nf_tables::set::AnonSet;
 use netkit::netfilter::nf_tables::shared::Shared;
@@ -22,6 +21,7 @@ use netkit::netfilter::nf_tables::{
 };
 
 use crate::config::{PortMapConf, Protocol};
+use crate::error::PortmapError;
 
 pub const TABLE: &str = "cni_hostport";
 const TABLE_COMMENT: &str = "CNI portmap plugin";
@@ -64,15 +64,15 @@ pub enum EntryConditions {
 /// Parses one family's conditions (tokens joined by spaces, as the reference hands them to
 /// nft). Text nft would refuse is a config error; text it may accept but we do not encode
 /// goes to nft.
-pub fn entry_conditions(tokens: &[String], v6: bool) -> Result<EntryConditions, CniError> {
+pub fn entry_conditions(tokens: &[String], v6: bool) -> Result<EntryConditions, PortmapError> {
     let text = tokens.join(" ");
     match Matches::parse(&text, v6) {
         Ok(m) => Ok(EntryConditions::Native(m)),
         Err(SyntaxError::Unsupported(_)) => Ok(EntryConditions::ByNft(text)),
-        Err(SyntaxError::Invalid(detail)) => Err(CniError::internal(format!(
-            "{}: {detail}",
-            if v6 { "conditionsV6" } else { "conditionsV4" }
-        ))),
+        Err(SyntaxError::Invalid(detail)) => Err(PortmapError::Conditions {
+            field: if v6 { "conditionsV6" } else { "conditionsV4" },
+            detail,
+        }),
     }
 }
 
@@ -158,7 +158,7 @@ fn shared_objects(fam: Family, conditions: &EntryConditions) -> Shared {
 
 /// Rewrites both entry rules with `nft -f` in one nft transaction, for conditions only nft
 /// understands.
-fn entry_rules_by_nft(fam: Family, conditions: &str) -> Result<(), CniError> {
+fn entry_rules_by_nft(fam: Family, conditions: &str) -> Result<(), PortmapError> {
     let mut script = String::new();
     for (chain, _) in ENTRY_CHAINS {
         let name = fam.name();
@@ -176,7 +176,7 @@ fn entry_rules_by_nft(fam: Family, conditions: &str) -> Result<(), CniError> {
         ),
     )
     .map(|_| ())
-    .map_err(|e| CniError::internal(e.to_string()))
+    .map_err(PortmapError::from)
 }
 
 /// The per-container rules of one family (each commented with the container ID).
@@ -248,7 +248,7 @@ fn existing(
     sock: &mut Socket,
     fam: Family,
     container_id: &str,
-) -> Result<Vec<(&'static str, u64)>, CniError> {
+) -> Result<Vec<(&'static str, u64)>, PortmapError> {
     let mut out = Vec::new();
     for chain in CONTAINER_CHAINS {
         for r in sock.rules(fam, TABLE, chain)? {
@@ -271,11 +271,12 @@ fn replace_rules(
     sock: &mut Socket,
     fam: Family,
     container_id: &str,
-    extra: impl Fn(&mut Socket, &mut Batch) -> Result<(), CniError>,
+    extra: impl Fn(&mut Socket, &mut Batch) -> Result<(), PortmapError>,
     what: &str,
-) -> Result<(), CniError> {
-    let mut last = None;
-    for _ in 0..ATTEMPTS {
+) -> Result<(), PortmapError> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
         let mut b = Batch::new();
         for (chain, h) in existing(sock, fam, container_id)? {
             b.delete_rule(fam, TABLE, chain, h);
@@ -283,14 +284,16 @@ fn replace_rules(
         extra(sock, &mut b)?;
         match sock.commit(&b) {
             Ok(_) => return Ok(()),
-            Err(e) if is_race(&e) => last = Some(e),
-            Err(e) => return Err(CniError::internal(format!("{what}: {e}"))),
+            // A race (a rule or chain changed under us): list again, a few times.
+            Err(e) if is_race(&e) && attempt < ATTEMPTS => {}
+            Err(source) => {
+                return Err(PortmapError::Commit {
+                    what: what.to_string(),
+                    source,
+                })
+            }
         }
     }
-    Err(CniError::internal(format!(
-        "{what}: {}",
-        last.map(|e| e.to_string()).unwrap_or_default()
-    )))
 }
 
 /// ADD for one family: one transaction that removes a leftover of an earlier ADD of the same
@@ -299,7 +302,7 @@ pub fn forward_ports(
     conf: &PortMapConf,
     container_id: &str,
     container: IpNetwork,
-) -> Result<(), CniError> {
+) -> Result<(), PortmapError> {
     let v6 = container.is_ipv6();
     let fam = family(v6);
     let conditions = entry_conditions(conf.conditions(v6), v6)?;
@@ -326,7 +329,7 @@ pub fn forward_ports(
 }
 
 /// DEL: both families. A host without nf_tables, or without our tables, has nothing to remove.
-pub fn unforward_ports(container_id: &str) -> Result<(), CniError> {
+pub fn unforward_ports(container_id: &str) -> Result<(), PortmapError> {
     let Ok(mut sock) = Socket::new() else {
         return Ok(());
     };
@@ -352,25 +355,29 @@ pub fn check_ports(
     conf: &PortMapConf,
     container_id: &str,
     container: IpNetwork,
-) -> Result<(), CniError> {
+) -> Result<(), PortmapError> {
     let v6 = container.is_ipv6();
     let fam = family(v6);
     let mut sock = Socket::new()?;
     for chain in ["prerouting", "output", HOSTPORTS_ALL] {
         if sock.rules(fam, TABLE, chain)?.is_empty() {
-            return Err(CniError::internal(format!(
-                "nftables chain {} {TABLE} {chain} is missing or empty",
-                fam.name()
-            )));
+            return Err(PortmapError::NftChainMissing {
+                family: fam.name(),
+                table: TABLE,
+                chain,
+            });
         }
     }
     let have = existing(&mut sock, fam, container_id)?.len();
     let want = expected_rules(conf, container);
     if have != want {
-        return Err(CniError::internal(format!(
-            "found {have} nftables port mapping rules for {container_id} in {} {TABLE}, expected {want}",
-            fam.name()
-        )));
+        return Err(PortmapError::NftRuleCount {
+            have,
+            want,
+            container_id: container_id.to_string(),
+            family: fam.name(),
+            table: TABLE,
+        });
     }
     Ok(())
 }

@@ -5,8 +5,9 @@ use std::net::IpAddr;
 
 use libcni::result::{CniResult, IpConfig};
 use libcni::skel::CmdArgs;
-use libcni::CniError;
 use serde::Deserialize;
+
+use crate::error::SbrError;
 
 #[derive(Deserialize, Default)]
 // Go's struct name, for its wording of type errors.
@@ -44,31 +45,23 @@ impl Sbr {
     }
 }
 
-fn invalid(msg: impl Into<String>) -> CniError {
-    CniError::internal(msg)
-}
-
-pub fn parse(args: &CmdArgs) -> Result<Sbr, CniError> {
-    let raw: Raw = args
-        .decode_config()
-        .map_err(|e| CniError::internal(format!("failed to parse network configuration: {e}")))?;
+pub fn parse(args: &CmdArgs) -> Result<Sbr, SbrError> {
+    let raw: Raw = args.decode_config().map_err(SbrError::Decode)?;
     from_raw(raw)
 }
 
-fn from_raw(raw: Raw) -> Result<Sbr, CniError> {
+fn from_raw(raw: Raw) -> Result<Sbr, SbrError> {
     let table = match raw.table {
         None => None,
         Some(t) => Some(
             u32::try_from(t)
                 .ok()
                 .filter(|t| *t != 0)
-                .ok_or_else(|| invalid(format!("invalid table {t}: must be 1-4294967295")))?,
+                .ok_or(SbrError::Table(t))?,
         ),
     };
     if raw.gateways.len() > 2 {
-        return Err(invalid(
-            "gateways list cannot contain more than 2 entries (one IPv4, one IPv6)",
-        ));
+        return Err(SbrError::TooManyGateways);
     }
     let mut sbr = Sbr {
         table,
@@ -76,18 +69,17 @@ fn from_raw(raw: Raw) -> Result<Sbr, CniError> {
         ..Default::default()
     };
     for gw in &raw.gateways {
-        let ip: IpAddr = gw
-            .parse()
-            .map_err(|_| invalid(format!("invalid static gateway IP address: {gw}")))?;
+        let ip: IpAddr = gw.parse().map_err(|_| SbrError::Gateway(gw.clone()))?;
         let slot = match ip {
             IpAddr::V4(_) => &mut sbr.gateway_v4,
             IpAddr::V6(_) => &mut sbr.gateway_v6,
         };
-        if let Some(previous) = slot {
-            let family = if ip.is_ipv4() { "IPv4" } else { "IPv6" };
-            return Err(invalid(format!(
-                "gateways list contains multiple {family} addresses: {previous} and {gw}"
-            )));
+        if let Some(previous) = *slot {
+            return Err(SbrError::RepeatedGatewayFamily {
+                family: if ip.is_ipv4() { "IPv4" } else { "IPv6" },
+                previous,
+                gateway: gw.clone(),
+            });
         }
         *slot = Some(ip);
     }
@@ -96,11 +88,9 @@ fn from_raw(raw: Raw) -> Result<Sbr, CniError> {
 
 /// prevResult's addresses on `ifname`: those with no interface index, or whose index names
 /// `ifname` (an out-of-range index counts as a match, as in the reference).
-pub fn addresses_of(prev: &CniResult, ifname: &str) -> Result<Vec<IpConfig>, CniError> {
+pub fn addresses_of(prev: &CniResult, ifname: &str) -> Result<Vec<IpConfig>, SbrError> {
     if prev.ips.is_empty() {
-        return Err(invalid(format!(
-            "No IP addresses supplied on interface: {ifname}"
-        )));
+        return Err(SbrError::NoAddresses(ifname.to_string()));
     }
     Ok(prev
         .ips
@@ -122,7 +112,7 @@ mod tests {
     use libcni::result::Interface;
     use serde_json::json;
 
-    fn raw(v: serde_json::Value) -> Result<Sbr, CniError> {
+    fn raw(v: serde_json::Value) -> Result<Sbr, SbrError> {
         from_raw(libcni::gojson::from_value(&v).unwrap())
     }
 
@@ -145,7 +135,7 @@ mod tests {
         assert!(raw(json!({"table": -1})).is_err());
         assert!(raw(json!({"table": 4294967296i64})).is_err());
         let e = raw(json!({"gateways": ["10.0.0.1", "10.0.0.2"]})).unwrap_err();
-        assert!(e.msg.contains("multiple IPv4"), "{e}");
+        assert!(e.to_string().contains("multiple IPv4"), "{e}");
         assert!(raw(json!({"gateways": ["a", "b", "c"]})).is_err());
         assert!(raw(json!({"gateways": ["nope"]})).is_err());
     }

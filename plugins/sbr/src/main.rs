@@ -3,6 +3,7 @@
 //! address to it; with `table` set only the rules are added.
 
 mod config;
+mod error;
 mod routing;
 
 use std::os::fd::AsRawFd;
@@ -12,11 +13,12 @@ use libcni::skel::{self, CmdArgs, Plugin};
 use libcni::CniError;
 use netkit::{Netns, Socket};
 
+use crate::error::SbrError;
+
 struct SbrPlugin;
 
-fn require_prev_result(args: &CmdArgs) -> Result<CniResult, CniError> {
-    args.prev_result()?
-        .ok_or_else(|| CniError::internal("This plugin must be called as chained plugin"))
+fn require_prev_result(args: &CmdArgs) -> Result<CniResult, SbrError> {
+    args.prev_result()?.ok_or(SbrError::NotChained)
 }
 
 /// The container netns, flock'ed for the whole call (the reference locks the same file, so
@@ -32,47 +34,59 @@ fn open_locked(path: &str) -> Result<Netns, netkit::Error> {
     Ok(ns)
 }
 
-fn socket_in(path: &str) -> Result<(Netns, Socket), CniError> {
-    let ns = open_locked(path).map_err(CniError::from)?;
-    let sock = Socket::open_in(&ns).map_err(CniError::from)?;
+fn socket_in(path: &str) -> Result<(Netns, Socket), SbrError> {
+    let ns = open_locked(path)?;
+    let sock = Socket::open_in(&ns)?;
     Ok((ns, sock))
+}
+
+fn add(args: &CmdArgs) -> Result<CniResult, SbrError> {
+    let sbr = config::parse(args)?;
+    let prev = require_prev_result(args)?;
+    let ips = config::addresses_of(&prev, &args.ifname)?;
+    let (_ns, mut sock) = socket_in(&args.netns)?;
+    routing::add(&mut sock, &sbr, &ips, &args.ifname)?;
+    Ok(prev)
+}
+
+fn del(args: &CmdArgs) -> Result<(), SbrError> {
+    let sbr = config::parse(args)?;
+    if args.netns.is_empty() {
+        return Ok(());
+    }
+    let prev_ips = match args.prev_result() {
+        Ok(Some(prev)) => config::addresses_of(&prev, &args.ifname).unwrap_or_default(),
+        _ => Vec::new(),
+    };
+    let ns = match open_locked(&args.netns) {
+        Ok(ns) => ns,
+        // The pod and its rules are gone already.
+        Err(e) if e.is_netns_not_found() => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let mut sock = Socket::open_in(&ns)?;
+    routing::del(&mut sock, sbr.table, &args.ifname, &prev_ips)
+}
+
+fn check(args: &CmdArgs) -> Result<(), SbrError> {
+    let sbr = config::parse(args)?;
+    let prev = require_prev_result(args)?;
+    let ips = config::addresses_of(&prev, &args.ifname)?;
+    let (_ns, mut sock) = socket_in(&args.netns)?;
+    routing::check(&mut sock, sbr.table, &ips)
 }
 
 impl Plugin for SbrPlugin {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
-        let sbr = config::parse(args)?;
-        let prev = require_prev_result(args)?;
-        let ips = config::addresses_of(&prev, &args.ifname)?;
-        let (_ns, mut sock) = socket_in(&args.netns)?;
-        routing::add(&mut sock, &sbr, &ips, &args.ifname)?;
-        Ok(prev)
+        add(args).map_err(Into::into)
     }
 
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
-        let sbr = config::parse(args)?;
-        if args.netns.is_empty() {
-            return Ok(());
-        }
-        let prev_ips = match args.prev_result() {
-            Ok(Some(prev)) => config::addresses_of(&prev, &args.ifname).unwrap_or_default(),
-            _ => Vec::new(),
-        };
-        let ns = match open_locked(&args.netns) {
-            Ok(ns) => ns,
-            // The pod and its rules are gone already.
-            Err(e) if e.is_netns_not_found() => return Ok(()),
-            Err(e) => return Err(CniError::from(e)),
-        };
-        let mut sock = Socket::open_in(&ns).map_err(CniError::from)?;
-        routing::del(&mut sock, sbr.table, &args.ifname, &prev_ips)
+        del(args).map_err(Into::into)
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
-        let sbr = config::parse(args)?;
-        let prev = require_prev_result(args)?;
-        let ips = config::addresses_of(&prev, &args.ifname)?;
-        let (_ns, mut sock) = socket_in(&args.netns)?;
-        routing::check(&mut sock, sbr.table, &ips)
+        check(args).map_err(Into::into)
     }
 }
 

@@ -5,11 +5,11 @@ use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
 use libcni::result::IpConfig;
-use libcni::CniError;
 use netkit::route::TABLE_MAIN;
 use netkit::{Family, Route, Rule, Socket};
 
 use crate::config::Sbr;
+use crate::error::SbrError;
 
 /// The first table tried for an interface's routes (as the reference).
 pub const FIRST_TABLE: u32 = 100;
@@ -65,25 +65,25 @@ struct Journal<'a> {
 }
 
 impl Journal<'_> {
-    fn add_rule(&mut self, rule: Rule) -> Result<(), CniError> {
-        self.sock.add_rule(&rule).map_err(CniError::from)?;
+    fn add_rule(&mut self, rule: Rule) -> Result<(), SbrError> {
+        self.sock.add_rule(&rule).map_err(SbrError::from)?;
         self.undo.push(Undo::DeleteRule(rule));
         Ok(())
     }
 
-    fn add_route(&mut self, route: Route, replace: bool) -> Result<(), CniError> {
+    fn add_route(&mut self, route: Route, replace: bool) -> Result<(), SbrError> {
         let done = if replace {
             self.sock.replace_route(&route)
         } else {
             self.sock.add_route(&route)
         };
-        done.map_err(CniError::from)?;
+        done.map_err(SbrError::from)?;
         self.undo.push(Undo::DeleteRoute(route));
         Ok(())
     }
 
-    fn delete_route(&mut self, route: Route) -> Result<(), CniError> {
-        self.sock.delete_route(&route).map_err(CniError::from)?;
+    fn delete_route(&mut self, route: Route) -> Result<(), SbrError> {
+        self.sock.delete_route(&route).map_err(SbrError::from)?;
         self.undo.push(Undo::RestoreRoute(route));
         Ok(())
     }
@@ -103,7 +103,7 @@ impl Journal<'_> {
 }
 
 /// ADD inside the container netns (through `sock`).
-pub fn add(sock: &mut Socket, sbr: &Sbr, ips: &[IpConfig], ifname: &str) -> Result<(), CniError> {
+pub fn add(sock: &mut Socket, sbr: &Sbr, ips: &[IpConfig], ifname: &str) -> Result<(), SbrError> {
     let mut journal = Journal {
         sock,
         undo: Vec::new(),
@@ -130,17 +130,20 @@ fn move_routes(
     sbr: &Sbr,
     ips: &[IpConfig],
     ifname: &str,
-) -> Result<(), CniError> {
-    let rules = journal.sock.rules(Family::Any).map_err(CniError::from)?;
+) -> Result<(), SbrError> {
+    let rules = journal.sock.rules(Family::Any).map_err(SbrError::from)?;
     let all_routes = journal
         .sock
         .routes(Family::Any, None)
-        .map_err(CniError::from)?;
+        .map_err(SbrError::from)?;
     let mut table = next_free_table(&rules, &all_routes, FIRST_TABLE);
     let link = journal
         .sock
         .link_by_name(ifname)
-        .map_err(|e| CniError::internal(format!("Cannot find network interface {ifname}: {e}")))?;
+        .map_err(|source| SbrError::FindLink {
+            ifname: ifname.to_string(),
+            source,
+        })?;
     let link_routes: Vec<Route> = all_routes
         .iter()
         .filter(|r| r.table_id() == TABLE_MAIN && r.oif == Some(link.index))
@@ -196,12 +199,12 @@ pub fn del(
     table: Option<u32>,
     ifname: &str,
     prev_ips: &[IpConfig],
-) -> Result<(), CniError> {
-    let rules = sock.rules(Family::Any).map_err(CniError::from)?;
-    let addresses: Vec<IpAddr> = match sock.find_link(ifname).map_err(CniError::from)? {
+) -> Result<(), SbrError> {
+    let rules = sock.rules(Family::Any).map_err(SbrError::from)?;
+    let addresses: Vec<IpAddr> = match sock.find_link(ifname).map_err(SbrError::from)? {
         Some(link) => sock
             .addresses(Some(link.index), Family::Any)
-            .map_err(CniError::from)?
+            .map_err(SbrError::from)?
             .iter()
             .map(|a| a.ip())
             .collect(),
@@ -216,25 +219,25 @@ pub fn del(
         match sock.delete_rule(rule) {
             Ok(()) => {}
             Err(e) if e.is_not_found() => {}
-            Err(e) => last_error = Some(CniError::from(e)),
+            Err(e) => last_error = Some(SbrError::from(e)),
         }
     }
     last_error.map_or(Ok(()), Err)
 }
 
 /// CHECK: every address has its source rule (into `table` when set).
-pub fn check(sock: &mut Socket, table: Option<u32>, ips: &[IpConfig]) -> Result<(), CniError> {
-    let rules = sock.rules(Family::Any).map_err(CniError::from)?;
+pub fn check(sock: &mut Socket, table: Option<u32>, ips: &[IpConfig]) -> Result<(), SbrError> {
+    let rules = sock.rules(Family::Any).map_err(SbrError::from)?;
     for ip in ips {
         let want = host_network(ip.address.ip());
         let found = rules
             .iter()
             .any(|r| r.src == Some(want) && table.is_none_or(|t| r.table == t));
         if !found {
-            return Err(CniError::internal(format!(
-                "sbr: no rule from {want}{}",
-                table.map(|t| format!(" to table {t}")).unwrap_or_default()
-            )));
+            return Err(SbrError::RuleMissing {
+                source_network: want,
+                table,
+            });
         }
     }
     Ok(())

@@ -1,11 +1,12 @@
 //! The tap network configuration (fields of the reference at its latest release).
 
 use attach::conf::{self, IpamRef, RuntimeMac};
-use libcni::error::CniError;
 use libcni::result::Dns;
 use libcni::skel::CmdArgs;
 use serde::Deserialize;
 use serde_json::{Map, Value};
+
+use crate::error::TapError;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -51,7 +52,7 @@ impl NetConf {
     }
 }
 
-pub fn load(args: &CmdArgs) -> Result<NetConf, CniError> {
+pub fn load(args: &CmdArgs) -> Result<NetConf, TapError> {
     let raw: RawConf = args.decode_config().map_err(conf::decode_error)?;
     let _ = raw.args;
     if !raw.bridge.is_empty() {
@@ -76,8 +77,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn load_json(v: Value, cni_args: &str) -> Result<NetConf, CniError> {
-        load(&attach::testing::cmd_args(v, cni_args))
+    fn load_json(v: Value, cni_args: &str) -> Result<NetConf, libcni::error::CniError> {
+        Ok(load(&attach::testing::cmd_args(v, cni_args))?)
     }
 
     #[test]

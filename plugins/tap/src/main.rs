@@ -3,8 +3,8 @@
 //! port of a bridge inside the container, addressed by IPAM or left layer 2.
 
 mod config;
+mod error;
 
-use attach::errors::kernel_ctx;
 use attach::ipam::{ExecIpam, Ipam};
 use attach::rollback::{self, Rollback};
 use attach::{check, configure, link};
@@ -15,6 +15,7 @@ use netkit::tap::TapSpec;
 use netkit::{Kernel, Link, LiveKernel, Netlink};
 
 use config::NetConf;
+use error::TapError;
 
 struct Tap;
 
@@ -24,12 +25,12 @@ fn add<K: Kernel, I: Ipam>(
     ipam: &I,
     args: &CmdArgs,
     conf: &NetConf,
-) -> Result<CniResult, CniError> {
-    rollback::guarded("tap", |rb| {
+) -> Result<CniResult, TapError> {
+    Ok(rollback::guarded("tap", |rb| {
         let r = add_steps(kernel, ipam, args, conf, rb)?;
         r.to_value(&args.cni_version)?;
         Ok(r)
-    })
+    })?)
 }
 
 fn add_steps<K: Kernel, I: Ipam>(
@@ -38,7 +39,7 @@ fn add_steps<K: Kernel, I: Ipam>(
     args: &CmdArgs,
     conf: &NetConf,
     rb: &mut Rollback,
-) -> Result<CniResult, CniError> {
+) -> Result<CniResult, TapError> {
     let (netns, mut cont) = link::open_netns_with(kernel, &args.netns)?;
     if !conf.selinux_context.is_empty() {
         eprintln!(
@@ -73,19 +74,18 @@ fn add_steps<K: Kernel, I: Ipam>(
         if !conf.bridge.is_empty() {
             let br = cont
                 .link_by_name(&conf.bridge)
-                .map_err(|e| kernel_ctx(e, format!("failed to get bridge {}", conf.bridge)))?;
-            cont.set_link_master(index, br.index).map_err(|e| {
-                kernel_ctx(
-                    e,
-                    format!(
-                        "failed to set tap {} as a port of bridge {}",
-                        args.ifname, conf.bridge
-                    ),
-                )
-            })?;
+                .map_err(|source| TapError::FindBridge {
+                    bridge: conf.bridge.clone(),
+                    source,
+                })?;
+            cont.set_link_master(index, br.index)
+                .map_err(|source| TapError::JoinBridge {
+                    ifname: args.ifname.clone(),
+                    bridge: conf.bridge.clone(),
+                    source,
+                })?;
         }
-        cont.set_link_up(index)
-            .map_err(|e| kernel_ctx(e, "failed to set tap interface up"))?;
+        cont.set_link_up(index).map_err(TapError::SetUp)?;
         Ok(cont.link_by_index(index)?)
     })?;
 
@@ -105,14 +105,11 @@ fn add_steps<K: Kernel, I: Ipam>(
 }
 
 /// The container interface is a tap device (the reference checks only its addressing).
-fn check_tap(l: &Link) -> Result<(), CniError> {
+fn check_tap(l: &Link) -> Result<(), TapError> {
     if l.is_kind("tun") {
         Ok(())
     } else {
-        Err(CniError::internal(format!(
-            "Error: Container interface {} not of type tap",
-            l.name
-        )))
+        Err(TapError::NotTap(l.name.clone()))
     }
 }
 
@@ -122,8 +119,14 @@ fn del<K: Kernel, I: Ipam>(
     ipam: &I,
     args: &CmdArgs,
     conf: &NetConf,
-) -> Result<(), CniError> {
-    link::del_with_ipam_with(kernel, ipam, args, &conf.ipam_type, "tap")
+) -> Result<(), TapError> {
+    Ok(link::del_with_ipam_with(
+        kernel,
+        ipam,
+        args,
+        &conf.ipam_type,
+        "tap",
+    )?)
 }
 
 /// CHECK: the attachment, with the container link a tap.
@@ -132,28 +135,28 @@ fn check<K: Kernel, I: Ipam>(
     ipam: &I,
     args: &CmdArgs,
     conf: &NetConf,
-) -> Result<(), CniError> {
-    check::attachment_with(
+) -> Result<(), TapError> {
+    Ok(check::attachment_with(
         kernel,
         ipam,
         args,
         &conf.ipam_type,
         "Required prevResult missing",
-        |_, l, _| check_tap(l),
-    )
+        |_, l, _| Ok(check_tap(l)?),
+    )?)
 }
 
 impl Plugin for Tap {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
-        add(&LiveKernel, &ExecIpam, args, &config::load(args)?)
+        Ok(add(&LiveKernel, &ExecIpam, args, &config::load(args)?)?)
     }
 
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
-        del(&LiveKernel, &ExecIpam, args, &config::load(args)?)
+        Ok(del(&LiveKernel, &ExecIpam, args, &config::load(args)?)?)
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
-        check(&LiveKernel, &ExecIpam, args, &config::load(args)?)
+        Ok(check(&LiveKernel, &ExecIpam, args, &config::load(args)?)?)
     }
 
     fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
@@ -210,7 +213,7 @@ mod tests {
 
     fn run_add(kernel: &FakeKernel, ipam: &FakeIpam, config: Value) -> Result<CniResult, CniError> {
         let a = args(config);
-        add(kernel, ipam, &a, &config::load(&a)?)
+        Ok(add(kernel, ipam, &a, &config::load(&a)?)?)
     }
 
     fn everything() -> Value {
@@ -301,7 +304,7 @@ mod tests {
         let mut pod = kernel.socket_in(&FakeNs(POD.into())).unwrap();
         pod.delete_address(net1.index, "10.4.0.5/24".parse().unwrap())
             .unwrap();
-        let e = check(&kernel, &ipam, &a, &conf).unwrap_err();
+        let e = CniError::from(check(&kernel, &ipam, &a, &conf).unwrap_err());
         assert_eq!(e.msg, "Failed to match addr 10.4.0.5/24 on interface net1");
         // Another kind of link under the recorded name is not a tap.
         let mut other = r.clone();
@@ -310,7 +313,7 @@ mod tests {
         other.ips.clear();
         let mut a = with_prev_result(args(config(json!({"ipam": null}))), &other);
         a.ifname = "br0".into();
-        let e = check(&kernel, &ipam, &a, &config::load(&a).unwrap()).unwrap_err();
+        let e = CniError::from(check(&kernel, &ipam, &a, &config::load(&a).unwrap()).unwrap_err());
         assert_eq!(e.msg, "Error: Container interface br0 not of type tap");
     }
 }

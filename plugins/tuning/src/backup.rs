@@ -8,8 +8,9 @@
 use std::path::{Path, PathBuf};
 
 use libcni::statefile;
-use libcni::CniError;
 use serde::{Deserialize, Serialize};
+
+use crate::error::TuningError;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Backup {
@@ -56,14 +57,15 @@ pub fn gc(
     data_dir: &str,
     network: &str,
     valid: &[(String, String)],
-) -> Result<Vec<PathBuf>, CniError> {
+) -> Result<Vec<PathBuf>, TuningError> {
     let entries = match std::fs::read_dir(data_dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => {
-            return Err(CniError::io(format!(
-                "failed to list tuning backups in {data_dir}: {e}"
-            )))
+        Err(source) => {
+            return Err(TuningError::ListBackups {
+                dir: data_dir.to_string(),
+                source,
+            })
         }
     };
     let mut removed = Vec::new();
@@ -97,45 +99,40 @@ pub fn path(data_dir: &str, container_id: &str, ifname: &str) -> PathBuf {
 }
 
 /// Reads a backup; `Ok(None)` when there is none.
-pub fn load(path: &Path) -> Result<Option<Backup>, CniError> {
+pub fn load(path: &Path) -> Result<Option<Backup>, TuningError> {
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => {
-            return Err(CniError::io(format!(
-                "failed to read tuning backup {}: {e}",
-                path.display()
-            )))
+        Err(source) => {
+            return Err(TuningError::ReadBackup {
+                path: path.to_path_buf(),
+                source,
+            })
         }
     };
-    libcni::gojson::from_slice(&bytes).map(Some).map_err(|e| {
-        CniError::decode(format!(
-            "failed to parse tuning backup {}: {e}",
-            path.display()
-        ))
-    })
+    libcni::gojson::from_slice(&bytes)
+        .map(Some)
+        .map_err(|source| TuningError::ParseBackup {
+            path: path.to_path_buf(),
+            source,
+        })
 }
 
 /// Writes a backup atomically (`libcni::statefile`: a writer killed half-way leaves nothing
 /// that the next write or removal does not take), creating the directory (0700) if needed.
-pub fn store(path: &Path, backup: &Backup) -> Result<(), CniError> {
-    let data = serde_json::to_vec_pretty(backup)
-        .map_err(|e| CniError::internal(format!("failed to encode tuning backup: {e}")))?;
-    statefile::write_atomic(path, &data).map_err(|e| {
-        CniError::io(format!(
-            "failed to write tuning backup {}: {e}",
-            path.display()
-        ))
+pub fn store(path: &Path, backup: &Backup) -> Result<(), TuningError> {
+    let data = serde_json::to_vec_pretty(backup).map_err(TuningError::EncodeBackup)?;
+    statefile::write_atomic(path, &data).map_err(|source| TuningError::WriteBackup {
+        path: path.to_path_buf(),
+        source,
     })
 }
 
 /// Removes a backup; a missing file is fine.
-pub fn remove(path: &Path) -> Result<(), CniError> {
-    statefile::remove_if_exists(path).map_err(|e| {
-        CniError::io(format!(
-            "failed to remove tuning backup {}: {e}",
-            path.display()
-        ))
+pub fn remove(path: &Path) -> Result<(), TuningError> {
+    statefile::remove_if_exists(path).map_err(|source| TuningError::RemoveBackup {
+        path: path.to_path_buf(),
+        source,
     })
 }
 

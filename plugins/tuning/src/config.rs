@@ -4,9 +4,10 @@
 use std::fmt;
 
 use libcni::skel::CmdArgs;
-use libcni::CniError;
 use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
+
+use crate::error::TuningError;
 
 /// Where link backups live unless `dataDir` says otherwise.
 pub const DEFAULT_DATA_DIR: &str = "/run/cni/tuning";
@@ -68,7 +69,7 @@ fn canonical_key(key: &str) -> String {
 /// The reference rejects a top-level sysctl key written twice. Decoding keeps only the last
 /// of repeated keys, so this pass reads the raw bytes: only the keys of every `sysctl` object
 /// (any case, as Go matches the field), values unchecked.
-fn check_repeated_sysctl_keys(stdin: &[u8]) -> Result<(), String> {
+fn check_repeated_sysctl_keys(stdin: &[u8]) -> Result<(), TuningError> {
     struct TopLevel;
     impl<'de> Visitor<'de> for TopLevel {
         type Value = ();
@@ -117,7 +118,7 @@ fn check_repeated_sysctl_keys(stdin: &[u8]) -> Result<(), String> {
     // Anything that is not an object is reported by the decoding pass.
     let mut de = serde_json::Deserializer::from_slice(stdin);
     match de.deserialize_map(TopLevel) {
-        Err(e) if e.to_string().starts_with(DUPLICATE_SYSCTL) => Err(DUPLICATE_SYSCTL.into()),
+        Err(e) if e.to_string().starts_with(DUPLICATE_SYSCTL) => Err(TuningError::DuplicateSysctl),
         _ => Ok(()),
     }
 }
@@ -201,19 +202,16 @@ impl Tuning {
 }
 
 /// Parses the request (keys matched as Go does) and CNI_ARGS.
-pub fn parse(args: &CmdArgs) -> Result<Tuning, CniError> {
-    // Both are plain errors upstream (code 999): the repeated key bare, the decoder's wrapped.
-    check_repeated_sysctl_keys(&args.stdin).map_err(CniError::internal)?;
-    let raw: RawConf = args
-        .decode_config()
-        .map_err(|e| CniError::internal(format!("failed to load netconf: {e}")))?;
+pub fn parse(args: &CmdArgs) -> Result<Tuning, TuningError> {
+    check_repeated_sysctl_keys(&args.stdin)?;
+    let raw: RawConf = args.decode_config().map_err(TuningError::Load)?;
     let pairs = args.cni_args()?;
     libcni::args::check_known(&pairs, &["IgnoreUnknown", "MAC"])?;
     let env_mac = libcni::args::get(&pairs, "MAC").map(str::to_string);
     merge(raw, env_mac)
 }
 
-fn merge(raw: RawConf, env_mac: Option<String>) -> Result<Tuning, CniError> {
+fn merge(raw: RawConf, env_mac: Option<String>) -> Result<Tuning, TuningError> {
     let mut sysctls = raw.sysctl;
     let mut mac = raw.mac.filter(|m| !m.is_empty());
     let mut mtu = raw.mtu.filter(|m| *m != 0);
@@ -254,25 +252,22 @@ fn merge(raw: RawConf, env_mac: Option<String>) -> Result<Tuning, CniError> {
     }
 
     let mac = match mac {
-        Some(m) => Some(netkit::link::parse_mac(&m).map_err(|_| {
-            CniError::internal(format!(
-                "invalid args {m} for MAC addr: address {m}: invalid MAC address"
-            ))
-        })?),
+        Some(m) => {
+            Some(netkit::link::parse_mac(&m).map_err(|_| TuningError::BadMac { mac: m.clone() })?)
+        }
         None => None,
     };
     let mtu = match mtu {
-        Some(m) => Some(u32::try_from(m).ok().filter(|m| *m > 0).ok_or_else(|| {
-            CniError::internal(format!("invalid mtu {m}: must be a positive number"))
-        })?),
+        Some(m) => Some(
+            u32::try_from(m)
+                .ok()
+                .filter(|m| *m > 0)
+                .ok_or(TuningError::BadMtu(m))?,
+        ),
         None => None,
     };
     let tx_qlen = match tx_qlen {
-        Some(q) => Some(u32::try_from(q).map_err(|_| {
-            CniError::internal(format!(
-                "invalid txQLen {q}: must be between 0 and 4294967295"
-            ))
-        })?),
+        Some(q) => Some(u32::try_from(q).map_err(|_| TuningError::BadTxQlen(q))?),
         None => None,
     };
     let data_dir = raw
@@ -294,11 +289,11 @@ fn merge(raw: RawConf, env_mac: Option<String>) -> Result<Tuning, CniError> {
 mod tests {
     use super::*;
 
-    fn parse_json(s: &str, env_mac: Option<&str>) -> Result<Tuning, CniError> {
-        check_repeated_sysctl_keys(s.as_bytes()).map_err(CniError::internal)?;
+    fn parse_json(s: &str, env_mac: Option<&str>) -> Result<Tuning, libcni::CniError> {
+        check_repeated_sysctl_keys(s.as_bytes())?;
         let raw: RawConf = libcni::gojson::from_slice(s.as_bytes())
-            .map_err(|e| CniError::internal(e.to_string()))?;
-        merge(raw, env_mac.map(str::to_string))
+            .map_err(|e| libcni::CniError::internal(e.to_string()))?;
+        Ok(merge(raw, env_mac.map(str::to_string))?)
     }
 
     #[test]

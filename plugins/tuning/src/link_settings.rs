@@ -1,12 +1,12 @@
 //! The link attributes tuning manages on the container interface: capture (for the backup),
 //! apply, restore and CHECK.
 
-use libcni::CniError;
 use netkit::packet_route::link::LinkFlags;
 use netkit::{Link, Socket};
 
 use crate::backup::Backup;
 use crate::config::Tuning;
+use crate::error::TuningError;
 
 /// The current values of the attributes `tuning` configures.
 pub fn capture(link: &Link, tuning: &Tuning) -> Backup {
@@ -24,7 +24,7 @@ pub fn capture(link: &Link, tuning: &Tuning) -> Backup {
 
 /// Applies the configured attributes in the reference's order (mac, promisc, mtu, allmulti,
 /// txqueuelen).
-pub fn apply(sock: &mut Socket, link: &Link, tuning: &Tuning) -> Result<(), CniError> {
+pub fn apply(sock: &mut Socket, link: &Link, tuning: &Tuning) -> Result<(), TuningError> {
     if let Some(mac) = &tuning.mac {
         sock.set_link_mac(link.index, mac)?;
     }
@@ -43,41 +43,42 @@ pub fn apply(sock: &mut Socket, link: &Link, tuning: &Tuning) -> Result<(), CniE
     Ok(())
 }
 
-fn set_allmulti(sock: &mut Socket, index: u32, on: bool) -> Result<(), CniError> {
+fn set_allmulti(sock: &mut Socket, index: u32, on: bool) -> Result<(), TuningError> {
     let what = if on {
         "set allmulticast on"
     } else {
         "set allmulticast off"
     };
     sock.set_link(index, what, |b| b.allmulticast(on))
-        .map_err(CniError::from)
+        .map_err(TuningError::from)
 }
 
 /// Puts back every value recorded in `backup`; keeps going after a failure and reports the
 /// first one.
-pub fn restore(sock: &mut Socket, link: &Link, backup: &Backup) -> Result<(), CniError> {
+pub fn restore(sock: &mut Socket, link: &Link, backup: &Backup) -> Result<(), TuningError> {
     let mut first_error = None;
-    let mut note = |r: Result<(), CniError>| {
+    let mut note = |r: Result<(), TuningError>| {
         if let Err(e) = r {
             eprintln!("tuning: {e}");
             first_error.get_or_insert(e);
         }
     };
     if let Some(mtu) = backup.mtu {
-        note(sock.set_link_mtu(link.index, mtu).map_err(CniError::from));
+        note(
+            sock.set_link_mtu(link.index, mtu)
+                .map_err(TuningError::from),
+        );
     }
     if let Some(mac) = &backup.mac {
         match netkit::link::parse_mac(mac) {
-            Ok(m) => note(sock.set_link_mac(link.index, &m).map_err(CniError::from)),
-            Err(e) => note(Err(CniError::decode(format!(
-                "bad MAC in tuning backup: {e}"
-            )))),
+            Ok(m) => note(sock.set_link_mac(link.index, &m).map_err(TuningError::from)),
+            Err(e) => note(Err(TuningError::BackupMac(e))),
         }
     }
     if let Some(on) = backup.promisc {
         note(
             sock.set_link_promisc(link.index, on)
-                .map_err(CniError::from),
+                .map_err(TuningError::from),
         );
     }
     if let Some(on) = backup.allmulti {
@@ -86,7 +87,7 @@ pub fn restore(sock: &mut Socket, link: &Link, backup: &Backup) -> Result<(), Cn
     if let Some(qlen) = backup.tx_qlen {
         note(
             sock.set_link_txqueuelen(link.index, qlen)
-                .map_err(CniError::from),
+                .map_err(TuningError::from),
         );
     }
     first_error.map_or(Ok(()), Err)
@@ -94,12 +95,14 @@ pub fn restore(sock: &mut Socket, link: &Link, backup: &Backup) -> Result<(), Cn
 
 /// CHECK: the link carries the configured values. `promisc: false` means "must be off", as in
 /// the reference.
-pub fn verify(link: &Link, tuning: &Tuning) -> Result<(), CniError> {
-    let fail = |what: &str, have: String, want: String| {
-        Err(CniError::internal(format!(
-            "{what} of {} is {have}, expected {want}",
-            link.name
-        )))
+pub fn verify(link: &Link, tuning: &Tuning) -> Result<(), TuningError> {
+    let fail = |what: &'static str, have: String, want: String| {
+        Err(TuningError::LinkMismatch {
+            what,
+            ifname: link.name.clone(),
+            have,
+            want,
+        })
     };
     if let Some(mac) = &tuning.mac {
         let want = netkit::link::format_mac(mac);

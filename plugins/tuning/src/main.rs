@@ -3,6 +3,7 @@
 
 mod backup;
 mod config;
+mod error;
 mod link_settings;
 mod sysctls;
 
@@ -12,20 +13,23 @@ use libcni::CniError;
 use netkit::{Netns, Socket};
 
 use crate::config::Tuning;
+use crate::error::TuningError;
 
 struct TuningPlugin;
 
-fn open_netns(path: &str) -> Result<Netns, CniError> {
-    Netns::open(path).map_err(|e| CniError::internal(format!("failed to open netns {path:?}: {e}")))
+fn open_netns(path: &str) -> Result<Netns, TuningError> {
+    Netns::open(path).map_err(|source| TuningError::OpenNetns {
+        path: path.to_string(),
+        source,
+    })
 }
 
-fn require_prev_result(args: &CmdArgs) -> Result<CniResult, CniError> {
-    args.prev_result()?
-        .ok_or_else(|| CniError::internal("Required prevResult missing"))
+fn require_prev_result(args: &CmdArgs) -> Result<CniResult, TuningError> {
+    args.prev_result()?.ok_or(TuningError::MissingPrevResult)
 }
 
 /// Everything ADD does inside the container netns; undone on failure.
-fn add_in_netns(args: &CmdArgs, tuning: &Tuning) -> Result<(), CniError> {
+fn add_in_netns(args: &CmdArgs, tuning: &Tuning) -> Result<(), TuningError> {
     let previous_sysctls = sysctls::apply(&tuning.sysctls, &args.ifname)?;
     if !tuning.touches_link() {
         return Ok(());
@@ -37,7 +41,7 @@ fn add_in_netns(args: &CmdArgs, tuning: &Tuning) -> Result<(), CniError> {
     result
 }
 
-fn tune_link(args: &CmdArgs, tuning: &Tuning) -> Result<(), CniError> {
+fn tune_link(args: &CmdArgs, tuning: &Tuning) -> Result<(), TuningError> {
     let mut sock = Socket::new()?;
     let link = sock.link_by_name(&args.ifname)?;
     let path = backup::path(&tuning.data_dir, &args.container_id, &args.ifname);
@@ -80,77 +84,93 @@ fn update_result_mac(result: &mut CniResult, ifname: &str, mac: &[u8; 6]) {
     }
 }
 
+fn add(args: &CmdArgs) -> Result<CniResult, TuningError> {
+    let tuning = config::parse(args)?;
+    sysctls::enforce_allowlist(&tuning.sysctls)?;
+    let mut result = require_prev_result(args)?;
+    let ns = open_netns(&args.netns)?;
+    ns.run(|| add_in_netns(args, &tuning))??;
+    if let Some(mac) = &tuning.mac {
+        update_result_mac(&mut result, &args.ifname, mac);
+    }
+    Ok(result)
+}
+
+fn del(args: &CmdArgs) -> Result<(), TuningError> {
+    let tuning = config::parse(args)?;
+    let path = backup::path(&tuning.data_dir, &args.container_id, &args.ifname);
+    let Some(saved) = backup::load(&path).unwrap_or_else(|e| {
+        eprintln!("tuning: ignoring unreadable backup: {e}");
+        None
+    }) else {
+        return backup::remove(&path).or(Ok(()));
+    };
+    // Restoring is best effort: the netns or the interface may already be gone.
+    if !args.netns.is_empty() {
+        match Netns::open(&args.netns) {
+            Ok(ns) => {
+                let restored = ns.run(|| -> Result<(), TuningError> {
+                    let mut sock = Socket::new()?;
+                    match sock.find_link(&args.ifname)? {
+                        Some(link) => link_settings::restore(&mut sock, &link, &saved),
+                        None => Ok(()),
+                    }
+                });
+                match restored {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => eprintln!("tuning: failed to restore {}: {e}", args.ifname),
+                    Err(e) => eprintln!("tuning: failed to enter netns {:?}: {e}", args.netns),
+                }
+            }
+            Err(e) if e.is_netns_not_found() => {}
+            Err(e) => eprintln!("tuning: {e}"),
+        }
+    }
+    if let Err(e) = backup::remove(&path) {
+        eprintln!("tuning: {e}");
+    }
+    Ok(())
+}
+
+/// Removes the backups of this network's attachments that are no longer valid: their pod
+/// went away without a DEL, so there is nothing left to restore.
+fn gc(args: &CmdArgs) -> Result<(), TuningError> {
+    let tuning = config::parse(args)?;
+    backup::gc(
+        &tuning.data_dir,
+        &args.network_name,
+        &args.valid_attachments()?,
+    )
+    .map(|_| ())
+}
+
+fn check(args: &CmdArgs) -> Result<(), TuningError> {
+    let tuning = config::parse(args)?;
+    require_prev_result(args)?;
+    let ns = open_netns(&args.netns)?;
+    ns.run(|| -> Result<(), TuningError> {
+        sysctls::verify(&tuning.sysctls, &args.ifname)?;
+        let mut sock = Socket::new()?;
+        let link = sock.link_by_name(&args.ifname)?;
+        link_settings::verify(&link, &tuning)
+    })?
+}
+
 impl Plugin for TuningPlugin {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
-        let tuning = config::parse(args)?;
-        sysctls::enforce_allowlist(&tuning.sysctls)?;
-        let mut result = require_prev_result(args)?;
-        let ns = open_netns(&args.netns)?;
-        ns.run(|| add_in_netns(args, &tuning))??;
-        if let Some(mac) = &tuning.mac {
-            update_result_mac(&mut result, &args.ifname, mac);
-        }
-        Ok(result)
+        add(args).map_err(Into::into)
     }
 
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
-        let tuning = config::parse(args)?;
-        let path = backup::path(&tuning.data_dir, &args.container_id, &args.ifname);
-        let Some(saved) = backup::load(&path).unwrap_or_else(|e| {
-            eprintln!("tuning: ignoring unreadable backup: {e}");
-            None
-        }) else {
-            return backup::remove(&path).or(Ok(()));
-        };
-        // Restoring is best effort: the netns or the interface may already be gone.
-        if !args.netns.is_empty() {
-            match Netns::open(&args.netns) {
-                Ok(ns) => {
-                    let restored = ns.run(|| -> Result<(), CniError> {
-                        let mut sock = Socket::new()?;
-                        match sock.find_link(&args.ifname)? {
-                            Some(link) => link_settings::restore(&mut sock, &link, &saved),
-                            None => Ok(()),
-                        }
-                    });
-                    match restored {
-                        Ok(Ok(())) => {}
-                        Ok(Err(e)) => eprintln!("tuning: failed to restore {}: {e}", args.ifname),
-                        Err(e) => eprintln!("tuning: failed to enter netns {:?}: {e}", args.netns),
-                    }
-                }
-                Err(e) if e.is_netns_not_found() => {}
-                Err(e) => eprintln!("tuning: {e}"),
-            }
-        }
-        if let Err(e) = backup::remove(&path) {
-            eprintln!("tuning: {e}");
-        }
-        Ok(())
-    }
-
-    /// Removes the backups of this network's attachments that are no longer valid: their pod
-    /// went away without a DEL, so there is nothing left to restore.
-    fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
-        let tuning = config::parse(args)?;
-        backup::gc(
-            &tuning.data_dir,
-            &args.network_name,
-            &args.valid_attachments()?,
-        )
-        .map(|_| ())
+        del(args).map_err(Into::into)
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
-        let tuning = config::parse(args)?;
-        require_prev_result(args)?;
-        let ns = open_netns(&args.netns)?;
-        ns.run(|| -> Result<(), CniError> {
-            sysctls::verify(&tuning.sysctls, &args.ifname)?;
-            let mut sock = Socket::new()?;
-            let link = sock.link_by_name(&args.ifname)?;
-            link_settings::verify(&link, &tuning)
-        })?
+        check(args).map_err(Into::into)
+    }
+
+    fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
+        gc(args).map_err(Into::into)
     }
 }
 

@@ -6,9 +6,8 @@
 
 use std::path::PathBuf;
 
-use libcni::CniError;
-
 use crate::config::Sysctls;
+use crate::error::TuningError;
 
 /// One regular expression per line; a configured key must match at least one of them.
 /// When the file does not exist every `net.*` key is allowed.
@@ -21,7 +20,7 @@ const IFNAME_PLACEHOLDER: &str = "IFNAME";
 ///
 /// Dotted keys are split on dots BEFORE the placeholder is replaced, so an interface name
 /// with a dot (`eth0.100`) stays one path component. Slashed keys are split on slashes.
-pub fn resolve(key: &str, ifname: &str) -> Result<PathBuf, CniError> {
+pub fn resolve(key: &str, ifname: &str) -> Result<PathBuf, TuningError> {
     let parts: Vec<String> = if key.contains('/') {
         key.trim_start_matches('/')
             .split('/')
@@ -37,20 +36,20 @@ pub fn resolve(key: &str, ifname: &str) -> Result<PathBuf, CniError> {
         let rewritten = key
             .replace('.', "/")
             .replacen(IFNAME_PLACEHOLDER, ifname, 1);
-        CniError::internal(format!("invalid net sysctl key: {rewritten:?}"))
+        TuningError::SysctlKey { rewritten }
     })
 }
 
 /// Parses allowlist text: one pattern per line, blank lines and `#` comments skipped.
-pub fn parse_allowlist(text: &str) -> Result<Vec<regex_lite::Regex>, CniError> {
+pub fn parse_allowlist(text: &str) -> Result<Vec<regex_lite::Regex>, TuningError> {
     text.lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .map(|l| {
-            regex_lite::Regex::new(l).map_err(|e| {
-                CniError::internal(format!(
-                    "invalid pattern {l:?} in sysctl allowlist {ALLOWLIST_PATH}: {e}"
-                ))
+            regex_lite::Regex::new(l).map_err(|source| TuningError::AllowlistPattern {
+                pattern: l.to_string(),
+                path: ALLOWLIST_PATH,
+                source,
             })
         })
         .collect()
@@ -58,31 +57,34 @@ pub fn parse_allowlist(text: &str) -> Result<Vec<regex_lite::Regex>, CniError> {
 
 /// Rejects keys that match no allowlist pattern (matching is unanchored, as in the reference:
 /// anchor patterns with `^...$` to be strict).
-pub fn check_allowed(sysctls: &Sysctls, allowlist: &[regex_lite::Regex]) -> Result<(), CniError> {
+pub fn check_allowed(
+    sysctls: &Sysctls,
+    allowlist: &[regex_lite::Regex],
+) -> Result<(), TuningError> {
     for (key, _) in &sysctls.0 {
         if !allowlist.iter().any(|re| re.is_match(key)) {
-            let patterns: Vec<&str> = allowlist.iter().map(regex_lite::Regex::as_str).collect();
-            return Err(CniError::internal(format!(
-                "Sysctl {key} is not allowed. Only the following sysctls are allowed: [{}]",
-                patterns.join(" ")
-            )));
+            return Err(TuningError::NotAllowed {
+                key: key.clone(),
+                patterns: allowlist.iter().map(|re| re.as_str().to_string()).collect(),
+            });
         }
     }
     Ok(())
 }
 
 /// Loads [`ALLOWLIST_PATH`] if present and validates the keys against it.
-pub fn enforce_allowlist(sysctls: &Sysctls) -> Result<(), CniError> {
+pub fn enforce_allowlist(sysctls: &Sysctls) -> Result<(), TuningError> {
     if sysctls.0.is_empty() {
         return Ok(());
     }
     let text = match std::fs::read_to_string(ALLOWLIST_PATH) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => {
-            return Err(CniError::io(format!(
-                "failed to read sysctl allowlist {ALLOWLIST_PATH}: {e}"
-            )))
+        Err(source) => {
+            return Err(TuningError::ReadAllowlist {
+                path: ALLOWLIST_PATH,
+                source,
+            })
         }
     };
     check_allowed(sysctls, &parse_allowlist(&text)?)
@@ -95,7 +97,7 @@ pub struct Previous {
 }
 
 /// Writes every sysctl (current netns). On failure the ones already written are restored.
-pub fn apply(sysctls: &Sysctls, ifname: &str) -> Result<Vec<Previous>, CniError> {
+pub fn apply(sysctls: &Sysctls, ifname: &str) -> Result<Vec<Previous>, TuningError> {
     let mut done = Vec::new();
     for (key, value) in &sysctls.0 {
         match apply_one(key, value, ifname) {
@@ -109,19 +111,18 @@ pub fn apply(sysctls: &Sysctls, ifname: &str) -> Result<Vec<Previous>, CniError>
     Ok(done)
 }
 
-fn apply_one(key: &str, value: &str, ifname: &str) -> Result<Previous, CniError> {
+fn apply_one(key: &str, value: &str, ifname: &str) -> Result<Previous, TuningError> {
     let path = resolve(key, ifname)?;
-    let old = std::fs::read_to_string(&path).map_err(|e| {
-        CniError::internal(format!(
-            "failed to read sysctl {key} ({}): {e}",
-            path.display()
-        ))
+    let old = std::fs::read_to_string(&path).map_err(|source| TuningError::ReadSysctl {
+        key: key.to_string(),
+        path: path.clone(),
+        source,
     })?;
-    std::fs::write(&path, value).map_err(|e| {
-        CniError::internal(format!(
-            "failed to set sysctl {key}={value} ({}): {e}",
-            path.display()
-        ))
+    std::fs::write(&path, value).map_err(|source| TuningError::WriteSysctl {
+        key: key.to_string(),
+        value: value.to_string(),
+        path: path.clone(),
+        source,
     })?;
     Ok(Previous {
         path,
@@ -144,21 +145,21 @@ pub fn restore(previous: &[Previous]) {
 
 /// CHECK: every configured sysctl has the configured value (whitespace-insensitive, since the
 /// kernel prints multi-value sysctls with tabs).
-pub fn verify(sysctls: &Sysctls, ifname: &str) -> Result<(), CniError> {
+pub fn verify(sysctls: &Sysctls, ifname: &str) -> Result<(), TuningError> {
     for (key, want) in &sysctls.0 {
         let path = resolve(key, ifname)?;
-        let have = std::fs::read_to_string(&path).map_err(|e| {
-            CniError::internal(format!(
-                "failed to read sysctl {key} ({}): {e}",
-                path.display()
-            ))
+        let have = std::fs::read_to_string(&path).map_err(|source| TuningError::ReadSysctl {
+            key: key.clone(),
+            path: path.clone(),
+            source,
         })?;
         if !same_value(&have, want) {
-            return Err(CniError::internal(format!(
-                "sysctl {key} ({}) is {:?}, expected {want:?}",
-                path.display(),
-                have.trim()
-            )));
+            return Err(TuningError::SysctlMismatch {
+                key: key.clone(),
+                path,
+                have: have.trim().to_string(),
+                want: want.clone(),
+            });
         }
     }
     Ok(())
@@ -214,7 +215,10 @@ mod tests {
         assert!(check_allowed(&ok, &list).is_ok());
         let bad = Sysctls(vec![("net.core.somaxconn".into(), "1".into())]);
         let e = check_allowed(&bad, &list).unwrap_err();
-        assert!(e.msg.contains("net.core.somaxconn is not allowed"), "{e}");
+        assert!(
+            e.to_string().contains("net.core.somaxconn is not allowed"),
+            "{e}"
+        );
         assert!(parse_allowlist("(").is_err());
     }
 

@@ -1,10 +1,11 @@
 //! The vlan network configuration (fields of the reference at its latest release).
 
 use attach::conf::{self, IpamRef};
-use libcni::error::CniError;
 use libcni::result::Dns;
 use libcni::skel::CmdArgs;
 use serde::Deserialize;
+
+use crate::error::VlanError;
 
 /// Highest VLAN ID (4095 is reserved).
 const MAX_VLAN_ID: i64 = 4094;
@@ -35,20 +36,14 @@ pub struct NetConf {
     pub dns: Dns,
 }
 
-pub fn load(args: &CmdArgs) -> Result<NetConf, CniError> {
+pub fn load(args: &CmdArgs) -> Result<NetConf, VlanError> {
     let raw: RawConf = args.decode_config().map_err(conf::decode_error)?;
     if raw.master.is_empty() {
-        return Err(CniError::internal(
-            "\"master\" field is required. It specifies the host interface name to create the VLAN for",
-        ));
+        return Err(VlanError::MasterRequired);
     }
     conf::ifname("master", &raw.master)?;
     if !(0..=MAX_VLAN_ID).contains(&raw.vlan_id) {
-        return Err(CniError::internal(format!(
-            // The reference's wording (its bound is 4094 all the same).
-            "invalid VLAN ID {} (must be between 0 and 4095 inclusive)",
-            raw.vlan_id
-        )));
+        return Err(VlanError::VlanId(raw.vlan_id));
     }
     Ok(NetConf {
         master: raw.master,
@@ -66,8 +61,8 @@ mod tests {
     use super::*;
     use serde_json::{json, Value};
 
-    fn load_json(v: Value) -> Result<NetConf, CniError> {
-        load(&attach::testing::cmd_args(v, ""))
+    fn load_json(v: Value) -> Result<NetConf, libcni::error::CniError> {
+        Ok(load(&attach::testing::cmd_args(v, ""))?)
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! `CNI_IFNAME` inside the container and addressed by IPAM.
 
 mod config;
+mod error;
 
 use attach::ipam::{ExecIpam, Ipam};
 use attach::rollback::{self, Rollback};
@@ -14,6 +15,7 @@ use netkit::packet_route::link::LinkMessage;
 use netkit::{Kernel, Link, LiveKernel, Netlink};
 
 use config::NetConf;
+use error::VlanError;
 
 struct Vlan;
 
@@ -41,12 +43,12 @@ fn add_with<K: Kernel, I: Ipam>(
     args: &CmdArgs,
     conf: &NetConf,
     message: &dyn Fn(NewLinkBase<'_>) -> LinkMessage,
-) -> Result<CniResult, CniError> {
-    rollback::guarded("vlan", |rb| {
+) -> Result<CniResult, VlanError> {
+    Ok(rollback::guarded("vlan", |rb| {
         let r = add_steps(kernel, ipam, args, conf, message, rb)?;
         r.to_value(&args.cni_version)?;
         Ok(r)
-    })
+    })?)
 }
 
 fn add_steps<K: Kernel, I: Ipam>(
@@ -56,7 +58,7 @@ fn add_steps<K: Kernel, I: Ipam>(
     conf: &NetConf,
     message: &dyn Fn(NewLinkBase<'_>) -> LinkMessage,
     rb: &mut Rollback,
-) -> Result<CniResult, CniError> {
+) -> Result<CniResult, VlanError> {
     let mut host = kernel.socket()?;
     let (netns, mut cont) = link::open_netns_with(kernel, &args.netns)?;
     let parent = master(conf, &mut host, &mut cont)?;
@@ -93,8 +95,14 @@ fn del<K: Kernel, I: Ipam>(
     ipam: &I,
     args: &CmdArgs,
     conf: &NetConf,
-) -> Result<(), CniError> {
-    link::del_with_ipam_with(kernel, ipam, args, &conf.ipam_type, "vlan")
+) -> Result<(), VlanError> {
+    Ok(link::del_with_ipam_with(
+        kernel,
+        ipam,
+        args,
+        &conf.ipam_type,
+        "vlan",
+    )?)
 }
 
 /// CHECK: the attachment, with the master present and the container link a vlan with the
@@ -104,8 +112,8 @@ fn check<K: Kernel, I: Ipam>(
     ipam: &I,
     args: &CmdArgs,
     conf: &NetConf,
-) -> Result<(), CniError> {
-    check::attachment_with(
+) -> Result<(), VlanError> {
+    Ok(check::attachment_with(
         kernel,
         ipam,
         args,
@@ -114,29 +122,29 @@ fn check<K: Kernel, I: Ipam>(
         |cont, l, _| {
             let mut host = kernel.socket()?;
             master(conf, &mut host, cont)?;
-            check_kind(l, conf)
+            Ok(check_kind(l, conf)?)
         },
-    )
+    )?)
 }
 
 impl Plugin for Vlan {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
         let conf = config::load(args)?;
-        add_with(
+        Ok(add_with(
             &LiveKernel,
             &ExecIpam,
             args,
             &conf,
             &vlan_request(conf.vlan_id),
-        )
+        )?)
     }
 
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
-        del(&LiveKernel, &ExecIpam, args, &config::load(args)?)
+        Ok(del(&LiveKernel, &ExecIpam, args, &config::load(args)?)?)
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
-        check(&LiveKernel, &ExecIpam, args, &config::load(args)?)
+        Ok(check(&LiveKernel, &ExecIpam, args, &config::load(args)?)?)
     }
 
     fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
@@ -152,24 +160,23 @@ impl Plugin for Vlan {
 }
 
 /// The container link is a vlan with the configured VLAN ID (and MTU, when configured).
-fn check_kind(l: &Link, conf: &NetConf) -> Result<(), CniError> {
+fn check_kind(l: &Link, conf: &NetConf) -> Result<(), VlanError> {
     let Some(id) = vlan_id(l) else {
-        return Err(CniError::internal(format!(
-            "Error: Container interface {} not of type vlan",
-            l.name
-        )));
+        return Err(VlanError::NotVlan(l.name.clone()));
     };
     if id != conf.vlan_id {
-        return Err(CniError::internal(format!(
-            "Error: Container interface {} has VLAN ID {id}, configured {}",
-            l.name, conf.vlan_id
-        )));
+        return Err(VlanError::VlanIdMismatch {
+            ifname: l.name.clone(),
+            actual: id,
+            configured: conf.vlan_id,
+        });
     }
     if let Some(mtu) = conf.mtu.filter(|m| *m != l.mtu) {
-        return Err(CniError::internal(format!(
-            "Error: Container interface {} has MTU {}, configured {mtu}",
-            l.name, l.mtu
-        )));
+        return Err(VlanError::MtuMismatch {
+            ifname: l.name.clone(),
+            actual: l.mtu,
+            configured: mtu,
+        });
     }
     Ok(())
 }
@@ -241,7 +248,8 @@ mod tests {
 
         // The same ADD again: the name is taken, the new link and the new lease are undone.
         let guard = enter(&host);
-        let e = add_with(&LiveKernel, &ExecIpam, &args, &conf, &stand_in).unwrap_err();
+        let e =
+            CniError::from(add_with(&LiveKernel, &ExecIpam, &args, &conf, &stand_in).unwrap_err());
         drop(guard);
         assert!(
             e.msg.starts_with("failed to rename vlan to \"net1\""),
@@ -262,7 +270,8 @@ mod tests {
         let args = cmd_args_in(pod.path(), &path, big);
         let conf = config::load(&args).unwrap();
         let guard = enter(&host);
-        let e = add_with(&LiveKernel, &ExecIpam, &args, &conf, &stand_in).unwrap_err();
+        let e =
+            CniError::from(add_with(&LiveKernel, &ExecIpam, &args, &conf, &stand_in).unwrap_err());
         drop(guard);
         assert_eq!(
             (e.code, e.msg.as_str()),
@@ -296,11 +305,11 @@ mod tests {
         assert!(check_kind(&link(7, 1400), &conf).is_ok());
         assert!(check_kind(&link(8, 1400), &conf)
             .unwrap_err()
-            .msg
+            .to_string()
             .contains("VLAN ID 8, configured 7"));
         assert!(check_kind(&link(7, 1500), &conf)
             .unwrap_err()
-            .msg
+            .to_string()
             .contains("MTU 1500, configured 1400"));
     }
 }
@@ -347,7 +356,13 @@ mod fake_kernel_tests {
     fn run_add(kernel: &FakeKernel, ipam: &FakeIpam, config: Value) -> Result<CniResult, CniError> {
         let a = args(config);
         let conf = config::load(&a)?;
-        add_with(kernel, ipam, &a, &conf, &vlan_request(conf.vlan_id))
+        Ok(add_with(
+            kernel,
+            ipam,
+            &a,
+            &conf,
+            &vlan_request(conf.vlan_id),
+        )?)
     }
 
     #[test]
@@ -435,7 +450,7 @@ mod fake_kernel_tests {
         let r = run_add(&kernel, &ipam, config(json!({}))).unwrap();
         let checked = |extra: Value| {
             let a = with_prev_result(args(config(extra)), &r);
-            check(&kernel, &ipam, &a, &config::load(&a).unwrap())
+            check(&kernel, &ipam, &a, &config::load(&a).unwrap()).map_err(CniError::from)
         };
         checked(json!({})).unwrap();
         let e = checked(json!({"vlanId": 101})).unwrap_err();

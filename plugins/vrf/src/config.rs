@@ -1,7 +1,8 @@
 //! vrf configuration: `vrfname` (required) and `table` (optional; 0 or absent = pick one).
 
 use libcni::skel::CmdArgs;
-use libcni::CniError;
+
+use crate::error::VrfError;
 use serde::Deserialize;
 
 #[derive(Deserialize, Default)]
@@ -22,22 +23,17 @@ pub struct VrfConf {
 }
 
 impl VrfConf {
-    pub fn parse(args: &CmdArgs) -> Result<VrfConf, CniError> {
-        let raw: Raw = args
-            .decode_config()
-            .map_err(|e| CniError::internal(format!("failed to load netconf: {e}")))?;
+    pub fn parse(args: &CmdArgs) -> Result<VrfConf, VrfError> {
+        let raw: Raw = args.decode_config().map_err(VrfError::Load)?;
         from_raw(raw)
     }
 }
 
-fn from_raw(raw: Raw) -> Result<VrfConf, CniError> {
+fn from_raw(raw: Raw) -> Result<VrfConf, VrfError> {
     if raw.vrfname.is_empty() {
-        return Err(CniError::internal(
-            "configuration is expected to have a valid vrf name",
-        ));
+        return Err(VrfError::MissingName);
     }
-    netkit::link::validate_ifname(&raw.vrfname)
-        .map_err(|e| CniError::internal(format!("invalid vrfname: {e}")))?;
+    netkit::link::validate_ifname(&raw.vrfname).map_err(VrfError::InvalidName)?;
     Ok(VrfConf {
         name: raw.vrfname,
         table: (raw.table != 0).then_some(raw.table),
@@ -54,7 +50,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn raw(v: serde_json::Value) -> Result<VrfConf, CniError> {
+    fn raw(v: serde_json::Value) -> Result<VrfConf, VrfError> {
         from_raw(libcni::gojson::from_value(&v).unwrap())
     }
 
@@ -71,7 +67,7 @@ mod tests {
             raw(json!({"VRFName": "red", "table": 0})).unwrap().table,
             None
         );
-        let e = raw(json!({"table": 5})).unwrap_err();
+        let e = libcni::CniError::from(raw(json!({"table": 5})).unwrap_err());
         assert_eq!(e.msg, "configuration is expected to have a valid vrf name");
         assert_eq!(e.code, 999);
         assert!(raw(json!({"vrfname": "a/b"})).is_err());

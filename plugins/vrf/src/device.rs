@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use libcni::CniError;
+use crate::error::VrfError;
 use netkit::packet_route::address::AddressScope;
 use netkit::packet_route::route::RouteScope;
 use netkit::route::TABLE_MAIN;
@@ -11,18 +11,18 @@ use netkit::{AddressOptions, Family, Link, Route, Socket};
 use crate::config::{first_free_table, VrfConf};
 
 /// The VRF named `name`, if it exists; an error if the name belongs to another kind of link.
-fn find_vrf(sock: &mut Socket, name: &str) -> Result<Option<(Link, u32)>, CniError> {
+fn find_vrf(sock: &mut Socket, name: &str) -> Result<Option<(Link, u32)>, VrfError> {
     match sock.find_link(name)? {
         None => Ok(None),
         Some(link) => match netkit::vrf::table_of(&link) {
             Some(table) => Ok(Some((link, table))),
-            None => Err(CniError::internal(format!("Netlink {name} is not a VRF"))),
+            None => Err(VrfError::NotVrf(name.to_string())),
         },
     }
 }
 
 /// Creates the VRF (up), with the configured table or the first one no VRF uses.
-fn create_vrf(sock: &mut Socket, conf: &VrfConf) -> Result<(Link, u32), CniError> {
+fn create_vrf(sock: &mut Socket, conf: &VrfConf) -> Result<(Link, u32), VrfError> {
     let table = match conf.table {
         Some(t) => t,
         None => {
@@ -31,20 +31,21 @@ fn create_vrf(sock: &mut Socket, conf: &VrfConf) -> Result<(Link, u32), CniError
                 .iter()
                 .filter_map(netkit::vrf::table_of)
                 .collect();
-            first_free_table(&taken).ok_or_else(|| {
-                CniError::internal("findFreeRoutingTableID: Failed to find an available routing id")
-            })?
+            first_free_table(&taken).ok_or(VrfError::NoFreeTable)?
         }
     };
     sock.create_vrf(&conf.name, table)
-        .map_err(|e| CniError::internal(format!("could not add VRF {}: {e}", conf.name)))?;
+        .map_err(|source| VrfError::CreateVrf {
+            name: conf.name.clone(),
+            source,
+        })?;
     let link = sock.link_by_name(&conf.name)?;
-    if let Err(e) = sock.set_link_up(link.index) {
+    if let Err(source) = sock.set_link_up(link.index) {
         let _ = sock.delete_link(link.index);
-        return Err(CniError::internal(format!(
-            "could not set link up for VRF {}: {e}",
-            conf.name
-        )));
+        return Err(VrfError::VrfUp {
+            name: conf.name.clone(),
+            source,
+        });
     }
     Ok((link, table))
 }
@@ -66,14 +67,14 @@ pub fn routes_to_move(routes: &[Route], link: u32) -> Vec<Route> {
 /// ADD: the VRF exists (created when missing, its table checked when given), and
 /// `ifname` is moved into it with its global IPv6 addresses and its routes. A VRF this call
 /// created is deleted again when a later step fails.
-pub fn join(sock: &mut Socket, conf: &VrfConf, ifname: &str) -> Result<(), CniError> {
+pub fn join(sock: &mut Socket, conf: &VrfConf, ifname: &str) -> Result<(), VrfError> {
     let (vrf, table, created) = match find_vrf(sock, &conf.name)? {
         Some((link, table)) => {
             if conf.table.is_some_and(|t| t != table) {
-                return Err(CniError::internal(format!(
-                    "VRF {} already exist with different routing table {table}",
-                    conf.name
-                )));
+                return Err(VrfError::TableConflict {
+                    name: conf.name.clone(),
+                    table,
+                });
             }
             (link, table, false)
         }
@@ -91,22 +92,26 @@ pub fn join(sock: &mut Socket, conf: &VrfConf, ifname: &str) -> Result<(), CniEr
     outcome
 }
 
-fn enslave(sock: &mut Socket, vrf: &Link, table: u32, ifname: &str) -> Result<(), CniError> {
+fn enslave(sock: &mut Socket, vrf: &Link, table: u32, ifname: &str) -> Result<(), VrfError> {
     let link = sock
         .link_by_name(ifname)
-        .map_err(|e| CniError::internal(format!("could not get link by name {ifname}: {e}")))?;
+        .map_err(|source| VrfError::FindLink {
+            ifname: ifname.to_string(),
+            source,
+        })?;
     if let Some(master) = link.master {
         let name = sock
             .link_by_index(master)
             .map(|m| m.name)
             .unwrap_or_else(|_| format!("index {master}"));
-        return Err(CniError::internal(format!(
-            "interface {ifname} has already a master set: {name}"
-        )));
+        return Err(VrfError::HasMaster {
+            ifname: ifname.to_string(),
+            master: name,
+        });
     }
     // Global IPv6 addresses go when the link changes master (unless keep_addr_on_down),
     // and the main-table routes through it are flushed: both are saved and put back.
-    let global_v6 = |sock: &mut Socket| -> Result<Vec<_>, CniError> {
+    let global_v6 = |sock: &mut Socket| -> Result<Vec<_>, VrfError> {
         Ok(sock
             .addresses(Some(link.index), Family::V6)?
             .into_iter()
@@ -116,12 +121,12 @@ fn enslave(sock: &mut Socket, vrf: &Link, table: u32, ifname: &str) -> Result<()
     };
     let before = global_v6(sock)?;
     let routes = routes_to_move(&sock.routes(Family::Any, Some(TABLE_MAIN))?, link.index);
-    sock.set_link_master(link.index, vrf.index).map_err(|e| {
-        CniError::internal(format!(
-            "could not set vrf {} as master of {ifname}: {e}",
-            vrf.name
-        ))
-    })?;
+    sock.set_link_master(link.index, vrf.index)
+        .map_err(|source| VrfError::SetMaster {
+            vrf: vrf.name.clone(),
+            ifname: ifname.to_string(),
+            source,
+        })?;
     let result = restore(sock, vrf, table, &link, &before, &global_v6, routes);
     if result.is_err() {
         let _ = sock.set_link_nomaster(link.index);
@@ -135,24 +140,28 @@ fn restore(
     table: u32,
     link: &Link,
     before: &[netkit::ipnetwork::IpNetwork],
-    global_v6: &dyn Fn(&mut Socket) -> Result<Vec<netkit::ipnetwork::IpNetwork>, CniError>,
+    global_v6: &dyn Fn(&mut Socket) -> Result<Vec<netkit::ipnetwork::IpNetwork>, VrfError>,
     routes: Vec<Route>,
-) -> Result<(), CniError> {
+) -> Result<(), VrfError> {
     let after = global_v6(sock)?;
     for addr in before.iter().filter(|a| !after.contains(a)) {
         sock.add_address(link.index, *addr, &AddressOptions::default())
-            .map_err(|e| {
-                CniError::internal(format!(
-                    "could not restore address {addr} to {} @ {}: {e}",
-                    link.name, vrf.name
-                ))
+            .map_err(|source| VrfError::RestoreAddress {
+                address: *addr,
+                ifname: link.name.clone(),
+                vrf: vrf.name.clone(),
+                source,
             })?;
         wait_for_local_route(sock, table, link, *addr)?;
     }
     for mut r in routes {
         r.table = Some(table);
-        sock.replace_route(&r)
-            .map_err(|e| CniError::internal(format!("could not add route '{r}': {e}")))?;
+        if let Err(source) = sock.replace_route(&r) {
+            return Err(VrfError::AddRoute {
+                route: Box::new(r),
+                source,
+            });
+        }
     }
     Ok(())
 }
@@ -164,7 +173,7 @@ fn wait_for_local_route(
     table: u32,
     link: &Link,
     addr: netkit::ipnetwork::IpNetwork,
-) -> Result<(), CniError> {
+) -> Result<(), VrfError> {
     let mut delay = Duration::from_millis(10);
     for _ in 0..=8 {
         let found = sock
@@ -177,56 +186,57 @@ fn wait_for_local_route(
         std::thread::sleep(delay);
         delay *= 2;
     }
-    Err(CniError::internal(format!(
-        "failed getting local/host addresses for {} in table {table} with dst {addr}",
-        link.name
-    )))
+    Err(VrfError::LocalRouteMissing {
+        ifname: link.name.clone(),
+        table,
+        address: addr,
+    })
 }
 
 /// DEL: `ifname` leaves the VRF (a missing VRF or interface is fine); the VRF is deleted
 /// when nothing is left in it.
-pub fn leave(sock: &mut Socket, conf: &VrfConf, ifname: &str) -> Result<(), CniError> {
+pub fn leave(sock: &mut Socket, conf: &VrfConf, ifname: &str) -> Result<(), VrfError> {
     let Some((vrf, _)) = find_vrf(sock, &conf.name)? else {
         return Ok(());
     };
     if let Some(link) = sock.find_link(ifname)? {
         if link.master == Some(vrf.index) {
-            sock.set_link_nomaster(link.index).map_err(|e| {
-                CniError::internal(format!(
-                    "resetMaster: could not reset master to {ifname}: {e}"
-                ))
-            })?;
+            sock.set_link_nomaster(link.index)
+                .map_err(|source| VrfError::ResetMaster {
+                    ifname: ifname.to_string(),
+                    source,
+                })?;
         }
     }
     if sock.links_with_master(vrf.index)?.is_empty() {
         match sock.delete_link(vrf.index) {
             Ok(()) => {}
             Err(e) if e.is_not_found() => {}
-            Err(e) => return Err(CniError::from(e)),
+            Err(e) => return Err(e.into()),
         }
     }
     Ok(())
 }
 
 /// CHECK: the VRF exists (with the configured table) and `ifname` is in it.
-pub fn verify(sock: &mut Socket, conf: &VrfConf, ifname: &str) -> Result<(), CniError> {
-    let (vrf, table) = find_vrf(sock, &conf.name)?
-        .ok_or_else(|| CniError::internal(format!("VRF {} not found", conf.name)))?;
-    if conf.table.is_some_and(|t| t != table) {
-        return Err(CniError::internal(format!(
-            "VRF {} has routing table {table}, expected {}",
-            conf.name,
-            conf.table.unwrap_or_default()
-        )));
+pub fn verify(sock: &mut Socket, conf: &VrfConf, ifname: &str) -> Result<(), VrfError> {
+    let (vrf, table) =
+        find_vrf(sock, &conf.name)?.ok_or_else(|| VrfError::VrfNotFound(conf.name.clone()))?;
+    if let Some(expected) = conf.table.filter(|&t| t != table) {
+        return Err(VrfError::TableMismatch {
+            name: conf.name.clone(),
+            table,
+            expected,
+        });
     }
     let members = sock.links_with_master(vrf.index)?;
     if members.iter().any(|l| l.name == ifname) {
         Ok(())
     } else {
-        Err(CniError::internal(format!(
-            "Failed to find {ifname} associated to vrf {}",
-            conf.name
-        )))
+        Err(VrfError::NotMember {
+            ifname: ifname.to_string(),
+            vrf: conf.name.clone(),
+        })
     }
 }
 

@@ -7,7 +7,7 @@ use ipnetwork::IpNetwork;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::error::Error;
+use crate::error::{ConfigError, Error, SubnetError};
 
 /// flannel's (and the kernel's) default VXLAN UDP port.
 pub const DEFAULT_PORT: u16 = 8472;
@@ -36,9 +36,7 @@ impl Mode {
             "vxlan" => Ok(Mode::Vxlan),
             "host-gw" => Ok(Mode::HostGw),
             "auto" => Ok(Mode::Auto),
-            other => Err(Error::Config(format!(
-                "mode {other:?} is not one of \"vxlan\", \"host-gw\", \"auto\""
-            ))),
+            other => Err(ConfigError::Mode(other.to_string()).into()),
         }
     }
 
@@ -97,16 +95,18 @@ struct RawConfig {
 }
 
 /// Parses a CIDR and insists that host bits are clear (`10.244.1.0/24`, not `.5/24`).
-pub fn parse_subnet(field: &str, s: &str) -> Result<IpNetwork, String> {
-    let net: IpNetwork = s
-        .parse()
-        .map_err(|e| format!("{field} {s:?} is not a CIDR: {e}"))?;
+pub fn parse_subnet(field: &'static str, s: &str) -> Result<IpNetwork, SubnetError> {
+    let net: IpNetwork = s.parse().map_err(|source| SubnetError::NotCidr {
+        field,
+        text: s.to_string(),
+        source,
+    })?;
     if net.ip() != net.network() {
-        return Err(format!(
-            "{field} {s:?} has host bits set (did you mean {}/{}?)",
-            net.network(),
-            net.prefix()
-        ));
+        return Err(SubnetError::HostBits {
+            field,
+            text: s.to_string(),
+            network: net,
+        });
     }
     Ok(net)
 }
@@ -141,19 +141,18 @@ impl OverlayConfig {
     /// Parses the plugin's config object (other keys such as `type`, `name` or `prevResult`
     /// are ignored).
     pub fn from_map(map: &Map<String, Value>) -> Result<OverlayConfig, Error> {
-        let raw: RawConfig =
-            libcni::gojson::from_map(map).map_err(|e| Error::Config(e.to_string()))?;
-        let network = raw.network.ok_or_else(|| {
-            Error::Config("\"network\" (the cluster pod network) is required".into())
-        })?;
-        let network = parse_subnet("network", &network).map_err(Error::Config)?;
+        let raw: RawConfig = libcni::gojson::from_map(map).map_err(ConfigError::Decode)?;
+        let network = raw.network.ok_or(ConfigError::NetworkRequired)?;
+        let network = parse_subnet("network", &network).map_err(ConfigError::from)?;
         let subnet = match raw.subnet {
             Some(s) => {
-                let sub = parse_subnet("subnet", &s).map_err(Error::Config)?;
+                let sub = parse_subnet("subnet", &s).map_err(ConfigError::from)?;
                 if !inside(sub, network) {
-                    return Err(Error::Config(format!(
-                        "subnet {sub} is not inside network {network}"
-                    )));
+                    return Err(ConfigError::SubnetOutside {
+                        subnet: sub,
+                        network,
+                    }
+                    .into());
                 }
                 Some(sub)
             }
@@ -161,36 +160,32 @@ impl OverlayConfig {
         };
         let peers = raw.peers.unwrap_or_default();
         if peers.is_empty() && raw.peers_file.is_none() && subnet.is_none() {
-            return Err(Error::Config(
-                "give \"subnet\", \"peers\" or \"peersFile\"".into(),
-            ));
+            return Err(ConfigError::NoSubnetSource.into());
         }
         let mode = Mode::parse(raw.mode.as_deref().unwrap_or("vxlan"))?;
         let vni = raw.vni.unwrap_or(DEFAULT_VNI);
         if vni > MAX_VNI {
-            return Err(Error::Config(format!("vni {vni} is larger than {MAX_VNI}")));
+            return Err(ConfigError::VniTooLarge(vni).into());
         }
         let port = raw.port.unwrap_or(DEFAULT_PORT);
         if port == 0 {
-            return Err(Error::Config("port 0 is not a valid UDP port".into()));
+            return Err(ConfigError::PortZero.into());
         }
         let device = raw.device.unwrap_or_else(|| default_device(network, vni));
-        netkit::link::validate_ifname(&device)
-            .map_err(|e| Error::Config(format!("device: {e}")))?;
+        netkit::link::validate_ifname(&device).map_err(ConfigError::Device)?;
         if let Some(name) = &raw.underlay_interface {
-            netkit::link::validate_ifname(name)
-                .map_err(|e| Error::Config(format!("underlayInterface: {e}")))?;
+            netkit::link::validate_ifname(name).map_err(ConfigError::UnderlayInterface)?;
         }
         let local_ip = match raw.local_ip {
-            Some(s) => Some(
-                s.parse::<IpAddr>()
-                    .map_err(|e| Error::Config(format!("localIP {s:?}: {e}")))?,
-            ),
+            Some(s) => Some(s.parse::<IpAddr>().map_err(|source| ConfigError::LocalIp {
+                text: s.clone(),
+                source,
+            })?),
             None => None,
         };
         if let Some(mtu) = raw.mtu {
             if !(68..=65535).contains(&mtu) {
-                return Err(Error::Config(format!("mtu {mtu} is outside 68..65535")));
+                return Err(ConfigError::Mtu(mtu).into());
             }
         }
         let lock_file = match (raw.lock_file, raw.state_dir) {
@@ -217,10 +212,9 @@ impl OverlayConfig {
     /// Parses a config from JSON text: a single plugin config, or a conflist whose `plugins`
     /// array holds a `"type": "vxlan"` entry (what `vxlan sync <file>` accepts).
     pub fn from_json_text(text: &str) -> Result<OverlayConfig, Error> {
-        let v: Value = libcni::gojson::parse(text.as_bytes())
-            .map_err(|e| Error::Config(format!("not JSON: {e}")))?;
+        let v: Value = libcni::gojson::parse(text.as_bytes()).map_err(ConfigError::NotJson)?;
         let Value::Object(map) = v else {
-            return Err(Error::Config("config is not a JSON object".into()));
+            return Err(ConfigError::NotAnObject.into());
         };
         if let Some(Value::Array(plugins)) = map.get("plugins") {
             let entry = plugins
@@ -234,9 +228,7 @@ impl OverlayConfig {
                     }
                     _ => None,
                 })
-                .ok_or_else(|| {
-                    Error::Config("the conflist has no plugin of type \"vxlan\"".into())
-                })?;
+                .ok_or(ConfigError::NoVxlanPlugin)?;
             return OverlayConfig::from_map(entry);
         }
         OverlayConfig::from_map(&map)

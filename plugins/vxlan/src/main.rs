@@ -3,7 +3,7 @@
 
 use libcni::skel::{CmdArgs, Plugin};
 use libcni::{CniError, CniResult};
-use vxlan::{reconcile, OverlayConfig, PeerSet, Report};
+use vxlan::{reconcile, Error, OverlayConfig, PeerSet, Report};
 
 const ABOUT: &str =
     "CNI vxlan plugin (ferrocni): VXLAN / host-gw overlay reconciled from a peer list\n\
@@ -12,7 +12,7 @@ usage outside CNI: vxlan sync [-v] <config.json|conflist>";
 struct VxlanPlugin;
 
 /// Parses the config, loads the peers and runs one pass; problems go to stderr.
-fn run_pass(config: &serde_json::Map<String, serde_json::Value>) -> Result<Report, CniError> {
+fn run_pass(config: &serde_json::Map<String, serde_json::Value>) -> Result<Report, Error> {
     let cfg = OverlayConfig::from_map(config)?;
     let peers = PeerSet::load(&cfg)?;
     let mut report = reconcile(&cfg, &peers);
@@ -20,25 +20,42 @@ fn run_pass(config: &serde_json::Map<String, serde_json::Value>) -> Result<Repor
         eprintln!("vxlan: {p}");
     }
     match report.error.take() {
-        Some(e) => Err(e.to_cni()),
+        Some(e) => Err(e),
         None => Ok(report),
     }
 }
 
+fn add(args: &CmdArgs) -> Result<CniResult, Error> {
+    let prev = args.prev_result()?.ok_or(Error::NotChained)?;
+    run_pass(&args.config)?;
+    Ok(prev)
+}
+
+fn check(args: &CmdArgs) -> Result<(), Error> {
+    if args.prev_result()?.is_none() {
+        return Err(Error::CheckNeedsPrevResult);
+    }
+    run_pass(&args.config).map(|_| ())
+}
+
+/// Ready when the config parses, the peers file is readable and the underlay exists.
+fn status(args: &CmdArgs) -> Result<(), Error> {
+    let cfg = OverlayConfig::from_map(&args.config)?;
+    let unavailable = |e| Error::Unavailable(Box::new(e));
+    PeerSet::load(&cfg).map_err(unavailable)?;
+    let mut sock = netkit::Socket::new()?;
+    let routes = vxlan::reconcile::main_routes(&mut sock, &cfg)?;
+    vxlan::reconcile::resolve_underlay(&mut sock, &cfg, &routes).map_err(unavailable)?;
+    Ok(())
+}
+
 impl Plugin for VxlanPlugin {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
-        let prev = args.prev_result()?.ok_or_else(|| {
-            CniError::invalid_config("vxlan must be chained after a plugin that returns a result (prevResult is missing)")
-        })?;
-        run_pass(&args.config)?;
-        Ok(prev)
+        Ok(add(args)?)
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
-        if args.prev_result()?.is_none() {
-            return Err(CniError::invalid_config("vxlan CHECK needs prevResult"));
-        }
-        run_pass(&args.config).map(|_| ())
+        Ok(check(args)?)
     }
 
     /// The overlay belongs to the node, not to the pod: nothing to undo.
@@ -46,16 +63,8 @@ impl Plugin for VxlanPlugin {
         Ok(())
     }
 
-    /// Ready when the config parses, the peers file is readable and the underlay exists.
     fn status(&self, args: &CmdArgs) -> Result<(), CniError> {
-        let cfg = OverlayConfig::from_map(&args.config)?;
-        PeerSet::load(&cfg).map_err(|e| CniError::not_available(e.to_string()))?;
-        let mut sock = netkit::Socket::new().map_err(|e| CniError::internal(e.to_string()))?;
-        let routes = vxlan::reconcile::main_routes(&mut sock, &cfg)
-            .map_err(|e| CniError::internal(e.to_string()))?;
-        vxlan::reconcile::resolve_underlay(&mut sock, &cfg, &routes)
-            .map_err(|e| CniError::not_available(e.to_string()))?;
-        Ok(())
+        Ok(status(args)?)
     }
 }
 

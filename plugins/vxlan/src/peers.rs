@@ -101,7 +101,7 @@ fn parse_peer(v: &Value, origin: &str) -> Result<Peer, String> {
         }
     };
     let subnet = text("subnet")?.ok_or("\"subnet\" is missing")?;
-    let subnet = parse_subnet("subnet", subnet)?;
+    let subnet = parse_subnet("subnet", subnet).map_err(|e| e.to_string())?;
     let ip = text("ip")?.ok_or("\"ip\" is missing")?;
     let ip: IpAddr = ip.parse().map_err(|e| format!("ip {ip:?}: {e}"))?;
     if ip.is_unspecified() || ip.is_multicast() || ip.is_loopback() {

@@ -17,7 +17,7 @@ use netkit::{neigh, Link, Socket};
 use crate::batch::{Batcher, Request};
 use crate::config::OverlayConfig;
 use crate::desired::{desired_state, own_subnet, Desired, NodeFacts};
-use crate::error::Error;
+use crate::error::{ConfigError, Error, UnderlayError};
 use crate::peers::PeerSet;
 use crate::plan::{plan, Links, Observed, Op, Plan};
 
@@ -179,14 +179,13 @@ pub fn resolve_underlay(
 ) -> Result<Underlay, Error> {
     let link = if let Some(name) = &cfg.underlay_interface {
         sock.find_link(name)?
-            .ok_or_else(|| Error::Underlay(format!("underlay interface {name:?} does not exist")))?
+            .ok_or_else(|| UnderlayError::NoSuchInterface(name.clone()))?
     } else if let Some(ip) = cfg.local_ip {
         let holder = sock
             .addresses(None, Family::of(ip))?
             .into_iter()
             .find(|a| a.ip() == ip);
-        let holder =
-            holder.ok_or_else(|| Error::Underlay(format!("no interface has localIP {ip}")))?;
+        let holder = holder.ok_or(UnderlayError::NoInterfaceWithIp(ip))?;
         sock.link_by_index(holder.index)?
     } else {
         let default = main_routes
@@ -194,9 +193,7 @@ pub fn resolve_underlay(
             .filter(|r| r.dst.prefix() == 0 && r.oif.is_some())
             .min_by_key(|r| r.priority.unwrap_or(0))
             .and_then(|r| r.oif);
-        let index = default.ok_or_else(|| {
-            Error::Underlay("no default route; set \"underlayInterface\" or \"localIP\"".into())
-        })?;
+        let index = default.ok_or(UnderlayError::NoDefaultRoute)?;
         sock.link_by_index(index)?
     };
     let addrs = sock.addresses(Some(link.index), Family::Any)?;
@@ -211,12 +208,7 @@ pub fn resolve_underlay(
             .filter(|a| !a.flags.contains(AddressFlags::Secondary))
             .map(|a| a.ip())
             .min_by_key(|ip| ip.is_ipv6())
-            .ok_or_else(|| {
-                Error::Underlay(format!(
-                    "underlay interface {:?} has no global address; set \"localIP\"",
-                    link.name
-                ))
-            })?,
+            .ok_or_else(|| UnderlayError::NoGlobalAddress(link.name.clone()))?,
     };
     let on_link = global
         .iter()
@@ -252,12 +244,8 @@ fn run(
     let underlay = resolve_underlay(sock, cfg, &routes)?;
     report.underlay = Some(underlay.link.name.clone());
     report.local_ip = Some(underlay.local_ip);
-    let (subnet, own_mac) = own_subnet(cfg, peers, underlay.local_ip).ok_or_else(|| {
-        Error::NotListed(format!(
-            "no \"subnet\" given and no peer entry has this node's address {}",
-            underlay.local_ip
-        ))
-    })?;
+    let (subnet, own_mac) =
+        own_subnet(cfg, peers, underlay.local_ip).ok_or(Error::NotListed(underlay.local_ip))?;
     report.subnet = Some(subnet);
     let facts = NodeFacts {
         local_ip: underlay.local_ip,
@@ -322,11 +310,9 @@ fn ensure_device(
             .mtu
             .checked_sub(overhead)
             .filter(|m| *m >= 68)
-            .ok_or_else(|| {
-                Error::Underlay(format!(
-                    "underlay {:?} MTU {} is too small for VXLAN",
-                    underlay.link.name, underlay.link.mtu
-                ))
+            .ok_or_else(|| UnderlayError::MtuTooSmall {
+                ifname: underlay.link.name.clone(),
+                mtu: underlay.link.mtu,
             })?,
     };
     let spec = VxlanSpec {
@@ -354,7 +340,7 @@ fn ensure_device(
         IpAddr::V4(_) => (Family::V4, 32),
         IpAddr::V6(_) => (Family::V6, 128),
     };
-    let vtep = IpNetwork::new(desired.vtep, host_len).map_err(|e| Error::Config(e.to_string()))?;
+    let vtep = IpNetwork::new(desired.vtep, host_len).map_err(ConfigError::Vtep)?;
     let mut has_vtep = false;
     for a in sock.addresses(Some(link.index), family)? {
         if a.scope == AddressScope::Link {
@@ -432,8 +418,13 @@ fn observe(
 
 fn request(op: &Op, device: Option<u32>) -> Result<Request, Error> {
     use netkit::netlink::{NLM_F_CREATE, NLM_F_REPLACE};
-    let dev =
-        || device.ok_or_else(|| Error::Config(format!("{} needs the VXLAN device", op.describe())));
+    let dev = || {
+        device.ok_or_else(|| {
+            Error::from(ConfigError::NeedsDevice {
+                step: op.describe(),
+            })
+        })
+    };
     let set = NLM_F_CREATE | NLM_F_REPLACE;
     Ok(match op {
         Op::DeleteRoute(r) => Request {

@@ -68,8 +68,12 @@ pub struct Store {
 /// How many taken addresses a call probes before loading the full map to skip them.
 const PROBES_BEFORE_FULL_MAP: usize = 64;
 
-fn io_err(what: &str, path: &Path, e: io::Error) -> IpamError {
-    IpamError::io(what, path.display(), e)
+fn io_err(op: &'static str, path: &Path, source: io::Error) -> IpamError {
+    IpamError::Io {
+        op,
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 /// Which ownership a lookup matches.
@@ -112,10 +116,7 @@ impl Store {
             Ok(d) => d,
             Err(e) if !create && e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP) | Some(libc::ENOTDIR)) => {
-                return Err(IpamError::Io(format!(
-                    "refusing store directory {}: it is a symlink or not a directory",
-                    store_path.display()
-                )))
+                return Err(IpamError::StoreNotADirectory(store_path))
             }
             Err(e) => return Err(io_err("open store directory", &store_path, e)),
         };
