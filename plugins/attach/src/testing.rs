@@ -84,20 +84,23 @@ pub fn with_prev_result(mut args: CmdArgs, prev: &libcni::result::CniResult) -> 
 #[cfg(feature = "fake")]
 pub use fake::*;
 
-/// Unit-test drivers over netkit's fake kernel: an in-process IPAM that shares the kernel's
-/// log and failure injection, and the checks every main plugin's ADD goes through.
+/// Unit-test drivers over netkit's fake kernel: an in-process IPAM and an in-memory netfilter
+/// that share the kernel's log and failure injection, and the checks every main plugin's ADD goes through.
 #[cfg(feature = "fake")]
 mod fake {
     use std::collections::BTreeSet;
-    use std::sync::{Arc, Mutex};
+    use std::sync::{Arc, Mutex, MutexGuard};
 
+    use ipnetwork::IpNetwork;
     use libcni::error::CniError;
     use libcni::result::CniResult;
     use libcni::skel::CmdArgs;
     use netkit::fake::{FakeKernel, FakeState};
+    use netkit::netfilter::{self, ipmasq::Backend, iptables::Family, spoofcheck::SpoofChecker};
     use serde_json::Value;
 
     use crate::ipam::Ipam;
+    use crate::netfilter::Netfilter;
 
     /// An IPAM plugin answered in-process: ADD returns `result` and takes a lease for the
     /// container's interface, DEL releases it (whether or not it is held), CHECK fails without
@@ -160,6 +163,186 @@ mod fake {
                 _ => {}
             }
             Ok(())
+        }
+    }
+
+    /// Netfilter in memory: the masquerade rules (one per attachment and address) and the
+    /// spoof checks installed. Every call is recorded in the fake kernel's log and can be made
+    /// to fail like a kernel operation:
+    ///
+    /// - `masquerade setup <backend> <network>/<container>/<ifname> <addr>,...`
+    /// - `masquerade teardown <network>/<container>/<ifname> <families>`
+    /// - `masquerade verify <network>/<container>/<ifname>`
+    /// - `masquerade gc <network>`
+    /// - `spoof check install|remove|list <comment>`
+    ///
+    /// Its default masquerade backend is nftables, so no test depends on the host's rules.
+    #[derive(Clone)]
+    pub struct FakeNetfilter {
+        kernel: FakeKernel,
+        rules: Arc<Mutex<BTreeSet<FakeRule>>>,
+    }
+
+    /// One rule of [`FakeNetfilter`], ordered for a stable listing.
+    #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+    enum FakeRule {
+        Masquerade { attachment: String, addr: IpNetwork },
+        SpoofCheck { comment: String },
+    }
+
+    impl std::fmt::Display for FakeRule {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            match self {
+                FakeRule::Masquerade { attachment, addr } => {
+                    write!(f, "masquerade {attachment} {addr}")
+                }
+                FakeRule::SpoofCheck { comment } => write!(f, "spoofcheck {comment}"),
+            }
+        }
+    }
+
+    /// How the reference names an attachment's masquerade rules: (network, container, ifname).
+    fn attachment(network: &str, container_id: &str, ifname: &str) -> String {
+        format!("{network}/{container_id}/{ifname}")
+    }
+
+    impl FakeNetfilter {
+        pub fn new(kernel: &FakeKernel) -> FakeNetfilter {
+            FakeNetfilter {
+                kernel: kernel.clone(),
+                rules: Arc::default(),
+            }
+        }
+
+        /// The rules installed, as `masquerade <network>/<container>/<ifname> <addr>` and
+        /// `spoofcheck <comment>` lines.
+        pub fn rules(&self) -> Vec<String> {
+            self.lock().iter().map(ToString::to_string).collect()
+        }
+
+        fn lock(&self) -> MutexGuard<'_, BTreeSet<FakeRule>> {
+            self.rules.lock().unwrap_or_else(|p| p.into_inner())
+        }
+
+        /// Records `op`; an injected failure comes back as a netfilter error naming `op`.
+        fn record(&self, op: String) -> netfilter::Result<()> {
+            self.kernel
+                .record(op.clone())
+                .map_err(|e| netfilter::Error::Invalid {
+                    context: op,
+                    detail: e.to_string(),
+                })
+        }
+    }
+
+    impl Netfilter for FakeNetfilter {
+        fn default_masquerade_backend(&self, _network: &str) -> Backend {
+            Backend::Nftables
+        }
+
+        fn setup_masquerade(
+            &self,
+            backend: Backend,
+            addrs: &[IpNetwork],
+            network: &str,
+            ifname: &str,
+            container_id: &str,
+        ) -> netfilter::Result<()> {
+            let key = attachment(network, container_id, ifname);
+            let list: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+            self.record(format!(
+                "masquerade setup {backend:?} {key} {}",
+                list.join(",")
+            ))?;
+            let mut rules = self.lock();
+            for addr in addrs {
+                rules.insert(FakeRule::Masquerade {
+                    attachment: key.clone(),
+                    addr: *addr,
+                });
+            }
+            Ok(())
+        }
+
+        fn teardown_masquerade(
+            &self,
+            network: &str,
+            ifname: &str,
+            container_id: &str,
+            families: &[Family],
+        ) -> netfilter::Result<()> {
+            let key = attachment(network, container_id, ifname);
+            self.record(format!("masquerade teardown {key} {families:?}"))?;
+            self.lock().retain(|rule| match rule {
+                FakeRule::Masquerade { attachment, addr } => {
+                    *attachment != key || !families.contains(&Family::of(&addr.ip()))
+                }
+                FakeRule::SpoofCheck { .. } => true,
+            });
+            Ok(())
+        }
+
+        fn verify_masquerade(
+            &self,
+            _backend: Option<Backend>,
+            addrs: &[IpNetwork],
+            network: &str,
+            ifname: &str,
+            container_id: &str,
+        ) -> netfilter::Result<()> {
+            let key = attachment(network, container_id, ifname);
+            self.record(format!("masquerade verify {key}"))?;
+            let rules = self.lock();
+            let missing = addrs.iter().any(|addr| {
+                !rules.contains(&FakeRule::Masquerade {
+                    attachment: key.clone(),
+                    addr: *addr,
+                })
+            });
+            if missing {
+                return Err(netfilter::Error::Invalid {
+                    context: format!("masquerade of {key}"),
+                    detail: "no rule".into(),
+                });
+            }
+            Ok(())
+        }
+
+        fn gc_masquerade(
+            &self,
+            network: &str,
+            valid: &[(String, String)],
+        ) -> netfilter::Result<()> {
+            self.record(format!("masquerade gc {network}"))?;
+            let prefix = format!("{network}/");
+            self.lock().retain(|rule| match rule {
+                FakeRule::Masquerade { attachment: a, .. } => {
+                    !a.starts_with(&prefix)
+                        || valid.iter().any(|(c, i)| *a == attachment(network, c, i))
+                }
+                FakeRule::SpoofCheck { .. } => true,
+            });
+            Ok(())
+        }
+
+        fn install_spoof_check(&self, check: &SpoofChecker) -> netfilter::Result<()> {
+            let comment = check.comment();
+            self.record(format!("spoof check install {comment}"))?;
+            self.lock().insert(FakeRule::SpoofCheck { comment });
+            Ok(())
+        }
+
+        fn remove_spoof_check(&self, check: &SpoofChecker) -> netfilter::Result<()> {
+            let comment = check.comment();
+            self.record(format!("spoof check remove {comment}"))?;
+            self.lock().remove(&FakeRule::SpoofCheck { comment });
+            Ok(())
+        }
+
+        fn spoof_check_installed(&self, check: &SpoofChecker) -> netfilter::Result<bool> {
+            let comment = check.comment();
+            self.record(format!("spoof check list {comment}"))?;
+            Ok(self.lock().contains(&FakeRule::SpoofCheck { comment }))
         }
     }
 
