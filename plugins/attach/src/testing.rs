@@ -445,6 +445,85 @@ mod fake {
     mod tests {
         use super::*;
 
+        fn nets(list: &[&str]) -> Vec<IpNetwork> {
+            list.iter().map(|a| a.parse().unwrap()).collect()
+        }
+
+        #[test]
+        fn fake_netfilter_keeps_rules_by_attachment_and_family() {
+            let kernel = FakeKernel::new();
+            let nf = FakeNetfilter::new(&kernel);
+            let dual = nets(&["10.1.0.5/24", "fd00::5/64"]);
+            nf.setup_masquerade(Backend::Iptables, &dual, "n", "eth0", "a")
+                .unwrap();
+            nf.setup_masquerade(Backend::Nftables, &dual[..1], "n", "eth0", "b")
+                .unwrap();
+            nf.verify_masquerade(None, &dual, "n", "eth0", "a").unwrap();
+            let e = nf
+                .verify_masquerade(None, &dual, "n", "eth0", "b")
+                .unwrap_err();
+            assert_eq!(e.to_string(), "masquerade of n/b/eth0: no rule");
+
+            // Teardown takes only the families asked for, of that attachment only.
+            nf.teardown_masquerade("n", "eth0", "a", &[Family::V6])
+                .unwrap();
+            assert_eq!(
+                nf.rules(),
+                [
+                    "masquerade n/a/eth0 10.1.0.5/24",
+                    "masquerade n/b/eth0 10.1.0.5/24"
+                ]
+            );
+            // GC keeps the valid attachments and other networks' rules.
+            nf.setup_masquerade(Backend::Nftables, &dual[..1], "m", "eth0", "c")
+                .unwrap();
+            nf.gc_masquerade("n", &[("b".into(), "eth0".into())])
+                .unwrap();
+            assert_eq!(
+                nf.rules(),
+                [
+                    "masquerade m/c/eth0 10.1.0.5/24",
+                    "masquerade n/b/eth0 10.1.0.5/24"
+                ]
+            );
+            assert_eq!(
+                kernel.ops(),
+                [
+                    "masquerade setup Iptables n/a/eth0 10.1.0.5/24,fd00::5/64",
+                    "masquerade setup Nftables n/b/eth0 10.1.0.5/24",
+                    "masquerade verify n/a/eth0",
+                    "masquerade verify n/b/eth0",
+                    "masquerade teardown n/a/eth0 [V6]",
+                    "masquerade setup Nftables m/c/eth0 10.1.0.5/24",
+                    "masquerade gc n",
+                ]
+            );
+        }
+
+        #[test]
+        fn fake_netfilter_spoof_checks_and_injected_failures() {
+            let kernel = FakeKernel::new();
+            let nf = FakeNetfilter::new(&kernel);
+            let check = SpoofChecker::new("veth1", "02:00:00:00:00:01", "ctr-eth0");
+            assert!(!nf.spoof_check_installed(&check).unwrap());
+            nf.install_spoof_check(&check).unwrap();
+            assert!(nf.spoof_check_installed(&check).unwrap());
+            assert_eq!(nf.rules(), [format!("spoofcheck {}", check.comment())]);
+
+            // A failed call changes nothing and names the operation.
+            kernel.fail_when(|op| op.starts_with("spoof check remove"));
+            let e = nf.remove_spoof_check(&check).unwrap_err();
+            assert!(e.to_string().contains("spoof check remove"), "{e}");
+            assert!(nf.spoof_check_installed(&check).unwrap());
+            kernel.fail_when(|op| op.starts_with("masquerade setup"));
+            let addrs = nets(&["10.1.0.5/24"]);
+            nf.setup_masquerade(Backend::Nftables, &addrs, "n", "eth0", "a")
+                .unwrap_err();
+            nf.remove_spoof_check(&check).unwrap();
+            assert!(nf.rules().is_empty());
+            assert_eq!(nf.default_masquerade_backend("n"), Backend::Nftables);
+        }
+
         #[test]
         fn temporary_names_are_masked() {
             assert_eq!(
