@@ -1,6 +1,6 @@
 //! The netfilter seam of the main plugins: masquerade (ipMasq) and the MAC spoof check behind
 //! one trait, so a plugin's ADD/DEL/CHECK/GC runs with the host's rules ([`LiveNetfilter`])
-//! or, in unit tests, with the in-memory [`crate::testing::FakeNetfilter`] (feature `fake`).
+//! or, in unit tests, with the in-memory `testing::FakeNetfilter` (feature `fake`).
 //!
 //! netfilter is not part of netkit's [`netkit::Kernel`]: it goes through nftables netlink and
 //! the iptables tools, with its own error type ([`netkit::netfilter::Error`]).

@@ -14,7 +14,6 @@ use libcni::skel::CmdArgs;
 use netkit::bridge_port::PortFlags;
 use netkit::kernel::SysctlWrite;
 use netkit::link::{BridgeOptions, Link, VethSpec};
-use netkit::netfilter::ipmasq::Backend;
 use netkit::netfilter::iptables::Family;
 use netkit::netfilter::spoofcheck::SpoofChecker;
 use netkit::packet_route::link::{InfoBridge, LinkFlags, State};

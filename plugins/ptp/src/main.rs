@@ -19,7 +19,6 @@ use attach::netfilter::{LiveNetfilter, Netfilter};
 use libcni::error::CniError;
 use libcni::result::CniResult;
 use libcni::skel::{CmdArgs, Plugin};
-use netkit::netfilter::ipmasq::Backend;
 use netkit::LiveKernel;
 
 use error::PtpError;
