@@ -84,20 +84,23 @@ pub fn with_prev_result(mut args: CmdArgs, prev: &libcni::result::CniResult) -> 
 #[cfg(feature = "fake")]
 pub use fake::*;
 
-/// Unit-test drivers over netkit's fake kernel: an in-process IPAM that shares the kernel's
-/// log and failure injection, and the checks every main plugin's ADD goes through.
+/// Unit-test drivers over netkit's fake kernel: an in-process IPAM and an in-memory netfilter
+/// that share the kernel's log and failure injection, and the checks every main plugin's ADD goes through.
 #[cfg(feature = "fake")]
 mod fake {
     use std::collections::BTreeSet;
-    use std::sync::{Arc, Mutex};
+    use std::sync::{Arc, Mutex, MutexGuard};
 
+    use ipnetwork::IpNetwork;
     use libcni::error::CniError;
     use libcni::result::CniResult;
     use libcni::skel::CmdArgs;
     use netkit::fake::{FakeKernel, FakeState};
+    use netkit::netfilter::{self, ipmasq::Backend, iptables::Family, spoofcheck::SpoofChecker};
     use serde_json::Value;
 
     use crate::ipam::Ipam;
+    use crate::netfilter::Netfilter;
 
     /// An IPAM plugin answered in-process: ADD returns `result` and takes a lease for the
     /// container's interface, DEL releases it (whether or not it is held), CHECK fails without
@@ -160,6 +163,186 @@ mod fake {
                 _ => {}
             }
             Ok(())
+        }
+    }
+
+    /// Netfilter in memory: the masquerade rules (one per attachment and address) and the
+    /// spoof checks installed. Every call is recorded in the fake kernel's log and can be made
+    /// to fail like a kernel operation:
+    ///
+    /// - `masquerade setup <backend> <network>/<container>/<ifname> <addr>,...`
+    /// - `masquerade teardown <network>/<container>/<ifname> <families>`
+    /// - `masquerade verify <network>/<container>/<ifname>`
+    /// - `masquerade gc <network>`
+    /// - `spoof check install|remove|list <comment>`
+    ///
+    /// Its default masquerade backend is nftables, so no test depends on the host's rules.
+    #[derive(Clone)]
+    pub struct FakeNetfilter {
+        kernel: FakeKernel,
+        rules: Arc<Mutex<BTreeSet<FakeRule>>>,
+    }
+
+    /// One rule of [`FakeNetfilter`], ordered for a stable listing.
+    #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+    enum FakeRule {
+        Masquerade { attachment: String, addr: IpNetwork },
+        SpoofCheck { comment: String },
+    }
+
+    impl std::fmt::Display for FakeRule {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            match self {
+                FakeRule::Masquerade { attachment, addr } => {
+                    write!(f, "masquerade {attachment} {addr}")
+                }
+                FakeRule::SpoofCheck { comment } => write!(f, "spoofcheck {comment}"),
+            }
+        }
+    }
+
+    /// How the reference names an attachment's masquerade rules: (network, container, ifname).
+    fn attachment(network: &str, container_id: &str, ifname: &str) -> String {
+        format!("{network}/{container_id}/{ifname}")
+    }
+
+    impl FakeNetfilter {
+        pub fn new(kernel: &FakeKernel) -> FakeNetfilter {
+            FakeNetfilter {
+                kernel: kernel.clone(),
+                rules: Arc::default(),
+            }
+        }
+
+        /// The rules installed, as `masquerade <network>/<container>/<ifname> <addr>` and
+        /// `spoofcheck <comment>` lines.
+        pub fn rules(&self) -> Vec<String> {
+            self.lock().iter().map(ToString::to_string).collect()
+        }
+
+        fn lock(&self) -> MutexGuard<'_, BTreeSet<FakeRule>> {
+            self.rules.lock().unwrap_or_else(|p| p.into_inner())
+        }
+
+        /// Records `op`; an injected failure comes back as a netfilter error naming `op`.
+        fn record(&self, op: String) -> netfilter::Result<()> {
+            self.kernel
+                .record(op.clone())
+                .map_err(|e| netfilter::Error::Invalid {
+                    context: op,
+                    detail: e.to_string(),
+                })
+        }
+    }
+
+    impl Netfilter for FakeNetfilter {
+        fn default_masquerade_backend(&self, _network: &str) -> Backend {
+            Backend::Nftables
+        }
+
+        fn setup_masquerade(
+            &self,
+            backend: Backend,
+            addrs: &[IpNetwork],
+            network: &str,
+            ifname: &str,
+            container_id: &str,
+        ) -> netfilter::Result<()> {
+            let key = attachment(network, container_id, ifname);
+            let list: Vec<String> = addrs.iter().map(ToString::to_string).collect();
+            self.record(format!(
+                "masquerade setup {backend:?} {key} {}",
+                list.join(",")
+            ))?;
+            let mut rules = self.lock();
+            for addr in addrs {
+                rules.insert(FakeRule::Masquerade {
+                    attachment: key.clone(),
+                    addr: *addr,
+                });
+            }
+            Ok(())
+        }
+
+        fn teardown_masquerade(
+            &self,
+            network: &str,
+            ifname: &str,
+            container_id: &str,
+            families: &[Family],
+        ) -> netfilter::Result<()> {
+            let key = attachment(network, container_id, ifname);
+            self.record(format!("masquerade teardown {key} {families:?}"))?;
+            self.lock().retain(|rule| match rule {
+                FakeRule::Masquerade { attachment, addr } => {
+                    *attachment != key || !families.contains(&Family::of(&addr.ip()))
+                }
+                FakeRule::SpoofCheck { .. } => true,
+            });
+            Ok(())
+        }
+
+        fn verify_masquerade(
+            &self,
+            _backend: Option<Backend>,
+            addrs: &[IpNetwork],
+            network: &str,
+            ifname: &str,
+            container_id: &str,
+        ) -> netfilter::Result<()> {
+            let key = attachment(network, container_id, ifname);
+            self.record(format!("masquerade verify {key}"))?;
+            let rules = self.lock();
+            let missing = addrs.iter().any(|addr| {
+                !rules.contains(&FakeRule::Masquerade {
+                    attachment: key.clone(),
+                    addr: *addr,
+                })
+            });
+            if missing {
+                return Err(netfilter::Error::Invalid {
+                    context: format!("masquerade of {key}"),
+                    detail: "no rule".into(),
+                });
+            }
+            Ok(())
+        }
+
+        fn gc_masquerade(
+            &self,
+            network: &str,
+            valid: &[(String, String)],
+        ) -> netfilter::Result<()> {
+            self.record(format!("masquerade gc {network}"))?;
+            let prefix = format!("{network}/");
+            self.lock().retain(|rule| match rule {
+                FakeRule::Masquerade { attachment: a, .. } => {
+                    !a.starts_with(&prefix)
+                        || valid.iter().any(|(c, i)| *a == attachment(network, c, i))
+                }
+                FakeRule::SpoofCheck { .. } => true,
+            });
+            Ok(())
+        }
+
+        fn install_spoof_check(&self, check: &SpoofChecker) -> netfilter::Result<()> {
+            let comment = check.comment();
+            self.record(format!("spoof check install {comment}"))?;
+            self.lock().insert(FakeRule::SpoofCheck { comment });
+            Ok(())
+        }
+
+        fn remove_spoof_check(&self, check: &SpoofChecker) -> netfilter::Result<()> {
+            let comment = check.comment();
+            self.record(format!("spoof check remove {comment}"))?;
+            self.lock().remove(&FakeRule::SpoofCheck { comment });
+            Ok(())
+        }
+
+        fn spoof_check_installed(&self, check: &SpoofChecker) -> netfilter::Result<bool> {
+            let comment = check.comment();
+            self.record(format!("spoof check list {comment}"))?;
+            Ok(self.lock().contains(&FakeRule::SpoofCheck { comment }))
         }
     }
 
@@ -261,6 +444,85 @@ mod fake {
     #[cfg(test)]
     mod tests {
         use super::*;
+
+        fn nets(list: &[&str]) -> Vec<IpNetwork> {
+            list.iter().map(|a| a.parse().unwrap()).collect()
+        }
+
+        #[test]
+        fn fake_netfilter_keeps_rules_by_attachment_and_family() {
+            let kernel = FakeKernel::new();
+            let nf = FakeNetfilter::new(&kernel);
+            let dual = nets(&["10.1.0.5/24", "fd00::5/64"]);
+            nf.setup_masquerade(Backend::Iptables, &dual, "n", "eth0", "a")
+                .unwrap();
+            nf.setup_masquerade(Backend::Nftables, &dual[..1], "n", "eth0", "b")
+                .unwrap();
+            nf.verify_masquerade(None, &dual, "n", "eth0", "a").unwrap();
+            let e = nf
+                .verify_masquerade(None, &dual, "n", "eth0", "b")
+                .unwrap_err();
+            assert_eq!(e.to_string(), "masquerade of n/b/eth0: no rule");
+
+            // Teardown takes only the families asked for, of that attachment only.
+            nf.teardown_masquerade("n", "eth0", "a", &[Family::V6])
+                .unwrap();
+            assert_eq!(
+                nf.rules(),
+                [
+                    "masquerade n/a/eth0 10.1.0.5/24",
+                    "masquerade n/b/eth0 10.1.0.5/24"
+                ]
+            );
+            // GC keeps the valid attachments and other networks' rules.
+            nf.setup_masquerade(Backend::Nftables, &dual[..1], "m", "eth0", "c")
+                .unwrap();
+            nf.gc_masquerade("n", &[("b".into(), "eth0".into())])
+                .unwrap();
+            assert_eq!(
+                nf.rules(),
+                [
+                    "masquerade m/c/eth0 10.1.0.5/24",
+                    "masquerade n/b/eth0 10.1.0.5/24"
+                ]
+            );
+            assert_eq!(
+                kernel.ops(),
+                [
+                    "masquerade setup Iptables n/a/eth0 10.1.0.5/24,fd00::5/64",
+                    "masquerade setup Nftables n/b/eth0 10.1.0.5/24",
+                    "masquerade verify n/a/eth0",
+                    "masquerade verify n/b/eth0",
+                    "masquerade teardown n/a/eth0 [V6]",
+                    "masquerade setup Nftables m/c/eth0 10.1.0.5/24",
+                    "masquerade gc n",
+                ]
+            );
+        }
+
+        #[test]
+        fn fake_netfilter_spoof_checks_and_injected_failures() {
+            let kernel = FakeKernel::new();
+            let nf = FakeNetfilter::new(&kernel);
+            let check = SpoofChecker::new("veth1", "02:00:00:00:00:01", "ctr-eth0");
+            assert!(!nf.spoof_check_installed(&check).unwrap());
+            nf.install_spoof_check(&check).unwrap();
+            assert!(nf.spoof_check_installed(&check).unwrap());
+            assert_eq!(nf.rules(), [format!("spoofcheck {}", check.comment())]);
+
+            // A failed call changes nothing and names the operation.
+            kernel.fail_when(|op| op.starts_with("spoof check remove"));
+            let e = nf.remove_spoof_check(&check).unwrap_err();
+            assert!(e.to_string().contains("spoof check remove"), "{e}");
+            assert!(nf.spoof_check_installed(&check).unwrap());
+            kernel.fail_when(|op| op.starts_with("masquerade setup"));
+            let addrs = nets(&["10.1.0.5/24"]);
+            nf.setup_masquerade(Backend::Nftables, &addrs, "n", "eth0", "a")
+                .unwrap_err();
+            nf.remove_spoof_check(&check).unwrap();
+            assert!(nf.rules().is_empty());
+            assert_eq!(nf.default_masquerade_backend("n"), Backend::Nftables);
+        }
 
         #[test]
         fn temporary_names_are_masked() {

@@ -14,7 +14,6 @@ use libcni::skel::CmdArgs;
 use netkit::bridge_port::PortFlags;
 use netkit::kernel::SysctlWrite;
 use netkit::link::{BridgeOptions, Link, VethSpec};
-use netkit::netfilter::ipmasq::Backend;
 use netkit::netfilter::iptables::Family;
 use netkit::netfilter::spoofcheck::SpoofChecker;
 use netkit::packet_route::link::{InfoBridge, LinkFlags, State};
@@ -23,7 +22,7 @@ use netkit::{AddressOptions, Kernel, Netlink};
 use crate::config::NetConf;
 use crate::error::BridgeError;
 use crate::gateway::{self, CONTAINER_IF_INDEX};
-use crate::netfilter::Netfilter;
+use attach::netfilter::Netfilter;
 
 /// Attempts at finding a free random host veth name.
 const VETH_NAME_ATTEMPTS: usize = 10;
@@ -123,7 +122,7 @@ fn add_steps<K: Kernel, I: Ipam, F: Netfilter>(
         if conf.ip_masq {
             let backend = conf
                 .ip_masq_backend
-                .unwrap_or_else(|| Backend::default_for(&conf.network));
+                .unwrap_or_else(|| nf.default_masquerade_backend(&conf.network));
             let addrs: Vec<IpNetwork> = result.ips.iter().map(|i| i.address).collect();
             let (network, ifname, cid) = (
                 conf.network.clone(),
@@ -133,10 +132,10 @@ fn add_steps<K: Kernel, I: Ipam, F: Netfilter>(
             // Registered first: a partially applied setup is still torn down.
             let undo = nf.clone();
             rb.push("masquerade", move || {
-                undo.unmasquerade(&network, &ifname, &cid, &[Family::V4, Family::V6])
+                undo.teardown_masquerade(&network, &ifname, &cid, &[Family::V4, Family::V6])
                     .map_err(|e| e.to_string())
             });
-            nf.masquerade(
+            nf.setup_masquerade(
                 backend,
                 &addrs,
                 &conf.network,
@@ -190,7 +189,7 @@ fn setup_port<K: Kernel, F: Netfilter>(
         rb.push("spoof check", move || {
             undo.remove_spoof_check(&undo_sc).map_err(|e| e.to_string())
         });
-        nf.spoof_check(&sc)?;
+        nf.install_spoof_check(&sc)?;
     }
     Ok(Port {
         host,

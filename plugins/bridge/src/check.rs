@@ -10,7 +10,7 @@ use netkit::{Kernel, Link, Netlink};
 
 use crate::config::NetConf;
 use crate::error::BridgeError;
-use crate::netfilter::Netfilter;
+use attach::netfilter::Netfilter;
 
 pub fn check<K: Kernel, I: Ipam, F: Netfilter>(
     kernel: &K,

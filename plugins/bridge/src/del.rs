@@ -9,12 +9,12 @@ use attach::ipam::Ipam;
 use libcni::error::CniError;
 use libcni::skel::CmdArgs;
 use netkit::netfilter::iptables::Family;
-use netkit::netfilter::{ipmasq, spoofcheck, spoofcheck::SpoofChecker};
+use netkit::netfilter::{spoofcheck, spoofcheck::SpoofChecker};
 use netkit::{Kernel, Netlink, Socket};
 
 use crate::config::NetConf;
 use crate::error::BridgeError;
-use crate::netfilter::Netfilter;
+use attach::netfilter::Netfilter;
 
 /// Keeps going after a failure: every step is tried, the first failure is returned and the
 /// others go to stderr.
@@ -53,7 +53,7 @@ pub fn del<K: Kernel, I: Ipam, F: Netfilter>(
     if conf.ip_masq && conf.is_layer3() {
         let families = masquerade_families(args, &addresses);
         failures.note(
-            nf.unmasquerade(&conf.network, &args.ifname, &args.container_id, &families)
+            nf.teardown_masquerade(&conf.network, &args.ifname, &args.container_id, &families)
                 .map_err(|e| CniError::from(BridgeError::from(e))),
         );
     }
@@ -119,12 +119,15 @@ fn families_of<'a>(addresses: impl IntoIterator<Item = &'a IpAddr>) -> Vec<Famil
 
 /// GC: forwards to IPAM, then removes the masquerade rules and spoof checks of attachments
 /// not in the valid list. Keeps going after a failure like DEL.
-pub fn gc(args: &CmdArgs, conf: &NetConf) -> Result<(), BridgeError> {
+pub fn gc<F: Netfilter>(nf: &F, args: &CmdArgs, conf: &NetConf) -> Result<(), BridgeError> {
     let valid = args.valid_attachments()?;
     let mut failures = Failures::default();
     failures.note(attach::ipam::call_if_set(args, &conf.ipam_type, "GC"));
     if conf.ip_masq {
-        failures.note(ipmasq::gc(&conf.network, &valid).map_err(|e| BridgeError::from(e).into()));
+        failures.note(
+            nf.gc_masquerade(&conf.network, &valid)
+                .map_err(|e| BridgeError::from(e).into()),
+        );
     }
     if conf.macspoofchk {
         failures.note(gc_spoof_checks(&valid));
@@ -189,7 +192,7 @@ mod tests {
         let ok = del(
             &netkit::LiveKernel,
             &attach::ipam::ExecIpam,
-            &crate::netfilter::LiveNetfilter,
+            &attach::netfilter::LiveNetfilter,
             &args,
             &conf,
         );

@@ -7,9 +7,9 @@ mod config;
 mod del;
 mod error;
 mod gateway;
-mod netfilter;
 
 use attach::ipam::{ExecIpam, Ipam};
+use attach::netfilter::{LiveNetfilter, Netfilter};
 use libcni::error::CniError;
 use libcni::result::CniResult;
 use libcni::skel::{CmdArgs, Plugin};
@@ -17,7 +17,6 @@ use netkit::netfilter::ipmasq::Backend;
 use netkit::LiveKernel;
 
 use crate::error::BridgeError;
-use crate::netfilter::LiveNetfilter;
 
 struct Bridge;
 
@@ -57,7 +56,7 @@ impl Plugin for Bridge {
 
     fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = config::load(args)?;
-        Ok(del::gc(args, &conf)?)
+        Ok(del::gc(&LiveNetfilter, args, &conf)?)
     }
 
     fn status(&self, args: &CmdArgs) -> Result<(), CniError> {
@@ -67,7 +66,7 @@ impl Plugin for Bridge {
         if conf.ip_masq && conf.is_layer3() {
             let backend = conf
                 .ip_masq_backend
-                .unwrap_or_else(|| Backend::default_for(&conf.network));
+                .unwrap_or_else(|| LiveNetfilter.default_masquerade_backend(&conf.network));
             if !backend.is_available() {
                 return Err(BridgeError::MasqUnavailable {
                     tool: backend.tool(),

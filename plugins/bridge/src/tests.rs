@@ -2,7 +2,10 @@
 //! order of operations, the rollback of a failure at every step, an idempotent DEL that
 //! reports every failure, CHECK, VLAN planning and the gateway.
 
-use attach::testing::{args_in, every_failure_rolls_back, ops, with_prev_result, FakeIpam};
+use attach::netfilter::Netfilter;
+use attach::testing::{
+    args_in, every_failure_rolls_back, ops, with_prev_result, FakeIpam, FakeNetfilter,
+};
 use libcni::error::CniError;
 use libcni::result::CniResult;
 use libcni::skel::CmdArgs;
@@ -10,7 +13,6 @@ use netkit::fake::{FakeKernel, FakeNs, FakePort, FakeState, FakeVlan, HOST};
 use netkit::{Kernel, Netlink};
 use serde_json::{json, Value};
 
-use crate::netfilter::fake::FakeNetfilter;
 use crate::{add, check, config, del};
 
 const POD: &str = "/run/netns/pod";
@@ -365,8 +367,8 @@ fn del_is_idempotent_and_leaves_the_host_as_before_add() {
             "/run/netns/pod: link get net1",
             "/run/netns/pod: addr show dev net1",
             "/run/netns/pod: link del net1",
-            "nft delete spoof check macspoofchk-ctr1-net1",
-            "unmasquerade n ctr1 net1 V4",
+            "spoof check remove macspoofchk-ctr1-net1",
+            "masquerade teardown n/ctr1/net1 [V4]",
         ]
     );
     // The veth went with its container end; the bridge and its gateway address stay.
@@ -384,7 +386,12 @@ fn del_is_idempotent_and_leaves_the_host_as_before_add() {
 #[test]
 fn del_carries_on_after_each_failure_and_reports_it() {
     let conf = config(json!({"ipMasq": true, "macspoofchk": true}));
-    for failing in ["ipam DEL", "link del net1", "unmasquerade", "open netns"] {
+    for failing in [
+        "ipam DEL",
+        "link del net1",
+        "masquerade teardown",
+        "open netns",
+    ] {
         let (kernel, ipam) = setup_with_bridge(false);
         let nf = FakeNetfilter::new(&kernel);
         let r = run_add(&kernel, &ipam, &nf, conf.clone()).unwrap();
@@ -398,7 +405,7 @@ fn del_carries_on_after_each_failure_and_reports_it() {
         assert_eq!(kernel.link(POD, "net1").is_some(), link_kept, "{failing}");
         assert_eq!(ipam.leases().is_empty(), failing != "ipam DEL", "{failing}");
         let masq_left = nf.rules().iter().any(|r| r.starts_with("masquerade"));
-        assert_eq!(masq_left, failing == "unmasquerade", "{failing}");
+        assert_eq!(masq_left, failing == "masquerade teardown", "{failing}");
         assert!(!nf.rules().iter().any(|r| r.starts_with("spoofcheck")));
         // A second DEL finishes the job.
         run_del(&kernel, &ipam, &nf, &a).unwrap();
@@ -431,10 +438,10 @@ fn check_passes_after_add_and_names_what_differs() {
 
     // A rule gone.
     let sc = netkit::netfilter::spoofcheck::SpoofChecker::new("", "", "ctr1-net1");
-    crate::netfilter::Netfilter::remove_spoof_check(&nf, &sc).unwrap();
+    nf.remove_spoof_check(&sc).unwrap();
     let e = checked(json!({})).unwrap_err();
     assert_eq!(e.msg, "spoof-check rules macspoofchk-ctr1-net1 are missing");
-    crate::netfilter::Netfilter::spoof_check(&nf, &sc).unwrap();
+    nf.install_spoof_check(&sc).unwrap();
     checked(json!({})).unwrap();
 
     // The container's address gone.

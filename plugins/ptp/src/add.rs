@@ -17,22 +17,22 @@ use netkit::{AddressOptions, Kernel, Link, Netlink, Route, VethSpec};
 
 use crate::config::NetConf;
 use crate::error::PtpError;
-use crate::masq::Masquerade;
+use attach::netfilter::Netfilter;
 
 /// Index of the container interface in the result.
 pub const CONTAINER_IF: usize = 1;
 /// Attempts at a free random host veth name.
 const VETH_NAME_ATTEMPTS: usize = 10;
 
-pub fn add<K: Kernel, I: Ipam, M: Masquerade>(
+pub fn add<K: Kernel, I: Ipam, F: Netfilter>(
     kernel: &K,
     ipam: &I,
-    masq: &M,
+    nf: &F,
     args: &CmdArgs,
     conf: &NetConf,
 ) -> Result<CniResult, PtpError> {
     let mut rb = Rollback::default();
-    let outcome = add_steps(kernel, ipam, masq, args, conf, &mut rb).and_then(|result| {
+    let outcome = add_steps(kernel, ipam, nf, args, conf, &mut rb).and_then(|result| {
         // An ADD whose result cannot be printed in the request's version must not stay.
         result.to_value(&args.cni_version)?;
         Ok(result)
@@ -49,10 +49,10 @@ pub fn add<K: Kernel, I: Ipam, M: Masquerade>(
     }
 }
 
-fn add_steps<K: Kernel, I: Ipam, M: Masquerade>(
+fn add_steps<K: Kernel, I: Ipam, F: Netfilter>(
     kernel: &K,
     ipam: &I,
-    masq: &M,
+    nf: &F,
     args: &CmdArgs,
     conf: &NetConf,
     rb: &mut Rollback,
@@ -95,20 +95,20 @@ fn add_steps<K: Kernel, I: Ipam, M: Masquerade>(
     if conf.ip_masq {
         let backend = conf
             .ip_masq_backend
-            .unwrap_or_else(|| masq.default_backend(&conf.network));
+            .unwrap_or_else(|| nf.default_masquerade_backend(&conf.network));
         let addrs: Vec<IpNetwork> = result.ips.iter().map(|i| i.address).collect();
         let (undo, network, ifname, cid) = (
-            masq.clone(),
+            nf.clone(),
             conf.network.clone(),
             args.ifname.clone(),
             args.container_id.clone(),
         );
         // Registered first: a partially applied setup is still torn down.
         rb.push("masquerade", move || {
-            undo.teardown(&network, &ifname, &cid, &[Family::V4, Family::V6])
+            undo.teardown_masquerade(&network, &ifname, &cid, &[Family::V4, Family::V6])
                 .map_err(|e| e.to_string())
         });
-        masq.setup(
+        nf.setup_masquerade(
             backend,
             &addrs,
             &conf.network,

@@ -12,12 +12,12 @@ use netkit::{Family, Kernel, Link, Netlink};
 
 use crate::config::NetConf;
 use crate::error::PtpError;
-use crate::masq::Masquerade;
+use attach::netfilter::Netfilter;
 
-pub fn check<K: Kernel, I: Ipam, M: Masquerade>(
+pub fn check<K: Kernel, I: Ipam, F: Netfilter>(
     kernel: &K,
     ipam: &I,
-    masq: &M,
+    nf: &F,
     args: &CmdArgs,
     conf: &NetConf,
 ) -> Result<(), PtpError> {
@@ -34,7 +34,7 @@ pub fn check<K: Kernel, I: Ipam, M: Masquerade>(
                 }
                 .into());
             }
-            check_host_end(kernel, masq, args, conf, cont_link, prev).map_err(CniError::from)
+            check_host_end(kernel, nf, args, conf, cont_link, prev).map_err(CniError::from)
         },
     )?;
     Ok(())
@@ -42,9 +42,9 @@ pub fn check<K: Kernel, I: Ipam, M: Masquerade>(
 
 /// The host end: a host interface of prevResult that is the container end's peer, with the
 /// gateway addresses and host routes; and the masquerade rules.
-fn check_host_end<K: Kernel, M: Masquerade>(
+fn check_host_end<K: Kernel, F: Netfilter>(
     kernel: &K,
-    masq: &M,
+    nf: &F,
     args: &CmdArgs,
     conf: &NetConf,
     cont_link: &Link,
@@ -88,7 +88,7 @@ fn check_host_end<K: Kernel, M: Masquerade>(
     if conf.ip_masq && !prev.ips.is_empty() {
         let addrs: Vec<IpNetwork> = prev.ips.iter().map(|i| i.address).collect();
         // Without a configured backend ADD picked one by what the network had then.
-        masq.verify(
+        nf.verify_masquerade(
             conf.ip_masq_backend,
             &addrs,
             &conf.network,

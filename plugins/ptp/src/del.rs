@@ -12,14 +12,14 @@ use netkit::Kernel;
 
 use crate::config::NetConf;
 use crate::error::PtpError;
-use crate::masq::Masquerade;
+use attach::netfilter::Netfilter;
 
 /// Every step runs whatever the others did; the first failure is returned, the others go to
 /// stderr.
-pub fn del<K: Kernel, I: Ipam, M: Masquerade>(
+pub fn del<K: Kernel, I: Ipam, F: Netfilter>(
     kernel: &K,
     ipam: &I,
-    masq: &M,
+    nf: &F,
     args: &CmdArgs,
     conf: &NetConf,
 ) -> Result<(), PtpError> {
@@ -27,7 +27,7 @@ pub fn del<K: Kernel, I: Ipam, M: Masquerade>(
     // teardown run meanwhile.
     let (released, (link, unmasked)) = ipam.call_alongside(args, &conf.ipam_type, "DEL", || {
         std::thread::scope(|scope| {
-            let unmasked = scope.spawn(|| teardown_masquerade(masq, args, conf));
+            let unmasked = scope.spawn(|| teardown_masquerade(nf, args, conf));
             let link = link::delete_in_netns_with(kernel, &args.netns, &args.ifname);
             let unmasked = unmasked.join().unwrap_or(Err(PtpError::MasqueradePanicked));
             (link, unmasked)
@@ -40,8 +40,8 @@ pub fn del<K: Kernel, I: Ipam, M: Masquerade>(
     failures.finish("ptp").map_err(PtpError::Delegated)
 }
 
-fn teardown_masquerade<M: Masquerade>(
-    masq: &M,
+fn teardown_masquerade<F: Netfilter>(
+    nf: &F,
     args: &CmdArgs,
     conf: &NetConf,
 ) -> Result<(), PtpError> {
@@ -59,15 +59,15 @@ fn teardown_masquerade<M: Masquerade>(
         if families.is_empty() {
             families = vec![Family::V4, Family::V6];
         }
-        masq.teardown(&conf.network, &args.ifname, &args.container_id, &families)?;
+        nf.teardown_masquerade(&conf.network, &args.ifname, &args.container_id, &families)?;
     }
     Ok(())
 }
 
 /// GC: IPAM GC, then the masquerade rules of this network's attachments that are not valid.
-pub fn gc<I: Ipam, M: Masquerade>(
+pub fn gc<I: Ipam, F: Netfilter>(
     ipam: &I,
-    masq: &M,
+    nf: &F,
     args: &CmdArgs,
     conf: &NetConf,
 ) -> Result<(), PtpError> {
@@ -75,7 +75,10 @@ pub fn gc<I: Ipam, M: Masquerade>(
     let mut failures = Failures::default();
     failures.note(ipam.call_if_set(args, &conf.ipam_type, "GC"));
     if conf.ip_masq {
-        failures.note(masq.gc(&conf.network, &valid).map_err(CniError::from));
+        failures.note(
+            nf.gc_masquerade(&conf.network, &valid)
+                .map_err(CniError::from),
+        );
     }
     failures.finish("ptp").map_err(PtpError::Delegated)
 }

@@ -2,8 +2,8 @@
 //! The container reaches everything via its gateway, which the host end answers for (a /32 or
 //! /128 gateway address on it); the host reaches the container by a /32 (/128) route.
 //!
-//! ADD, DEL, CHECK and GC are generic over netkit's kernel seam, attach's IPAM and the
-//! masquerade seam of [`masq`]; the binary runs them on the live kernel, the executed IPAM
+//! ADD, DEL, CHECK and GC are generic over netkit's kernel seam, attach's IPAM and attach's
+//! netfilter seam; the binary runs them on the live kernel, the executed IPAM
 //! plugin and the host's netfilter.
 
 mod add;
@@ -11,19 +11,17 @@ mod check;
 mod config;
 mod del;
 mod error;
-mod masq;
 #[cfg(test)]
 mod tests;
 
 use attach::ipam::{ExecIpam, Ipam};
+use attach::netfilter::{LiveNetfilter, Netfilter};
 use libcni::error::CniError;
 use libcni::result::CniResult;
 use libcni::skel::{CmdArgs, Plugin};
-use netkit::netfilter::ipmasq::Backend;
 use netkit::LiveKernel;
 
 use error::PtpError;
-use masq::LiveMasquerade;
 
 struct Ptp;
 
@@ -33,7 +31,7 @@ impl Plugin for Ptp {
         Ok(add::add(
             &LiveKernel,
             &ExecIpam,
-            &LiveMasquerade,
+            &LiveNetfilter,
             args,
             &conf,
         )?)
@@ -44,7 +42,7 @@ impl Plugin for Ptp {
         Ok(del::del(
             &LiveKernel,
             &ExecIpam,
-            &LiveMasquerade,
+            &LiveNetfilter,
             args,
             &conf,
         )?)
@@ -55,7 +53,7 @@ impl Plugin for Ptp {
         Ok(check::check(
             &LiveKernel,
             &ExecIpam,
-            &LiveMasquerade,
+            &LiveNetfilter,
             args,
             &conf,
         )?)
@@ -63,7 +61,7 @@ impl Plugin for Ptp {
 
     fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = config::load(args)?;
-        Ok(del::gc(&ExecIpam, &LiveMasquerade, args, &conf)?)
+        Ok(del::gc(&ExecIpam, &LiveNetfilter, args, &conf)?)
     }
 
     fn status(&self, args: &CmdArgs) -> Result<(), CniError> {
@@ -72,7 +70,7 @@ impl Plugin for Ptp {
         if conf.ip_masq {
             let backend = conf
                 .ip_masq_backend
-                .unwrap_or_else(|| Backend::default_for(&conf.network));
+                .unwrap_or_else(|| LiveNetfilter.default_masquerade_backend(&conf.network));
             if !backend.is_available() {
                 return Err(PtpError::MasqueradeUnavailable {
                     tool: backend.tool(),

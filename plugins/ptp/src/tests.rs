@@ -2,11 +2,10 @@
 //! order of operations, the rollback of a failure at every step, an idempotent DEL that
 //! reports its failures, CHECK naming what differs.
 
-use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
-
-use attach::testing::{args_in, every_failure_rolls_back, ops, with_prev_result, FakeIpam};
-use ipnetwork::IpNetwork;
+use attach::netfilter::Netfilter;
+use attach::testing::{
+    args_in, every_failure_rolls_back, ops, with_prev_result, FakeIpam, FakeNetfilter,
+};
 use libcni::error::CniError;
 use libcni::result::CniResult;
 use libcni::skel::CmdArgs;
@@ -16,118 +15,9 @@ use netkit::netfilter::iptables::Family;
 use netkit::{Kernel, Netlink};
 use serde_json::{json, Value};
 
-use crate::masq::Masquerade;
 use crate::{add, check, config, del};
 
 const POD: &str = "/run/netns/pod";
-
-/// Masquerade rules kept in memory by attachment (`<network>/<container>/<ifname>`), every
-/// call recorded in the fake kernel's log (`masq setup ...`) and failing like its operations.
-#[derive(Clone)]
-struct FakeMasq {
-    kernel: FakeKernel,
-    rules: Arc<Mutex<BTreeSet<String>>>,
-}
-
-impl FakeMasq {
-    fn new(kernel: &FakeKernel) -> FakeMasq {
-        FakeMasq {
-            kernel: kernel.clone(),
-            rules: Arc::default(),
-        }
-    }
-
-    fn rules(&self) -> Vec<String> {
-        self.rules.lock().unwrap().iter().cloned().collect()
-    }
-
-    fn record(&self, op: String) -> Result<(), netkit::netfilter::Error> {
-        self.kernel
-            .record(op)
-            .map_err(|e| netkit::netfilter::Error::Invalid {
-                context: "masquerade".into(),
-                detail: e.to_string(),
-            })
-    }
-}
-
-impl Masquerade for FakeMasq {
-    fn setup(
-        &self,
-        backend: Backend,
-        addrs: &[IpNetwork],
-        network: &str,
-        ifname: &str,
-        container_id: &str,
-    ) -> Result<(), netkit::netfilter::Error> {
-        let list: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
-        self.record(format!(
-            "masq setup {backend:?} {network}/{container_id}/{ifname} {}",
-            list.join(",")
-        ))?;
-        self.rules
-            .lock()
-            .unwrap()
-            .insert(format!("{network}/{container_id}/{ifname}"));
-        Ok(())
-    }
-
-    fn teardown(
-        &self,
-        network: &str,
-        ifname: &str,
-        container_id: &str,
-        families: &[Family],
-    ) -> Result<(), netkit::netfilter::Error> {
-        self.record(format!(
-            "masq teardown {network}/{container_id}/{ifname} {families:?}"
-        ))?;
-        self.rules
-            .lock()
-            .unwrap()
-            .remove(&format!("{network}/{container_id}/{ifname}"));
-        Ok(())
-    }
-
-    fn verify(
-        &self,
-        _backend: Option<Backend>,
-        _addrs: &[IpNetwork],
-        network: &str,
-        ifname: &str,
-        container_id: &str,
-    ) -> Result<(), netkit::netfilter::Error> {
-        let key = format!("{network}/{container_id}/{ifname}");
-        self.record(format!("masq verify {key}"))?;
-        if self.rules.lock().unwrap().contains(&key) {
-            Ok(())
-        } else {
-            Err(netkit::netfilter::Error::Invalid {
-                context: format!("masquerade of {key}"),
-                detail: "no rule".into(),
-            })
-        }
-    }
-
-    fn gc(
-        &self,
-        network: &str,
-        valid: &[(String, String)],
-    ) -> Result<(), netkit::netfilter::Error> {
-        self.record(format!("masq gc {network}"))?;
-        self.rules.lock().unwrap().retain(|k| {
-            !k.starts_with(&format!("{network}/"))
-                || valid
-                    .iter()
-                    .any(|(c, i)| *k == format!("{network}/{c}/{i}"))
-        });
-        Ok(())
-    }
-
-    fn default_backend(&self, _network: &str) -> Backend {
-        Backend::Nftables
-    }
-}
 
 fn config(extra: Value) -> Value {
     let mut c = json!({"cniVersion": "1.0.0", "name": "n", "type": "ptp",
@@ -167,41 +57,41 @@ fn args(config: Value) -> CmdArgs {
 fn run_add(
     kernel: &FakeKernel,
     ipam: &FakeIpam,
-    masq: &FakeMasq,
+    nf: &FakeNetfilter,
     config: Value,
 ) -> Result<CniResult, CniError> {
     let a = args(config);
     let c = config::load(&a)?;
-    Ok(add::add(kernel, ipam, masq, &a, &c)?)
+    Ok(add::add(kernel, ipam, nf, &a, &c)?)
 }
 
 fn run_del(
     kernel: &FakeKernel,
     ipam: &FakeIpam,
-    masq: &FakeMasq,
+    nf: &FakeNetfilter,
     a: &CmdArgs,
 ) -> Result<(), CniError> {
-    Ok(del::del(kernel, ipam, masq, a, &config::load(a)?)?)
+    Ok(del::del(kernel, ipam, nf, a, &config::load(a)?)?)
 }
 
 fn run_check(
     kernel: &FakeKernel,
     ipam: &FakeIpam,
-    masq: &FakeMasq,
+    nf: &FakeNetfilter,
     a: &CmdArgs,
 ) -> Result<(), CniError> {
-    Ok(check::check(kernel, ipam, masq, a, &config::load(a)?)?)
+    Ok(check::check(kernel, ipam, nf, a, &config::load(a)?)?)
 }
 
 #[test]
 fn add_makes_the_pair_addresses_routes_through_the_gateway_then_masquerades() {
     let (kernel, ipam) = setup();
-    let masq = FakeMasq::new(&kernel);
+    let nf = FakeNetfilter::new(&kernel);
     kernel.reset();
     let r = run_add(
         &kernel,
         &ipam,
-        &masq,
+        &nf,
         config(json!({"mtu": 1400, "ipMasq": true})),
     )
     .unwrap();
@@ -226,7 +116,7 @@ fn add_makes_the_pair_addresses_routes_through_the_gateway_then_masquerades() {
             "/run/netns/pod: route add 10.1.0.0/24 via 10.1.0.1 dev net1 table 254",
             "host: addr add 10.1.0.1/32 dev veth*",
             "host: route add 10.1.0.5/32 dev veth* table 254",
-            "masq setup Nftables n/ctr1/net1 10.1.0.5/24",
+            "masquerade setup Nftables n/ctr1/net1 10.1.0.5/24",
         ]
     );
     let net1 = kernel.link(POD, "net1").unwrap();
@@ -238,14 +128,20 @@ fn add_makes_the_pair_addresses_routes_through_the_gateway_then_masquerades() {
     assert_eq!(r.interfaces[1].mac, netkit::link::format_mac(&net1.mac));
     assert_eq!(r.ips[0].interface, Some(1));
     assert_eq!(ipam.leases(), ["ctr1/net1"]);
-    assert_eq!(masq.rules(), ["n/ctr1/net1"]);
+    assert_eq!(nf.rules(), ["masquerade n/ctr1/net1 10.1.0.5/24"]);
 }
 
 #[test]
 fn add_turns_forwarding_on_when_it_is_off() {
     let (kernel, ipam) = setup();
     kernel.setup_sysctl(HOST, "net/ipv4/ip_forward", "0");
-    run_add(&kernel, &ipam, &FakeMasq::new(&kernel), config(json!({}))).unwrap();
+    run_add(
+        &kernel,
+        &ipam,
+        &FakeNetfilter::new(&kernel),
+        config(json!({})),
+    )
+    .unwrap();
     assert_eq!(kernel.namespace(HOST).sysctls["net/ipv4/ip_forward"], "1");
 }
 
@@ -255,10 +151,10 @@ fn a_failure_at_any_step_of_add_leaves_nothing() {
         let steps = every_failure_rolls_back(
             setup,
             |k, i| {
-                let masq = FakeMasq::new(k);
-                let outcome = run_add(k, i, &masq, config(extra.clone()));
+                let nf = FakeNetfilter::new(k);
+                let outcome = run_add(k, i, &nf, config(extra.clone()));
                 if outcome.is_err() {
-                    assert!(masq.rules().is_empty(), "masquerade left: {:?}", ops(k));
+                    assert!(nf.rules().is_empty(), "masquerade left: {:?}", ops(k));
                 }
                 outcome
             },
@@ -278,7 +174,13 @@ fn add_refuses_a_taken_container_name_and_an_ipam_result_without_gateway() {
     let (kernel, ipam) = setup();
     kernel.setup_link(POD, "net1", Some("dummy"), 1500);
     let before = kernel.state();
-    let e = run_add(&kernel, &ipam, &FakeMasq::new(&kernel), config(json!({}))).unwrap_err();
+    let e = run_add(
+        &kernel,
+        &ipam,
+        &FakeNetfilter::new(&kernel),
+        config(json!({})),
+    )
+    .unwrap_err();
     assert_eq!(e.msg, "container veth name provided (net1) already exists");
     assert_eq!(kernel.state(), before);
     assert!(ipam.leases().is_empty());
@@ -289,7 +191,13 @@ fn add_refuses_a_taken_container_name_and_an_ipam_result_without_gateway() {
         json!({"cniVersion": "1.0.0", "ips": [{"address": "10.1.0.5/24"}]}),
     );
     let before = kernel.state();
-    let e = run_add(&kernel, &ipam, &FakeMasq::new(&kernel), config(json!({}))).unwrap_err();
+    let e = run_add(
+        &kernel,
+        &ipam,
+        &FakeNetfilter::new(&kernel),
+        config(json!({})),
+    )
+    .unwrap_err();
     assert_eq!(
         (e.code, e.msg.as_str()),
         (
@@ -304,13 +212,13 @@ fn add_refuses_a_taken_container_name_and_an_ipam_result_without_gateway() {
 #[test]
 fn del_is_idempotent() {
     let (kernel, ipam) = setup();
-    let masq = FakeMasq::new(&kernel);
+    let nf = FakeNetfilter::new(&kernel);
     let before = kernel.state();
     let conf = config(json!({"ipMasq": true}));
-    let r = run_add(&kernel, &ipam, &masq, conf.clone()).unwrap();
+    let r = run_add(&kernel, &ipam, &nf, conf.clone()).unwrap();
     let a = with_prev_result(args(conf), &r);
     kernel.reset();
-    run_del(&kernel, &ipam, &masq, &a).unwrap();
+    run_del(&kernel, &ipam, &nf, &a).unwrap();
     // The masquerade teardown runs on its own thread, alongside the link's deletion.
     let mut log = ops(&kernel);
     log[1..].sort();
@@ -320,30 +228,30 @@ fn del_is_idempotent() {
             "ipam DEL fake-ipam ctr1 net1",
             "/run/netns/pod: link del net1",
             "/run/netns/pod: socket",
-            "masq teardown n/ctr1/net1 [V4]",
+            "masquerade teardown n/ctr1/net1 [V4]",
             "open netns /run/netns/pod",
         ]
     );
     assert_eq!(kernel.state(), before);
-    assert!(ipam.leases().is_empty() && masq.rules().is_empty());
+    assert!(ipam.leases().is_empty() && nf.rules().is_empty());
     // Again, then with the netns gone, then without a netns: nothing to do, no error.
-    run_del(&kernel, &ipam, &masq, &a).unwrap();
+    run_del(&kernel, &ipam, &nf, &a).unwrap();
     kernel.remove_netns(POD);
-    run_del(&kernel, &ipam, &masq, &a).unwrap();
+    run_del(&kernel, &ipam, &nf, &a).unwrap();
     let mut no_netns = a.clone();
     no_netns.netns.clear();
-    run_del(&kernel, &ipam, &masq, &no_netns).unwrap();
+    run_del(&kernel, &ipam, &nf, &no_netns).unwrap();
 }
 
 #[test]
 fn a_netns_gone_before_del_takes_the_host_end_with_it() {
     let (kernel, ipam) = setup();
-    let masq = FakeMasq::new(&kernel);
+    let nf = FakeNetfilter::new(&kernel);
     let before = kernel.state();
-    let r = run_add(&kernel, &ipam, &masq, config(json!({}))).unwrap();
+    let r = run_add(&kernel, &ipam, &nf, config(json!({}))).unwrap();
     kernel.remove_netns(POD);
     assert!(kernel.link(HOST, &r.interfaces[0].name).is_none());
-    run_del(&kernel, &ipam, &masq, &args(config(json!({})))).unwrap();
+    run_del(&kernel, &ipam, &nf, &args(config(json!({})))).unwrap();
     kernel.add_netns(POD);
     assert_eq!(kernel.state(), before);
     assert!(ipam.leases().is_empty());
@@ -352,26 +260,26 @@ fn a_netns_gone_before_del_takes_the_host_end_with_it() {
 #[test]
 fn del_does_every_step_and_reports_the_failures() {
     let (kernel, ipam) = setup();
-    let masq = FakeMasq::new(&kernel);
+    let nf = FakeNetfilter::new(&kernel);
     let before = kernel.state();
     let a = args(config(json!({"ipMasq": true})));
-    run_add(&kernel, &ipam, &masq, config(json!({"ipMasq": true}))).unwrap();
+    run_add(&kernel, &ipam, &nf, config(json!({"ipMasq": true}))).unwrap();
 
     // IPAM fails: the link and the rules go all the same, IPAM's failure is the error.
     kernel.fail_when(|op| op.starts_with("ipam DEL"));
-    let e = run_del(&kernel, &ipam, &masq, &a).unwrap_err();
+    let e = run_del(&kernel, &ipam, &nf, &a).unwrap_err();
     assert!(e.msg.contains("ipam DEL"), "{}", e.msg);
     assert_eq!(kernel.state(), before);
-    assert!(masq.rules().is_empty());
+    assert!(nf.rules().is_empty());
 
     // The link, IPAM and the masquerade all fail: the link's failure is the error, and
     // every step was tried.
-    run_add(&kernel, &ipam, &masq, config(json!({"ipMasq": true}))).unwrap();
+    run_add(&kernel, &ipam, &nf, config(json!({"ipMasq": true}))).unwrap();
     kernel.reset();
     kernel.fail_when(|op| op.contains("link del net1"));
     kernel.fail_when(|op| op.starts_with("ipam DEL"));
-    kernel.fail_when(|op| op.starts_with("masq teardown"));
-    let e = run_del(&kernel, &ipam, &masq, &a).unwrap_err();
+    kernel.fail_when(|op| op.starts_with("masquerade teardown"));
+    let e = run_del(&kernel, &ipam, &nf, &a).unwrap_err();
     assert!(e.msg.contains("link del net1 (injected)"), "{}", e.msg);
     let failed: Vec<String> = ops(&kernel)
         .into_iter()
@@ -379,31 +287,39 @@ fn del_does_every_step_and_reports_the_failures() {
         .collect();
     assert_eq!(failed.len(), 3, "{failed:?}");
     // Retried, DEL finishes the job.
-    run_del(&kernel, &ipam, &masq, &a).unwrap();
+    run_del(&kernel, &ipam, &nf, &a).unwrap();
     assert_eq!(kernel.state(), before);
-    assert!(ipam.leases().is_empty() && masq.rules().is_empty());
+    assert!(ipam.leases().is_empty() && nf.rules().is_empty());
 }
 
 #[test]
 fn check_passes_after_add_and_names_what_differs() {
     let (kernel, ipam) = setup();
-    let masq = FakeMasq::new(&kernel);
+    let nf = FakeNetfilter::new(&kernel);
     let conf = config(json!({"ipMasq": true}));
-    let r = run_add(&kernel, &ipam, &masq, conf.clone()).unwrap();
+    let r = run_add(&kernel, &ipam, &nf, conf.clone()).unwrap();
     let a = with_prev_result(args(conf), &r);
-    run_check(&kernel, &ipam, &masq, &a).unwrap();
+    run_check(&kernel, &ipam, &nf, &a).unwrap();
 
     let host_end = kernel.link(HOST, &r.interfaces[0].name).unwrap();
     let mut host = kernel.socket().unwrap();
     // The masquerade rules.
-    masq.rules.lock().unwrap().clear();
-    let e = run_check(&kernel, &ipam, &masq, &a).unwrap_err();
+    nf.teardown_masquerade("n", "net1", "ctr1", &[Family::V4])
+        .unwrap();
+    let e = run_check(&kernel, &ipam, &nf, &a).unwrap_err();
     assert_eq!(e.msg, "masquerade of n/ctr1/net1: no rule");
-    masq.rules.lock().unwrap().insert("n/ctr1/net1".into());
+    nf.setup_masquerade(
+        Backend::Nftables,
+        &["10.1.0.5/24".parse().unwrap()],
+        "n",
+        "net1",
+        "ctr1",
+    )
+    .unwrap();
     // The host route to the container.
     host.delete_route(&netkit::Route::new("10.1.0.5/32".parse().unwrap()).dev(host_end.index))
         .unwrap();
-    let e = run_check(&kernel, &ipam, &masq, &a).unwrap_err();
+    let e = run_check(&kernel, &ipam, &nf, &a).unwrap_err();
     assert_eq!(
         e.msg,
         format!("ptp: no host route to 10.1.0.5 via {}", host_end.name)
@@ -411,7 +327,7 @@ fn check_passes_after_add_and_names_what_differs() {
     // The gateway address on the host end.
     host.delete_address(host_end.index, "10.1.0.1/32".parse().unwrap())
         .unwrap();
-    let e = run_check(&kernel, &ipam, &masq, &a).unwrap_err();
+    let e = run_check(&kernel, &ipam, &nf, &a).unwrap_err();
     assert_eq!(
         e.msg,
         format!(
@@ -425,7 +341,7 @@ fn check_passes_after_add_and_names_what_differs() {
     pod.delete_address(net1.index, "10.1.0.5/24".parse().unwrap())
         .unwrap();
     pod.delete_link(net1.index).unwrap();
-    let e = run_check(&kernel, &ipam, &masq, &a).unwrap_err();
+    let e = run_check(&kernel, &ipam, &nf, &a).unwrap_err();
     assert_eq!(
         e.msg,
         "Container Interface name in prevResult: net1 not found"
@@ -435,12 +351,12 @@ fn check_passes_after_add_and_names_what_differs() {
     let mut not_veth = r.clone();
     not_veth.interfaces[1].mac.clear();
     let a2 = with_prev_result(args(config(json!({}))), &not_veth);
-    let e = run_check(&kernel, &ipam, &masq, &a2).unwrap_err();
+    let e = run_check(&kernel, &ipam, &nf, &a2).unwrap_err();
     assert_eq!(
         e.msg,
         "Error: Container interface net1 not of type veth/p2p"
     );
     // Without prevResult.
-    let e = run_check(&kernel, &ipam, &masq, &args(config(json!({})))).unwrap_err();
+    let e = run_check(&kernel, &ipam, &nf, &args(config(json!({})))).unwrap_err();
     assert_eq!(e.msg, "ptp: Required prevResult missing");
 }
