@@ -85,7 +85,7 @@ fn tables_of(rules: &[netkit::Rule], ip: &IpConfig) -> Vec<u32> {
 }
 
 /// Every IP is on `link`, and a route to its prefix exists in the main table or in the
-/// address's own source-routing table (see [`tables_of`]).
+/// address's own source-routing table (see `tables_of`).
 pub fn interface_ips<S: Netlink>(
     cont: &mut S,
     link: &Link,
