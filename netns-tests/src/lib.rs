@@ -368,6 +368,28 @@ impl Netns {
             .unwrap_or_else(|e| panic!("cannot run {argv:?} in netns {}: {e}", self.name))
     }
 
+    /// Waits (up to 10 s) until a TCP socket listens on `port` inside the namespace, so a
+    /// server just spawned there is reachable; whether it came up.
+    pub fn wait_tcp_listen(&self, port: u16) -> bool {
+        // /proc/net/tcp{,6} of the namespace: local address `IP:PORT` in hex, state 0A = LISTEN.
+        let wanted = format!(":{port:04X}");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let out = self.exec(&["cat", "/proc/net/tcp", "/proc/net/tcp6"]);
+            let listening = String::from_utf8_lossy(&out.stdout).lines().any(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                f.len() > 3 && f[1].ends_with(&wanted) && f[3] == "0A"
+            });
+            if listening {
+                return true;
+            }
+            if std::time::Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
     /// Runs `argv` inside the namespace, panics (with its stderr) unless it succeeds, and
     /// returns its stdout.
     pub fn exec_ok(&self, argv: &[&str]) -> String {

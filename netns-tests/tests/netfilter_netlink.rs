@@ -170,7 +170,8 @@ fn masquerade_and_hostport_work_next_to_20000_foreign_rules() {
         ])
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // A fixed pause was not always enough on a loaded machine.
+    assert!(pod.wait_tcp_listen(80), "busybox httpd is not listening");
     let fetch = |ns: &Netns, url: &str| {
         let out = ns.exec(&["timeout", "10", "busybox", "wget", "-q", "-O", "-", url]);
         String::from_utf8_lossy(&out.stdout).trim().to_string()

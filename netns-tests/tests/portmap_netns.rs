@@ -38,7 +38,10 @@ impl Httpd {
             ])
             .spawn()
             .expect("start busybox httpd");
-        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(
+            ns.wait_tcp_listen(80),
+            "busybox httpd is not listening on port 80"
+        );
         Httpd { child, _root: root }
     }
 }
