@@ -346,6 +346,33 @@ mod fake {
         }
     }
 
+    /// `base` with the top-level keys of `extra` set over it: a test's config with a few
+    /// fields changed.
+    pub fn config_with(mut base: Value, extra: Value) -> Value {
+        for (k, v) in extra.as_object().into_iter().flatten() {
+            base[k] = v.clone();
+        }
+        base
+    }
+
+    /// The host's uplink in a fake kernel: `eth0` (MTU 1500) on 192.168.1.10/24 behind a
+    /// default route via 192.168.1.1. Returns its ifindex.
+    pub fn setup_uplink(kernel: &FakeKernel) -> u32 {
+        let eth0 = kernel.setup_link(netkit::fake::HOST, "eth0", None, 1500);
+        kernel.setup_address(
+            netkit::fake::HOST,
+            eth0,
+            IpNetwork::V4("192.168.1.10/24".parse().expect("a CIDR")),
+        );
+        kernel.setup_route(
+            netkit::fake::HOST,
+            netkit::Route::new(IpNetwork::V4("0.0.0.0/0".parse().expect("a CIDR")))
+                .via("192.168.1.1".parse().expect("an address"))
+                .dev(eth0),
+        );
+        eth0
+    }
+
     /// The fake kernel's log with the random temporary link names (`veth%08x`) shown as
     /// `veth*`, so an expected order of operations can be written down.
     pub fn ops(kernel: &FakeKernel) -> Vec<String> {

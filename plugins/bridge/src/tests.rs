@@ -4,7 +4,7 @@
 
 use attach::netfilter::Netfilter;
 use attach::testing::{
-    args_in, every_failure_rolls_back, ops, with_prev_result, FakeIpam, FakeNetfilter,
+    args_in, config_with, every_failure_rolls_back, ops, with_prev_result, FakeIpam, FakeNetfilter,
 };
 use libcni::error::CniError;
 use libcni::result::CniResult;
@@ -18,12 +18,11 @@ use crate::{add, check, config, del};
 const POD: &str = "/run/netns/pod";
 
 fn config(extra: Value) -> Value {
-    let mut c = json!({"cniVersion": "1.0.0", "name": "n", "type": "bridge",
-        "bridge": "br0", "isGateway": true, "ipam": {"type": "fake-ipam"}});
-    for (k, v) in extra.as_object().into_iter().flatten() {
-        c[k] = v.clone();
-    }
-    c
+    config_with(
+        json!({"cniVersion": "1.0.0", "name": "n", "type": "bridge",
+        "bridge": "br0", "isGateway": true, "ipam": {"type": "fake-ipam"}}),
+        extra,
+    )
 }
 
 /// A host with eth0 and forwarding on, and a pod netns; IPAM hands out 10.1.0.5/24.

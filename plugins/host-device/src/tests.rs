@@ -2,7 +2,9 @@
 //! `temp_<ifindex>`, the rollback of a failure at every step, DEL back to the host under the
 //! original name with the saved state, idempotent DEL, a name clash on the host at DEL.
 
-use attach::testing::{args_in, every_failure_rolls_back, ops, with_prev_result, FakeIpam};
+use attach::testing::{
+    args_in, config_with, every_failure_rolls_back, ops, with_prev_result, FakeIpam,
+};
 use libcni::error::CniError;
 use libcni::result::CniResult;
 use libcni::skel::CmdArgs;
@@ -19,12 +21,11 @@ const POD: &str = "/run/netns/pod";
 const ETH1: u32 = 3;
 
 fn config(data_dir: &TempDir, extra: Value) -> Value {
-    let mut c = json!({"cniVersion": "1.0.0", "name": "n", "type": "host-device",
-        "device": "eth1", "dataDir": data_dir.path(), "ipam": {"type": "fake-ipam"}});
-    for (k, v) in extra.as_object().into_iter().flatten() {
-        c[k] = v.clone();
-    }
-    c
+    config_with(
+        json!({"cniVersion": "1.0.0", "name": "n", "type": "host-device",
+        "device": "eth1", "dataDir": data_dir.path(), "ipam": {"type": "fake-ipam"}}),
+        extra,
+    )
 }
 
 /// A host with its uplink eth0 and eth1 (the device: up, addressed, a route through it), and a

@@ -249,7 +249,10 @@ mod tests {
     //! operations, the rollback of a failure at every step, an idempotent DEL, CHECK with and
     //! without `master`, the master inside the container.
     use super::*;
-    use attach::testing::{args_in, every_failure_rolls_back, ops, with_prev_result, FakeIpam};
+    use attach::testing::{
+        args_in, config_with, every_failure_rolls_back, ops, setup_uplink, with_prev_result,
+        FakeIpam,
+    };
     use netkit::fake::{FakeKernel, HOST};
     use netkit::packet_route::link::{IpVlanFlags, IpVlanMode};
     use serde_json::{json, Value};
@@ -257,26 +260,18 @@ mod tests {
     const POD: &str = "/run/netns/pod";
 
     fn config(extra: Value) -> Value {
-        let mut c = json!({"cniVersion": "1.0.0", "name": "n", "type": "ipvlan",
-            "master": "eth0", "ipam": {"type": "fake-ipam"}});
-        for (k, v) in extra.as_object().into_iter().flatten() {
-            c[k] = v.clone();
-        }
-        c
+        config_with(
+            json!({"cniVersion": "1.0.0", "name": "n", "type": "ipvlan",
+            "master": "eth0", "ipam": {"type": "fake-ipam"}}),
+            extra,
+        )
     }
 
     /// A host with eth0 (MTU 1500) behind a default route and eth1, a pod netns.
     fn setup() -> (FakeKernel, FakeIpam) {
         let kernel = FakeKernel::new();
-        let eth0 = kernel.setup_link(HOST, "eth0", None, 1500);
+        setup_uplink(&kernel);
         kernel.setup_link(HOST, "eth1", None, 1500);
-        kernel.setup_address(HOST, eth0, "192.168.1.10/24".parse().unwrap());
-        kernel.setup_route(
-            HOST,
-            netkit::Route::new("0.0.0.0/0".parse().unwrap())
-                .via("192.168.1.1".parse().unwrap())
-                .dev(eth0),
-        );
         kernel.add_netns(POD);
         let ipam = FakeIpam::new(
             &kernel,

@@ -4,7 +4,8 @@
 
 use attach::netfilter::Netfilter;
 use attach::testing::{
-    args_in, every_failure_rolls_back, ops, with_prev_result, FakeIpam, FakeNetfilter,
+    args_in, config_with, every_failure_rolls_back, ops, setup_uplink, with_prev_result, FakeIpam,
+    FakeNetfilter,
 };
 use libcni::error::CniError;
 use libcni::result::CniResult;
@@ -20,25 +21,17 @@ use crate::{add, check, config, del};
 const POD: &str = "/run/netns/pod";
 
 fn config(extra: Value) -> Value {
-    let mut c = json!({"cniVersion": "1.0.0", "name": "n", "type": "ptp",
-        "ipam": {"type": "fake-ipam"}});
-    for (k, v) in extra.as_object().into_iter().flatten() {
-        c[k] = v.clone();
-    }
-    c
+    config_with(
+        json!({"cniVersion": "1.0.0", "name": "n", "type": "ptp",
+        "ipam": {"type": "fake-ipam"}}),
+        extra,
+    )
 }
 
 /// A host with eth0 behind a default route and forwarding on, a pod netns.
 fn setup() -> (FakeKernel, FakeIpam) {
     let kernel = FakeKernel::new();
-    let eth0 = kernel.setup_link(HOST, "eth0", None, 1500);
-    kernel.setup_address(HOST, eth0, "192.168.1.10/24".parse().unwrap());
-    kernel.setup_route(
-        HOST,
-        netkit::Route::new("0.0.0.0/0".parse().unwrap())
-            .via("192.168.1.1".parse().unwrap())
-            .dev(eth0),
-    );
+    setup_uplink(&kernel);
     kernel.setup_sysctl(HOST, "net/ipv4/ip_forward", "1");
     kernel.add_netns(POD);
     let ipam = FakeIpam::new(

@@ -180,19 +180,20 @@ mod tests {
     //! in-process IPAM: the order of operations, the rollback of a failure at every step, an
     //! idempotent DEL.
     use super::*;
-    use attach::testing::{args_in, every_failure_rolls_back, ops, with_prev_result, FakeIpam};
+    use attach::testing::{
+        args_in, config_with, every_failure_rolls_back, ops, with_prev_result, FakeIpam,
+    };
     use netkit::fake::{FakeKernel, FakeNs};
     use serde_json::{json, Value};
 
     const POD: &str = "/run/netns/pod";
 
     fn config(extra: Value) -> Value {
-        let mut c = json!({"cniVersion": "1.0.0", "name": "n", "type": "tap",
-            "ipam": {"type": "fake-ipam"}});
-        for (k, v) in extra.as_object().into_iter().flatten() {
-            c[k] = v.clone();
-        }
-        c
+        config_with(
+            json!({"cniVersion": "1.0.0", "name": "n", "type": "tap",
+            "ipam": {"type": "fake-ipam"}}),
+            extra,
+        )
     }
 
     /// A pod netns holding a bridge br0 (made by an earlier plugin).
