@@ -212,7 +212,7 @@ impl CniConfig {
         list: &NetworkConfigList,
         rt: &RuntimeConf,
     ) -> Result<(), CniError> {
-        let lock = self.lock(list, rt);
+        let _lock = self.lock(list, rt);
         let cached = if version_at_least(&list.cni_version, "0.4.0") {
             match self.network_list_cached_result(list, rt) {
                 Ok(result) => result,
@@ -231,7 +231,6 @@ impl CniConfig {
         let _ = self
             .cache()
             .remove(&list.name, &rt.container_id, &rt.ifname);
-        lock.remove();
         Ok(())
     }
 

@@ -9,7 +9,7 @@ use std::ffi::OsStr;
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
 use serde_json::{Map, Value};
@@ -176,9 +176,36 @@ pub fn exec_plugin(
     stdin: &[u8],
     env: &[(String, String)],
 ) -> Result<Vec<u8>, CniError> {
+    start_plugin(plugin, stdin, env)?.finish()
+}
+
+/// A plugin started by [`start_plugin`]: its stdin is written and closed, its output is
+/// collected by [`RunningPlugin::finish`].
+pub struct RunningPlugin {
+    plugin: PathBuf,
+    state: Running,
+}
+
+enum Running {
+    /// Still running, its output unread.
+    Child(Child),
+    /// Already finished (its input was too big to write without reading its output).
+    Done(std::process::Output),
+}
+
+/// Starts `plugin` as [`exec_plugin`] does and returns without waiting for it, so that the
+/// caller can work while the plugin runs, without a thread: an input that fits in an empty
+/// pipe is written at once, and the output waits in the pipes until [`RunningPlugin::finish`]
+/// reads it (a plugin writing more than a pipe holds just waits for that). A bigger input is
+/// fed while the output is read, so the plugin has finished when this returns.
+pub fn start_plugin(
+    plugin: &Path,
+    stdin: &[u8],
+    env: &[(String, String)],
+) -> Result<RunningPlugin, CniError> {
     let mut attempt = 0;
-    let output = loop {
-        match run_once(plugin, stdin, env) {
+    loop {
+        match start_once(plugin, stdin, env) {
             Err(e)
                 if e.raw_os_error() == Some(libc::ETXTBSY) && attempt < TEXT_FILE_BUSY_RETRIES =>
             {
@@ -192,14 +219,44 @@ pub fn exec_plugin(
                 }
                 .into())
             }
-            Ok(output) => break output,
+            Ok(state) => {
+                return Ok(RunningPlugin {
+                    plugin: plugin.to_path_buf(),
+                    state,
+                })
+            }
         }
-    };
-    if output.status.success() {
-        pass_stderr_through(&output.stderr);
-        return Ok(output.stdout);
     }
-    Err(plugin_error(&output.status, &output.stdout, &output.stderr))
+}
+
+impl RunningPlugin {
+    /// Waits for the plugin and returns its stdout. A non-zero exit becomes the plugin's
+    /// error (parsed from stdout).
+    pub fn finish(self) -> Result<Vec<u8>, CniError> {
+        let output = match self.state {
+            Running::Done(output) => output,
+            Running::Child(child) => {
+                child
+                    .wait_with_output()
+                    .map_err(|source| InvokeError::Exec {
+                        plugin: self.plugin,
+                        source,
+                    })?
+            }
+        };
+        if output.status.success() {
+            pass_stderr_through(&output.stderr);
+            return Ok(output.stdout);
+        }
+        Err(plugin_error(&output.status, &output.stdout, &output.stderr))
+    }
+
+    /// [`RunningPlugin::finish`] for a verb whose stdout is a result, as
+    /// [`exec_plugin_with_result`]; `stdin` is the request the plugin was started with.
+    pub fn finish_with_result(self, stdin: &[u8]) -> Result<Value, CniError> {
+        let stdout = self.finish()?;
+        fixup_result_version(stdin, &stdout)
+    }
 }
 
 /// Runs a verb whose stdout is a result (ADD, or a delegated ADD) and returns the result JSON.
@@ -210,8 +267,7 @@ pub fn exec_plugin_with_result(
     stdin: &[u8],
     env: &[(String, String)],
 ) -> Result<Value, CniError> {
-    let stdout = exec_plugin(plugin, stdin, env)?;
-    fixup_result_version(stdin, &stdout)
+    start_plugin(plugin, stdin, env)?.finish_with_result(stdin)
 }
 
 /// Runs a verb without output (DEL, CHECK, GC, STATUS); stdout is ignored.
@@ -308,11 +364,7 @@ pub fn delegate(plugin_type: &str, command: &str, stdin: &[u8]) -> Result<Option
 /// The least a Linux pipe holds (one page, when the user's pipe quota is exhausted).
 const PIPE_MIN_CAPACITY: usize = 4096;
 
-fn run_once(
-    plugin: &Path,
-    stdin: &[u8],
-    env: &[(String, String)],
-) -> std::io::Result<std::process::Output> {
+fn start_once(plugin: &Path, stdin: &[u8], env: &[(String, String)]) -> std::io::Result<Running> {
     let mut cmd = Command::new(plugin);
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -328,7 +380,7 @@ fn run_once(
         if let Some(mut pipe) = child_stdin {
             let _ = pipe.write_all(stdin);
         }
-        return child.wait_with_output();
+        return Ok(Running::Child(child));
     }
     // Feed stdin from another thread: a plugin may write a lot before reading all its input.
     std::thread::scope(|scope| {
@@ -338,7 +390,7 @@ fn run_once(
                 let _ = pipe.write_all(stdin);
             }
         });
-        child.wait_with_output()
+        child.wait_with_output().map(Running::Done)
     })
 }
 

@@ -471,3 +471,30 @@ fn existing_bridge_keeps_its_mac_through_add_and_del() {
         assert_eq!(mac_of(&host, "cni0"), own, "after DEL ({extra})");
     }
 }
+
+/// Both ends of a pod's veth have one TX and one RX queue (asked for at creation, which spares
+/// the kernel a queue cut and its RCU grace period under the RTNL lock), the port is up in the
+/// bridge, and the result names its real MAC (read once the port is up).
+#[test]
+fn pod_veth_has_one_queue_per_end_and_the_result_has_the_port_mac() {
+    require_root!();
+    let imp = ours();
+    let host = Netns::new("brq-host");
+    let pod = Netns::new("brq-pod");
+    let c = conf("1.0.0", "qnet", None, json!(null), json!({}));
+    let a = Attachment::new(&imp, &host, "q", &pod);
+    let r = a.add(&c);
+    let port = r["interfaces"][1]["name"].as_str().unwrap().to_string();
+    let queues = |ns: &Netns, dev: &str| {
+        let v = ns.exec_json(&["ip", "-j", "-d", "link", "show", "dev", dev]);
+        (
+            v[0]["num_tx_queues"].as_u64(),
+            v[0]["num_rx_queues"].as_u64(),
+            v[0]["operstate"].as_str().map(str::to_string),
+        )
+    };
+    assert_eq!(queues(&host, &port), (Some(1), Some(1), Some("UP".into())));
+    assert_eq!(queues(&pod, "eth0"), (Some(1), Some(1), Some("UP".into())));
+    assert_eq!(r["interfaces"][1]["mac"].as_str().unwrap(), mac_of(&host, &port));
+    a.del(&c, Some(&r));
+}

@@ -53,9 +53,6 @@ pub enum AttachError {
     DadFailed { address: IpNetwork, ifname: String },
     #[error("timed out waiting for IPv6 DAD on {ifname}")]
     DadTimeout { ifname: String },
-    /// The thread running the delegated IPAM plugin died.
-    #[error("IPAM delegation failed")]
-    IpamPanicked,
     #[error("IPAM plugin returned missing IP config")]
     IpamNoIps,
     /// CHECK without a prevResult, in the calling plugin's words.

@@ -30,15 +30,40 @@ fn plugin(args: &CmdArgs, ipam_type: &str) -> Result<PathBuf, CniError> {
     invoke::find_in_path(ipam_type, &paths)
 }
 
+/// An IPAM call under way: [`Pending::finish`] waits for its outcome.
+pub struct Pending<T>(Box<dyn FnOnce() -> Result<T, CniError>>);
+
+impl<T: 'static> Pending<T> {
+    /// A call that has already finished.
+    pub fn done(outcome: Result<T, CniError>) -> Self {
+        Pending(Box::new(move || outcome))
+    }
+
+    /// Waits for the call's outcome.
+    pub fn finish(self) -> Result<T, CniError> {
+        (self.0)()
+    }
+}
+
 /// The IPAM delegation of a plugin: executing the configured IPAM plugin ([`ExecIpam`]) or,
-/// in unit tests, a fake that answers in-process. Cheap to clone (an undo step keeps a copy),
-/// shareable with the thread that runs it alongside the link's creation.
-pub trait Ipam: Clone + Send + Sync + 'static {
+/// in unit tests, a fake that answers in-process. Cheap to clone (an undo step keeps a copy).
+pub trait Ipam: Clone + 'static {
     /// IPAM ADD: the delegate's result in the current shape.
     fn add(&self, args: &CmdArgs, ipam_type: &str) -> Result<CniResult, CniError>;
 
     /// IPAM DEL, CHECK, GC or STATUS.
     fn call(&self, args: &CmdArgs, ipam_type: &str, command: &str) -> Result<(), CniError>;
+
+    /// [`Ipam::add`], started: the caller works while the delegate runs. By default the call
+    /// is made at once.
+    fn start_add(&self, args: &CmdArgs, ipam_type: &str) -> Pending<CniResult> {
+        Pending::done(self.add(args, ipam_type))
+    }
+
+    /// [`Ipam::call`], started as [`Ipam::start_add`].
+    fn start_call(&self, args: &CmdArgs, ipam_type: &str, command: &str) -> Pending<()> {
+        Pending::done(self.call(args, ipam_type, command))
+    }
 
     /// IPAM ADD that registers the IPAM DEL undoing it, refuses a result without IPs (the
     /// reference's "IPAM plugin returned missing IP config") and points every IP at interface
@@ -57,9 +82,10 @@ pub trait Ipam: Clone + Send + Sync + 'static {
 
     /// [`Ipam::add_for_interface`] running while `work` does (on this thread: it may enter
     /// namespaces) what does not depend on the addresses, typically creating the link: the
-    /// IPAM plugin's exec and file locking overlap the kernel work. IPAM plugins that may need
-    /// the link run after `work` instead. The IPAM DEL undo is registered whenever IPAM
-    /// succeeded, also when `work` failed.
+    /// IPAM plugin's exec and file locking overlap the kernel work. The delegate is started
+    /// before `work` (so it runs in our netns, the host's) and its output read after; no
+    /// thread is needed. IPAM plugins that may need the link run after `work` instead. The
+    /// IPAM DEL undo is registered whenever IPAM succeeded, also when `work` failed.
     fn add_alongside<T>(
         &self,
         args: &CmdArgs,
@@ -69,15 +95,9 @@ pub trait Ipam: Clone + Send + Sync + 'static {
         work: impl FnOnce(&mut Rollback) -> Result<T, CniError>,
     ) -> Result<(T, CniResult), CniError> {
         let (worked, ipam) = if independent_of_the_link(ipam_type) {
-            std::thread::scope(|scope| {
-                // Spawned from this thread, the delegate runs in its netns (the host's).
-                let delegate = scope.spawn(|| self.add(args, ipam_type));
-                let worked = work(rollback);
-                let ipam = delegate
-                    .join()
-                    .unwrap_or_else(|_| Err(AttachError::IpamPanicked.into()));
-                (worked, ipam)
-            })
+            let delegate = self.start_add(args, ipam_type);
+            let worked = work(rollback);
+            (worked, delegate.finish())
         } else {
             let worked = work(rollback);
             match worked {
@@ -132,14 +152,9 @@ pub trait Ipam: Clone + Send + Sync + 'static {
             let ipam = self.call(args, ipam_type, command);
             return (ipam, work());
         }
-        std::thread::scope(|scope| {
-            let delegate = scope.spawn(|| self.call(args, ipam_type, command));
-            let worked = work();
-            let ipam = delegate
-                .join()
-                .unwrap_or_else(|_| Err(AttachError::IpamPanicked.into()));
-            (ipam, worked)
-        })
+        let delegate = self.start_call(args, ipam_type, command);
+        let worked = work();
+        (delegate.finish(), worked)
     }
 
     /// The verb passed on when an IPAM plugin is configured; nothing otherwise.
@@ -186,6 +201,29 @@ impl Ipam for ExecIpam {
     fn call(&self, args: &CmdArgs, ipam_type: &str, command: &str) -> Result<(), CniError> {
         let bin = plugin(args, ipam_type)?;
         invoke::exec_plugin_without_result(&bin, &args.stdin, &env(args, command))
+    }
+
+    fn start_add(&self, args: &CmdArgs, ipam_type: &str) -> Pending<CniResult> {
+        let running = plugin(args, ipam_type)
+            .and_then(|bin| invoke::start_plugin(&bin, &args.stdin, &env(args, "ADD")));
+        match running {
+            Ok(running) => {
+                let request = args.stdin.clone();
+                Pending(Box::new(move || {
+                    CniResult::from_value(&running.finish_with_result(&request)?)
+                }))
+            }
+            Err(e) => Pending::done(Err(e)),
+        }
+    }
+
+    fn start_call(&self, args: &CmdArgs, ipam_type: &str, command: &str) -> Pending<()> {
+        let running = plugin(args, ipam_type)
+            .and_then(|bin| invoke::start_plugin(&bin, &args.stdin, &env(args, command)));
+        match running {
+            Ok(running) => Pending(Box::new(move || running.finish().map(|_| ()))),
+            Err(e) => Pending::done(Err(e)),
+        }
     }
 }
 

@@ -56,7 +56,7 @@ struct Port<K: Kernel> {
     netns: K::Ns,
     cont: K::Socket,
     bridge: Link,
-    host_veth: Link,
+    host_veth: HostEnd,
     cont_link: Link,
 }
 
@@ -93,7 +93,8 @@ fn add_steps<K: Kernel, I: Ipam, F: Netfilter>(
             },
             Interface {
                 name: host_veth.name.clone(),
-                mac: host_veth.mac_string(),
+                // Read once the port is up, below.
+                mac: String::new(),
                 ..Default::default()
             },
             link::container_interface(&cont_link, &args.netns),
@@ -267,7 +268,7 @@ fn setup_veth<K: Kernel>(
     args: &CmdArgs,
     conf: &NetConf,
     rb: &mut Rollback,
-) -> Result<(Link, Link), BridgeError> {
+) -> Result<(HostEnd, Link), BridgeError> {
     let mut host_name = String::new();
     for attempt in 0..VETH_NAME_ATTEMPTS {
         let candidate = link::random_veth_name()?;
@@ -298,10 +299,22 @@ fn setup_veth<K: Kernel>(
     }
     link::undo_delete_host_with(kernel, rb, &host_name);
 
-    let host_veth = host.link_by_name(&host_name)?;
     let cont_link = cont.link_by_name(&args.ifname)?;
+    // The host end's index is the container end's IFLA_LINK. Asking the host netns for the new
+    // link instead would make the kernel settle its pending carrier event there and then: the
+    // end is up and its peer not yet, so its qdisc is deactivated, which waits for an RCU
+    // grace period while holding the RTNL lock, once per pod, serialising concurrent ADDs.
+    // Once the container end is up the port has its carrier and reading it is cheap.
+    let index = match cont_link.link {
+        Some(index) => index,
+        None => host.link_by_name(&host_name)?.index,
+    };
+    let host_veth = HostEnd {
+        name: host_name,
+        index,
+    };
     // The host end never autoconfigures IPv6 from router advertisements.
-    let _ = kernel.host_sysctl_write(&format!("net/ipv6/conf/{host_name}/accept_ra"), "0");
+    let _ = kernel.host_sysctl_write(&format!("net/ipv6/conf/{}/accept_ra", host_veth.name), "0");
 
     // A new port has hairpin and isolation off: only send what differs.
     if conf.hairpin || conf.port_isolation {
@@ -316,6 +329,12 @@ fn setup_veth<K: Kernel>(
         setup_port_vlans(host, br, host_veth.index, conf)?;
     }
     Ok((host_veth, cont_link))
+}
+
+/// The host end of the pod's veth. Its MAC goes into the result once the port is up.
+struct HostEnd {
+    name: String,
+    index: u32,
 }
 
 /// The bridge's default PVID (what a new port is given), 1 unless configured otherwise.

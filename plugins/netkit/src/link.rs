@@ -459,7 +459,7 @@ impl Socket {
         validate_ifname(spec.name).map_err(|e| e.context(ctx()))?;
         validate_ifname(spec.peer_name).map_err(|e| e.context(ctx()))?;
 
-        let mut peer = LinkUnspec::new_with_name(spec.peer_name);
+        let mut peer = one_queue(LinkUnspec::new_with_name(spec.peer_name));
         if let Some(ns) = spec.peer_netns {
             peer = peer.setns_by_fd(ns.as_raw_fd());
         }
@@ -473,8 +473,10 @@ impl Socket {
             peer = peer.up();
         }
 
-        let mut host = LinkVeth::new(spec.name, spec.peer_name)
-            .set_info_data(InfoData::Veth(InfoVeth::Peer(peer.build())));
+        let mut host = one_queue(
+            LinkVeth::new(spec.name, spec.peer_name)
+                .set_info_data(InfoData::Veth(InfoVeth::Peer(peer.build()))),
+        );
         if let Some(mtu) = spec.mtu {
             host = host.mtu(mtu);
         }
@@ -510,6 +512,17 @@ impl Socket {
             )
         })
     }
+}
+
+/// One TX and one RX queue, asked for explicitly for each end of a veth. Without them the
+/// kernel (6.7 and later) allocates a queue per possible CPU and then, the device registered,
+/// cuts the active count back to one, and each cut waits for an expedited RCU grace period
+/// while holding the RTNL lock: two per veth, serialising every concurrent ADD on the node.
+/// The pair ends up with the same single active queue either way (as before 6.7), only without
+/// the room to raise it later with `ethtool -L`.
+fn one_queue<T>(b: LinkMessageBuilder<T>) -> LinkMessageBuilder<T> {
+    b.append_extra_attribute(LinkAttribute::NumTxQueues(1))
+        .append_extra_attribute(LinkAttribute::NumRxQueues(1))
 }
 
 fn check_is_bridge(link: Link) -> Result<Link> {
