@@ -495,6 +495,9 @@ fn pod_veth_has_one_queue_per_end_and_the_result_has_the_port_mac() {
     };
     assert_eq!(queues(&host, &port), (Some(1), Some(1), Some("UP".into())));
     assert_eq!(queues(&pod, "eth0"), (Some(1), Some(1), Some("UP".into())));
-    assert_eq!(r["interfaces"][1]["mac"].as_str().unwrap(), mac_of(&host, &port));
+    assert_eq!(
+        r["interfaces"][1]["mac"].as_str().unwrap(),
+        mac_of(&host, &port)
+    );
     a.del(&c, Some(&r));
 }
