@@ -967,7 +967,7 @@ fn plugin_time(figure: Duration, startup: Duration) -> Duration {
 }
 
 /// Prints one latency metric: whole figures, then plugin time (figure − client start-up).
-fn report_latency(l: &Latency, metric: &'static str, ours: Duration, reference: Duration) {
+fn report_latency(l: &Latency, metric: &str, ours: Duration, reference: Duration) {
     report_time(&format!("{metric} (figure)"), ours, reference);
     report_time(
         &format!("{metric} (plugin time)"),
@@ -1140,7 +1140,7 @@ fn add_del_medians(
 /// How many times the concurrent ADDs of the latency goals are timed per suite (rounds
 /// interleaved between the suites; the median is the figure): one wall time of a few tens of
 /// milliseconds moves by a quarter from run to run on a shared machine.
-const CONCURRENT_ROUNDS: usize = 7; // named in the latency report
+const CONCURRENT_ROUNDS: usize = 7;
 
 /// Median wall time of concurrent ADDs of `chain`, one per pod, through cnitool (then DELs,
 /// untimed), per suite, over [`CONCURRENT_ROUNDS`] interleaved rounds.
@@ -1224,7 +1224,7 @@ fn latency(o: &Opts, l: &mut Latency) {
     let conc = concurrent_adds(o, PLAIN_CHAIN, &lab.pods[..conc_n.min(lab.pods.len())]);
     report_latency(
         l,
-        "20 concurrent ADDs (wall, median of 7 rounds)",
+        &format!("20 concurrent ADDs (wall, median of {CONCURRENT_ROUNDS} rounds)"),
         conc["ours"],
         conc["reference"],
     );

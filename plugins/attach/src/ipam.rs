@@ -193,14 +193,11 @@ pub struct ExecIpam;
 
 impl Ipam for ExecIpam {
     fn add(&self, args: &CmdArgs, ipam_type: &str) -> Result<CniResult, CniError> {
-        let bin = plugin(args, ipam_type)?;
-        let value = invoke::exec_plugin_with_result(&bin, &args.stdin, &env(args, "ADD"))?;
-        CniResult::from_value(&value)
+        self.start_add(args, ipam_type).finish()
     }
 
     fn call(&self, args: &CmdArgs, ipam_type: &str, command: &str) -> Result<(), CniError> {
-        let bin = plugin(args, ipam_type)?;
-        invoke::exec_plugin_without_result(&bin, &args.stdin, &env(args, command))
+        self.start_call(args, ipam_type, command).finish()
     }
 
     fn start_add(&self, args: &CmdArgs, ipam_type: &str) -> Pending<CniResult> {
