@@ -115,6 +115,7 @@ fn add_steps<K: Kernel, I: Ipam, F: Netfilter>(
             &args.ifname,
             &result,
             conf,
+            (&mut host, host_veth.index),
         )?;
 
         if conf.is_gateway {
@@ -145,10 +146,11 @@ fn add_steps<K: Kernel, I: Ipam, F: Netfilter>(
             )?;
         }
     } else if !conf.disable_container_interface {
-        cont.set_link_up(cont_link.index)?;
+        bring_up_pair(&mut host, host_veth.index, &mut cont, cont_link.index)?;
     }
 
     let host_now = if conf.disable_container_interface {
+        host.set_link_up(host_veth.index)?;
         host.link_by_index(host_veth.index)?
     } else {
         wait_port_up(&mut host, host_veth.index)?
@@ -278,7 +280,9 @@ fn setup_veth<K: Kernel>(
             mtu: (conf.mtu != 0).then_some(conf.mtu),
             peer_mac: conf.mac,
             master: Some(br.index),
-            up: true,
+            // Both ends start down and come up together once the container end is configured
+            // ([`bring_up_pair`]).
+            up: false,
             ..Default::default()
         };
         match host.create_veth(&spec, Some(netns)) {
@@ -374,7 +378,9 @@ fn setup_port_vlans<S: Netlink>(
     Ok(())
 }
 
-/// Sysctls, addresses, link up and routes inside the container netns.
+/// Sysctls, addresses, link up (with the host end: `host`) and routes inside the container
+/// netns.
+#[allow(clippy::too_many_arguments)]
 fn configure_container<K: Kernel>(
     kernel: &K,
     netns: &K::Ns,
@@ -383,6 +389,7 @@ fn configure_container<K: Kernel>(
     ifname: &str,
     result: &CniResult,
     conf: &NetConf,
+    host: (&mut K::Socket, u32),
 ) -> Result<(), BridgeError> {
     let ours: Vec<IpNetwork> = result
         .ips
@@ -416,7 +423,7 @@ fn configure_container<K: Kernel>(
     for addr in &ours {
         cont.add_address(index, *addr, &AddressOptions::default())?;
     }
-    cont.set_link_up(index)?;
+    bring_up_pair(host.0, host.1, cont, index)?;
     if conf.enable_dad && has_v6 {
         wait_dad(cont, index, ifname)?;
     }
@@ -585,6 +592,27 @@ fn configure_vlan_gateway<S: Netlink>(
             name: name.to_string(),
             source,
         })
+}
+
+/// Brings the pod's veth up: the host end, then at once the container end, which gives both
+/// their carrier.
+///
+/// Why neither end is up before: the kernel turns a new veth's carrier off as it registers
+/// each end, and queues a link-watch event for it. If that event is handled (by the link-watch
+/// worker, or by the first RTM_GETLINK of the end) while the end is up without a carrier, the
+/// kernel deactivates the end's queues and waits for an expedited RCU grace period, holding
+/// the RTNL lock, so every other pod's ADD on the node waits as well. A host end created up
+/// had exactly that, once per pod. Ends still down when their event is handled cost nothing;
+/// brought up back to back, the host end is without a carrier only until the next request.
+fn bring_up_pair<S: Netlink>(
+    host: &mut S,
+    host_index: u32,
+    cont: &mut S,
+    cont_index: u32,
+) -> Result<(), BridgeError> {
+    host.set_link_up(host_index)?;
+    cont.set_link_up(cont_index)?;
+    Ok(())
 }
 
 /// Polls until the host veth reports operstate UP (its peer is up), like the reference's

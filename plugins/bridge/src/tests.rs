@@ -134,7 +134,7 @@ fn add_creates_the_bridge_pins_its_mac_then_plugs_and_addresses_the_pod() {
             "host: link set br0 up",
             "host: link get #3",
             "host: link set br0 address 02:fa:00:00:00:03",
-            "host: link add veth* master br0 up type veth peer name net1 netns /run/netns/pod",
+            "host: link add veth* master br0 type veth peer name net1 netns /run/netns/pod",
             "/run/netns/pod: link get net1",
             "host: sysctl -w net/ipv6/conf/veth*/accept_ra=0",
             // IPAM that may need the link (any but host-local and static) once it exists.
@@ -142,6 +142,7 @@ fn add_creates_the_bridge_pins_its_mac_then_plugs_and_addresses_the_pod() {
             "/run/netns/pod: sysctl -w net/ipv6/conf/net1/accept_dad=0",
             "/run/netns/pod: sysctl -w net/ipv4/conf/net1/arp_notify=1",
             "/run/netns/pod: addr add 10.1.0.5/24 dev net1",
+            "host: link set veth* up",
             "/run/netns/pod: link set net1 up",
             "/run/netns/pod: route add 192.168.0.0/16 via 10.1.0.1 dev net1 table 254",
             "host: addr show dev br0",

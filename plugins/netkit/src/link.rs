@@ -3,14 +3,14 @@
 use std::os::fd::AsRawFd;
 
 use netlink_packet_route::link::{
-    InfoBridge, InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
-    State,
+    InfoBridge, InfoData, InfoKind, InfoVeth, LinkAttribute, LinkExtentMask, LinkFlags, LinkInfo,
+    LinkMessage, State,
 };
 use netlink_packet_route::RouteNetlinkMessage;
 use rtnetlink::{LinkBridge, LinkMessageBuilder, LinkUnspec, LinkVeth};
 
 use crate::error::{Error, Result};
-use crate::netlink::{LinkReplies, Socket, NLM_F_CREATE, NLM_F_EXCL};
+use crate::netlink::{LinkSummaryReplies, Socket, NLM_F_CREATE, NLM_F_EXCL};
 use crate::netns::Netns;
 
 /// Longest interface name the kernel accepts (IFNAMSIZ - 1).
@@ -40,6 +40,20 @@ pub struct Link {
     pub alias: Option<String>,
     /// The whole message, for attributes not decoded above.
     pub message: LinkMessage,
+}
+
+/// Asks the kernel to leave the traffic counters out of its link replies: nothing here reads
+/// them, and filling them in (a veth sums per-CPU counters of both ends) and decoding them
+/// is work on every lookup.
+fn skip_stats(msg: &mut LinkMessage) {
+    for a in &mut msg.attributes {
+        if let LinkAttribute::ExtMask(masks) = a {
+            masks.push(LinkExtentMask::SkipStats);
+            return;
+        }
+    }
+    msg.attributes
+        .push(LinkAttribute::ExtMask(vec![LinkExtentMask::SkipStats]));
 }
 
 impl Link {
@@ -237,8 +251,10 @@ impl Socket {
         }
     }
 
-    fn one_link(&mut self, msg: LinkMessage) -> Result<Link> {
-        let replies = self.request_as::<LinkReplies>(RouteNetlinkMessage::GetLink(msg), 0)?;
+    fn one_link(&mut self, mut msg: LinkMessage) -> Result<Link> {
+        skip_stats(&mut msg);
+        let replies =
+            self.request_as::<LinkSummaryReplies>(RouteNetlinkMessage::GetLink(msg), 0)?;
         replies
             .into_iter()
             .find_map(|m| match m {
@@ -268,8 +284,10 @@ impl Socket {
             .collect())
     }
 
-    fn dump_links(&mut self, msg: LinkMessage) -> Result<Vec<Link>> {
-        self.dump_map_as::<LinkReplies, _>(RouteNetlinkMessage::GetLink(msg), 0, |m| match m {
+    fn dump_links(&mut self, mut msg: LinkMessage) -> Result<Vec<Link>> {
+        skip_stats(&mut msg);
+        self.dump_map_as::<LinkSummaryReplies, _>(RouteNetlinkMessage::GetLink(msg), 0, |m| match m
+        {
             RouteNetlinkMessage::NewLink(l) => Some(Link::from_message(l)),
             _ => None,
         })
