@@ -38,7 +38,8 @@ pub struct Link {
     pub promiscuity: u32,
     /// `IFLA_IFALIAS` (`ip link set dev X alias ...`), when set.
     pub alias: Option<String>,
-    /// The whole message, for attributes not decoded above.
+    /// The message's header and the attributes decoded above (a lookup's replies carry only
+    /// those: `LinkSummaryReplies`), for their details, e.g. the kind's `IFLA_INFO_DATA`.
     pub message: LinkMessage,
 }
 

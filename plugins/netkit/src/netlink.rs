@@ -113,9 +113,20 @@ replies_of!(
     NewLink,
     "invalid link message"
 );
-/// The attributes [`crate::link::Link`] reads: name, MTU, address, master, link, link netns
-/// id, operstate, queue length, promiscuity, alias and link info.
-const LINK_SUMMARY_ATTRIBUTES: [u16; 11] = [3, 4, 1, 10, 5, 37, 16, 13, 30, 20, 18];
+/// The attributes [`crate::link::Link`] reads.
+const LINK_SUMMARY_ATTRIBUTES: [libc::c_ushort; 11] = [
+    libc::IFLA_IFNAME,
+    libc::IFLA_MTU,
+    libc::IFLA_ADDRESS,
+    libc::IFLA_MASTER,
+    libc::IFLA_LINK,
+    libc::IFLA_LINK_NETNSID,
+    libc::IFLA_OPERSTATE,
+    libc::IFLA_TXQLEN,
+    libc::IFLA_PROMISCUITY,
+    libc::IFLA_IFALIAS,
+    libc::IFLA_LINKINFO,
+];
 
 /// Decodes only [`LINK_SUMMARY_ATTRIBUTES`] and skips the rest of a link message unread:
 /// the per-family configuration (IPv4 and IPv6 devconf arrays, about 1 KB of a 1.8 KB veth
@@ -126,19 +137,17 @@ impl Replies for LinkSummaryReplies {
         ty: u16,
         payload: &[u8],
     ) -> std::result::Result<Option<RouteNetlinkMessage>, DecodeError> {
-        use netlink_packet_core::NlasIterator;
+        use netlink_packet_core::{Emitable, NlasIterator};
         use netlink_packet_route::link::{LinkAttribute, LinkHeader};
-        /// `struct ifinfomsg`, before the attributes.
-        const HEADER_LEN: usize = 16;
         if ty != RTM_NEWLINK {
             return Ok(None);
         }
-        let Some(attributes) = payload.get(HEADER_LEN..) else {
+        let header = LinkHeader::parse(payload).context("invalid link message")?;
+        let Some(attributes) = payload.get(header.buffer_len()..) else {
             return Err(DecodeError::from(
                 "invalid link message: shorter than its header",
             ));
         };
-        let header = LinkHeader::parse(payload).context("invalid link message")?;
         let mut message = LinkMessage::default();
         for nla in NlasIterator::new(attributes) {
             let nla = nla.context("invalid link message")?;
