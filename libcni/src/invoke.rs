@@ -16,6 +16,8 @@ use serde_json::{Map, Value};
 
 use crate::error::{codes, CniError};
 use crate::gojson;
+use crate::linked::{CallEnv, LinkedPlugin};
+use crate::skel::Outcome;
 
 /// Why finding or running a plugin failed, or its answer could not be used (the plugin's own
 /// error, parsed from its stdout, is passed on as it is). The `From` below picks the codes.
@@ -227,6 +229,38 @@ pub fn start_plugin(
             }
         }
     }
+}
+
+/// [`start_plugin`], unless one of `linked` answers for `plugin` (same type, same build: see
+/// [`crate::linked`]): that one then runs here and now, and its outcome is kept as the output
+/// the executed binary would have given (the same stdout, exit status 0 or 1), so that
+/// [`RunningPlugin::finish`] decodes both alike.
+pub fn start_plugin_linked(
+    linked: &[LinkedPlugin],
+    plugin: &Path,
+    stdin: &[u8],
+    env: &[(String, String)],
+) -> Result<RunningPlugin, CniError> {
+    let Some(own) = linked.iter().find(|l| l.answers_for(plugin)) else {
+        return start_plugin(plugin, stdin, env);
+    };
+    let (code, stdout) = match (own.dispatch)(&CallEnv(env), stdin) {
+        Outcome::Print(s) => (0, s.into_bytes()),
+        Outcome::Fail(s) => (1, s.into_bytes()),
+        // The about text (the binary prints it on stderr, for a person) is not for a caller;
+        // the call's CNI_COMMAND keeps it from arising anyway.
+        Outcome::About | Outcome::Done => (0, Vec::new()),
+    };
+    use std::os::unix::process::ExitStatusExt;
+    Ok(RunningPlugin {
+        plugin: plugin.to_path_buf(),
+        state: Running::Done(std::process::Output {
+            // A wait status: the exit code sits in its second byte.
+            status: ExitStatus::from_raw(code << 8),
+            stdout,
+            stderr: Vec::new(),
+        }),
+    })
 }
 
 impl RunningPlugin {

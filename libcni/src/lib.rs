@@ -20,6 +20,7 @@ pub mod attach_lock;
 pub mod cache;
 pub mod conf;
 pub mod invoke;
+pub mod linked;
 
 pub use error::{CniError, ErrorCode};
 pub use result::CniResult;

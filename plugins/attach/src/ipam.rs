@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use libcni::error::CniError;
 use libcni::invoke;
+use libcni::linked::LinkedPlugin;
 use libcni::result::CniResult;
 use libcni::skel::CmdArgs;
 
@@ -193,6 +194,30 @@ pub struct ExecIpam;
 
 impl Ipam for ExecIpam {
     fn add(&self, args: &CmdArgs, ipam_type: &str) -> Result<CniResult, CniError> {
+        LinkedIpam(&[]).add(args, ipam_type)
+    }
+
+    fn call(&self, args: &CmdArgs, ipam_type: &str, command: &str) -> Result<(), CniError> {
+        LinkedIpam(&[]).call(args, ipam_type, command)
+    }
+
+    fn start_add(&self, args: &CmdArgs, ipam_type: &str) -> Pending<CniResult> {
+        LinkedIpam(&[]).start_add(args, ipam_type)
+    }
+
+    fn start_call(&self, args: &CmdArgs, ipam_type: &str, command: &str) -> Pending<()> {
+        LinkedIpam(&[]).start_call(args, ipam_type, command)
+    }
+}
+
+/// The IPAM plugin found on `CNI_PATH`: answered in-process by one of these plugins linked
+/// into ours when the binary is of the same build (`libcni::linked`: no exec, same answer),
+/// executed otherwise.
+#[derive(Clone, Copy)]
+pub struct LinkedIpam(pub &'static [LinkedPlugin]);
+
+impl Ipam for LinkedIpam {
+    fn add(&self, args: &CmdArgs, ipam_type: &str) -> Result<CniResult, CniError> {
         self.start_add(args, ipam_type).finish()
     }
 
@@ -201,8 +226,9 @@ impl Ipam for ExecIpam {
     }
 
     fn start_add(&self, args: &CmdArgs, ipam_type: &str) -> Pending<CniResult> {
-        let running = plugin(args, ipam_type)
-            .and_then(|bin| invoke::start_plugin(&bin, &args.stdin, &env(args, "ADD")));
+        let running = plugin(args, ipam_type).and_then(|bin| {
+            invoke::start_plugin_linked(self.0, &bin, &args.stdin, &env(args, "ADD"))
+        });
         match running {
             Ok(running) => {
                 let request = args.stdin.clone();
@@ -215,8 +241,9 @@ impl Ipam for ExecIpam {
     }
 
     fn start_call(&self, args: &CmdArgs, ipam_type: &str, command: &str) -> Pending<()> {
-        let running = plugin(args, ipam_type)
-            .and_then(|bin| invoke::start_plugin(&bin, &args.stdin, &env(args, command)));
+        let running = plugin(args, ipam_type).and_then(|bin| {
+            invoke::start_plugin_linked(self.0, &bin, &args.stdin, &env(args, command))
+        });
         match running {
             Ok(running) => Pending(Box::new(move || running.finish().map(|_| ()))),
             Err(e) => Pending::done(Err(e)),

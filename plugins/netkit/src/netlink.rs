@@ -15,6 +15,7 @@ use netlink_packet_route::address::AddressMessage;
 use netlink_packet_route::link::LinkMessage;
 use netlink_packet_route::neighbour::NeighbourMessage;
 use netlink_packet_route::route::RouteMessage;
+use netlink_packet_route::rule::RuleMessage;
 use netlink_packet_route::tc::TcMessage;
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{protocols::NETLINK_ROUTE, SocketAddr};
@@ -49,6 +50,7 @@ pub trait Replies {
 const RTM_NEWLINK: u16 = 16;
 const RTM_NEWADDR: u16 = 20;
 const RTM_NEWROUTE: u16 = 24;
+const RTM_NEWRULE: u16 = 32;
 const RTM_NEWNEIGH: u16 = 28;
 const RTM_NEWQDISC: u16 = 36;
 const RTM_NEWTFILTER: u16 = 44;
@@ -65,6 +67,8 @@ pub struct LinkSummaryReplies;
 pub struct AddressReplies;
 /// RTM_NEWROUTE messages.
 pub struct RouteReplies;
+/// RTM_NEWRULE messages.
+pub struct RuleReplies;
 /// RTM_NEWNEIGH messages.
 pub struct NeighbourReplies;
 /// RTM_NEWQDISC messages.
@@ -175,6 +179,13 @@ replies_of!(
     RouteMessage,
     NewRoute,
     "invalid route message"
+);
+replies_of!(
+    RuleReplies,
+    RTM_NEWRULE,
+    RuleMessage,
+    NewRule,
+    "invalid rule message"
 );
 replies_of!(
     NeighbourReplies,

@@ -11,7 +11,7 @@ use netlink_packet_route::RouteNetlinkMessage;
 
 use crate::addr::Family;
 use crate::error::{Error, Result};
-use crate::netlink::{Socket, NLM_F_CREATE, NLM_F_EXCL};
+use crate::netlink::{RuleReplies, Socket, NLM_F_CREATE, NLM_F_EXCL};
 
 /// RT_TABLE_UNSPEC: the header's table byte when the real id is in `FRA_TABLE`.
 const TABLE_UNSPEC: u8 = 0;
@@ -148,7 +148,7 @@ impl Socket {
     pub fn rules(&mut self, family: Family) -> Result<Vec<Rule>> {
         let mut msg = RuleMessage::default();
         msg.header.family = family.to_af();
-        self.dump_map(RouteNetlinkMessage::GetRule(msg), 0, |m| match m {
+        self.dump_map_as::<RuleReplies, _>(RouteNetlinkMessage::GetRule(msg), 0, |m| match m {
             RouteNetlinkMessage::NewRule(r) => Rule::from_message(&r),
             _ => None,
         })
