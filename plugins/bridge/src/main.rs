@@ -8,7 +8,7 @@ mod del;
 mod error;
 mod gateway;
 
-use attach::ipam::{ExecIpam, Ipam};
+use attach::ipam::{Ipam, LinkedIpam};
 use attach::netfilter::{LiveNetfilter, Netfilter};
 use libcni::error::CniError;
 use libcni::result::CniResult;
@@ -20,34 +20,26 @@ use crate::error::BridgeError;
 
 struct Bridge;
 
+/// The IPAM plugin: host-local answered in-process when the `host-local` on `CNI_PATH` is the
+/// one built with this binary (no third process per ADD), any other executed as usual.
+const IPAM: LinkedIpam = LinkedIpam(&[host_local::plugin::LINKED]);
+
 impl Plugin for Bridge {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
         let conf = config::load(args)?;
-        Ok(add::add(
-            &LiveKernel,
-            &ExecIpam,
-            &LiveNetfilter,
-            args,
-            &conf,
-        )?)
+        Ok(add::add(&LiveKernel, &IPAM, &LiveNetfilter, args, &conf)?)
     }
 
     fn del(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = config::load(args)?;
-        Ok(del::del(
-            &LiveKernel,
-            &ExecIpam,
-            &LiveNetfilter,
-            args,
-            &conf,
-        )?)
+        Ok(del::del(&LiveKernel, &IPAM, &LiveNetfilter, args, &conf)?)
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = config::load(args)?;
         Ok(check::check(
             &LiveKernel,
-            &ExecIpam,
+            &IPAM,
             &LiveNetfilter,
             args,
             &conf,
@@ -61,7 +53,7 @@ impl Plugin for Bridge {
 
     fn status(&self, args: &CmdArgs) -> Result<(), CniError> {
         let conf = config::load(args)?;
-        ExecIpam.call_if_set(args, &conf.ipam_type, "STATUS")?;
+        IPAM.call_if_set(args, &conf.ipam_type, "STATUS")?;
         // An ADD would fail without the netfilter support it needs.
         if conf.ip_masq && conf.is_layer3() {
             let backend = conf

@@ -523,7 +523,7 @@ mod tests {
     #[test]
     fn check_kind_compares_mode_and_flag() {
         let msg = |mode, flags| {
-            let mut m = ipvlan_message(&IpvlanSpec {
+            let m = ipvlan_message(&IpvlanSpec {
                 base: NewLinkBase {
                     name: "net1",
                     ..Default::default()
@@ -531,14 +531,7 @@ mod tests {
                 mode,
                 flags,
             });
-            for a in &mut m.attributes {
-                if let netkit::packet_route::link::LinkAttribute::LinkInfo(i) = a {
-                    i[0] = netkit::packet_route::link::LinkInfo::Kind(
-                        netkit::packet_route::link::InfoKind::IpVlan,
-                    );
-                }
-            }
-            Link::from_message(m)
+            Link::as_reported(&m)
         };
         let conf = config::load(&attach::testing::cmd_args(
             json!({"mode": "l3s", "flag": "vepa"}),

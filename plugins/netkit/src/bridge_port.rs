@@ -13,7 +13,7 @@ use netlink_packet_route::link::{
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
 use crate::error::Result;
-use crate::netlink::{LinkReplies, Socket};
+use crate::netlink::{BridgePortReplies, Socket};
 
 /// IFLA_BRPORT_* attribute numbers (include/uapi/linux/if_link.h).
 const IFLA_BRPORT_MODE: u16 = 4; // hairpin
@@ -101,7 +101,10 @@ impl Socket {
     pub fn bridge_port_state(&mut self, index: u32) -> Result<PortState> {
         let ctx = || format!("failed to read bridge port flags of link {index}");
         let replies = self
-            .request_as::<LinkReplies>(RouteNetlinkMessage::GetLink(bridge_msg(0)), NLM_F_DUMP)
+            .request_as::<BridgePortReplies>(
+                RouteNetlinkMessage::GetLink(bridge_msg(0)),
+                NLM_F_DUMP,
+            )
             .map_err(|e| e.context(ctx()))?;
         let mut state = PortState::default();
         for reply in replies {
@@ -176,7 +179,7 @@ impl Socket {
         msg.attributes
             .push(LinkAttribute::ExtMask(vec![LinkExtentMask::Brvlan]));
         let replies = self
-            .request_as::<LinkReplies>(RouteNetlinkMessage::GetLink(msg), NLM_F_DUMP)
+            .request_as::<BridgePortReplies>(RouteNetlinkMessage::GetLink(msg), NLM_F_DUMP)
             .map_err(|e| e.context("failed to list bridge VLANs"))?;
         let mut out = Vec::new();
         for reply in replies {

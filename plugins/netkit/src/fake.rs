@@ -496,7 +496,7 @@ fn to_link(l: &FakeLink) -> Link {
         info.extend(l.data.clone().map(LinkInfo::Data));
         attrs.push(LinkAttribute::LinkInfo(info));
     }
-    Link::from_message(msg)
+    Link::as_reported(&msg)
 }
 
 /// What an RTM_NEWLINK asks for.

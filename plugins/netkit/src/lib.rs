@@ -17,6 +17,7 @@ pub mod kernel;
 pub mod link;
 pub mod link_kinds;
 pub mod link_move;
+mod link_reply;
 pub mod neigh;
 pub mod netfilter;
 pub mod netlink;

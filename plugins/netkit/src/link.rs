@@ -2,6 +2,7 @@
 
 use std::os::fd::AsRawFd;
 
+use netlink_packet_core::{DecodeError, NlaBuffer, Parseable};
 use netlink_packet_route::link::{
     InfoBridge, InfoData, InfoKind, InfoVeth, LinkAttribute, LinkExtentMask, LinkFlags, LinkInfo,
     LinkMessage, State,
@@ -122,17 +123,40 @@ impl Link {
     }
 
     /// Bridge sub-attributes (`IFLA_INFO_DATA` of a bridge), empty for other kinds.
-    pub fn bridge_info(&self) -> &[InfoBridge] {
-        for attr in &self.message.attributes {
-            if let LinkAttribute::LinkInfo(infos) = attr {
-                for info in infos {
-                    if let LinkInfo::Data(InfoData::Bridge(b)) = info {
-                        return b;
-                    }
-                }
-            }
+    pub fn bridge_info(&self) -> Vec<InfoBridge> {
+        self.info_data()
+    }
+
+    /// The kind's `IFLA_INFO_DATA` sub-attributes as `T` (`InfoBridge`, `InfoVxlan`...),
+    /// decoded on this call: lookups keep the data as bytes (see `link_reply`). Empty when
+    /// the link has none.
+    pub fn info_data<T>(&self) -> Vec<T>
+    where
+        T: for<'a> Parseable<NlaBuffer<&'a [u8]>>,
+    {
+        crate::link_reply::info_data(&self.message, |nla| T::parse(nla))
+    }
+
+    /// [`Link::info_data`] for sub-attributes whose decoding depends on the kind
+    /// (`InfoIpTunnel`).
+    pub fn info_data_with<T>(
+        &self,
+        parse: impl Fn(&NlaBuffer<&[u8]>) -> std::result::Result<T, DecodeError>,
+    ) -> Vec<T> {
+        crate::link_reply::info_data(&self.message, parse)
+    }
+
+    /// The link the kernel would report for `message` (e.g. a creation request built here):
+    /// the message encoded and decoded as a lookup's reply is, for tests.
+    #[cfg(any(test, feature = "fake"))]
+    pub fn as_reported(message: &LinkMessage) -> Link {
+        use netlink_packet_core::Emitable;
+        let mut bytes = vec![0u8; message.buffer_len()];
+        message.emit(&mut bytes);
+        match crate::link_reply::decode_link(&bytes, crate::link_reply::LinkView::Summary) {
+            Ok(decoded) => Link::from_message(decoded),
+            Err(e) => panic!("a link message built here does not decode: {e}"),
         }
-        &[]
     }
 }
 

@@ -8,9 +8,9 @@
 
 use std::os::fd::AsRawFd;
 
-use netlink_packet_core::DefaultNla;
+use netlink_packet_core::{DefaultNla, ParseableParametrized};
 use netlink_packet_route::link::{
-    InfoData, InfoIpTunnel, InfoIpVlan, InfoMacVlan, InfoVlan, IpVlanFlags, IpVlanMode,
+    InfoData, InfoIpTunnel, InfoIpVlan, InfoKind, InfoMacVlan, InfoVlan, IpVlanFlags, IpVlanMode,
     LinkAttribute, LinkInfo, LinkMessage, MacVlanMode,
 };
 
@@ -141,14 +141,12 @@ pub fn ipip_endpoints(link: &Link) -> Option<(Option<std::net::IpAddr>, bool)> {
     if !link.is_kind("ipip") {
         return None;
     }
-    let InfoData::IpTunnel(items) = info_data(link)? else {
-        return None;
-    };
+    let items = link.info_data_with(|nla| InfoIpTunnel::parse_with_param(nla, InfoKind::IpIp));
     let mut local = None;
     let mut remote = false;
     for item in items {
         match item {
-            InfoIpTunnel::Local(ip) if !ip.is_unspecified() => local = Some(*ip),
+            InfoIpTunnel::Local(ip) if !ip.is_unspecified() => local = Some(ip),
             InfoIpTunnel::Remote(ip) if !ip.is_unspecified() => remote = true,
             _ => {}
         }
@@ -182,28 +180,15 @@ impl Socket {
     }
 }
 
-fn info_data(link: &Link) -> Option<&InfoData> {
-    link.message.attributes.iter().find_map(|a| match a {
-        LinkAttribute::LinkInfo(infos) => infos.iter().find_map(|i| match i {
-            LinkInfo::Data(d) => Some(d),
-            _ => None,
-        }),
-        _ => None,
-    })
-}
-
 /// The mode of a macvlan link (`None` if it is not one or the kernel did not say).
 pub fn macvlan_mode(link: &Link) -> Option<MacVlanMode> {
     if !link.is_kind("macvlan") {
         return None;
     }
-    match info_data(link)? {
-        InfoData::MacVlan(d) => d.iter().find_map(|i| match i {
-            InfoMacVlan::Mode(m) => Some(*m),
-            _ => None,
-        }),
+    link.info_data().into_iter().find_map(|i| match i {
+        InfoMacVlan::Mode(m) => Some(m),
         _ => None,
-    }
+    })
 }
 
 /// The mode and flags of an ipvlan link.
@@ -211,9 +196,7 @@ pub fn ipvlan_mode(link: &Link) -> Option<(IpVlanMode, IpVlanFlags)> {
     if !link.is_kind("ipvlan") {
         return None;
     }
-    let InfoData::IpVlan(d) = info_data(link)? else {
-        return None;
-    };
+    let d: Vec<InfoIpVlan> = link.info_data();
     let mode = d.iter().find_map(|i| match i {
         InfoIpVlan::Mode(m) => Some(*m),
         _ => None,
@@ -233,13 +216,10 @@ pub fn vlan_id(link: &Link) -> Option<u16> {
     if !link.is_kind("vlan") {
         return None;
     }
-    match info_data(link)? {
-        InfoData::Vlan(d) => d.iter().find_map(|i| match i {
-            InfoVlan::Id(id) => Some(*id),
-            _ => None,
-        }),
+    link.info_data().into_iter().find_map(|i| match i {
+        InfoVlan::Id(id) => Some(id),
         _ => None,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -248,7 +228,6 @@ mod tests {
     use netlink_packet_core::{
         NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_REQUEST,
     };
-    use netlink_packet_route::link::InfoKind;
     use netlink_packet_route::RouteNetlinkMessage;
 
     use crate::netlink::{NLM_F_CREATE, NLM_F_EXCL};
@@ -414,45 +393,28 @@ mod tests {
 
     #[test]
     fn decodes_kind_parameters() {
-        // What the kernel reports back: the kind as a parsed IFLA_INFO_KIND next to the data.
-        let link = |msg: LinkMessage, kind: InfoKind| {
-            let mut msg = msg;
-            for attr in &mut msg.attributes {
-                if let LinkAttribute::LinkInfo(infos) = attr {
-                    infos[0] = LinkInfo::Kind(kind.clone());
-                }
-            }
-            Link::from_message(msg)
-        };
-        let mv = link(
-            macvlan_message(&MacvlanSpec {
-                base: on_v0("a"),
-                mode: MacVlanMode::Vepa,
-                bc_queue_len: None,
-            }),
-            InfoKind::MacVlan,
-        );
+        // What the kernel reports back for each creation request.
+        let link = |msg: LinkMessage| Link::as_reported(&msg);
+        let mv = link(macvlan_message(&MacvlanSpec {
+            base: on_v0("a"),
+            mode: MacVlanMode::Vepa,
+            bc_queue_len: None,
+        }));
         assert_eq!(macvlan_mode(&mv), Some(MacVlanMode::Vepa));
         assert_eq!((ipvlan_mode(&mv), vlan_id(&mv)), (None, None));
-        let iv = link(
-            ipvlan_message(&IpvlanSpec {
-                base: on_v0("b"),
-                mode: IpVlanMode::L3S,
-                flags: IpVlanFlags::Private,
-            }),
-            InfoKind::IpVlan,
-        );
+        let iv = link(ipvlan_message(&IpvlanSpec {
+            base: on_v0("b"),
+            mode: IpVlanMode::L3S,
+            flags: IpVlanFlags::Private,
+        }));
         assert_eq!(
             ipvlan_mode(&iv),
             Some((IpVlanMode::L3S, IpVlanFlags::Private))
         );
-        let vl = link(
-            vlan_message(&VlanSpec {
-                base: on_v0("c"),
-                id: 42,
-            }),
-            InfoKind::Vlan,
-        );
+        let vl = link(vlan_message(&VlanSpec {
+            base: on_v0("c"),
+            id: 42,
+        }));
         assert_eq!((vlan_id(&vl), macvlan_mode(&vl)), (Some(42), None));
     }
 }

@@ -12,7 +12,6 @@ use netlink_packet_core::{
     NLM_F_REQUEST,
 };
 use netlink_packet_route::address::AddressMessage;
-use netlink_packet_route::link::LinkMessage;
 use netlink_packet_route::neighbour::NeighbourMessage;
 use netlink_packet_route::route::RouteMessage;
 use netlink_packet_route::rule::RuleMessage;
@@ -21,6 +20,7 @@ use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{protocols::NETLINK_ROUTE, SocketAddr};
 
 use crate::error::{Error, Result};
+use crate::link_reply::{decode_link, LinkView};
 use crate::netns::Netns;
 
 /// Flags a caller may pass to [`Socket::request`] (re-exported for convenience).
@@ -50,8 +50,8 @@ pub trait Replies {
 const RTM_NEWLINK: u16 = 16;
 const RTM_NEWADDR: u16 = 20;
 const RTM_NEWROUTE: u16 = 24;
-const RTM_NEWRULE: u16 = 32;
 const RTM_NEWNEIGH: u16 = 28;
+const RTM_NEWRULE: u16 = 32;
 const RTM_NEWQDISC: u16 = 36;
 const RTM_NEWTFILTER: u16 = 44;
 
@@ -59,10 +59,10 @@ const RTM_NEWTFILTER: u16 = 44;
 pub struct AnyReply;
 /// Only the ACK (or an error): any data is unexpected.
 pub struct AckOnly;
-/// RTM_NEWLINK messages.
-pub struct LinkReplies;
 /// RTM_NEWLINK messages with only the attributes a [`crate::link::Link`] is made of.
 pub struct LinkSummaryReplies;
+/// RTM_NEWLINK messages of an AF_BRIDGE dump with only a port's flags and VLANs.
+pub struct BridgePortReplies;
 /// RTM_NEWADDR messages.
 pub struct AddressReplies;
 /// RTM_NEWROUTE messages.
@@ -110,60 +110,35 @@ macro_rules! replies_of {
     };
 }
 
-replies_of!(
-    LinkReplies,
-    RTM_NEWLINK,
-    LinkMessage,
-    NewLink,
-    "invalid link message"
-);
-/// The attributes [`crate::link::Link`] reads.
-const LINK_SUMMARY_ATTRIBUTES: [libc::c_ushort; 11] = [
-    libc::IFLA_IFNAME,
-    libc::IFLA_MTU,
-    libc::IFLA_ADDRESS,
-    libc::IFLA_MASTER,
-    libc::IFLA_LINK,
-    libc::IFLA_LINK_NETNSID,
-    libc::IFLA_OPERSTATE,
-    libc::IFLA_TXQLEN,
-    libc::IFLA_PROMISCUITY,
-    libc::IFLA_IFALIAS,
-    libc::IFLA_LINKINFO,
-];
-
-/// Decodes only [`LINK_SUMMARY_ATTRIBUTES`] and skips the rest of a link message unread:
-/// the per-family configuration (IPv4 and IPv6 devconf arrays, about 1 KB of a 1.8 KB veth
-/// message), the property and XDP nests. Decoding all of them was the largest part of a
-/// lookup's user time and touched the decoders' code pages on every plugin run.
+/// Link lookups and listings: see [`LinkView::Summary`].
 impl Replies for LinkSummaryReplies {
     fn decode(
         ty: u16,
         payload: &[u8],
     ) -> std::result::Result<Option<RouteNetlinkMessage>, DecodeError> {
-        use netlink_packet_core::{Emitable, NlasIterator};
-        use netlink_packet_route::link::{LinkAttribute, LinkHeader};
-        if ty != RTM_NEWLINK {
-            return Ok(None);
-        }
-        let header = LinkHeader::parse(payload).context("invalid link message")?;
-        let Some(attributes) = payload.get(header.buffer_len()..) else {
-            return Err(DecodeError::from(
-                "invalid link message: shorter than its header",
-            ));
-        };
-        let mut message = LinkMessage::default();
-        for nla in NlasIterator::new(attributes) {
-            let nla = nla.context("invalid link message")?;
-            if LINK_SUMMARY_ATTRIBUTES.contains(&nla.kind()) {
-                let attr = LinkAttribute::parse_with_param(&nla, header.interface_family)
-                    .context("invalid link message")?;
-                message.attributes.push(attr);
-            }
-        }
-        message.header = header;
-        Ok(Some(RouteNetlinkMessage::NewLink(message)))
+        link_reply(ty, payload, LinkView::Summary)
     }
+}
+
+/// AF_BRIDGE port dumps: see [`LinkView::BridgePort`].
+impl Replies for BridgePortReplies {
+    fn decode(
+        ty: u16,
+        payload: &[u8],
+    ) -> std::result::Result<Option<RouteNetlinkMessage>, DecodeError> {
+        link_reply(ty, payload, LinkView::BridgePort)
+    }
+}
+
+fn link_reply(
+    ty: u16,
+    payload: &[u8],
+    view: LinkView,
+) -> std::result::Result<Option<RouteNetlinkMessage>, DecodeError> {
+    if ty != RTM_NEWLINK {
+        return Ok(None);
+    }
+    decode_link(payload, view).map(|m| Some(RouteNetlinkMessage::NewLink(m)))
 }
 
 replies_of!(
@@ -554,6 +529,7 @@ pub(crate) fn ext_ack_message(mut tlvs: &[u8]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use netlink_packet_route::link::LinkMessage;
 
     fn tlv(kind: u16, value: &[u8]) -> Vec<u8> {
         let len = (4 + value.len()) as u16;
@@ -567,7 +543,6 @@ mod tests {
     }
 
     use netlink_packet_core::{DoneMessage, ErrorMessage, NLM_F_MULTIPART};
-    use netlink_packet_route::link::LinkMessage;
     use std::num::NonZeroI32;
 
     fn frame(seq: u32, flags: u16, payload: NetlinkPayload<RouteNetlinkMessage>) -> Vec<u8> {
@@ -601,45 +576,6 @@ mod tests {
     }
 
     #[test]
-    fn link_summaries_keep_the_attributes_a_link_is_made_of_and_skip_the_rest() {
-        use netlink_packet_core::Emitable;
-        use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkInfo, State};
-        let kept = vec![
-            LinkAttribute::IfName("veth0".into()),
-            LinkAttribute::Mtu(1400),
-            LinkAttribute::Address(vec![2, 0, 0, 0, 0, 1]),
-            LinkAttribute::Controller(3),
-            LinkAttribute::Link(9),
-            LinkAttribute::LinkNetNsId(1),
-            LinkAttribute::OperState(State::Up),
-            LinkAttribute::TxQueueLen(1000),
-            LinkAttribute::Promiscuity(0),
-            LinkAttribute::IfAlias("pod".into()),
-            LinkAttribute::LinkInfo(vec![LinkInfo::Kind(InfoKind::Veth)]),
-        ];
-        let mut full = LinkMessage::default();
-        full.header.index = 7;
-        full.attributes = kept.clone();
-        full.attributes.insert(2, LinkAttribute::Group(5));
-        full.attributes.push(LinkAttribute::NumTxQueues(1));
-        let mut bytes = vec![0u8; full.buffer_len()];
-        full.emit(&mut bytes);
-
-        let Ok(Some(RouteNetlinkMessage::NewLink(summary))) =
-            LinkSummaryReplies::decode(RTM_NEWLINK, &bytes)
-        else {
-            panic!("no link decoded");
-        };
-        assert_eq!(summary.header, full.header);
-        assert_eq!(summary.attributes, kept);
-        assert!(matches!(
-            LinkSummaryReplies::decode(RTM_NEWADDR, &bytes),
-            Ok(None)
-        ));
-        assert!(LinkSummaryReplies::decode(RTM_NEWLINK, &bytes[..10]).is_err());
-    }
-
-    #[test]
     fn ack_completes_a_request_and_keeps_data_before_it() {
         let mut r = Reply::<AnyReply>::new(7, false);
         let dgram = [frame(7, 0, link(3)), frame(7, 0, error(0))].concat();
@@ -659,7 +595,7 @@ mod tests {
         assert!(r.messages.is_empty());
         assert_eq!(r.skipped, 1);
 
-        let mut r = Reply::<LinkReplies>::new(3, false);
+        let mut r = Reply::<LinkSummaryReplies>::new(3, false);
         let dgram = [frame(3, 0, link(4)), frame(3, 0, error(0))].concat();
         assert!(r.absorb(&dgram).unwrap());
         assert!(

@@ -30,14 +30,8 @@ pub fn table_of(link: &Link) -> Option<u32> {
     if !link.is_kind("vrf") {
         return None;
     }
-    link.message.attributes.iter().find_map(|a| match a {
-        LinkAttribute::LinkInfo(infos) => infos.iter().find_map(|i| match i {
-            LinkInfo::Data(InfoData::Vrf(vrf)) => vrf.iter().find_map(|v| match v {
-                InfoVrf::TableId(t) => Some(*t),
-                _ => None,
-            }),
-            _ => None,
-        }),
+    link.info_data().into_iter().find_map(|v| match v {
+        InfoVrf::TableId(t) => Some(t),
         _ => None,
     })
 }
@@ -96,12 +90,12 @@ mod tests {
             LinkInfo::Kind(netlink_packet_route::link::InfoKind::Vrf),
             LinkInfo::Data(InfoData::Vrf(vec![InfoVrf::TableId(1001)])),
         ]));
-        assert_eq!(table_of(&Link::from_message(msg)), Some(1001));
+        assert_eq!(table_of(&Link::as_reported(&msg)), Some(1001));
         let mut veth = LinkMessage::default();
         veth.attributes
             .push(LinkAttribute::LinkInfo(vec![LinkInfo::Kind(
                 netlink_packet_route::link::InfoKind::Veth,
             )]));
-        assert_eq!(table_of(&Link::from_message(veth)), None);
+        assert_eq!(table_of(&Link::as_reported(&veth)), None);
     }
 }

@@ -7,7 +7,7 @@
 
 use std::net::IpAddr;
 
-use netlink_packet_route::link::{InfoData, InfoVxlan, LinkAttribute, LinkInfo};
+use netlink_packet_route::link::InfoVxlan;
 use netlink_packet_route::RouteNetlinkMessage;
 use rtnetlink::{LinkMessageBuilder, LinkVxlan};
 
@@ -57,36 +57,23 @@ impl VxlanParams {
             return None;
         }
         let mut p = VxlanParams::default();
-        for info in vxlan_info(link) {
+        for info in link.info_data::<InfoVxlan>() {
             match info {
-                InfoVxlan::Id(v) => p.vni = Some(*v),
-                InfoVxlan::Port(v) => p.port = Some(*v),
-                InfoVxlan::Local(a) => p.local = Some(IpAddr::V4(*a)),
-                InfoVxlan::Local6(a) => p.local = Some(IpAddr::V6(*a)),
-                InfoVxlan::Link(i) if *i != 0 => p.underlay = Some(*i),
-                InfoVxlan::Learning(b) => p.learning = Some(*b),
-                InfoVxlan::Group(a) if !a.is_unspecified() => p.group = Some(IpAddr::V4(*a)),
-                InfoVxlan::Group6(a) if !a.is_unspecified() => p.group = Some(IpAddr::V6(*a)),
+                InfoVxlan::Id(v) => p.vni = Some(v),
+                InfoVxlan::Port(v) => p.port = Some(v),
+                InfoVxlan::Local(a) => p.local = Some(IpAddr::V4(a)),
+                InfoVxlan::Local6(a) => p.local = Some(IpAddr::V6(a)),
+                InfoVxlan::Link(i) if i != 0 => p.underlay = Some(i),
+                InfoVxlan::Learning(b) => p.learning = Some(b),
+                InfoVxlan::Group(a) if !a.is_unspecified() => p.group = Some(IpAddr::V4(a)),
+                InfoVxlan::Group6(a) if !a.is_unspecified() => p.group = Some(IpAddr::V6(a)),
                 InfoVxlan::Gbp => p.gbp = true,
-                InfoVxlan::CollectMetadata(b) => p.collect_metadata = *b,
+                InfoVxlan::CollectMetadata(b) => p.collect_metadata = b,
                 _ => {}
             }
         }
         Some(p)
     }
-}
-
-fn vxlan_info(link: &Link) -> &[InfoVxlan] {
-    for attr in &link.message.attributes {
-        if let LinkAttribute::LinkInfo(infos) = attr {
-            for info in infos {
-                if let LinkInfo::Data(InfoData::Vxlan(v)) = info {
-                    return v;
-                }
-            }
-        }
-    }
-    &[]
 }
 
 /// The RTM_NEWLINK message creating `spec`.
@@ -308,7 +295,7 @@ mod tests {
     #[test]
     fn message_decodes_back_to_same_params() {
         let s = spec();
-        let link = Link::from_message(vxlan_message(&s));
+        let link = Link::as_reported(&vxlan_message(&s));
         let p = VxlanParams::from_link(&link).unwrap();
         assert_eq!(p.vni, Some(1));
         assert_eq!(p.port, Some(8472));
@@ -321,7 +308,7 @@ mod tests {
 
     #[test]
     fn incompatible_fields_are_named() {
-        let link = Link::from_message(vxlan_message(&spec()));
+        let link = Link::as_reported(&vxlan_message(&spec()));
         let mut other = spec();
         other.vni = 2;
         other.port = 4789;
@@ -338,7 +325,7 @@ mod tests {
     #[test]
     fn non_vxlan_link_is_incompatible() {
         let msg = rtnetlink::LinkBridge::new("flannel.1").build();
-        let why = incompatibilities(&spec(), &Link::from_message(msg));
+        let why = incompatibilities(&spec(), &Link::as_reported(&msg));
         assert_eq!(why.len(), 1);
         assert!(why[0].contains("bridge"), "{why:?}");
     }

@@ -193,7 +193,7 @@ mod tests {
     use super::*;
     use attach::testing::{cmd_args_in, fake_ipam, ipam_calls};
     use netkit::link_kinds::{macvlan_message, MacvlanSpec};
-    use netkit::packet_route::link::{InfoKind, LinkAttribute, LinkInfo, MacVlanMode};
+    use netkit::packet_route::link::MacVlanMode;
     use netns_tests::{require_root, Netns, TempDir};
     use serde_json::json;
 
@@ -282,7 +282,7 @@ mod tests {
     #[test]
     fn check_kind_compares_vlan_id_and_mtu() {
         let link = |id, mtu| {
-            let mut m = vlan_message(&VlanSpec {
+            let m = vlan_message(&VlanSpec {
                 base: NewLinkBase {
                     name: "net1",
                     mtu: Some(mtu),
@@ -290,12 +290,7 @@ mod tests {
                 },
                 id,
             });
-            for a in &mut m.attributes {
-                if let LinkAttribute::LinkInfo(i) = a {
-                    i[0] = LinkInfo::Kind(InfoKind::Vlan);
-                }
-            }
-            Link::from_message(m)
+            Link::as_reported(&m)
         };
         let conf = config::load(&attach::testing::cmd_args(
             json!({"master": "e", "vlanId": 7, "mtu": 1400}),
