@@ -952,6 +952,8 @@ const FULL_CHAIN: &str = r#"[{"type":"bridge","bridge":"fcl0","isGateway":true,"
     {"type":"bandwidth","ingressRate":10000000,"ingressBurst":100000,"egressRate":20000000,"egressBurst":200000}]"#;
 
 /// The plain chain of the latency goals (a bridge of its own).
+/// The bridge of [`PLAIN_CHAIN`].
+const PLAIN_BRIDGE: &str = "fcl1";
 const PLAIN_CHAIN: &str = r#"[{"type":"bridge","bridge":"fcl1","isGateway":true,"ipMasq":false,
     "ipam":{"type":"host-local","dataDir":"@DATADIR@","ranges":[[{"subnet":"10.85.0.0/16"}]]}}]"#;
 
@@ -1207,6 +1209,78 @@ fn concurrent_adds(o: &Opts, chain: &str, pods: &[Netns]) -> BTreeMap<&'static s
     walls.into_iter().map(|(k, v)| (k, median(v))).collect()
 }
 
+/// The kernel's floor of concurrent bridge ADDs, one thread per pod, all started together:
+/// each issues only the requests no bridge ADD can do without, on sockets it opens in the host
+/// netns and in its pod: the veth pair (the container end born in the pod, the host end
+/// enslaved to `bridge`), a lookup of the container end (its index, for the address), the
+/// pod's address, then both ends up. With `execs`, each thread first spawns our loopback for
+/// VERSION twice, one after the other, as a runtime execs the client and the client the
+/// plugin. Returns the wall time (None when a request failed); the pairs are then deleted,
+/// untimed.
+fn add_floor(o: &Opts, bridge: &str, pods: &[Netns], execs: bool) -> Option<Duration> {
+    use netkit::{AddressOptions, Socket, VethSpec};
+    let bridge_index = Socket::new().ok()?.link_by_name(bridge).ok()?.index;
+    let loopback = o.ours.join("loopback");
+    let version = vec![("CNI_COMMAND", "VERSION".to_string())];
+    let names: Vec<String> = (0..pods.len()).map(|i| format!("fcfl{i}")).collect();
+    let one_pod = |i: usize, pod: &Netns| -> Option<()> {
+        if execs {
+            for _ in 0..2 {
+                run(&loopback, &[], &version, b"{}").ok.then_some(())?;
+            }
+        }
+        let netns = netkit::Netns::open(pod.path()).ok()?;
+        let mut host = Socket::new().ok()?;
+        let mut cont = Socket::open_in(&netns).ok()?;
+        let spec = VethSpec {
+            name: &names[i],
+            peer_name: "eth0",
+            peer_netns: Some(&netns),
+            master: Some(bridge_index),
+            ..Default::default()
+        };
+        host.create_veth(&spec).ok()?;
+        let eth0 = cont.link_by_name("eth0").ok()?;
+        let address = format!("10.85.250.{}/16", i + 1).parse().ok()?;
+        cont.add_address(eth0.index, address, &AddressOptions::default())
+            .ok()?;
+        host.set_link_up(eth0.link?).ok()?;
+        cont.set_link_up(eth0.index).ok()
+    };
+    let start = Instant::now();
+    let done = std::thread::scope(|s| {
+        let threads: Vec<_> = pods
+            .iter()
+            .enumerate()
+            .map(|(i, pod)| s.spawn(move || one_pod(i, pod).is_some()))
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().unwrap_or(false))
+            .filter(|ok| *ok)
+            .count()
+    });
+    let wall = start.elapsed();
+    std::thread::scope(|s| {
+        for name in &names {
+            s.spawn(move || {
+                if let Ok(mut host) = Socket::new() {
+                    let _ = host.delete_link_by_name(name);
+                }
+            });
+        }
+    });
+    (done == pods.len()).then_some(wall)
+}
+
+/// Median over [`CONCURRENT_ROUNDS`] of [`add_floor`] (None when any round failed).
+fn add_floor_median(o: &Opts, bridge: &str, pods: &[Netns], execs: bool) -> Option<Duration> {
+    let walls: Option<Vec<Duration>> = (0..CONCURRENT_ROUNDS)
+        .map(|_| add_floor(o, bridge, pods, execs))
+        .collect();
+    walls.map(median)
+}
+
 /// The latency goals: plain and full-chain ADD/DEL, 20 concurrent ADDs, each as a whole
 /// figure and as plugin time (minus cnitool's own start-up), and our DELs against the
 /// kernel's floor.
@@ -1247,6 +1321,25 @@ fn latency(o: &Opts, l: &mut Latency) {
     );
     l.figures
         .push(("20 concurrent ADDs", conc["ours"], conc["reference"]));
+    let conc_pods = &lab.pods[..conc_n.min(lab.pods.len())];
+    for (what, execs) in [
+        ("requests only", false),
+        ("requests + 2 execs per pod", true),
+    ] {
+        let metric = format!("20 concurrent ADDs vs the kernel's floor ({what})");
+        match add_floor_median(o, PLAIN_BRIDGE, conc_pods, execs) {
+            Some(floor) => report(
+                &metric,
+                ms(conc["ours"]),
+                ms(floor),
+                format!(
+                    "{:.2}",
+                    conc["ours"].as_secs_f64() / floor.as_secs_f64().max(1e-9)
+                ),
+            ),
+            None => println!("{metric}: not measured (a request failed)"),
+        }
+    }
 
     let floor_chain = del_floor(o, "full", FULL_CHAIN, FULL_CHAIN_CAPS, &lab.pods, true);
     let floor_plain = del_floor(o, "plain", PLAIN_CHAIN, "{}", &lab.pods, false);
