@@ -576,6 +576,23 @@ mod tests {
     }
 
     #[test]
+    fn link_replies_decode_rtm_newlink_only() {
+        use netlink_packet_core::Emitable;
+        let mut message = LinkMessage::default();
+        message.header.index = 7;
+        let mut bytes = vec![0u8; message.buffer_len()];
+        message.emit(&mut bytes);
+        for decode in [LinkSummaryReplies::decode, BridgePortReplies::decode] {
+            assert!(matches!(
+                decode(RTM_NEWLINK, &bytes),
+                Ok(Some(RouteNetlinkMessage::NewLink(m))) if m.header.index == 7
+            ));
+            assert!(matches!(decode(RTM_NEWADDR, &bytes), Ok(None)));
+            assert!(decode(RTM_NEWLINK, &bytes[..10]).is_err());
+        }
+    }
+
+    #[test]
     fn ack_completes_a_request_and_keeps_data_before_it() {
         let mut r = Reply::<AnyReply>::new(7, false);
         let dgram = [frame(7, 0, link(3)), frame(7, 0, error(0))].concat();
