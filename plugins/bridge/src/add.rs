@@ -248,9 +248,19 @@ fn setup_bridge<K: Kernel>(
     if conf.promisc && !br.is_promisc() {
         host.set_link_promisc(br.index, true)?;
     }
-    // We own the routes of the bridge. Absent when IPv6 is disabled: that is fine.
-    let _ = kernel
-        .host_sysctl_write_if_different(&format!("net/ipv6/conf/{}/accept_ra", conf.bridge), "0");
+    // We own the routes of the bridge. The lookup's reply carries the current value, so a
+    // bridge already at 0 costs no /proc/sys access; a reply without IPv6 configuration
+    // (IPv6 disabled: the sysctl is absent too, which is fine) falls back to the sysctl.
+    let accept_ra = format!("net/ipv6/conf/{}/accept_ra", conf.bridge);
+    match br.ipv6_accept_ra() {
+        Some(0) => {}
+        Some(_) => {
+            let _ = kernel.host_sysctl_write(&accept_ra, "0");
+        }
+        None => {
+            let _ = kernel.host_sysctl_write_if_different(&accept_ra, "0");
+        }
+    }
     if !br.flags.contains(LinkFlags::Up) {
         host.set_link_up(br.index)?;
         br = host.link_by_index(br.index)?;

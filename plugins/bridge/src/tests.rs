@@ -130,7 +130,7 @@ fn add_creates_the_bridge_pins_its_mac_then_plugs_and_addresses_the_pod() {
             "host: link get br0",
             "host: link add br0 type bridge",
             "host: link get br0",
-            "host: sysctl net/ipv6/conf/br0/accept_ra",
+            // Its accept_ra (0) came with the lookup: no /proc/sys access for it.
             "host: link set br0 up",
             "host: link get #3",
             "host: link set br0 address 02:fa:00:00:00:03",
@@ -221,6 +221,25 @@ fn an_existing_bridge_is_reused_with_its_mac_and_new_ports_get_their_settings() 
         ([2, 0, 0, 0, 0, 0x42], 1400, 1400)
     );
     assert_eq!(r.interfaces[2].mac, "02:00:00:00:00:42");
+}
+
+#[test]
+fn a_bridge_accepting_router_advertisements_is_set_to_refuse_them() {
+    // The value comes with the bridge's lookup; only a bridge not at 0 gets a write (the
+    // first test shows one at 0 getting no sysctl access at all).
+    let (kernel, ipam) = setup_with_bridge(false);
+    kernel.setup_sysctl(HOST, "net/ipv6/conf/br0/accept_ra", "2");
+    let nf = FakeNetfilter::new(&kernel);
+    run_add(&kernel, &ipam, &nf, config(json!({}))).unwrap();
+    let log = ops(&kernel);
+    let br_sysctls: Vec<_> = log.iter().filter(|o| o.contains("conf/br0/")).collect();
+    assert_eq!(
+        br_sysctls,
+        ["host: sysctl -w net/ipv6/conf/br0/accept_ra=0"],
+        "{log:#?}"
+    );
+    let host = kernel.namespace(HOST);
+    assert_eq!(host.sysctls["net/ipv6/conf/br0/accept_ra"], "0");
 }
 
 #[test]

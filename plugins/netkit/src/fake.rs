@@ -21,8 +21,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use ipnetwork::IpNetwork;
 use netlink_packet_core::Nla;
 use netlink_packet_route::link::{
-    InfoBridge, InfoData, InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
-    State as OperState,
+    AfSpecInet6, AfSpecUnspec, Inet6DevConf, InfoBridge, InfoData, InfoKind, LinkAttribute,
+    LinkFlags, LinkInfo, LinkMessage, State as OperState,
 };
 use netlink_packet_route::route::{RouteProtocol, RouteScope};
 
@@ -466,8 +466,9 @@ fn ns_ref<'a>(m: &'a Model, ns: &str) -> &'a FakeNamespace {
         .unwrap_or_else(|| EMPTY.get_or_init(FakeNamespace::default))
 }
 
-/// The link as the kernel would report it.
-fn to_link(l: &FakeLink) -> Link {
+/// The link as the kernel would report it, with its IPv6 `accept_ra` in the per-family
+/// configuration as a kernel with IPv6 reports it.
+fn to_link(l: &FakeLink, accept_ra: i32) -> Link {
     let mut msg = LinkMessage::default();
     msg.header.index = l.index;
     if l.up {
@@ -496,6 +497,11 @@ fn to_link(l: &FakeLink) -> Link {
         info.extend(l.data.clone().map(LinkInfo::Data));
         attrs.push(LinkAttribute::LinkInfo(info));
     }
+    let mut conf = Inet6DevConf::default();
+    conf.accept_ra = accept_ra;
+    attrs.push(LinkAttribute::AfSpecUnspec(vec![AfSpecUnspec::Inet6(
+        vec![AfSpecInet6::DevConf(conf)],
+    )]));
     Link::as_reported(&msg)
 }
 
@@ -1475,7 +1481,13 @@ fn remove_veth_peer(m: &mut Model, removed: Option<&FakeLink>) {
 /// The link as the kernel reports it, with what the model keeps beside it: promiscuous
 /// mode, and a veth's carrier, which needs both ends up.
 fn report(m: &Model, ns: &str, l: &FakeLink) -> Link {
-    let mut link = to_link(l);
+    // What the model's sysctl read answers for the link: its own value, else 0.
+    let accept_ra = ns_ref(m, ns)
+        .sysctls
+        .get(&format!("net/ipv6/conf/{}/accept_ra", l.name))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let mut link = to_link(l, accept_ra);
     if ns_ref(m, ns).promisc.contains(&l.index) {
         link.flags |= LinkFlags::Promisc;
         link.message.header.flags |= LinkFlags::Promisc;

@@ -146,6 +146,12 @@ impl Link {
         crate::link_reply::info_data(&self.message, parse)
     }
 
+    /// `net.ipv6.conf.<link>.accept_ra` as the kernel reported it with the link; `None`
+    /// when the reply carried no IPv6 configuration (see `link_reply::ipv6_accept_ra`).
+    pub fn ipv6_accept_ra(&self) -> Option<i32> {
+        crate::link_reply::ipv6_accept_ra(&self.message)
+    }
+
     /// The link the kernel would report for `message` (e.g. a creation request built here):
     /// the message encoded and decoded as a lookup's reply is, for tests.
     #[cfg(any(test, feature = "fake"))]

@@ -22,9 +22,9 @@ pub(crate) const IFLA_INFO_DATA: u16 = 2;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LinkView {
     /// What a [`crate::link::Link`] is made of: name, MTU, address, controller, peer,
-    /// state, queue length, promiscuity, alias and `IFLA_LINKINFO`. Skipped: the
-    /// per-family configuration (IPv4 and IPv6 devconf arrays, about 1 KB of a 1.8 KB veth
-    /// message), the property and XDP nests, which were most of a lookup's user time.
+    /// state, queue length, promiscuity, alias and `IFLA_LINKINFO`, plus the per-family
+    /// configuration (`IFLA_AF_SPEC`) kept as bytes, for [`ipv6_accept_ra`]. Skipped: the
+    /// property and XDP nests and the rest, which decoded were most of a lookup's user time.
     Summary,
     /// A bridge port's flags (`IFLA_PROTINFO`) and VLANs (`IFLA_AF_SPEC`), from an
     /// AF_BRIDGE dump.
@@ -71,6 +71,7 @@ fn summary_attribute(nla: &NlaBuffer<&[u8]>) -> Result<Option<LinkAttribute>, De
         libc::IFLA_PROMISCUITY => LinkAttribute::Promiscuity(parse_u32(value)?),
         libc::IFLA_IFALIAS => LinkAttribute::IfAlias(parse_string(value)?),
         libc::IFLA_LINKINFO => LinkAttribute::LinkInfo(link_info(value)?),
+        libc::IFLA_AF_SPEC => LinkAttribute::Other(DefaultNla::parse(nla)?),
         _ => return Ok(None),
     }))
 }
@@ -121,6 +122,37 @@ pub(crate) fn info_data<T>(
     NlasIterator::new(&data[..])
         .filter_map(|nla| parse(&nla.ok()?).ok())
         .collect()
+}
+
+/// `IFLA_INET6_CONF`, in the AF_INET6 nest of `IFLA_AF_SPEC` (include/uapi/linux/if_link.h):
+/// the device's IPv6 configuration, an array of s32 indexed by `DEVCONF_*`.
+const IFLA_INET6_CONF: u16 = 2;
+/// `DEVCONF_ACCEPT_RA` (include/uapi/linux/ipv6.h): its slot in that array.
+const DEVCONF_ACCEPT_RA: usize = 3;
+
+/// The link's `net.ipv6.conf.<link>.accept_ra` as the kernel reported it in the link message
+/// (the same value the sysctl file shows, without a walk through `/proc/sys`, whose per-netns
+/// entries make each lookup slower the more namespaces a node has). `None` when the message
+/// carries no IPv6 configuration: the link has no IPv6 device (IPv6 disabled), or the message
+/// was not a kernel reply.
+pub(crate) fn ipv6_accept_ra(message: &LinkMessage) -> Option<i32> {
+    let spec = message.attributes.iter().find_map(|a| match a {
+        LinkAttribute::Other(nla) if nla.kind() & NLA_TYPE_MASK == libc::IFLA_AF_SPEC => {
+            let mut value = vec![0u8; nla.value_len()];
+            nla.emit_value(&mut value);
+            Some(value)
+        }
+        _ => None,
+    })?;
+    let inet6 = NlasIterator::new(&spec[..])
+        .filter_map(Result::ok)
+        .find(|nla| nla.kind() & NLA_TYPE_MASK == libc::AF_INET6 as u16)?;
+    let conf = NlasIterator::new(inet6.value())
+        .filter_map(Result::ok)
+        .find(|nla| nla.kind() & NLA_TYPE_MASK == IFLA_INET6_CONF)?;
+    let slot = DEVCONF_ACCEPT_RA * 4;
+    let bytes = conf.value().get(slot..slot + 4)?;
+    Some(i32::from_ne_bytes(bytes.try_into().ok()?))
 }
 
 fn raw_info_data(message: &LinkMessage) -> Option<Vec<u8>> {

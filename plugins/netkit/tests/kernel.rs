@@ -470,3 +470,29 @@ fn set_link_on_index_uses_builder() {
     let l = s.link_by_index(idx).unwrap();
     assert!(l.is_up() && l.name == "d2");
 }
+
+#[test]
+fn a_link_lookup_reports_the_ipv6_accept_ra_the_sysctl_shows() {
+    skip_unless_root!();
+    let ns = TestNetns::new("nk-ra");
+    let netns = ns.open().unwrap();
+    let mut s = ns.socket().unwrap();
+    let br = s
+        .ensure_bridge("cni-ra0", &BridgeOptions::default())
+        .unwrap();
+    let key = "net/ipv6/conf/cni-ra0/accept_ra";
+    let inherited: i32 = sysctl::read_in(&netns, key)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(br.ipv6_accept_ra(), Some(inherited));
+    for value in ["2", "0"] {
+        sysctl::write_in(&netns, key, value).unwrap();
+        let link = s.link_by_name("cni-ra0").unwrap();
+        assert_eq!(link.ipv6_accept_ra(), Some(value.parse().unwrap()));
+    }
+    // IPv6 disabled on the link keeps its configuration, and the value with it.
+    sysctl::write_in(&netns, "net/ipv6/conf/cni-ra0/disable_ipv6", "1").unwrap();
+    assert_eq!(s.link_by_name("cni-ra0").unwrap().ipv6_accept_ra(), Some(0));
+}

@@ -37,7 +37,7 @@ fn a_summary_keeps_the_attributes_a_link_is_made_of_and_skips_the_rest() {
     full.attributes = summary();
     full.attributes.insert(2, LinkAttribute::Group(5));
     full.attributes.push(LinkAttribute::NumTxQueues(1));
-    full.attributes.push(LinkAttribute::AfSpecBridge(vec![]));
+    full.attributes.push(LinkAttribute::NumRxQueues(1));
 
     let decoded = decode_link(&wire(&full), LinkView::Summary).unwrap();
     assert_eq!(decoded.header, full.header);
@@ -149,4 +149,58 @@ fn truncated_or_malformed_messages_are_errors() {
     short_mtu.extend([6, 0, 4, 0, 1, 2, 0, 0]);
     let e = decode_link(&short_mtu, LinkView::Summary).unwrap_err();
     assert!(e.to_string().contains("attribute 4"), "{e}");
+}
+
+#[test]
+fn a_summary_reads_the_ipv6_accept_ra_from_the_per_family_configuration() {
+    use netlink_packet_route::link::{
+        AfSpecInet, AfSpecInet6, AfSpecUnspec, Inet6DevConf, InetDevConf,
+    };
+    let with_spec = |families: Vec<AfSpecUnspec>| {
+        let mut message = LinkMessage::default();
+        message.attributes = summary();
+        message
+            .attributes
+            .push(LinkAttribute::AfSpecUnspec(families));
+        Link::from_message(decode_link(&wire(&message), LinkView::Summary).unwrap())
+    };
+    let mut v6 = Inet6DevConf::default();
+    v6.forwarding = 1;
+    v6.accept_ra = 2;
+    v6.autoconf = 1;
+    let mut v4 = InetDevConf::default();
+    v4.arp_notify = 1;
+    let link = with_spec(vec![
+        AfSpecUnspec::Inet(vec![AfSpecInet::DevConf(v4)]),
+        AfSpecUnspec::Inet6(vec![AfSpecInet6::DevConf(v6)]),
+    ]);
+    assert_eq!(link.ipv6_accept_ra(), Some(2));
+    assert_eq!(link.name, "veth0");
+
+    // No IPv6 device (IPv6 disabled), or no per-family configuration at all: unknown.
+    let v4_only = with_spec(vec![AfSpecUnspec::Inet(vec![AfSpecInet::DevConf(v4)])]);
+    assert_eq!(v4_only.ipv6_accept_ra(), None);
+    let mut bare = LinkMessage::default();
+    bare.attributes = summary();
+    let bare = Link::from_message(decode_link(&wire(&bare), LinkView::Summary).unwrap());
+    assert_eq!(bare.ipv6_accept_ra(), None);
+
+    // A truncated configuration array is unknown too, not a panic.
+    let mut short = vec![0u8; 8];
+    short[..2].copy_from_slice(&8u16.to_ne_bytes());
+    short[2..4].copy_from_slice(&IFLA_INET6_CONF.to_ne_bytes());
+    let mut inet6 = vec![0u8; 4];
+    inet6[..2].copy_from_slice(&12u16.to_ne_bytes());
+    inet6[2..4].copy_from_slice(&(libc::AF_INET6 as u16).to_ne_bytes());
+    inet6.extend(short);
+    let mut message = LinkMessage::default();
+    message.attributes = summary();
+    let mut bytes = wire(&message);
+    let mut spec = vec![0u8; 4];
+    spec[..2].copy_from_slice(&16u16.to_ne_bytes());
+    spec[2..4].copy_from_slice(&libc::IFLA_AF_SPEC.to_ne_bytes());
+    spec.extend(inet6);
+    bytes.extend(spec);
+    let truncated = Link::from_message(decode_link(&bytes, LinkView::Summary).unwrap());
+    assert_eq!(truncated.ipv6_accept_ra(), None);
 }
