@@ -343,3 +343,37 @@ fn disable_container_interface_and_runtime_mac() {
     a.del(&c, Some(&r));
     assert!(veths(&host).is_empty());
 }
+
+#[test]
+fn the_bridge_and_its_ports_never_accept_router_advertisements() {
+    // A bridge made earlier with accept_ra on (as a new link inherits it) is set to 0 by the
+    // next ADD, which learns the value from its lookup of the bridge; the port too.
+    require_root!();
+    let imp = ours();
+    let host = Netns::new("brra-host");
+    let pod = Netns::new("brra-pod");
+    let ipam = TempDir::new("brra-ipam");
+    host.exec_ok(&["ip", "link", "add", "cni0", "type", "bridge"]);
+    host.exec_ok(&["sysctl", "-qw", "net.ipv6.conf.cni0.accept_ra=2"]);
+    let c = conf(
+        "1.0.0",
+        "ranet",
+        Some(&ipam),
+        json!([[{"subnet": "10.94.0.0/24"}]]),
+        json!({"isGateway": true}),
+    );
+    let a = Attachment::new(&imp, &host, "rapod", &pod);
+    let r = a.add(&c);
+    let accept_ra = |dev: &str| {
+        host.exec_ok(&["sysctl", "-n", &format!("net.ipv6.conf.{dev}.accept_ra")])
+            .trim()
+            .to_string()
+    };
+    assert_eq!(accept_ra("cni0"), "0");
+    let ports = veths(&host);
+    assert_eq!(ports.len(), 1, "{ports:?}");
+    assert_eq!(accept_ra(&ports[0]), "0");
+    ping_ok(&pod, "10.94.0.1");
+    a.del(&c, Some(&r));
+    assert!(veths(&host).is_empty());
+}
