@@ -138,21 +138,29 @@ const DEVCONF_ACCEPT_RA: usize = 3;
 pub(crate) fn ipv6_accept_ra(message: &LinkMessage) -> Option<i32> {
     let spec = message.attributes.iter().find_map(|a| match a {
         LinkAttribute::Other(nla) if nla.kind() & NLA_TYPE_MASK == libc::IFLA_AF_SPEC => {
-            let mut value = vec![0u8; nla.value_len()];
-            nla.emit_value(&mut value);
-            Some(value)
+            Some(value_bytes(nla))
         }
         _ => None,
     })?;
-    let inet6 = NlasIterator::new(&spec[..])
-        .filter_map(Result::ok)
-        .find(|nla| nla.kind() & NLA_TYPE_MASK == libc::AF_INET6 as u16)?;
-    let conf = NlasIterator::new(inet6.value())
-        .filter_map(Result::ok)
-        .find(|nla| nla.kind() & NLA_TYPE_MASK == IFLA_INET6_CONF)?;
+    let inet6 = find_nla(&spec, libc::AF_INET6 as u16)?;
+    let conf = find_nla(inet6.value(), IFLA_INET6_CONF)?;
     let slot = DEVCONF_ACCEPT_RA * 4;
     let bytes = conf.value().get(slot..slot + 4)?;
     Some(i32::from_ne_bytes(bytes.try_into().ok()?))
+}
+
+/// The first well-formed attribute of type `kind` among `attributes` (nest flags ignored).
+fn find_nla(attributes: &[u8], kind: u16) -> Option<NlaBuffer<&[u8]>> {
+    NlasIterator::new(attributes)
+        .filter_map(Result::ok)
+        .find(|nla| nla.kind() & NLA_TYPE_MASK == kind)
+}
+
+/// The payload of an attribute kept undecoded.
+fn value_bytes(nla: &DefaultNla) -> Vec<u8> {
+    let mut value = vec![0u8; nla.value_len()];
+    nla.emit_value(&mut value);
+    value
 }
 
 fn raw_info_data(message: &LinkMessage) -> Option<Vec<u8>> {
@@ -160,9 +168,7 @@ fn raw_info_data(message: &LinkMessage) -> Option<Vec<u8>> {
         LinkAttribute::LinkInfo(infos) => infos.iter().find_map(|i| match i {
             // The kernel sends the nest without NLA_F_NESTED; accept it either way.
             LinkInfo::Other(nla) if nla.kind() & NLA_TYPE_MASK == IFLA_INFO_DATA => {
-                let mut data = vec![0u8; nla.value_len()];
-                nla.emit_value(&mut data);
-                Some(data)
+                Some(value_bytes(nla))
             }
             _ => None,
         }),

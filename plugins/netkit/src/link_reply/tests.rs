@@ -186,20 +186,15 @@ fn a_summary_reads_the_ipv6_accept_ra_from_the_per_family_configuration() {
     assert_eq!(bare.ipv6_accept_ra(), None);
 
     // A truncated configuration array is unknown too, not a panic.
-    let mut short = vec![0u8; 8];
-    short[..2].copy_from_slice(&8u16.to_ne_bytes());
-    short[2..4].copy_from_slice(&IFLA_INET6_CONF.to_ne_bytes());
-    let mut inet6 = vec![0u8; 4];
-    inet6[..2].copy_from_slice(&12u16.to_ne_bytes());
-    inet6[2..4].copy_from_slice(&(libc::AF_INET6 as u16).to_ne_bytes());
-    inet6.extend(short);
-    let mut message = LinkMessage::default();
-    message.attributes = summary();
-    let mut bytes = wire(&message);
-    let mut spec = vec![0u8; 4];
-    spec[..2].copy_from_slice(&16u16.to_ne_bytes());
-    spec[2..4].copy_from_slice(&libc::IFLA_AF_SPEC.to_ne_bytes());
-    spec.extend(inet6);
+    let nla = |kind: u16, payload: &[u8]| {
+        let mut bytes = ((4 + payload.len()) as u16).to_ne_bytes().to_vec();
+        bytes.extend(kind.to_ne_bytes());
+        bytes.extend(payload);
+        bytes
+    };
+    let conf = nla(IFLA_INET6_CONF, &[0; 4]);
+    let spec = nla(libc::IFLA_AF_SPEC, &nla(libc::AF_INET6 as u16, &conf));
+    let mut bytes = wire(&bare.message);
     bytes.extend(spec);
     let truncated = Link::from_message(decode_link(&bytes, LinkView::Summary).unwrap());
     assert_eq!(truncated.ipv6_accept_ra(), None);
