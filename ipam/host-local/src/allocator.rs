@@ -517,6 +517,37 @@ mod tests {
     }
 
     #[test]
+    fn the_round_robin_hints_read_once_still_fingerprint_the_store() {
+        let d = TempDir::new();
+        let c = cfg(
+            &d,
+            json!({"ranges":[[{"subnet":"10.0.0.0/24"}],[{"subnet":"fd00::/120"}]]}),
+            json!({}),
+        );
+        let open = || Store::open(&d.0, "net1", false, 2).unwrap().unwrap();
+        add(&c, "c1", "eth0").unwrap();
+        add(&c, "c2", "eth0").unwrap();
+        // The journal's last marker holds the hints as this call wrote them.
+        let mut store = open();
+        assert!(store.index_was_valid());
+        assert_eq!(store.last_reserved(0), Some("10.0.0.3".parse().unwrap()));
+        assert_eq!(store.last_reserved(1), Some("fd00::3".parse().unwrap()));
+        drop(store);
+        // A hint that cannot be written (a directory in its place) is read again for the
+        // marker, so the journal still matches the store afterwards.
+        std::fs::remove_file(d.0.join("net1/last_reserved_ip.1")).unwrap();
+        std::fs::create_dir(d.0.join("net1/last_reserved_ip.1")).unwrap();
+        assert_eq!(
+            addrs(&add(&c, "c3", "eth0").unwrap()),
+            ["10.0.0.4/24", "fd00::4/120"]
+        );
+        let mut store = open();
+        assert!(store.index_was_valid());
+        assert_eq!(store.last_reserved(0), Some("10.0.0.4".parse().unwrap()));
+        assert_eq!(store.last_reserved(1), None);
+    }
+
+    #[test]
     fn skips_a_long_taken_run_after_wrap_around() {
         let d = TempDir::new();
         let c = cfg(

@@ -57,6 +57,10 @@ pub struct Store {
     changed: bool,
     /// Number of range sets (how many `last_reserved_ip.<n>` files the fingerprint covers).
     sets: usize,
+    /// The `last_reserved_ip.<set>` contents (`None`: missing or not a file), read once per
+    /// call: they are both round-robin hints and part of the fingerprint, and nobody else
+    /// writes them while we hold the lock. `None` until read, and again after a failed write.
+    hints: Option<Vec<Option<Vec<u8>>>>,
     /// Content currently in `.ferrocni-tmp`, if we created it.
     temp_content: Option<String>,
     /// Addresses found taken by this call; past a threshold the full map is loaded so known
@@ -139,6 +143,7 @@ impl Store {
             needs_snapshot: false,
             changed: false,
             sets,
+            hints: None,
             temp_content: None,
             taken_seen: 0,
             _lock: lock,
@@ -151,22 +156,43 @@ impl Store {
         self.dir.path()
     }
 
-    fn fingerprint(&self) -> Result<Fingerprint, IpamError> {
+    /// Whether the journal matched the store when it was opened (no rescan was needed).
+    #[cfg(test)]
+    pub fn index_was_valid(&self) -> bool {
+        self.journal_valid
+    }
+
+    fn fingerprint(&mut self) -> Result<Fingerprint, IpamError> {
         let st = self
             .dir
             .stat()
             .map_err(|e| io_err("stat store directory", self.dir.path(), e))?;
         let mut hints = Vec::new();
-        for set in 0..self.sets {
-            match self.dir.read_entry(&format!("{LAST_RESERVED_PREFIX}{set}")) {
-                Ok(EntryRead::File(content)) => {
+        for content in self.hints() {
+            match content {
+                Some(content) => {
                     hints.extend_from_slice(&(content.len() as u64).to_le_bytes());
-                    hints.extend_from_slice(&content);
+                    hints.extend_from_slice(content);
                 }
-                _ => hints.extend_from_slice(&u64::MAX.to_le_bytes()),
+                None => hints.extend_from_slice(&u64::MAX.to_le_bytes()),
             }
         }
         Ok(Fingerprint::of(&st, index::checksum(&hints)))
+    }
+
+    /// The `last_reserved_ip.<set>` contents, read on first use (see [`Store::hints`]'s field).
+    fn hints(&mut self) -> &[Option<Vec<u8>>] {
+        let (dir, sets) = (&self.dir, self.sets);
+        self.hints.get_or_insert_with(|| {
+            (0..sets)
+                .map(
+                    |set| match dir.read_entry(&format!("{LAST_RESERVED_PREFIX}{set}")) {
+                        Ok(EntryRead::File(content)) => Some(content),
+                        _ => None,
+                    },
+                )
+                .collect()
+        })
     }
 
     fn load_index(&mut self) -> Result<(), IpamError> {
@@ -271,12 +297,9 @@ impl Store {
         }
     }
 
-    pub fn last_reserved(&self, set_idx: usize) -> Option<IpAddr> {
-        let name = format!("{LAST_RESERVED_PREFIX}{set_idx}");
-        match self.dir.read_entry(&name) {
-            Ok(EntryRead::File(content)) => std::str::from_utf8(&content).ok()?.trim().parse().ok(),
-            _ => None,
-        }
+    pub fn last_reserved(&mut self, set_idx: usize) -> Option<IpAddr> {
+        let content = self.hints().get(set_idx)?.as_deref()?;
+        std::str::from_utf8(content).ok()?.trim().parse().ok()
     }
 
     /// Written in place like the reference does. Only a round-robin hint: a failure (e.g. a
@@ -300,6 +323,13 @@ impl Store {
                 f.write_all_at(text.as_bytes(), 0)?;
                 f.set_len(text.len() as u64)
             });
+        match (&written, self.hints.as_mut()) {
+            (Ok(()), Some(hints)) if set_idx < hints.len() => {
+                hints[set_idx] = Some(text.into_bytes());
+            }
+            // A failed or partial write leaves the file's content unknown: read it again.
+            _ => self.hints = None,
+        }
         if let Err(e) = written {
             eprintln!(
                 "host-local: writing {}: {e}",
@@ -492,10 +522,13 @@ impl Store {
     }
 
     fn append_journal(&mut self) -> io::Result<()> {
+        if self.index_file.is_none() {
+            return Ok(());
+        }
+        let fp = self.fingerprint().ok();
         let Some(file) = self.index_file.as_ref() else {
             return Ok(());
         };
-        let fp = self.fingerprint().ok();
         let mut content = std::mem::take(&mut self.journal);
         let offset = content.len() as u64;
         content.extend_from_slice(&self.pending);
