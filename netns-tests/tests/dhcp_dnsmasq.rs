@@ -99,6 +99,25 @@ fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// Waits until dnsmasq's lease file in `dir` no longer holds `ip` (DEL's DHCPRELEASE was
+/// processed); on timeout the failure carries our daemon's and dnsmasq's logs.
+fn wait_for_release(dir: &TempDir, ip: &str) {
+    let start = Instant::now();
+    while std::fs::read_to_string(dir.join("leases"))
+        .unwrap_or_default()
+        .contains(ip)
+    {
+        let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "timed out waiting for the release of {ip}\n--- daemon.log\n{}\n--- dnsmasq log\n{}",
+            read("daemon.log"),
+            read("log")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 fn count(path: &Path, needle: &str) -> usize {
     std::fs::read_to_string(path)
         .unwrap_or_default()
@@ -200,11 +219,7 @@ fn lease_renewal_restart_and_release_against_dnsmasq() {
 
     // DEL releases: dnsmasq drops the lease. A second DEL is fine.
     call("DEL").run_ok(&conf);
-    wait_for("the release", Duration::from_secs(5), || {
-        !std::fs::read_to_string(dir.join("leases"))
-            .unwrap_or_default()
-            .contains(&ip)
-    });
+    wait_for_release(&dir, &ip);
     assert!(count(&log, &format!("DHCPRELEASE(srv0) {ip}")) > 0);
     call("DEL").run_ok(&conf);
     let out = call("CHECK").run(&check);
@@ -286,11 +301,7 @@ fn macvlan_with_dhcp_through_cnitool() {
     assert!(pod.addresses("eth0").contains(&address));
     pod.exec_ok(&["ping", "-c", "1", "-W", "2", "10.91.0.1"]);
     tool.run_ok(&["del", "macvlan-dhcp", pod.path_str()]);
-    wait_for("the release", Duration::from_secs(5), || {
-        !std::fs::read_to_string(dir.join("leases"))
-            .unwrap_or_default()
-            .contains(&ip)
-    });
+    wait_for_release(&dir, &ip);
     assert!(pod.link("eth0").is_none());
     tool.run_ok(&["del", "macvlan-dhcp", pod.path_str()]);
 }
@@ -377,11 +388,7 @@ fn add_without_a_free_lease_fails_within_the_timeouts() {
                 started.elapsed()
             );
         }
-        wait_for("the release", Duration::from_secs(5), || {
-            !std::fs::read_to_string(dir.join("leases"))
-                .unwrap_or_default()
-                .contains("10.93.0.10")
-        });
+        wait_for_release(&dir, "10.93.0.10");
     }
 }
 
@@ -442,11 +449,7 @@ fn concurrent_dels_of_one_attachment_return_promptly() {
             "round {round}: the DELs took {:?}",
             started.elapsed()
         );
-        wait_for("the release", Duration::from_secs(5), || {
-            !std::fs::read_to_string(dir.join("leases"))
-                .unwrap_or_default()
-                .contains(&ip)
-        });
+        wait_for_release(&dir, &ip);
         assert_eq!(
             count(&dir.join("log"), &format!("DHCPRELEASE(srv0) {ip}")),
             round + 1
