@@ -215,6 +215,18 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
+/// Mean of the middle 80% (a tenth dropped at each end): for times that come in whole
+/// scheduler ticks, where a median jumps by a tick when one sample moves.
+fn trimmed_mean(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    let cut = v.len() / 10;
+    let kept = &v[cut..v.len() - cut];
+    if kept.is_empty() {
+        return Duration::ZERO;
+    }
+    kept.iter().sum::<Duration>() / kept.len() as u32
+}
+
 fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1e3)
 }
@@ -967,7 +979,8 @@ struct Latency {
     startup: Duration,
     /// (ours, reference) per metric, whole figures.
     figures: Vec<(&'static str, Duration, Duration)>,
-    /// The kernel's floor of our DELs: (metric, floor, ours).
+    /// The kernel's floor of our DELs: (metric, floor, our DEL figure timed alternately with it),
+    /// trimmed means.
     floors: Vec<(&'static str, Duration, Duration)>,
 }
 
@@ -1077,10 +1090,15 @@ fn ifb_names() -> Vec<String> {
         .collect()
 }
 
-/// The kernel's floor of a DEL of `chain`: our ADD makes each pod, then the links its DEL
-/// would remove are deleted by one bare netlink request each, pod after pod as DELs come:
-/// the pod's veth, and with `with_ifb` its bandwidth ifb. Floor = median per-pod sum. Our
-/// DEL then cleans up the rest (rules, leases), untimed.
+/// The kernel's floor of a DEL of `chain`, timed alternately with our DEL: our ADD makes
+/// each pod; then, pod after pod as DELs come, either our DEL runs whole (timed, the figure)
+/// or the links that DEL would remove are deleted by one bare netlink request each (the
+/// pod's veth, and with `with_ifb` its bandwidth ifb; their sum is the floor) and our DEL
+/// cleans up the rest (rules, leases), untimed. [`DEL_FLOOR_PASSES`] passes alternate which
+/// pods take which, so both sides are measured in the same stretch of time and on every
+/// pod. Returns (floor, our DEL figure), each a [`trimmed_mean`]: a link deletion waits for
+/// the kernel's deferred work in whole scheduler ticks (4 ms at HZ=250: single deletions
+/// take 12, 16, 20, 24 ms...), so a median of either moves by a fifth when one sample does.
 fn del_floor(
     o: &Opts,
     tag: &str,
@@ -1088,38 +1106,51 @@ fn del_floor(
     caps: &str,
     pods: &[Netns],
     with_ifb: bool,
-) -> Duration {
+) -> (Duration, Duration) {
     let net = Net::new(&format!("floor-{tag}"), chain);
-    let mut ifb_of = Vec::new();
-    for p in pods {
-        let before = ifb_names();
-        net.cnitool_caps(o, &o.ours, "add", p.path_str(), caps);
-        ifb_of.push(ifb_names().into_iter().find(|n| !before.contains(n)));
-    }
-    let mut floors = Vec::new();
-    for (p, ifb) in pods.iter().zip(&ifb_of) {
-        let veth = bare_dellink(Some(p), "eth0");
-        let ifb = match (with_ifb, ifb) {
-            (false, _) => Some(Duration::ZERO),
-            (true, Some(name)) => bare_dellink(None, name),
-            (true, None) => None,
-        };
-        if let (Some(v), Some(i)) = (veth, ifb) {
-            floors.push(v + i);
+    let (mut floors, mut ours) = (Vec::new(), Vec::new());
+    let mut unmeasured = 0;
+    for pass in 0..DEL_FLOOR_PASSES {
+        let mut ifb_of = Vec::new();
+        for p in pods {
+            let before = ifb_names();
+            net.cnitool_caps(o, &o.ours, "add", p.path_str(), caps);
+            ifb_of.push(ifb_names().into_iter().find(|n| !before.contains(n)));
+        }
+        for (i, (p, ifb)) in pods.iter().zip(&ifb_of).enumerate() {
+            if i % 2 == pass % 2 {
+                let r = net.cnitool_caps(o, &o.ours, "del", p.path_str(), caps);
+                if r.ok {
+                    ours.push(r.elapsed);
+                } else {
+                    unmeasured += 1;
+                }
+                continue;
+            }
+            let veth = bare_dellink(Some(p), "eth0");
+            let ifb = match (with_ifb, ifb) {
+                (false, _) => Some(Duration::ZERO),
+                (true, Some(name)) => bare_dellink(None, name),
+                (true, None) => None,
+            };
+            match (veth, ifb) {
+                (Some(v), Some(i)) => floors.push(v + i),
+                _ => unmeasured += 1,
+            }
+            net.cnitool_caps(o, &o.ours, "del", p.path_str(), caps);
         }
     }
-    for p in pods {
-        net.cnitool_caps(o, &o.ours, "del", p.path_str(), caps);
-    }
-    if floors.len() != pods.len() {
+    if unmeasured > 0 {
         println!(
-            "  floor {tag}: {} of {} pods' link deletions measured",
-            floors.len(),
-            pods.len()
+            "  floor {tag}: {unmeasured} of {} DELs or link deletions failed",
+            DEL_FLOOR_PASSES * pods.len()
         );
     }
-    median(floors)
+    (trimmed_mean(floors), trimmed_mean(ours))
 }
+
+/// Passes of [`del_floor`]: each pod is timed this many times, half of them as our DEL.
+const DEL_FLOOR_PASSES: usize = 4;
 
 /// Sequential ADDs then DELs of `pods` through cnitool with `caps`, per suite (medians).
 fn add_del_medians(
@@ -1343,20 +1374,20 @@ fn latency(o: &Opts, l: &mut Latency) {
 
     let floor_chain = del_floor(o, "full", FULL_CHAIN, FULL_CHAIN_CAPS, &lab.pods, true);
     let floor_plain = del_floor(o, "plain", PLAIN_CHAIN, "{}", &lab.pods, false);
-    for (metric, floor) in [("chain DEL", floor_chain), ("plain DEL", floor_plain)] {
-        if let Some((ours, _)) = l.figure(metric) {
-            let plugin = plugin_time(ours, l.startup);
-            report(
-                &format!("{metric}: ours (plugin time) vs the kernel's floor"),
-                ms(plugin),
-                ms(floor),
-                format!(
-                    "{:.2}",
-                    plugin.as_secs_f64() / floor.as_secs_f64().max(1e-9)
-                ),
-            );
-            l.floors.push((metric, floor, ours));
-        }
+    for (metric, (floor, ours)) in [("chain DEL", floor_chain), ("plain DEL", floor_plain)] {
+        let plugin = plugin_time(ours, l.startup);
+        report(
+            &format!(
+                "{metric}: ours (plugin time) vs the kernel's floor, alternating, trimmed means"
+            ),
+            ms(plugin),
+            ms(floor),
+            format!(
+                "{:.2}",
+                plugin.as_secs_f64() / floor.as_secs_f64().max(1e-9)
+            ),
+        );
+        l.floors.push((metric, floor, ours));
     }
 }
 
