@@ -21,6 +21,34 @@ const THREAD_NETNS: &str = "/proc/thread-self/ns/net";
 /// `NS_GET_NSTYPE` ioctl: `_IO(0xb7, 0x3)`.
 const NS_GET_NSTYPE: libc::c_ulong = 0xb703;
 
+/// `SIOCGSKNS` socket ioctl (Linux 4.9): a new descriptor of the socket's netns.
+const SIOCGSKNS: libc::c_ulong = 0x894c;
+
+/// A descriptor of the calling thread's current netns, to come back to after `setns`.
+///
+/// Asked of a throw-away socket, which is born in the creating thread's netns: three
+/// syscalls and no path walk. Opening [`THREAD_NETNS`] instead makes a fresh process
+/// instantiate its `/proc/<pid>/task/<tid>/ns` dentries and inodes, which its exit then
+/// tears down again; in a plugin that enters a pod's netns once, that was the dearest part
+/// of the switch. The ioctl needs CAP_NET_ADMIN over the netns (and a 4.9 kernel); where it
+/// is refused, the path is opened as before.
+fn open_thread_netns() -> std::io::Result<File> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    // SAFETY: plain socket creation; on success the descriptor is owned by `sock`.
+    let raw = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if raw >= 0 {
+        // SAFETY: `raw` is a descriptor we just created and own.
+        let sock = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: SIOCGSKNS takes no argument; it returns a new O_CLOEXEC descriptor.
+        let ns = unsafe { libc::ioctl(sock.as_raw_fd(), SIOCGSKNS as _) };
+        if ns >= 0 {
+            // SAFETY: the ioctl's result is a fresh descriptor nobody else owns.
+            return Ok(File::from(unsafe { OwnedFd::from_raw_fd(ns) }));
+        }
+    }
+    File::open(THREAD_NETNS)
+}
+
 /// An open network namespace file (e.g. `/run/netns/x` or `/proc/<pid>/ns/net`).
 #[derive(Debug)]
 pub struct Netns {
@@ -83,7 +111,7 @@ impl Netns {
     /// Switches the calling thread into this netns until the returned guard is dropped
     /// (or [`NetnsGuard::restore`]d).
     pub fn enter(&self) -> Result<NetnsGuard> {
-        let original = File::open(THREAD_NETNS)
+        let original = open_thread_netns()
             .map_err(|e| Error::io("failed to open the current thread's netns", e))?;
         setns(&self.file, CloneFlags::CLONE_NEWNET).map_err(|e| {
             Error::io(
@@ -200,6 +228,13 @@ mod tests {
     fn other_namespace_types_are_rejected() {
         let e = Netns::open("/proc/self/ns/mnt").unwrap_err();
         assert!(matches!(e, Error::NotNetns { .. }), "{e}");
+    }
+
+    #[test]
+    fn the_descriptor_to_come_back_to_is_the_threads_netns() {
+        let fd = open_thread_netns().unwrap().metadata().unwrap();
+        let proc = std::fs::metadata(THREAD_NETNS).unwrap();
+        assert_eq!((fd.dev(), fd.ino()), (proc.dev(), proc.ino()));
     }
 
     #[test]

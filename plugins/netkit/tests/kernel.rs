@@ -438,6 +438,23 @@ fn netns_guard_enters_and_restores() {
 }
 
 #[test]
+fn nested_switches_come_back_to_the_netns_the_thread_was_in() {
+    skip_unless_root!();
+    let (a, b) = (TestNetns::new("nk-nest-a"), TestNetns::new("nk-nest-b"));
+    let (a, b) = (a.open().unwrap(), b.open().unwrap());
+    let me = Netns::current().unwrap();
+    {
+        let _in_a = a.enter().unwrap();
+        {
+            let _in_b = b.enter().unwrap();
+            assert!(b.is_current().unwrap());
+        }
+        assert!(a.is_current().unwrap(), "back in the netns entered first");
+    }
+    assert!(me.is_current().unwrap());
+}
+
+#[test]
 fn sysctl_writes_stay_in_the_target_netns() {
     skip_unless_root!();
     let ns = TestNetns::new("nk-sysctl");
