@@ -69,6 +69,10 @@ pub struct Store {
     _lock: FileLock,
 }
 
+/// Spare capacity for a call's journal records and closing marker (one ADD or DEL writes
+/// well under this; more only costs one reallocation).
+const APPEND_ROOM: usize = 1024;
+
 /// How many taken addresses a call probes before loading the full map to skip them.
 const PROBES_BEFORE_FULL_MAP: usize = 64;
 
@@ -199,7 +203,13 @@ impl Store {
         let fp = self.fingerprint()?;
         let mut data = Vec::new();
         let valid = match &self.index_file {
-            Some(f) => (&*f).read_to_end(&mut data).is_ok() && index::is_valid(&data, &fp),
+            Some(f) => {
+                // Room for this call's records and marker too, so that appending them does
+                // not copy the whole journal into a bigger buffer.
+                let len = f.metadata().map_or(0, |m| m.len() as usize);
+                data.reserve(len + APPEND_ROOM);
+                (&*f).read_to_end(&mut data).is_ok() && index::is_valid(&data, &fp)
+            }
             None => false,
         };
         if valid {
