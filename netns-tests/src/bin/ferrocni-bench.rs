@@ -1150,7 +1150,7 @@ fn del_floor(
 }
 
 /// Passes of [`del_floor`]: each pod is timed this many times, half of them as our DEL.
-const DEL_FLOOR_PASSES: usize = 4;
+const DEL_FLOOR_PASSES: usize = 8;
 
 /// Sequential ADDs then DELs of `pods` through cnitool with `caps`, per suite (medians).
 fn add_del_medians(
