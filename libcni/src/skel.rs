@@ -243,6 +243,32 @@ fn ns_identity(path: &str) -> Option<(u64, u64)> {
     Some((m.dev(), m.ino()))
 }
 
+/// Device and inode of the calling thread's netns, asked of a throw-away socket (born in
+/// that netns; `SIOCGSKNS` gives a descriptor of it): stat'ing `/proc/self/ns/net` would make
+/// a fresh process instantiate its `/proc/<pid>` dentries, which its exit then tears down.
+/// The ioctl needs CAP_NET_ADMIN (plugins run as root); without it the path is used.
+fn own_netns_identity() -> Option<(u64, u64)> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::fs::MetadataExt;
+    const SIOCGSKNS: libc::c_ulong = 0x894c;
+    // SAFETY: plain socket creation; on success the descriptor is owned by `sock`.
+    let raw = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if raw >= 0 {
+        // SAFETY: `raw` was just created and is ours.
+        let sock = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: SIOCGSKNS takes no argument; it returns a new O_CLOEXEC descriptor.
+        let ns = unsafe { libc::ioctl(sock.as_raw_fd(), SIOCGSKNS as _) };
+        if ns >= 0 {
+            // SAFETY: the ioctl's result is a fresh descriptor nobody else owns.
+            let ns = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(ns) });
+            if let Ok(m) = ns.metadata() {
+                return Some((m.dev(), m.ino()));
+            }
+        }
+    }
+    ns_identity("/proc/self/ns/net")
+}
+
 /// Whether `CNI_NETNS_OVERRIDE` lets a plugin act on its own network namespace: what the
 /// reference's skel accepts (`1`, or `true` in any case: `TRUE`, `True`, ...) and what Go's
 /// `strconv.ParseBool` reads as true (adds `t`, `T`).
@@ -257,7 +283,7 @@ fn check_not_own_netns(env: &impl Env, netns: &str) -> Result<(), CniError> {
     if netns.is_empty() || netns_override_set(&env.var("CNI_NETNS_OVERRIDE")) {
         return Ok(());
     }
-    match (ns_identity(netns), ns_identity("/proc/self/ns/net")) {
+    match (ns_identity(netns), own_netns_identity()) {
         (Some(a), Some(b)) if a == b => Err(CniError::invalid_netns(
             "plugin's netns and netns from CNI_NETNS should not be the same",
         )),

@@ -70,10 +70,29 @@ fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<bool> {
         Err(_) => return Ok(false),
     };
     file.write_all(bytes)?;
-    let (Ok(from), Ok(to)) = (
-        std::ffi::CString::new(format!("/proc/self/fd/{}", file.as_raw_fd())),
-        std::ffi::CString::new(path.as_os_str().as_bytes()),
-    ) else {
+    let Ok(to) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return Ok(false);
+    };
+    // The descriptor itself (AT_EMPTY_PATH) needs CAP_DAC_READ_SEARCH, which a runtime running
+    // as root has; it spares the walk through /proc/self/fd, whose dentries a fresh process
+    // would instantiate and its exit tear down again.
+    // SAFETY: a descriptor we own, an empty and a NUL-terminated path; linkat keeps neither.
+    let rc = unsafe {
+        libc::linkat(
+            file.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::AT_EMPTY_PATH,
+        )
+    };
+    if rc == 0 {
+        return Ok(true);
+    }
+    if std::io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST) {
+        return Ok(false);
+    }
+    let Ok(from) = std::ffi::CString::new(format!("/proc/self/fd/{}", file.as_raw_fd())) else {
         return Ok(false);
     };
     // SAFETY: two NUL-terminated paths we own; linkat does not keep them.

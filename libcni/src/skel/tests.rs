@@ -296,3 +296,12 @@ fn per_plugin_version_list() {
         o => panic!("{o:?}"),
     }
 }
+
+#[test]
+fn the_own_netns_asked_of_a_socket_is_the_one_proc_shows() {
+    assert_eq!(
+        own_netns_identity(),
+        ns_identity("/proc/thread-self/ns/net")
+    );
+    assert!(own_netns_identity().is_some());
+}
