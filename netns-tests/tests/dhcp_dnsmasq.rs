@@ -91,10 +91,24 @@ fn daemon_with(dhcp: &Path, dir: &TempDir, timing: &[&str]) -> (Guard, PathBuf) 
     (guard, socket)
 }
 
-fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+fn wait_for(what: &str, limit: Duration, f: impl FnMut() -> bool) {
+    wait_for_or(what, limit, f, String::new);
+}
+
+/// [`wait_for`], the failure message ending with what `detail` says at the timeout.
+fn wait_for_or(
+    what: &str,
+    limit: Duration,
+    mut f: impl FnMut() -> bool,
+    detail: impl Fn() -> String,
+) {
     let start = Instant::now();
     while !f() {
-        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        assert!(
+            start.elapsed() < limit,
+            "timed out waiting for {what}{}",
+            detail()
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
 }
@@ -102,20 +116,19 @@ fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
 /// Waits until dnsmasq's lease file in `dir` no longer holds `ip` (DEL's DHCPRELEASE was
 /// processed); on timeout the failure carries our daemon's and dnsmasq's logs.
 fn wait_for_release(dir: &TempDir, ip: &str) {
-    let start = Instant::now();
-    while std::fs::read_to_string(dir.join("leases"))
-        .unwrap_or_default()
-        .contains(ip)
-    {
-        let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "timed out waiting for the release of {ip}\n--- daemon.log\n{}\n--- dnsmasq log\n{}",
-            read("daemon.log"),
-            read("log")
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+    wait_for_or(
+        &format!("the release of {ip}"),
+        Duration::from_secs(5),
+        || !read("leases").contains(ip),
+        || {
+            format!(
+                "\n--- daemon.log\n{}\n--- dnsmasq log\n{}",
+                read("daemon.log"),
+                read("log")
+            )
+        },
+    );
 }
 
 fn count(path: &Path, needle: &str) -> usize {

@@ -532,9 +532,7 @@ impl Store {
     }
 
     fn append_journal(&mut self) -> io::Result<()> {
-        if self.index_file.is_none() {
-            return Ok(());
-        }
+        // Before borrowing the file: the fingerprint may read the hints again.
         let fp = self.fingerprint().ok();
         let Some(file) = self.index_file.as_ref() else {
             return Ok(());
