@@ -10,11 +10,13 @@ pub mod addr;
 pub mod bridge_port;
 #[cfg(feature = "cni")]
 pub mod cni;
+mod detach;
 pub mod error;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
 pub mod kernel;
 pub mod link;
+mod link_delete;
 pub mod link_kinds;
 pub mod link_move;
 mod link_reply;

@@ -11,6 +11,7 @@ use netlink_packet_route::RouteNetlinkMessage;
 use rtnetlink::{LinkBridge, LinkMessageBuilder, LinkUnspec, LinkVeth};
 
 use crate::error::{Error, Result};
+use crate::link_delete::{self, Target};
 use crate::netlink::{LinkSummaryReplies, Socket, NLM_F_CREATE, NLM_F_EXCL};
 use crate::netns::Netns;
 
@@ -438,10 +439,11 @@ impl Socket {
             .map_err(|e| e.context(format!("failed to create link {name:?}")))
     }
 
-    /// Deletes the link (ENODEV if it is already gone).
+    /// Deletes the link (ENODEV if it is already gone). In a plugin process this returns
+    /// once the kernel has unlisted the link, not once it has freed it (`link_delete`).
     pub fn delete_link(&mut self, index: u32) -> Result<()> {
         let msg = LinkUnspec::new_with_index(index).build();
-        match self.request_ack(RouteNetlinkMessage::DelLink(msg), 0) {
+        match link_delete::delete(self, msg, Target::Index(index)) {
             Ok(()) => Ok(()),
             Err(e) => {
                 let name = self.describe_link(index);
@@ -450,11 +452,12 @@ impl Socket {
         }
     }
 
-    /// Deletes the link called `name`; `Ok(false)` when there was nothing to delete.
+    /// Deletes the link called `name`; `Ok(false)` when there was nothing to delete. Returns
+    /// as [`Socket::delete_link`] does.
     pub fn delete_link_by_name(&mut self, name: &str) -> Result<bool> {
         validate_ifname(name).map_err(|e| e.context(format!("failed to delete link {name:?}")))?;
         let msg = LinkUnspec::new_with_name(name).build();
-        match self.request_ack(RouteNetlinkMessage::DelLink(msg), 0) {
+        match link_delete::delete(self, msg, Target::Name(name)) {
             Ok(()) => Ok(true),
             Err(e) if e.is_not_found() => Ok(false),
             Err(e) => Err(e.context(format!("failed to delete link {name:?}"))),

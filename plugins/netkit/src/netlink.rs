@@ -205,6 +205,12 @@ pub struct Socket {
     buf: Vec<u8>,
 }
 
+impl std::os::fd::AsRawFd for Socket {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.sock)
+    }
+}
+
 impl Socket {
     /// Opens a socket in the calling thread's current netns.
     pub fn new() -> Result<Socket> {
@@ -376,7 +382,7 @@ impl Socket {
 }
 
 /// A request as sent: flags set, sequence number filled in by [`Socket::exchange`].
-fn encode(msg: RouteNetlinkMessage, flags: u16) -> Vec<u8> {
+pub(crate) fn encode(msg: RouteNetlinkMessage, flags: u16) -> Vec<u8> {
     let mut header = NetlinkHeader::default();
     header.flags = NLM_F_REQUEST | flags;
     let mut packet = NetlinkMessage::new(header, NetlinkPayload::from(msg));
@@ -384,6 +390,16 @@ fn encode(msg: RouteNetlinkMessage, flags: u16) -> Vec<u8> {
     let mut out = vec![0u8; packet.buffer_len()];
     packet.serialize(&mut out);
     out
+}
+
+/// The outcome of a request without reply data (sent with sequence number `seq`), from the
+/// datagram that carried its ACK or error.
+pub(crate) fn decode_ack(seq: u32, datagram: &[u8]) -> Result<()> {
+    let mut reply = Reply::<AckOnly>::new(seq, false);
+    if !reply.absorb(datagram)? {
+        return Err(Error::protocol("", "netlink reply without an ACK"));
+    }
+    unexpected_before_ack(reply.skipped)
 }
 
 fn unexpected_before_ack(count: usize) -> Result<()> {

@@ -39,14 +39,23 @@ fn open_thread_netns() -> std::io::Result<File> {
     if raw >= 0 {
         // SAFETY: `raw` is a descriptor we just created and own.
         let sock = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: SIOCGSKNS takes no argument; it returns a new O_CLOEXEC descriptor.
-        let ns = unsafe { libc::ioctl(sock.as_raw_fd(), SIOCGSKNS as _) };
-        if ns >= 0 {
-            // SAFETY: the ioctl's result is a fresh descriptor nobody else owns.
-            return Ok(File::from(unsafe { OwnedFd::from_raw_fd(ns) }));
+        if let Ok(ns) = netns_of_socket(sock.as_raw_fd()) {
+            return Ok(ns);
         }
     }
     File::open(THREAD_NETNS)
+}
+
+/// A descriptor of the netns socket `fd` lives in (`SIOCGSKNS`: CAP_NET_ADMIN, Linux 4.9).
+fn netns_of_socket(fd: std::os::fd::RawFd) -> std::io::Result<File> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    // SAFETY: SIOCGSKNS takes no argument; it returns a new O_CLOEXEC descriptor.
+    let ns = unsafe { libc::ioctl(fd, SIOCGSKNS as _) };
+    if ns < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the ioctl's result is a fresh descriptor nobody else owns.
+    Ok(File::from(unsafe { OwnedFd::from_raw_fd(ns) }))
 }
 
 /// An open network namespace file (e.g. `/run/netns/x` or `/proc/<pid>/ns/net`).
@@ -101,6 +110,16 @@ impl Netns {
     /// The calling thread's current netns.
     pub fn current() -> Result<Netns> {
         Netns::open(THREAD_NETNS)
+    }
+
+    /// The netns the socket `fd` lives in (shown as `what` in errors).
+    pub(crate) fn of_socket(fd: std::os::fd::RawFd, what: &str) -> Result<Netns> {
+        let file = netns_of_socket(fd)
+            .map_err(|e| Error::io(format!("failed to find the netns of {what}"), e))?;
+        Ok(Netns {
+            file,
+            path: PathBuf::from(what),
+        })
     }
 
     /// The path this handle was opened from.

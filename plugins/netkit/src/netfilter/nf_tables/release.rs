@@ -28,21 +28,26 @@
 //! * Once a plugin process (one run by a runtime, which waits for it: `CNI_COMMAND` is set)
 //!   has committed a transaction that does leave destroy work ([`note_deferred_destroy`]),
 //!   every nf_tables socket it drops is kept open instead ([`release`]): any close would wait
-//!   for that work. Long-running processes (the node agent) and tests close as usual.
+//!   for that work. In a DEL or GC this holds from the start: the work may be another
+//!   plugin's (portmap's deletions, just before bridge's DEL looks up its masquerade chain),
+//!   and the netns's destroy work is flushed by any socket's release. Long-running processes
+//!   (the node agent) and tests close as usual.
 //! * At exit (an `atexit` handler, run by `exit()` after the plugin wrote and flushed its
 //!   result), the kept sockets are handed to a forked child that holds nothing else: it
 //!   closes every other descriptor at once (so the runtime reads EOF on stdout and stderr as
-//!   soon as the plugin exits), waits for a grace period of its own without any lock
+//!   soon as the plugin exits), waits for two grace periods of its own without any lock
 //!   (`membarrier(MEMBARRIER_CMD_GLOBAL)` is `synchronize_rcu`), by which time the destroy
 //!   work has run, then closes the sockets (the flush then finds nothing to wait for and the
 //!   commit mutex is held only for an instant) and exits. The plugin exits at once; the
-//!   child, reparented to init (or the runtime's subreaper), lives one grace period, owns no
+//!   child, reparented to init (or the runtime's subreaper), lives two grace periods, owns no
 //!   nf_tables table (we never set `NFT_TABLE_F_OWNER`), holds no file lock and no state.
 //!
 //! Everything the plugin committed is in force and visible before its result is printed:
 //! only the freeing of deleted objects happens later, as it would anyway.
 
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+
+use crate::detach::close_all_but;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, Once};
 
@@ -61,6 +66,10 @@ pub(crate) fn note_deferred_destroy() {
         return;
     }
     DESTROY_PENDING.store(true, Ordering::SeqCst);
+    hand_off_at_exit();
+}
+
+fn hand_off_at_exit() {
     AT_EXIT.call_once(|| {
         // SAFETY: registers a plain extern "C" function; atexit has no other precondition.
         // If registration fails the sockets are simply closed by the exit itself.
@@ -68,9 +77,21 @@ pub(crate) fn note_deferred_destroy() {
     });
 }
 
-/// Whether this plugin process keeps its nf_tables sockets for exit.
+/// Whether this plugin process keeps its nf_tables sockets for exit: once a commit of its
+/// own left destroy work, and throughout a DEL or GC, whose chain runs removals one plugin
+/// after the other: portmap's or the firewall's deletions leave destroy work in the netns,
+/// which the next plugin's first close (bridge's masquerade lookup) would wait for.
 pub fn keeps_sockets_for_exit() -> bool {
-    DESTROY_PENDING.load(Ordering::SeqCst)
+    DESTROY_PENDING.load(Ordering::SeqCst) || in_removal()
+}
+
+fn in_removal() -> bool {
+    matches!(
+        std::env::var_os("CNI_COMMAND")
+            .as_deref()
+            .and_then(|c| c.to_str()),
+        Some("DEL" | "GC")
+    )
 }
 
 /// Closes `sock` now, or keeps it for [`hand_off`] at exit when closing would wait.
@@ -82,6 +103,7 @@ pub(crate) fn release(sock: netlink_sys::Socket) {
     if kept.len() >= MAX_KEPT {
         return drop(sock);
     }
+    hand_off_at_exit();
     // SAFETY: into_raw_fd hands over sole ownership of a valid open descriptor.
     kept.push(unsafe { OwnedFd::from_raw_fd(sock.into_raw_fd()) });
 }
@@ -107,6 +129,10 @@ pub(crate) fn hand_off(fds: Vec<OwnedFd>) -> Option<libc::pid_t> {
         0 => unsafe {
             close_all_but(&raw);
             // Not holding the commit mutex while the destroy work's grace period elapses.
+            // Twice: the work starts its own grace period only once a kworker runs it, which
+            // may be after ours began; a close before it ends flushes it holding the commit
+            // mutex, which a link's unregistration (under RTNL) then waits for.
+            libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0);
             libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0);
             for fd in &raw {
                 libc::close(*fd);
@@ -126,29 +152,6 @@ pub(crate) fn hand_off(fds: Vec<OwnedFd>) -> Option<libc::pid_t> {
 
 /// `MEMBARRIER_CMD_GLOBAL` (linux/membarrier.h): returns after an RCU grace period.
 const MEMBARRIER_CMD_GLOBAL: libc::c_int = 1;
-
-/// Closes every descriptor except `keep` (sorted). Async-signal-safe.
-unsafe fn close_all_but(keep: &[RawFd]) {
-    let mut from: u32 = 0;
-    for &fd in keep {
-        let fd = fd as u32;
-        if fd > from {
-            close_range(from, fd - 1);
-        }
-        from = fd + 1;
-    }
-    close_range(from, u32::MAX);
-}
-
-unsafe fn close_range(first: u32, last: u32) {
-    if libc::syscall(libc::SYS_close_range, first, last, 0) == 0 {
-        return;
-    }
-    // Kernels before 5.9: close what a plugin can have open.
-    for fd in first..=last.min(4095) {
-        libc::close(fd as RawFd);
-    }
-}
 
 #[cfg(test)]
 mod tests {
