@@ -1110,6 +1110,10 @@ fn del_floor(
     let net = Net::new(&format!("floor-{tag}"), chain);
     let (mut floors, mut ours) = (Vec::new(), Vec::new());
     let mut unmeasured = 0;
+    // A DEL returns once its links are unlisted; the children that wait out their freeing
+    // (and release nf_tables sockets) become ours, and are waited for, untimed, after every
+    // DEL: otherwise the next timed deletion would queue behind their `rcu_barrier`.
+    become_subreaper();
     for pass in 0..DEL_FLOOR_PASSES {
         let mut ifb_of = Vec::new();
         for p in pods {
@@ -1120,6 +1124,7 @@ fn del_floor(
         for (i, (p, ifb)) in pods.iter().zip(&ifb_of).enumerate() {
             if i % 2 == pass % 2 {
                 let r = net.cnitool_caps(o, &o.ours, "del", p.path_str(), caps);
+                reap_orphans();
                 if r.ok {
                     ours.push(r.elapsed);
                 } else {
@@ -1138,6 +1143,7 @@ fn del_floor(
                 _ => unmeasured += 1,
             }
             net.cnitool_caps(o, &o.ours, "del", p.path_str(), caps);
+            reap_orphans();
         }
     }
     if unmeasured > 0 {
@@ -1147,6 +1153,25 @@ fn del_floor(
         );
     }
     (trimmed_mean(floors), trimmed_mean(ours))
+}
+
+/// Makes the bench the reaper of its orphaned descendants (a plugin's detached children).
+fn become_subreaper() {
+    // SAFETY: a plain prctl on our own process.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+}
+
+/// Waits for every child left (the bench's own ones are all reaped by then): the orphans a
+/// plugin left, once they exit.
+fn reap_orphans() {
+    loop {
+        let mut status = 0;
+        // SAFETY: waits for any child of ours; the status goes to a local.
+        let r = unsafe { libc::waitpid(-1, &mut status, 0) };
+        if r < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return;
+        }
+    }
 }
 
 /// Passes of [`del_floor`]: each pod is timed this many times, half of them as our DEL.
