@@ -269,14 +269,10 @@ impl RunningPlugin {
     pub fn finish(self) -> Result<Vec<u8>, CniError> {
         let output = match self.state {
             Running::Done(output) => output,
-            Running::Child(child) => {
-                child
-                    .wait_with_output()
-                    .map_err(|source| InvokeError::Exec {
-                        plugin: self.plugin,
-                        source,
-                    })?
-            }
+            Running::Child(child) => collect_output(child).map_err(|source| InvokeError::Exec {
+                plugin: self.plugin,
+                source,
+            })?,
         };
         if output.status.success() {
             pass_stderr_through(&output.stderr);
@@ -400,22 +396,20 @@ const PIPE_MIN_CAPACITY: usize = 4096;
 
 fn start_once(plugin: &Path, stdin: &[u8], env: &[(String, String)]) -> std::io::Result<Running> {
     let mut cmd = Command::new(plugin);
-    cmd.stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     for (k, v) in env {
         cmd.env(OsStr::new(k), OsStr::new(v));
     }
+    if stdin.len() <= PIPE_MIN_CAPACITY {
+        // An empty pipe takes this much without blocking, so the input is in the pipe, and
+        // its end written, before the plugin starts: its first read finds it whole instead
+        // of waiting for us (an exec sits on every pod's ADD path), and no thread is needed.
+        cmd.stdin(filled_pipe(stdin)?);
+        return Ok(Running::Child(cmd.spawn()?));
+    }
+    cmd.stdin(Stdio::piped());
     let mut child = cmd.spawn()?;
     let child_stdin = child.stdin.take();
-    if stdin.len() <= PIPE_MIN_CAPACITY {
-        // An empty pipe takes this much without blocking, so no thread is needed (an exec
-        // sits on every pod's ADD path). A plugin that exits unread closes the pipe: not ours.
-        if let Some(mut pipe) = child_stdin {
-            let _ = pipe.write_all(stdin);
-        }
-        return Ok(Running::Child(child));
-    }
     // Feed stdin from another thread: a plugin may write a lot before reading all its input.
     std::thread::scope(|scope| {
         scope.spawn(move || {
@@ -424,8 +418,94 @@ fn start_once(plugin: &Path, stdin: &[u8], env: &[(String, String)]) -> std::io:
                 let _ = pipe.write_all(stdin);
             }
         });
-        child.wait_with_output().map(Running::Done)
+        collect_output(child).map(Running::Done)
     })
+}
+
+/// A pipe holding `input` (at most [`PIPE_MIN_CAPACITY`] bytes) with its write end closed,
+/// as a child's stdin.
+fn filled_pipe(input: &[u8]) -> std::io::Result<Stdio> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 fills two new descriptors on success, which become ours.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just created and nobody else owns them.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    std::fs::File::from(write).write_all(input)?;
+    Ok(Stdio::from(read))
+}
+
+/// What reading a plugin's stdout and stderr starts with: a result fits.
+const OUTPUT_CHUNK: usize = 16 * 1024;
+
+/// Reads the child's stdout and stderr to their ends, both at once (a plugin may fill one
+/// while we wait on the other), then reaps it. std's `wait_with_output` does the same with
+/// buffers that start at 32 bytes, which costs a result a read per doubling.
+fn collect_output(mut child: Child) -> std::io::Result<std::process::Output> {
+    use std::os::fd::AsRawFd;
+    let (Some(mut out_pipe), Some(mut err_pipe)) = (child.stdout.take(), child.stderr.take())
+    else {
+        return child.wait_with_output();
+    };
+    let mut stdout = Vec::new();
+    let mut stderr = Vec::new();
+    let mut chunk = vec![0u8; OUTPUT_CHUNK];
+    let (mut out_open, mut err_open) = (true, true);
+    while out_open || err_open {
+        let mut fds = [
+            libc::pollfd {
+                fd: if out_open { out_pipe.as_raw_fd() } else { -1 },
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: if err_open { err_pipe.as_raw_fd() } else { -1 },
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: polls two descriptors we own, for as long as `fds` lives.
+        if unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) } < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if fds[0].revents != 0 {
+            out_open = read_some(&mut out_pipe, &mut chunk, &mut stdout)?;
+        }
+        if fds[1].revents != 0 {
+            err_open = read_some(&mut err_pipe, &mut chunk, &mut stderr)?;
+        }
+    }
+    let status = child.wait()?;
+    Ok(std::process::Output {
+        status,
+        stdout,
+        stderr,
+    })
+}
+
+/// One read from a ready pipe into `into`; false at its end.
+fn read_some(
+    pipe: &mut impl std::io::Read,
+    chunk: &mut [u8],
+    into: &mut Vec<u8>,
+) -> std::io::Result<bool> {
+    loop {
+        match pipe.read(chunk) {
+            Ok(0) => return Ok(false),
+            Ok(n) => {
+                into.extend_from_slice(&chunk[..n]);
+                return Ok(true);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 fn pass_stderr_through(stderr: &[u8]) {

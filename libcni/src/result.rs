@@ -543,21 +543,21 @@ fn to_020(r: &CniResult, target: &str) -> Result<Wire020, CniError> {
     Ok(w)
 }
 
-/// `v` with the keys of every object in byte order, as Go's `json.Marshal` of a map.
-fn sorted_keys(v: Value) -> Value {
+/// `v` with the keys of every object in byte order, as Go's `json.Marshal` of a map. Sorted
+/// in place: the objects keep their entries (and the hashes of their keys).
+fn sorted_keys(mut v: Value) -> Value {
+    sort_keys_in_place(&mut v);
+    v
+}
+
+fn sort_keys_in_place(v: &mut Value) {
     match v {
         Value::Object(m) => {
-            let mut entries: Vec<(String, Value)> = m.into_iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(&b.0));
-            Value::Object(
-                entries
-                    .into_iter()
-                    .map(|(k, v)| (k, sorted_keys(v)))
-                    .collect(),
-            )
+            m.sort_keys();
+            m.values_mut().for_each(sort_keys_in_place);
         }
-        Value::Array(a) => Value::Array(a.into_iter().map(sorted_keys).collect()),
-        other => other,
+        Value::Array(a) => a.iter_mut().for_each(sort_keys_in_place),
+        _ => {}
     }
 }
 

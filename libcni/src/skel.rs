@@ -418,6 +418,16 @@ pub fn about_text(about: &str) -> String {
     }
 }
 
+/// Writes the whole answer to stdout in one `write` where the pipe takes it: std's stdout is
+/// line-buffered, which would split an indented result at its last newline and wake the
+/// runtime twice.
+fn write_stdout(bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: fd 1 is the process's stdout; ManuallyDrop keeps it open after the write.
+    let mut out = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(1) });
+    out.write_all(bytes)
+}
+
 /// The plugin's `main`: dispatches on the real environment and stdin, prints, exits.
 pub fn run(plugin: &impl Plugin, about: &str) -> ! {
     run_versions(plugin, about, version::SUPPORTED_VERSIONS)
@@ -433,15 +443,13 @@ pub fn run_versions(plugin: &impl Plugin, about: &str, supported: &[&str]) -> ! 
             0
         }
         Outcome::Print(s) => {
-            let mut out = std::io::stdout().lock();
             // A closed stdout leaves nothing useful to do; the exit code still tells success.
-            let _ = out.write_all(s.as_bytes()).and_then(|_| out.flush());
+            let _ = write_stdout(s.as_bytes());
             0
         }
         Outcome::Done => 0,
         Outcome::Fail(s) => {
-            let mut out = std::io::stdout().lock();
-            let _ = out.write_all(s.as_bytes()).and_then(|_| out.flush());
+            let _ = write_stdout(s.as_bytes());
             1
         }
     };
