@@ -600,6 +600,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_prefilled_stdin_and_two_outputs_bigger_than_a_pipe_arrive_whole() {
+        // Each output is bigger than a pipe holds, so reading one to its end before the other
+        // would deadlock; the input must be there, with its end, when the child starts.
+        let script = "cat; head -c 200000 /dev/zero | tr '\\0' a; \
+                      head -c 100000 /dev/zero | tr '\\0' b >&2";
+        let child = Command::new("/bin/sh")
+            .args(["-c", script])
+            .stdin(filled_pipe(b"{\"cniVersion\":\"1.1.0\"}").unwrap())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = collect_output(child).unwrap();
+        assert!(out.status.success());
+        let (input, rest) = out.stdout.split_at(22);
+        assert_eq!(input, b"{\"cniVersion\":\"1.1.0\"}");
+        assert_eq!(rest.len(), 200_000);
+        assert!(rest.iter().all(|b| *b == b'a'));
+        assert_eq!(out.stderr.len(), 100_000);
+        assert!(out.stderr.iter().all(|b| *b == b'b'));
+    }
+
+    #[test]
     fn env_holds_all_six_variables() {
         let args = ExecArgs {
             command: "ADD".into(),
