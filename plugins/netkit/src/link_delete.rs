@@ -67,12 +67,13 @@ fn delete_with(
     target: Target<'_>,
     detach: bool,
 ) -> Result<()> {
+    let request = netlink::encode(RouteNetlinkMessage::DelLink(msg), NLM_F_ACK);
     if detach {
-        if let Some(pending) = Pending::start(sock, &msg) {
-            return pending.wait(sock, msg, target);
+        if let Some(pending) = Pending::start(sock, &request) {
+            return pending.wait(sock, request, target);
         }
     }
-    sock.request_ack(RouteNetlinkMessage::DelLink(msg), 0)
+    sock.request_ack_encoded(request)
 }
 
 /// Children sent off and possibly still waiting; past [`MAX_CHILDREN`] deletions wait.
@@ -95,9 +96,9 @@ struct Pending {
 }
 
 impl Pending {
-    /// Forks the child that sends `msg`; `None` when anything of it cannot be set up (the
+    /// Forks the child that sends `request`; `None` when anything of it cannot be set up (the
     /// caller then deletes and waits).
-    fn start(sock: &Socket, msg: &LinkMessage) -> Option<Pending> {
+    fn start(sock: &Socket, request: &[u8]) -> Option<Pending> {
         if CHILDREN.load(Ordering::Relaxed) >= MAX_CHILDREN {
             return None;
         }
@@ -109,7 +110,7 @@ impl Pending {
             drop(guard);
             sockets?
         };
-        let mut request = netlink::encode(RouteNetlinkMessage::DelLink(msg.clone()), NLM_F_ACK);
+        let mut request = request.to_vec();
         request[8..12].copy_from_slice(&SEQ.to_ne_bytes());
         let (answer, report) = pipe()?;
         let mut keep = [requester.as_raw_fd(), report.as_raw_fd()];
@@ -143,7 +144,7 @@ impl Pending {
 
     /// Waits until the link is unlisted (its RTM_DELLINK arrived, or it is not listed any
     /// more) or the child reports the kernel's answer.
-    fn wait(mut self, sock: &mut Socket, msg: LinkMessage, target: Target<'_>) -> Result<()> {
+    fn wait(mut self, sock: &mut Socket, request: Vec<u8>, target: Target<'_>) -> Result<()> {
         let mut buf = Vec::with_capacity(64 * 1024);
         let mut listening = true;
         loop {
@@ -169,10 +170,10 @@ impl Pending {
                     continue;
                 }
                 // Cannot wait for either: the child's answer is the only sure thing.
-                return self.answer_of_child(sock, msg);
+                return self.answer_of_child(sock, request);
             }
             if fds[0].revents != 0 {
-                return self.answer_of_child(sock, msg);
+                return self.answer_of_child(sock, request);
             }
             if fds[1].revents != 0 {
                 match self.drain_notifications(&mut buf, target) {
@@ -206,14 +207,14 @@ impl Pending {
 
     /// The ACK the child read (it writes it and exits); without one (the child died first)
     /// the request is sent here and waited for.
-    fn answer_of_child(&mut self, sock: &mut Socket, msg: LinkMessage) -> Result<()> {
+    fn answer_of_child(&mut self, sock: &mut Socket, request: Vec<u8>) -> Result<()> {
         let mut ack = Vec::with_capacity(ACK_BUF_LEN);
         let read = self.answer.read_to_end(&mut ack);
         // The child has answered (or died): it is not out waiting any more.
         CHILDREN.fetch_sub(1, Ordering::Relaxed);
         match read {
             Ok(n) if n > 0 => netlink::decode_ack(SEQ, &ack),
-            _ => sock.request_ack(RouteNetlinkMessage::DelLink(msg), 0),
+            _ => sock.request_ack_encoded(request),
         }
     }
 }

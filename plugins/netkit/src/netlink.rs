@@ -321,6 +321,13 @@ impl Socket {
         unexpected_before_ack(outcome.skipped)
     }
 
+    /// [`Socket::request_ack`] of a request [`encode`]d already (its sequence number is set
+    /// here).
+    pub(crate) fn request_ack_encoded(&mut self, request: Vec<u8>) -> Result<()> {
+        let outcome = self.exchange::<AckOnly>(request, &mut |_| {})?;
+        unexpected_before_ack(outcome.skipped)
+    }
+
     /// One send + receive round of an encoded request: every reply message `R` expects goes
     /// to `sink`, datagram by datagram.
     fn exchange<R: Replies>(
