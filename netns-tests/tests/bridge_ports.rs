@@ -472,6 +472,57 @@ fn existing_bridge_keeps_its_mac_through_add_and_del() {
     }
 }
 
+/// The bridge's neighbour entries (the gateway's ARP cache of its pods) survive the ADDs of
+/// other pods: the MAC is pinned once, and setting a MAC (even the same one) would flush them.
+#[test]
+fn neighbour_entries_of_the_bridge_survive_the_next_pods_add() {
+    require_root!();
+    let imp = ours();
+    let host = Netns::new("brnb-host");
+    let ipam = TempDir::new("brnb-ipam");
+    let c = conf(
+        "1.0.0",
+        "nbnet",
+        Some(&ipam),
+        json!([[{"subnet": "10.91.0.0/24"}]]),
+        json!({"isGateway": true}),
+    );
+    let pods: Vec<Netns> = (0..3).map(|_| Netns::new("brnb-pod")).collect();
+    let first = Attachment::new(&imp, &host, "nb0", &pods[0]);
+    let r0 = first.add(&c);
+    let pinned = mac_of(&host, "cni0");
+    host.exec_ok(&[
+        "ip",
+        "neigh",
+        "replace",
+        "10.91.0.200",
+        "lladdr",
+        "02:00:00:00:00:c8",
+        "dev",
+        "cni0",
+        "nud",
+        "stale",
+    ]);
+    let entries =
+        |host: &Netns| host.exec_ok(&["ip", "neigh", "show", "dev", "cni0", "10.91.0.200"]);
+    let mut rest = Vec::new();
+    for (i, p) in pods.iter().enumerate().skip(1) {
+        let a = Attachment::new(&imp, &host, &format!("nb{i}"), p);
+        let r = a.add(&c);
+        assert!(
+            entries(&host).contains("02:00:00:00:00:c8"),
+            "ADD {i} flushed the bridge's neighbours: {:?}",
+            entries(&host)
+        );
+        assert_eq!(mac_of(&host, "cni0"), pinned, "after ADD {i}");
+        rest.push((a, r));
+    }
+    for (a, r) in rest {
+        a.del(&c, Some(&r));
+    }
+    first.del(&c, Some(&r0));
+}
+
 /// Both ends of a pod's veth have one TX and one RX queue (asked for at creation, which spares
 /// the kernel a queue cut and its RCU grace period under the RTNL lock), the port is up in the
 /// bridge, and the result names its real MAC (read once the port is up).

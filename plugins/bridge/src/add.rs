@@ -17,6 +17,7 @@ use netkit::link::{BridgeOptions, Link, VethSpec};
 use netkit::netfilter::iptables::Family;
 use netkit::netfilter::spoofcheck::SpoofChecker;
 use netkit::packet_route::link::{InfoBridge, LinkFlags, State};
+use netkit::sysfs::MacOrigin;
 use netkit::{AddressOptions, Kernel, Netlink};
 
 use crate::config::NetConf;
@@ -176,7 +177,7 @@ fn setup_port<K: Kernel, F: Netfilter>(
     let (netns, mut cont) = link::open_netns_with(kernel, &args.netns)?;
 
     let bridge = setup_bridge(kernel, &mut host, conf)?;
-    pin_bridge_mac(&mut host, &bridge)?;
+    pin_bridge_mac(kernel, &mut host, &bridge)?;
     let (host_veth, cont_link) = setup_veth(
         kernel, &mut host, &mut cont, &netns, &bridge, args, conf, rb,
     )?;
@@ -208,7 +209,20 @@ fn setup_port<K: Kernel, F: Netfilter>(
 /// takes its lowest port's MAC, which would change as pods come and go and leave neighbours
 /// with a stale entry for the gateway. A new bridge keeps its own random MAC (never a port's),
 /// and a bridge that already existed keeps the MAC it has.
-fn pin_bridge_mac<S: Netlink>(host: &mut S, br: &Link) -> Result<(), BridgeError> {
+///
+/// Only a bridge whose MAC is not pinned yet is pinned: setting a MAC, even the same one, makes
+/// the kernel flush the device's ARP and neighbour entries (and the IPv4 route cache), so
+/// pinning on every ADD (as the reference does) would make every pod re-resolve its neighbours
+/// through the gateway each time another pod starts, and it is one more request under the RTNL
+/// lock. Netlink does not say whether a MAC was set; sysfs does, when it shows this netns.
+fn pin_bridge_mac<K: Kernel>(
+    kernel: &K,
+    host: &mut K::Socket,
+    br: &Link,
+) -> Result<(), BridgeError> {
+    if kernel.host_mac_origin(br) == Some(MacOrigin::Set) {
+        return Ok(());
+    }
     if let Ok(mac) = <[u8; 6]>::try_from(br.mac.as_slice()) {
         host.set_link_mac(br.index, &mac)
             .map_err(BridgeError::PinMac)?;

@@ -32,6 +32,7 @@ use crate::error::{Error, Result};
 use crate::kernel::{Kernel, Netlink};
 use crate::link::{format_mac, validate_ifname, BridgeOptions, Link, VethSpec};
 use crate::route::{Route, TABLE_MAIN};
+use crate::sysfs::MacOrigin;
 use crate::tap::TapSpec;
 
 /// The key of the calling thread's namespace (what [`Kernel::socket`] opens).
@@ -1316,6 +1317,28 @@ impl Kernel for FakeKernel {
 
     fn host_sysctl_write_if_different(&self, key: &str, value: &str) -> Result<bool> {
         self.sysctl_write_if_different(&FakeNs(HOST.into()), key, value)
+    }
+
+    /// The model's MAC mark as sysfs shows it; an injected failure of the read stands for a
+    /// sysfs that does not show this link (mounted for another netns).
+    fn host_mac_origin(&self, link: &Link) -> Option<MacOrigin> {
+        let what = format!("cat /sys/class/net/{}/addr_assign_type", link.name);
+        self.op(HOST, what, |m, ns| {
+            let n = ns_ref(m, ns);
+            let shown = n
+                .links
+                .get(&link.index)
+                .is_some_and(|l| l.name == link.name && l.mac.as_slice() == link.mac.as_slice());
+            Ok(shown.then(|| {
+                if n.mac_set.contains(&link.index) {
+                    MacOrigin::Set
+                } else {
+                    MacOrigin::Random
+                }
+            }))
+        })
+        .ok()
+        .flatten()
     }
 }
 

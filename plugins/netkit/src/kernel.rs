@@ -20,6 +20,7 @@ use crate::netlink::Socket;
 use crate::netns::Netns;
 use crate::route::{Route, TABLE_MAIN};
 use crate::rule::Rule;
+use crate::sysfs::MacOrigin;
 use crate::tap::TapSpec;
 
 /// The netlink operations of one network namespace (what [`Socket`] does for the plugins).
@@ -155,6 +156,10 @@ pub trait Kernel: Clone + 'static {
     fn host_sysctl_write(&self, key: &str, value: &str) -> Result<()>;
     /// [`Kernel::host_sysctl_write`] only when `key` holds another value; whether it wrote.
     fn host_sysctl_write_if_different(&self, key: &str, value: &str) -> Result<bool>;
+    /// How the kernel came by the MAC of `link` (a link of the calling thread's netns), which
+    /// only sysfs tells; `None` when the mounted sysfs does not show this link
+    /// ([`crate::sysfs`]).
+    fn host_mac_origin(&self, link: &Link) -> Option<MacOrigin>;
 
     // bridge
 
@@ -228,6 +233,9 @@ impl Kernel for LiveKernel {
     }
     fn host_sysctl_write_if_different(&self, key: &str, value: &str) -> Result<bool> {
         crate::sysctl::write_if_different(key, value)
+    }
+    fn host_mac_origin(&self, link: &Link) -> Option<MacOrigin> {
+        crate::sysfs::mac_origin(link)
     }
     fn sysctl_write_all(&self, ns: &Netns, writes: &[SysctlWrite<'_>]) -> Result<Vec<Result<()>>> {
         ns.run(|| {

@@ -27,6 +27,7 @@ pub mod netns;
 pub mod route;
 pub mod rule;
 pub mod sysctl;
+pub mod sysfs;
 pub mod tap;
 pub mod tc;
 pub mod testutil;
