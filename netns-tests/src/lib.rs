@@ -35,6 +35,7 @@ pub mod chain;
 pub mod cluster;
 pub mod containerd;
 pub mod cri;
+pub mod exec_floor;
 pub mod netfilter;
 pub mod private_host;
 pub mod rng;
