@@ -747,6 +747,7 @@ fn concurrent(o: &Opts) {
     println!("\n## {n} concurrent ADDs, then {n} concurrent DELs (bridge + host-local)");
     let lab = Lab::new("conc", n);
     let pods = &lab.pods;
+    let _reaper = Subreaper::new();
     let mut wall = BTreeMap::new();
     for s in suites(o) {
         let net = Net::new(&format!("conc-{}", s.label), BRIDGE_CHAIN);
@@ -774,6 +775,7 @@ fn concurrent(o: &Opts) {
                 }
             }
             times.push(start.elapsed());
+            reap_orphans();
             let leases = net.leases();
             if failed > 0 || (verb == "add" && leases != n) || (verb == "del" && leases != 0) {
                 println!(
@@ -1215,9 +1217,9 @@ fn del_floor(
     let (mut floors, mut ours) = (Vec::new(), Vec::new());
     let mut unmeasured = 0;
     // A DEL returns once its links are unlisted; the children that wait out their freeing
-    // (and release nf_tables sockets) become ours, and are waited for, untimed, after every
-    // DEL: otherwise the next timed deletion would queue behind their `rcu_barrier`.
-    become_subreaper();
+    // (and release nf_tables sockets) are ours ([`Subreaper`], held by the section), and are
+    // waited for, untimed, after every DEL: otherwise the next timed deletion would queue
+    // behind their `rcu_barrier`.
     for pass in 0..DEL_FLOOR_PASSES {
         let mut ifb_of = Vec::new();
         for p in pods {
@@ -1259,10 +1261,28 @@ fn del_floor(
     (trimmed_mean(floors), trimmed_mean(ours))
 }
 
-/// Makes the bench the reaper of its orphaned descendants (a plugin's detached children).
-fn become_subreaper() {
-    // SAFETY: a plain prctl on our own process.
-    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+/// While it lives, the bench is the reaper of its orphaned descendants: the children a DEL
+/// leaves to wait out the kernel's freeing of its links (and to release nf_tables sockets).
+/// [`reap_orphans`] after a DEL then waits for them, untimed, so the next timed step does not
+/// run beside another step's deferred kernel work (the reference's DEL does all of it before
+/// returning, so its next step always starts on a settled machine). When dropped, it waits
+/// for the last ones and stops being the reaper.
+struct Subreaper;
+
+impl Subreaper {
+    fn new() -> Subreaper {
+        // SAFETY: a plain prctl on our own process.
+        unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+        Subreaper
+    }
+}
+
+impl Drop for Subreaper {
+    fn drop(&mut self) {
+        reap_orphans();
+        // SAFETY: as above.
+        unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0) };
+    }
 }
 
 /// Waits for every child left (the bench's own ones are all reaped by then): the orphans a
@@ -1304,6 +1324,7 @@ fn add_del_medians(
             failures += usize::from(!r.ok);
             d.push(r.elapsed);
         }
+        reap_orphans();
         if failures > 0 || net.leases() != 0 {
             println!(
                 "  {} {tag}: {failures} failed calls, {} leases left",
@@ -1364,6 +1385,7 @@ fn concurrent_adds(o: &Opts, chain: &str, pods: &[Netns]) -> BTreeMap<&'static s
             for p in pods {
                 net.cnitool(o, s.dir, "del", p.path_str());
             }
+            reap_orphans();
         }
     }
     walls.into_iter().map(|(k, v)| (k, median(v))).collect()
@@ -1448,6 +1470,7 @@ fn latency(o: &Opts, l: &mut Latency) {
     let pods_n = 30;
     println!("\n## Latency goals: {pods_n} pods sequential through cnitool (median per pod); plugin time = figure − cnitool start-up");
     let lab = Lab::new("lat", pods_n);
+    let _reaper = Subreaper::new();
     let startup_net = Net::new("lat-startup", PLAIN_CHAIN);
     l.startup = client_startup(o, &startup_net);
     report(
