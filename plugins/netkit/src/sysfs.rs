@@ -46,7 +46,7 @@ pub fn mac_origin(link: &Link) -> Option<MacOrigin> {
 
 /// [`mac_origin`] under another root (tests).
 pub(crate) fn mac_origin_under(root: &str, link: &Link) -> Option<MacOrigin> {
-    if link.name.is_empty() || link.name.contains('/') || link.name.starts_with('.') {
+    if matches!(link.name.as_str(), "" | "." | "..") || link.name.contains('/') {
         return None;
     }
     let dir = open_dir(&format!("{root}/{}", link.name))?;
