@@ -207,11 +207,29 @@ fn retry(
                 eprintln!("dhcp: {e}; retrying in {:.1}s", wait.as_secs_f64());
                 match stop.recv_timeout(wait) {
                     Err(RecvTimeoutError::Timeout) => {}
-                    _ => return Err(io::Error::other("stopped")),
+                    _ => return Err(io::Error::other(Stopped)),
                 }
             }
         }
     }
+}
+
+/// What [`retry`] fails with when the lease was stopped during a pause. The stop message is
+/// consumed there, and the sender may not be gone yet, so the channel alone cannot tell the
+/// caller afterwards: the error itself must.
+#[derive(Debug)]
+struct Stopped;
+
+impl std::fmt::Display for Stopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("stopped")
+    }
+}
+
+impl std::error::Error for Stopped {}
+
+fn is_stop(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<Stopped>())
 }
 
 /// A maintained lease.
@@ -291,7 +309,10 @@ impl Lease {
                     client::extend(s, &self.identity, &lease, false, limit)
                 })
             })
-            .or_else(|_| {
+            .or_else(|e| {
+                if is_stop(&e) {
+                    return Err(e);
+                }
                 eprintln!("dhcp: {}: renewal failed, rebinding", self.client_id);
                 retry(&timing, GiveUp::at(times.expire), &stop, |limit| {
                     with_socket(&self.place, |s, _| {
@@ -305,7 +326,8 @@ impl Lease {
                     times = times_of(&b.ack);
                     *self.bound.lock().unwrap_or_else(|e| e.into_inner()) = b;
                 }
-                Err(_) if stop_requested(&stop) => return self.release(),
+                // A DEL during the retries: the lease is still ours to give back.
+                Err(e) if is_stop(&e) || stop_requested(&stop) => return self.release(),
                 Err(e) => {
                     eprintln!(
                         "dhcp: {}: lease expired ({e}), bringing the interface down",
@@ -512,6 +534,40 @@ mod tests {
                                {"dst": "192.168.5.0/24", "gw": "0.0.0.0", "scope": 253}])
         );
         assert!(result_of(&ack(&[]), 0).is_err());
+    }
+
+    fn quick_timing() -> Timing {
+        Timing {
+            timeout: Duration::from_millis(10),
+            resend_max: Duration::from_secs(8),
+            resend_timeout: None,
+            broadcast: false,
+        }
+    }
+
+    #[test]
+    fn a_stop_during_the_retries_is_told_apart_from_a_failure() {
+        let failing = |_: client::Limit| -> io::Result<Bound> { Err(io::Error::other("no reply")) };
+        let far = GiveUp::at(Instant::now() + Duration::from_secs(60));
+        // The stop message waiting, its sender still alive (the DEL's thread between its send
+        // and the sender's drop): the message is consumed, and the error says it was a stop.
+        let (tx, rx) = mpsc::channel();
+        tx.send(()).unwrap();
+        let e = retry(&quick_timing(), far, &rx, failing).unwrap_err();
+        assert!(is_stop(&e), "{e}");
+        assert!(!stop_requested(&rx), "the channel alone no longer tells");
+        drop(tx);
+        // The sender gone.
+        let (tx, rx) = mpsc::channel::<()>();
+        drop(tx);
+        assert!(is_stop(
+            &retry(&quick_timing(), far, &rx, failing).unwrap_err()
+        ));
+        // Retries running out are a failure, not a stop.
+        let (_tx, rx) = mpsc::channel::<()>();
+        let e = retry(&quick_timing(), GiveUp::at(Instant::now()), &rx, failing).unwrap_err();
+        assert!(!is_stop(&e), "{e}");
+        assert!(!is_stop(&io::Error::other("stopped")));
     }
 
     #[test]
