@@ -21,9 +21,10 @@
 //! RTNLGRP_LINK in the same netns. The link's RTM_DELLINK (family AF_UNSPEC) is sent after
 //! the link and, for a veth, its peer were unlisted and after the link's notifiers ran (the
 //! peer's run right after it in the same RTNL section, which any later RTNL request waits
-//! for): the plugin carries on from there. The child waits out `netdev_run_todo`, holding nothing but its
-//! socket (RTNL is released before the barrier; every other descriptor is closed, so the
-//! runtime sees EOF when the plugin exits), and exits; nothing of it can outlive a reboot.
+//! for): the plugin carries on from there. The child waits out `netdev_run_todo`, holding
+//! nothing but its socket (RTNL is released before the barrier; every other descriptor is
+//! closed, so the runtime sees EOF when the plugin exits), and exits; nothing of it can
+//! outlive a reboot.
 //! A refused request (an error ACK, which comes at once) reaches the plugin through a pipe,
 //! with the kernel's text. When the notifications overflow the listener's buffer, the
 //! plugin asks whether the link is still listed. When anything of this cannot be set up
