@@ -247,7 +247,17 @@ fn ns_identity(path: &str) -> Option<(u64, u64)> {
 /// that netns; `SIOCGSKNS` gives a descriptor of it): stat'ing `/proc/self/ns/net` would make
 /// a fresh process instantiate its `/proc/<pid>` dentries, which its exit then tears down.
 /// The ioctl needs CAP_NET_ADMIN (plugins run as root); without it the path is used.
+///
+/// Asked once per thread: a plugin dispatches from its main thread, which is back in its own
+/// netns whenever it does (an IPAM plugin linked into its caller dispatches again).
 fn own_netns_identity() -> Option<(u64, u64)> {
+    thread_local! {
+        static OWN: std::cell::OnceCell<Option<(u64, u64)>> = const { std::cell::OnceCell::new() };
+    }
+    OWN.with(|own| *own.get_or_init(ask_own_netns_identity))
+}
+
+fn ask_own_netns_identity() -> Option<(u64, u64)> {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     use std::os::unix::fs::MetadataExt;
     const SIOCGSKNS: libc::c_ulong = 0x894c;

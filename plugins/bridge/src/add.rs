@@ -296,6 +296,7 @@ fn setup_veth<K: Kernel>(
     rb: &mut Rollback,
 ) -> Result<(HostEnd, Link), BridgeError> {
     let mut host_name = String::new();
+    let mut described = None;
     for attempt in 0..VETH_NAME_ATTEMPTS {
         let candidate = link::random_veth_name()?;
         let spec = VethSpec {
@@ -309,9 +310,10 @@ fn setup_veth<K: Kernel>(
             up: false,
             ..Default::default()
         };
-        match host.create_veth(&spec, Some(netns)) {
-            Ok(()) => {
+        match host.create_veth_described(&spec, Some(netns), cont) {
+            Ok(ends) => {
                 host_name = candidate;
+                described = ends;
                 break;
             }
             Err(e) if e.is_exists() => {
@@ -327,15 +329,21 @@ fn setup_veth<K: Kernel>(
     }
     link::undo_delete_host_with(kernel, rb, &host_name);
 
-    let cont_link = cont.link_by_name(&args.ifname)?;
-    // The host end's index is the container end's IFLA_LINK. Asking the host netns for the new
-    // link instead would make the kernel settle its pending carrier event there and then: the
-    // end is up and its peer not yet, so its qdisc is deactivated, which waits for an RCU
-    // grace period while holding the RTNL lock, once per pod, serialising concurrent ADDs.
-    // Once the container end is up the port has its carrier and reading it is cheap.
-    let index = match cont_link.link {
-        Some(index) => index,
-        None => host.link_by_name(&host_name)?.index,
+    // Described by the kernel as it made them, the ends need no lookup (each one a turn at
+    // the RTNL lock, which the node's concurrent ADDs queue for).
+    let (index, cont_link) = match described {
+        Some((here, peer)) => (here.index, peer),
+        None => {
+            let cont_link = cont.link_by_name(&args.ifname)?;
+            // The host end's index is the container end's IFLA_LINK: a lookup of the host
+            // end settles its pending carrier event there and then, which costs an RCU grace
+            // period under the RTNL lock when the end is up without its peer.
+            let index = match cont_link.link {
+                Some(index) => index,
+                None => host.link_by_name(&host_name)?.index,
+            };
+            (index, cont_link)
+        }
     };
     let host_veth = HostEnd {
         name: host_name,

@@ -176,6 +176,8 @@ struct Model {
     log: Vec<String>,
     next_index: u32,
     injections: Vec<Injection>,
+    /// Models a kernel before 6.3, which does not echo a new link to its creator.
+    no_new_link_echo: bool,
 }
 
 /// The fake kernel; clones share one model.
@@ -322,6 +324,12 @@ impl FakeKernel {
         let mut m = self.lock();
         m.log.clear();
         m.injections.clear();
+    }
+
+    /// From now on the kernel does not describe the veth pairs it creates (as before Linux
+    /// 6.3): [`Netlink::create_veth_described`] answers `None`.
+    pub fn without_new_link_echo(&self) {
+        self.lock().no_new_link_echo = true;
     }
 
     /// Makes operation number `n` (0-based, counted from the last reset) fail with EIO.
@@ -1115,6 +1123,21 @@ impl Netlink for FakeSocket {
             }
             Ok(())
         })
+    }
+
+    fn create_veth_described(
+        &mut self,
+        spec: &VethSpec<'_>,
+        peer_netns: Option<&FakeNs>,
+        peer_watch: &mut FakeSocket,
+    ) -> Result<Option<(Link, Link)>> {
+        self.create_veth(spec, peer_netns)?;
+        let m = self.kernel.lock();
+        if m.no_new_link_echo {
+            return Ok(None);
+        }
+        let end = |ns: &str, name: &str| ns_ref(&m, ns).by_name(name).map(|l| report(&m, ns, l));
+        Ok(end(&self.ns, spec.name).zip(end(&peer_watch.ns, spec.peer_name)))
     }
 
     fn set_link_alias(&mut self, index: u32, alias: &str) -> Result<()> {

@@ -98,6 +98,16 @@ pub trait Netlink {
     /// `spec.peer_netns` of the live type is ignored in favour of `peer_netns`. EEXIST when
     /// either name is taken in its namespace.
     fn create_veth(&mut self, spec: &VethSpec<'_>, peer_netns: Option<&Self::Ns>) -> Result<()>;
+    /// [`Netlink::create_veth`], also returning both ends (here, then the peer) as the kernel
+    /// described them while it created them, so that they need no lookup: `None` when it did
+    /// not (before Linux 6.3). `peer_watch` is a socket in the peer's netns, which hears
+    /// the peer's announcement.
+    fn create_veth_described(
+        &mut self,
+        spec: &VethSpec<'_>,
+        peer_netns: Option<&Self::Ns>,
+        peer_watch: &mut Self,
+    ) -> Result<Option<(Link, Link)>>;
     /// `ip link set dev X alias TEXT` (an empty text clears it).
     fn set_link_alias(&mut self, index: u32, alias: &str) -> Result<()>;
 
@@ -348,6 +358,18 @@ impl Netlink for Socket {
             ..spec.clone()
         };
         Socket::create_veth(self, &spec)
+    }
+    fn create_veth_described(
+        &mut self,
+        spec: &VethSpec<'_>,
+        peer_netns: Option<&Netns>,
+        peer_watch: &mut Socket,
+    ) -> Result<Option<(Link, Link)>> {
+        let spec = VethSpec {
+            peer_netns,
+            ..spec.clone()
+        };
+        Socket::create_veth_described(self, &spec, peer_watch)
     }
     fn set_link_alias(&mut self, index: u32, alias: &str) -> Result<()> {
         Socket::set_link_alias(self, index, alias)

@@ -12,7 +12,9 @@ use rtnetlink::{LinkBridge, LinkMessageBuilder, LinkUnspec, LinkVeth};
 
 use crate::error::{Error, Result};
 use crate::link_delete::{self, Target};
-use crate::netlink::{LinkSummaryReplies, Socket, NLM_F_CREATE, NLM_F_EXCL};
+use crate::netlink::{
+    LinkSummaryReplies, Socket, NLM_F_CREATE, NLM_F_ECHO, NLM_F_EXCL, RTNLGRP_LINK,
+};
 use crate::netns::Netns;
 
 /// Longest interface name the kernel accepts (IFNAMSIZ - 1).
@@ -502,50 +504,63 @@ impl Socket {
     /// so a peer name that exists only in this netns does not clash. EEXIST when either
     /// name is taken in its netns.
     pub fn create_veth(&mut self, spec: &VethSpec<'_>) -> Result<()> {
-        let ctx = || {
-            format!(
-                "failed to create veth pair {:?}/{:?}",
-                spec.name, spec.peer_name
-            )
+        let request = veth_request(spec)?;
+        self.request_ack(request, NLM_F_CREATE | NLM_F_EXCL)
+            .map_err(|e| e.context(veth_context(spec)))
+    }
+
+    /// [`Socket::create_veth`], returning both ends as the kernel described them while it
+    /// created them, so that no lookup has to ask again (each lookup takes the RTNL lock,
+    /// which every concurrent ADD on the node queues for): this end from the request's echo,
+    /// and the peer from the announcement its netns made, read on `peer_watch`, a socket in
+    /// the peer's netns that listens to link announcements for the request's duration.
+    ///
+    /// `None` when the kernel did not describe both (it honours NLM_F_ECHO on RTM_NEWLINK
+    /// since Linux 6.3), or when the two do not name each other: ask with a lookup then. The
+    /// peer is announced before this end is registered, so its announcement has no
+    /// `IFLA_LINK`, and this end is announced before it joins `spec.master`: the links
+    /// returned carry both as a lookup shows them.
+    pub fn create_veth_described(
+        &mut self,
+        spec: &VethSpec<'_>,
+        peer_watch: &mut Socket,
+    ) -> Result<Option<(Link, Link)>> {
+        let request = veth_request(spec)?;
+        let watching = peer_watch.join_group(RTNLGRP_LINK).is_ok();
+        let replies =
+            self.request_as::<LinkSummaryReplies>(request, NLM_F_CREATE | NLM_F_EXCL | NLM_F_ECHO);
+        // The peer's announcement was queued before the kernel acknowledged the request.
+        let announced = if watching {
+            let _ = peer_watch.leave_group(RTNLGRP_LINK);
+            peer_watch
+                .pending_as::<LinkSummaryReplies>()
+                .unwrap_or_default()
+        } else {
+            Vec::new()
         };
-        validate_ifname(spec.name).map_err(|e| e.context(ctx()))?;
-        validate_ifname(spec.peer_name).map_err(|e| e.context(ctx()))?;
-
-        let mut peer = one_queue(LinkUnspec::new_with_name(spec.peer_name));
-        if let Some(ns) = spec.peer_netns {
-            peer = peer.setns_by_fd(ns.as_raw_fd());
-        }
-        if let Some(mtu) = spec.mtu {
-            peer = peer.mtu(mtu);
-        }
-        if let Some(mac) = spec.peer_mac {
-            peer = peer.address(mac.to_vec());
-        }
-        if spec.peer_up {
-            peer = peer.up();
-        }
-
-        let mut host = one_queue(
-            LinkVeth::new(spec.name, spec.peer_name)
-                .set_info_data(InfoData::Veth(InfoVeth::Peer(peer.build()))),
-        );
-        if let Some(mtu) = spec.mtu {
-            host = host.mtu(mtu);
-        }
-        if let Some(mac) = spec.mac {
-            host = host.address(mac.to_vec());
-        }
-        if let Some(master) = spec.master {
-            host = host.controller(master);
-        }
-        if spec.up {
-            host = host.up();
-        }
-        self.request_ack(
-            RouteNetlinkMessage::NewLink(host.build()),
-            NLM_F_CREATE | NLM_F_EXCL,
-        )
-        .map_err(|e| e.context(ctx()))
+        let replies = replies.map_err(|e| e.context(veth_context(spec)))?;
+        let new_link = |m: RouteNetlinkMessage, name: &str| match m {
+            RouteNetlinkMessage::NewLink(l) => {
+                Some(Link::from_message(l)).filter(|l| l.name == name)
+            }
+            _ => None,
+        };
+        let here = replies.into_iter().find_map(|m| new_link(m, spec.name));
+        // The last announcement of that name: anything earlier was another link's.
+        let peer = announced
+            .into_iter()
+            .rev()
+            .find_map(|m| new_link(m, spec.peer_name));
+        Ok(match (here, peer) {
+            (Some(mut here), Some(mut peer)) if here.link == Some(peer.index) => {
+                peer.link = Some(here.index);
+                // The kernel enslaves the new end after announcing it, within the request
+                // that succeeded.
+                here.master = spec.master.or(here.master);
+                Some((here, peer))
+            }
+            _ => None,
+        })
     }
 
     /// The peer ifindex of veth `index` (in the peer's netns).
@@ -564,6 +579,51 @@ impl Socket {
             )
         })
     }
+}
+
+fn veth_context(spec: &VethSpec<'_>) -> String {
+    format!(
+        "failed to create veth pair {:?}/{:?}",
+        spec.name, spec.peer_name
+    )
+}
+
+/// The RTM_NEWLINK that creates the pair `spec` describes.
+fn veth_request(spec: &VethSpec<'_>) -> Result<RouteNetlinkMessage> {
+    validate_ifname(spec.name).map_err(|e| e.context(veth_context(spec)))?;
+    validate_ifname(spec.peer_name).map_err(|e| e.context(veth_context(spec)))?;
+
+    let mut peer = one_queue(LinkUnspec::new_with_name(spec.peer_name));
+    if let Some(ns) = spec.peer_netns {
+        peer = peer.setns_by_fd(ns.as_raw_fd());
+    }
+    if let Some(mtu) = spec.mtu {
+        peer = peer.mtu(mtu);
+    }
+    if let Some(mac) = spec.peer_mac {
+        peer = peer.address(mac.to_vec());
+    }
+    if spec.peer_up {
+        peer = peer.up();
+    }
+
+    let mut host = one_queue(
+        LinkVeth::new(spec.name, spec.peer_name)
+            .set_info_data(InfoData::Veth(InfoVeth::Peer(peer.build()))),
+    );
+    if let Some(mtu) = spec.mtu {
+        host = host.mtu(mtu);
+    }
+    if let Some(mac) = spec.mac {
+        host = host.address(mac.to_vec());
+    }
+    if let Some(master) = spec.master {
+        host = host.controller(master);
+    }
+    if spec.up {
+        host = host.up();
+    }
+    Ok(RouteNetlinkMessage::NewLink(host.build()))
 }
 
 /// One TX and one RX queue, asked for explicitly for each end of a veth. Without them the

@@ -41,7 +41,7 @@ use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::protocols::NETLINK_ROUTE;
 
 use crate::error::Result;
-use crate::netlink::{self, Socket};
+use crate::netlink::{self, Socket, RTNLGRP_LINK};
 use crate::netns::Netns;
 
 /// Which link a deletion names.
@@ -84,8 +84,6 @@ static CHILDREN: AtomicUsize = AtomicUsize::new(0);
 const MAX_CHILDREN: usize = 32;
 /// The sequence number of the child's request (its socket carries nothing else).
 const SEQ: u32 = 1;
-/// RTNLGRP_LINK (linux/rtnetlink.h).
-const RTNLGRP_LINK: u32 = 1;
 const RTM_DELLINK: u16 = 17;
 const IFLA_IFNAME: u16 = 3;
 /// An ACK or error reply, extended ACK text included, fits in this.

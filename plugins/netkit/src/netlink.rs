@@ -24,7 +24,10 @@ use crate::link_reply::{decode_link, LinkView};
 use crate::netns::Netns;
 
 /// Flags a caller may pass to [`Socket::request`] (re-exported for convenience).
-pub use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE};
+pub use netlink_packet_core::{NLM_F_APPEND, NLM_F_CREATE, NLM_F_ECHO, NLM_F_EXCL, NLM_F_REPLACE};
+
+/// RTNLGRP_LINK (linux/rtnetlink.h): the group of link announcements.
+pub(crate) const RTNLGRP_LINK: u32 = 1;
 
 /// Initial receive buffer; grown on demand when the kernel sends a bigger datagram.
 const RECV_BUF_LEN: usize = 64 * 1024;
@@ -361,20 +364,27 @@ impl Socket {
 
     /// Receives one whole datagram into `self.buf`, growing it if the datagram is larger.
     fn recv_datagram(&mut self) -> Result<()> {
+        self.recv_datagram_with(0).map(|_| ())
+    }
+
+    /// [`Socket::recv_datagram`] with `flags` added to both receives: with MSG_DONTWAIT,
+    /// `Ok(false)` when nothing is waiting.
+    fn recv_datagram_with(&mut self, flags: libc::c_int) -> Result<bool> {
         loop {
             self.buf.clear();
             let want = match self
                 .sock
-                .recv(&mut self.buf, libc::MSG_PEEK | libc::MSG_TRUNC)
+                .recv(&mut self.buf, flags | libc::MSG_PEEK | libc::MSG_TRUNC)
             {
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(false),
                 Err(e) => return Err(Error::io("failed to receive netlink reply", e)),
             };
             self.buf.clear();
             self.buf.reserve(want.max(RECV_BUF_LEN));
-            match self.sock.recv(&mut self.buf, 0) {
-                Ok(n) if n <= self.buf.len() => return Ok(()),
+            match self.sock.recv(&mut self.buf, flags) {
+                Ok(n) if n <= self.buf.len() => return Ok(true),
                 Ok(n) => {
                     return Err(Error::protocol(
                         "",
@@ -386,6 +396,63 @@ impl Socket {
             }
         }
     }
+
+    /// Joins the multicast group `group` of the socket's netns: the kernel then queues the
+    /// group's announcements on the socket as they happen (sequence number 0, so a request's
+    /// reply never takes one for its own).
+    pub(crate) fn join_group(&self, group: u32) -> Result<()> {
+        self.sock
+            .add_membership(group)
+            .map_err(|e| Error::io(format!("failed to join netlink group {group}"), e))
+    }
+
+    /// Leaves a group [`Socket::join_group`] joined; what it queued stays on the socket.
+    pub(crate) fn leave_group(&self, group: u32) -> Result<()> {
+        self.sock
+            .drop_membership(group)
+            .map_err(|e| Error::io(format!("failed to leave netlink group {group}"), e))
+    }
+
+    /// Every message waiting on the socket, of any sequence number, decoded as `R` expects
+    /// (others are skipped), oldest first; read without waiting.
+    pub(crate) fn pending_as<R: Replies>(&mut self) -> Result<Vec<RouteNetlinkMessage>> {
+        let mut out = Vec::new();
+        while self.recv_datagram_with(libc::MSG_DONTWAIT)? {
+            for frame in frames(&self.buf) {
+                let parsed = NetlinkMessage::<Decoded<R>>::deserialize(frame?).map_err(|e| {
+                    Error::protocol("", format!("failed to parse netlink message: {e}"))
+                })?;
+                if let NetlinkPayload::InnerMessage(Decoded(Some(inner), _)) = parsed.payload {
+                    out.push(inner);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The netlink messages of one datagram, each checked to lie within it.
+fn frames(datagram: &[u8]) -> impl Iterator<Item = Result<&[u8]>> {
+    let mut offset = 0;
+    std::iter::from_fn(move || {
+        let rest = datagram.get(offset..).filter(|r| !r.is_empty())?;
+        let len = match NetlinkBuffer::new_checked(rest) {
+            Ok(b) => b.length() as usize,
+            Err(e) => {
+                offset = datagram.len();
+                return Some(Err(Error::protocol("", format!("bad netlink header: {e}"))));
+            }
+        };
+        if len == 0 || len > rest.len() {
+            offset = datagram.len();
+            return Some(Err(Error::protocol(
+                "",
+                format!("netlink message length {len} out of bounds"),
+            )));
+        }
+        offset += (len + 3) & !3;
+        Some(Ok(&rest[..len]))
+    })
 }
 
 /// A request as sent: flags set, sequence number filled in by [`Socket::exchange`].
@@ -455,21 +522,8 @@ impl<R: Replies> Reply<R> {
 
     /// Takes in one datagram; `Ok(true)` once the reply is complete.
     fn absorb(&mut self, datagram: &[u8]) -> Result<bool> {
-        let mut offset = 0;
-        while offset < datagram.len() {
-            let rest = &datagram[offset..];
-            let len = NetlinkBuffer::new_checked(rest)
-                .map_err(|e| Error::protocol("", format!("bad netlink header: {e}")))?
-                .length() as usize;
-            if len == 0 || len > rest.len() {
-                return Err(Error::protocol(
-                    "",
-                    format!("netlink message length {len} out of bounds"),
-                ));
-            }
-            let frame = &rest[..len];
-            offset += (len + 3) & !3;
-
+        for frame in frames(datagram) {
+            let frame = frame?;
             let parsed = NetlinkMessage::<Decoded<R>>::deserialize(frame).map_err(|e| {
                 Error::protocol("", format!("failed to parse netlink message: {e}"))
             })?;

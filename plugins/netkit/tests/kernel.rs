@@ -164,6 +164,59 @@ fn veth_peer_is_created_directly_in_the_other_netns() {
     assert!(cs.link_by_name("eth0").unwrap_err().is_not_found());
 }
 
+/// Whether the running kernel is at least `major.minor`.
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let mut parts = release
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let (a, b) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (a, b) >= (major, minor)
+}
+
+#[test]
+fn a_new_veth_is_described_by_the_kernel_as_lookups_show_it() {
+    skip_unless_root!();
+    let host = TestNetns::new("nk-dh");
+    let cont = TestNetns::new("nk-dc");
+    let cont_ns = cont.open().unwrap();
+    let mut hs = host.socket().unwrap();
+    let mut cs = cont.socket().unwrap();
+    let br = hs.ensure_bridge("br0", &BridgeOptions::default()).unwrap();
+    let spec = VethSpec {
+        name: "veth5678",
+        peer_name: "eth0",
+        peer_netns: Some(&cont_ns),
+        mtu: Some(1400),
+        peer_mac: Some([0x02, 0, 0, 0, 0, 0x07]),
+        master: Some(br.index),
+        ..Default::default()
+    };
+    let described = hs.create_veth_described(&spec, &mut cs).unwrap();
+    let hv = hs.link_by_name("veth5678").unwrap();
+    let cv = cs.link_by_name("eth0").unwrap();
+    match described {
+        Some((here, peer)) => {
+            for (d, l) in [(&here, &hv), (&peer, &cv)] {
+                assert_eq!(
+                    (&d.name, d.index, d.mtu, d.mac_string(), d.link, d.master),
+                    (&l.name, l.index, l.mtu, l.mac_string(), l.link, l.master)
+                );
+            }
+            assert_eq!(peer.mac_string(), "02:00:00:00:00:07");
+            assert_eq!(here.master, Some(br.index));
+        }
+        // Only a kernel before 6.3 leaves a new link undescribed.
+        None => assert!(!kernel_at_least(6, 3), "no description on a 6.3+ kernel"),
+    }
+    // The watch ended with the request: the socket still answers its own requests, and a
+    // second pair still fails with EEXIST.
+    let e = hs.create_veth_described(&spec, &mut cs).unwrap_err();
+    assert!(e.is_exists(), "{e}");
+    assert_eq!(cs.link_by_name("eth0").unwrap().index, cv.index);
+}
+
 #[test]
 fn link_attribute_setters() {
     skip_unless_root!();

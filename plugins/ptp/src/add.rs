@@ -168,15 +168,17 @@ fn setup_veth<K: Kernel>(
             up: true,
             ..Default::default()
         };
-        match host.create_veth(&spec, Some(netns)) {
-            Ok(()) => {
+        match host.create_veth_described(&spec, Some(netns), cont) {
+            Ok(described) => {
                 // Deleting the host end takes the container end with it.
                 link::undo_delete_host_with(kernel, rb, &name);
                 // The host end never autoconfigures from router advertisements.
                 let _ = kernel.host_sysctl_write(&format!("net/ipv6/conf/{name}/accept_ra"), "0");
-                let host_veth = host.link_by_name(&name)?;
-                let cont_veth = cont.link_by_name(&args.ifname)?;
-                return Ok((host_veth, cont_veth));
+                // Described by the kernel as it made them, the ends need no lookup.
+                return match described {
+                    Some(ends) => Ok(ends),
+                    None => Ok((host.link_by_name(&name)?, cont.link_by_name(&args.ifname)?)),
+                };
             }
             Err(e) if e.is_exists() => {
                 if cont.find_link(&args.ifname)?.is_some() {

@@ -96,8 +96,6 @@ fn add_makes_the_pair_addresses_routes_through_the_gateway_then_masquerades() {
             "/run/netns/pod: socket",
             "host: link add veth* mtu 1400 up type veth peer name net1 netns /run/netns/pod",
             "host: sysctl -w net/ipv6/conf/veth*/accept_ra=0",
-            "host: link get veth*",
-            "/run/netns/pod: link get net1",
             "ipam ADD fake-ipam ctr1 net1",
             "host: sysctl net/ipv4/ip_forward",
             "/run/netns/pod: link get net1",
@@ -122,6 +120,32 @@ fn add_makes_the_pair_addresses_routes_through_the_gateway_then_masquerades() {
     assert_eq!(r.ips[0].interface, Some(1));
     assert_eq!(ipam.leases(), ["ctr1/net1"]);
     assert_eq!(nf.rules(), ["masquerade n/ctr1/net1 10.1.0.5/24"]);
+}
+
+#[test]
+fn a_kernel_that_does_not_describe_a_new_veth_has_both_ends_looked_up() {
+    let (kernel, ipam) = setup();
+    kernel.without_new_link_echo();
+    let nf = FakeNetfilter::new(&kernel);
+    kernel.reset();
+    let r = run_add(&kernel, &ipam, &nf, config(json!({}))).unwrap();
+    let log = ops(&kernel);
+    let created = log
+        .iter()
+        .position(|op| op.starts_with("host: link add veth"))
+        .unwrap();
+    assert_eq!(
+        log[created + 1..created + 4],
+        [
+            "host: sysctl -w net/ipv6/conf/veth*/accept_ra=0",
+            "host: link get veth*",
+            "/run/netns/pod: link get net1",
+        ]
+    );
+    let net1 = kernel.link(POD, "net1").unwrap();
+    let host_end = kernel.link(HOST, &r.interfaces[0].name).unwrap();
+    assert_eq!(r.interfaces[0].mac, netkit::link::format_mac(&host_end.mac));
+    assert_eq!(r.interfaces[1].mac, netkit::link::format_mac(&net1.mac));
 }
 
 #[test]
