@@ -295,9 +295,24 @@ pub struct TempDir {
     path: PathBuf,
 }
 
+/// Where [`TempDir`]s are made when not in `std::env::temp_dir()` (see [`set_temp_root`]).
+static TEMP_ROOT: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
+
+/// Makes new [`TempDir`]s under `root` (`None`: `std::env::temp_dir()` again); returns the
+/// previous setting.
+pub fn set_temp_root(root: Option<PathBuf>) -> Option<PathBuf> {
+    let mut current = TEMP_ROOT.lock().unwrap_or_else(|p| p.into_inner());
+    std::mem::replace(&mut *current, root)
+}
+
+fn temp_root() -> PathBuf {
+    let current = TEMP_ROOT.lock().unwrap_or_else(|p| p.into_inner());
+    current.clone().unwrap_or_else(std::env::temp_dir)
+}
+
 impl TempDir {
     pub fn new(prefix: &str) -> TempDir {
-        let path = std::env::temp_dir().join(unique_name(&format!("ferrocni-{prefix}")));
+        let path = temp_root().join(unique_name(&format!("ferrocni-{prefix}")));
         let _ = fs::remove_dir_all(&path);
         fs::create_dir_all(&path)
             .unwrap_or_else(|e| panic!("cannot create {}: {e}", path.display()));
