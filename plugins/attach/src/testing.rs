@@ -383,6 +383,16 @@ mod fake {
             .collect()
     }
 
+    /// [`ops`] after the first operation that starts with `prefix` (none when there is no
+    /// such operation).
+    pub fn ops_after(kernel: &FakeKernel, prefix: &str) -> Vec<String> {
+        let log = ops(kernel);
+        match log.iter().position(|op| op.starts_with(prefix)) {
+            Some(at) => log[at + 1..].to_vec(),
+            None => Vec::new(),
+        }
+    }
+
     fn without_temp_names(op: &str) -> String {
         let mut out = String::new();
         let mut rest = op;

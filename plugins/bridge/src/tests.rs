@@ -4,7 +4,8 @@
 
 use attach::netfilter::Netfilter;
 use attach::testing::{
-    args_in, config_with, every_failure_rolls_back, ops, with_prev_result, FakeIpam, FakeNetfilter,
+    args_in, config_with, every_failure_rolls_back, ops, ops_after, with_prev_result, FakeIpam,
+    FakeNetfilter,
 };
 use libcni::error::CniError;
 use libcni::result::CniResult;
@@ -363,13 +364,10 @@ fn a_kernel_that_does_not_describe_a_new_veth_has_the_container_end_looked_up() 
     let nf = FakeNetfilter::new(&kernel);
     kernel.reset();
     let r = run_add(&kernel, &ipam, &nf, config(json!({}))).unwrap();
-    let log = ops(&kernel);
-    let created = log
-        .iter()
-        .position(|op| op.starts_with("host: link add veth"))
-        .unwrap();
     // The container end gives its index and, as IFLA_LINK, the host end's: one lookup.
-    assert_eq!(log[created + 1], "/run/netns/pod: link get net1");
+    let after = ops_after(&kernel, "host: link add veth");
+    assert_eq!(after[0], "/run/netns/pod: link get net1");
+    let log = ops(&kernel);
     assert!(!log.iter().any(|op| op.starts_with("host: link get veth")));
     let net1 = kernel.link(POD, "net1").unwrap();
     let veth = host_veth(&kernel);

@@ -4,8 +4,8 @@
 
 use attach::netfilter::Netfilter;
 use attach::testing::{
-    args_in, config_with, every_failure_rolls_back, ops, setup_uplink, with_prev_result, FakeIpam,
-    FakeNetfilter,
+    args_in, config_with, every_failure_rolls_back, ops, ops_after, setup_uplink, with_prev_result,
+    FakeIpam, FakeNetfilter,
 };
 use libcni::error::CniError;
 use libcni::result::CniResult;
@@ -129,13 +129,8 @@ fn a_kernel_that_does_not_describe_a_new_veth_has_both_ends_looked_up() {
     let nf = FakeNetfilter::new(&kernel);
     kernel.reset();
     let r = run_add(&kernel, &ipam, &nf, config(json!({}))).unwrap();
-    let log = ops(&kernel);
-    let created = log
-        .iter()
-        .position(|op| op.starts_with("host: link add veth"))
-        .unwrap();
     assert_eq!(
-        log[created + 1..created + 4],
+        ops_after(&kernel, "host: link add veth")[..3],
         [
             "host: sysctl -w net/ipv6/conf/veth*/accept_ra=0",
             "host: link get veth*",
