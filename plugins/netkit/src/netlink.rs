@@ -729,6 +729,26 @@ mod tests {
     }
 
     #[test]
+    fn a_datagram_is_split_into_its_messages_and_a_message_past_its_end_is_refused() {
+        let two = [frame(0, 0, link(1)), frame(0, 0, link(2))].concat();
+        let lens: Vec<usize> = frames(&two).map(|f| f.unwrap().len()).collect();
+        assert_eq!(
+            lens,
+            [frame(0, 0, link(1)).len(), frame(0, 0, link(2)).len()]
+        );
+        assert_eq!(frames(&[]).count(), 0);
+        // The second message claims more bytes than the datagram holds: an error, then the end.
+        let mut cut = two.clone();
+        cut.truncate(two.len() - 8);
+        let got: Vec<_> = frames(&cut).collect();
+        assert_eq!(got.len(), 2);
+        assert!(got[0].is_ok());
+        assert!(got[1].is_err());
+        // Fewer bytes than a header.
+        assert!(frames(&two[..10]).next().unwrap().is_err());
+    }
+
+    #[test]
     fn kernel_errors_carry_positive_errno() {
         let mut r = Reply::<AnyReply>::new(1, false);
         let e = r.absorb(&frame(1, 0, error(-libc::EEXIST))).unwrap_err();
