@@ -26,12 +26,10 @@ struct Opts {
     sections: Vec<String>,
     /// `--trimmed`: our binaries come from `make build TRIM=1` (tighter size goals).
     trimmed: bool,
-    /// `--on-disk`: the working directories of the sections with pods stay in the temporary
-    /// directory's file system instead of a tmpfs of their own.
-    on_disk: bool,
 }
 
-/// `--on-disk` (set once, before any section runs).
+/// `--on-disk`: the labs' working directories stay in `TMPDIR` instead of a tmpfs of their
+/// own ([`lab_tmpfs`]). Set while parsing the options, before any section runs.
 static ON_DISK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 fn parse_opts() -> Opts {
@@ -45,7 +43,6 @@ fn parse_opts() -> Opts {
         agent: PathBuf::from("target/release/ferrocni-agent"),
         sections: Vec::new(),
         trimmed: false,
-        on_disk: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -79,7 +76,7 @@ fn parse_opts() -> Opts {
             "--agent" => o.agent = PathBuf::from(val()),
             "--only" => o.sections = val().split(',').map(str::to_string).collect(),
             "--trimmed" => o.trimmed = true,
-            "--on-disk" => o.on_disk = true,
+            "--on-disk" => ON_DISK.store(true, std::sync::atomic::Ordering::Relaxed),
             "-h" | "--help" => usage(""),
             other => usage(&format!("unknown argument {other}")),
         }
@@ -610,7 +607,7 @@ struct Lab {
     _host: Netns,
 }
 
-/// The mount namespace and working directory the bench had before [`own_sysfs`], and the
+/// The mount namespace and working directory the bench had before [`lab_mounts`], and the
 /// mount point of the lab's tmpfs with the temporary root it replaced.
 struct OriginalMounts {
     ns: std::fs::File,
@@ -626,7 +623,7 @@ impl Lab {
             .collect();
         let orig = std::fs::File::open("/proc/thread-self/ns/net").ok();
         enter(&host);
-        let orig_mounts = own_sysfs();
+        let orig_mounts = lab_mounts();
         Lab {
             orig,
             orig_mounts,
@@ -639,9 +636,10 @@ impl Lab {
 /// Gives the bench (single-threaded) a mount namespace of its own with a sysfs of the netns it
 /// has just entered, as `ip netns exec` does: a runtime's plugins run where `/sys` shows the
 /// host's devices, and the bridge reads there whether its MAC is pinned (with a sysfs of
-/// another netns it cannot tell, and pins again). Returns what to go back to, or None (with a
-/// notice) when it could not be done.
-fn own_sysfs() -> Option<OriginalMounts> {
+/// another netns it cannot tell, and pins again). Then a tmpfs for the lab's directories
+/// ([`lab_tmpfs`]). Returns what to go back to, or None (with a notice) when it could not be
+/// done.
+fn lab_mounts() -> Option<OriginalMounts> {
     let mut orig = OriginalMounts {
         ns: std::fs::File::open("/proc/thread-self/ns/mnt").ok()?,
         cwd: std::fs::File::open(".").ok()?,
@@ -681,13 +679,10 @@ fn own_sysfs() -> Option<OriginalMounts> {
 
 /// Mounts a tmpfs, visible in the lab's mount namespace only, for the directories the lab's
 /// networks make (conf dirs, result caches, host-local stores), and makes it the temporary
-/// root. Both suites write the same files there (a lease and a cached result per pod); on a
-/// file system whose inode allocation is slow, that would weigh on both alike and blur the
-/// comparison. An ext4 without a journal, as here, skips every free inode that was freed in
-/// the last minute or more (`recently_deleted`) before it hands one out, so each new file
-/// scanned past the bench's own deleted leases and results, more of them run after run: the
-/// 20 concurrent ADDs took 32-45 ms there across three runs against 29.5-33 ms on a tmpfs, in
-/// the same stretch. `--on-disk` keeps the directories where `TMPDIR` says.
+/// root. Both suites write the same files there, a lease and a cached result per pod, so slow
+/// inode allocation weighs on both alike and only blurs the comparison: an ext4 without a
+/// journal skips every inode freed in the last minute or more before it hands one out, and
+/// the bench frees them by the thousand (docs/benchmarks.md has the figures).
 fn lab_tmpfs() -> Option<(PathBuf, Option<PathBuf>)> {
     let dir = std::env::temp_dir().join(format!("ferrocni-bench-tmpfs-{}", std::process::id()));
     std::fs::create_dir_all(&dir).ok()?;
@@ -1960,7 +1955,6 @@ fn cri(o: &Opts) {
 
 fn main() {
     let o = parse_opts();
-    ON_DISK.store(o.on_disk, std::sync::atomic::Ordering::Relaxed);
     // SAFETY: getuid has no preconditions.
     if unsafe { libc::getuid() } != 0 {
         eprintln!("ferrocni-bench needs root (network namespaces)");
@@ -1977,14 +1971,16 @@ fn main() {
         trimmed: o.trimmed,
         ..Goals::default()
     };
-    if o.on_disk {
-        println!(
-            "working directories of the sections with pods: in {}",
-            std::env::temp_dir().display()
-        );
+    let tmp = std::env::temp_dir();
+    let place = if ON_DISK.load(std::sync::atomic::Ordering::Relaxed) {
+        format!("in {}", tmp.display())
     } else {
-        println!("working directories of the sections with pods: on a tmpfs of their lab's own (--on-disk: in {})", std::env::temp_dir().display());
-    }
+        format!(
+            "on a tmpfs of their lab's own (--on-disk: in {})",
+            tmp.display()
+        )
+    };
+    println!("working directories of the sections with pods: {place}");
     println!(
         "{:<48} {:>14} {:>14} {:>8}",
         "metric", "ferrocni", "reference", "speedup"
