@@ -805,28 +805,10 @@ fn concurrent(o: &Opts) {
         let net = Net::new(&format!("conc-{}", s.label), BRIDGE_CHAIN);
         let mut times = Vec::new();
         for verb in ["add", "del"] {
-            let start = Instant::now();
-            let handles: Vec<_> = pods
-                .iter()
-                .map(|p| {
-                    let mut c = Command::new(o.ours.join("cnitool"));
-                    c.args([verb, &net.name, p.path_str()])
-                        .env("NETCONFPATH", net.confdir.path())
-                        .env("CNI_PATH", s.dir)
-                        .env("CNI_CACHE_DIR", net.cache.path())
-                        .stdout(Stdio::null())
-                        .stderr(Stdio::null());
-                    c.spawn()
-                })
-                .collect();
-            let mut failed = 0;
-            for h in handles {
-                match h.and_then(|mut c| c.wait()) {
-                    Ok(st) if st.success() => {}
-                    _ => failed += 1,
-                }
-            }
-            times.push(start.elapsed());
+            let cnitool = |i: usize| net.cnitool(o, s.dir, verb, pods[i].path_str()).ok;
+            let (wall, ok) = all_at_once(n, cnitool);
+            let failed = ok.iter().filter(|ok| !**ok).count();
+            times.push(wall);
             reap_orphans();
             let leases = net.leases();
             if failed > 0 || (verb == "add" && leases != n) || (verb == "del" && leases != 0) {
@@ -1135,19 +1117,19 @@ const FULL_CHAIN_CAPS: &str =
 struct Latency {
     /// cnitool's own start-up (`cnitool list` on the same conf dir): no plugin runs.
     startup: Duration,
-    /// (ours, reference) per metric, whole figures.
-    figures: Vec<(&'static str, Duration, Duration)>,
+    /// (ours, reference, the client start-ups inside each figure) per metric, whole figures.
+    figures: Vec<(&'static str, Duration, Duration, Duration)>,
     /// The kernel's floor of our DELs: (metric, floor, our DEL figure timed alternately with it),
     /// trimmed means.
     floors: Vec<(&'static str, Duration, Duration)>,
 }
 
 impl Latency {
-    fn figure(&self, metric: &str) -> Option<(Duration, Duration)> {
+    fn figure(&self, metric: &str) -> Option<(Duration, Duration, Duration)> {
         self.figures
             .iter()
-            .find(|(m, _, _)| *m == metric)
-            .map(|(_, a, b)| (*a, *b))
+            .find(|(m, _, _, _)| *m == metric)
+            .map(|(_, a, b, c)| (*a, *b, *c))
     }
 }
 
@@ -1156,13 +1138,14 @@ fn plugin_time(figure: Duration, startup: Duration) -> Duration {
     figure.saturating_sub(startup)
 }
 
-/// Prints one latency metric: whole figures, then plugin time (figure − client start-up).
-fn report_latency(l: &Latency, metric: &str, ours: Duration, reference: Duration) {
+/// Prints one latency metric: whole figures, then plugin time (figure − the client
+/// start-ups inside it).
+fn report_latency(metric: &str, ours: Duration, reference: Duration, startup: Duration) {
     report_time(&format!("{metric} (figure)"), ours, reference);
     report_time(
         &format!("{metric} (plugin time)"),
-        plugin_time(ours, l.startup),
-        plugin_time(reference, l.startup),
+        plugin_time(ours, startup),
+        plugin_time(reference, startup),
     );
 }
 
@@ -1173,6 +1156,20 @@ fn client_startup(o: &Opts, net: &Net) -> Duration {
         .map(|_| run(&o.ours.join("cnitool"), &["list"], &env, b"").elapsed)
         .collect();
     median(times)
+}
+
+/// The client start-ups inside a figure of `n` concurrent calls: `n` `cnitool list` started
+/// together as the calls are ([`all_at_once`]), median wall over [`CONCURRENT_ROUNDS`]. On a
+/// machine with fewer cores than calls they queue behind each other, so this is several
+/// times one start-up.
+fn concurrent_client_startup(o: &Opts, net: &Net, n: usize) -> Duration {
+    let env = vec![("NETCONFPATH", net.confdir.path().display().to_string())];
+    let list = |_| run(&o.ours.join("cnitool"), &["list"], &env, b"").ok;
+    median(
+        (0..CONCURRENT_ROUNDS)
+            .map(|_| all_at_once(n, list).0)
+            .collect(),
+    )
 }
 
 /// One RTM_DELLINK of `name` on a NETLINK_ROUTE socket living in `ns` (opened while the
@@ -1389,6 +1386,39 @@ fn add_del_medians(
     out
 }
 
+/// Runs `job(i)` for each `i` in `0..n` on a thread of its own, all released together once
+/// every thread is ready, as a runtime's per-pod workers start their calls. Returns the span
+/// from the first job's start to the last job's end, each read by the job's own thread (the
+/// releasing thread may be scheduled long after the jobs it released), and each job's result
+/// (false when its thread panicked).
+fn all_at_once(n: usize, job: impl Fn(usize) -> bool + Sync) -> (Duration, Vec<bool>) {
+    let ready = std::sync::Barrier::new(n);
+    let runs: Vec<(Instant, Instant, bool)> = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..n)
+            .map(|i| {
+                let (ready, job) = (&ready, &job);
+                s.spawn(move || {
+                    ready.wait();
+                    let start = Instant::now();
+                    let ok = job(i);
+                    (start, Instant::now(), ok)
+                })
+            })
+            .collect();
+        threads.into_iter().filter_map(|t| t.join().ok()).collect()
+    });
+    let span = match (
+        runs.iter().map(|r| r.0).min(),
+        runs.iter().map(|r| r.1).max(),
+    ) {
+        (Some(first), Some(last)) => last - first,
+        _ => Duration::ZERO,
+    };
+    let mut ok: Vec<bool> = runs.iter().map(|r| r.2).collect();
+    ok.resize(n, false);
+    (span, ok)
+}
+
 /// How many times the concurrent ADDs of the latency goals are timed per suite (rounds
 /// interleaved between the suites; the median is the figure): one wall time of a few tens of
 /// milliseconds moves by a quarter from run to run on a shared machine.
@@ -1404,28 +1434,9 @@ fn concurrent_adds(o: &Opts, chain: &str, pods: &[Netns]) -> BTreeMap<&'static s
         .collect();
     for _ in 0..CONCURRENT_ROUNDS {
         for (net, s) in &nets {
-            let start = Instant::now();
-            let children: Vec<_> = pods
-                .iter()
-                .map(|p| {
-                    Command::new(o.ours.join("cnitool"))
-                        .args(["add", &net.name, p.path_str()])
-                        .env("NETCONFPATH", net.confdir.path())
-                        .env("CNI_PATH", s.dir)
-                        .env("CNI_CACHE_DIR", net.cache.path())
-                        .stdout(Stdio::null())
-                        .stderr(Stdio::null())
-                        .spawn()
-                })
-                .collect();
-            let mut failed = 0;
-            for child in children {
-                match child.and_then(|mut c| c.wait()) {
-                    Ok(st) if st.success() => {}
-                    _ => failed += 1,
-                }
-            }
-            let wall = start.elapsed();
+            let cnitool = |i: usize| net.cnitool(o, s.dir, "add", pods[i].path_str()).ok;
+            let (wall, ok) = all_at_once(pods.len(), cnitool);
+            let failed = ok.iter().filter(|ok| !**ok).count();
             if failed > 0 || net.leases() != pods.len() {
                 println!(
                     "  {} concurrent ADD: {failed} failed, {} leases held",
@@ -1481,20 +1492,7 @@ fn add_floor(o: &Opts, bridge: &str, pods: &[Netns], execs: bool) -> Option<Dura
         host.set_link_up(eth0.link?).ok()?;
         cont.set_link_up(eth0.index).ok()
     };
-    let start = Instant::now();
-    let done = std::thread::scope(|s| {
-        let threads: Vec<_> = pods
-            .iter()
-            .enumerate()
-            .map(|(i, pod)| s.spawn(move || one_pod(i, pod).is_some()))
-            .collect();
-        threads
-            .into_iter()
-            .map(|t| t.join().unwrap_or(false))
-            .filter(|ok| *ok)
-            .count()
-    });
-    let wall = start.elapsed();
+    let (wall, ok) = all_at_once(pods.len(), |i| one_pod(i, &pods[i]).is_some());
     std::thread::scope(|s| {
         for name in &names {
             s.spawn(move || {
@@ -1504,7 +1502,7 @@ fn add_floor(o: &Opts, bridge: &str, pods: &[Netns], execs: bool) -> Option<Dura
             });
         }
     });
-    (done == pods.len()).then_some(wall)
+    ok.iter().all(|ok| *ok).then_some(wall)
 }
 
 /// Median over [`CONCURRENT_ROUNDS`] of [`add_floor`] (None when any round failed).
@@ -1542,20 +1540,31 @@ fn latency(o: &Opts, l: &mut Latency) {
     ] {
         let pick = |label: &str| if i == 0 { m[label].0 } else { m[label].1 };
         let (ours, reference) = (pick("ours"), pick("reference"));
-        report_latency(l, metric, ours, reference);
-        l.figures.push((metric, ours, reference));
+        report_latency(metric, ours, reference, l.startup);
+        l.figures.push((metric, ours, reference, l.startup));
     }
 
     let conc_n = 20;
+    let conc_startup = concurrent_client_startup(o, &startup_net, conc_n);
+    report(
+        "cnitool start-up, 20 at once (cnitool list, wall)",
+        ms(conc_startup),
+        ms(conc_startup),
+        "-".into(),
+    );
     let conc = concurrent_adds(o, PLAIN_CHAIN, &lab.pods[..conc_n.min(lab.pods.len())]);
     report_latency(
-        l,
         &format!("20 concurrent ADDs (wall, median of {CONCURRENT_ROUNDS} rounds)"),
         conc["ours"],
         conc["reference"],
+        conc_startup,
     );
-    l.figures
-        .push(("20 concurrent ADDs", conc["ours"], conc["reference"]));
+    l.figures.push((
+        "20 concurrent ADDs",
+        conc["ours"],
+        conc["reference"],
+        conc_startup,
+    ));
     let conc_pods = &lab.pods[..conc_n.min(lab.pods.len())];
     for (what, execs) in [
         ("requests only", false),
@@ -1726,23 +1735,21 @@ impl Goals {
             return;
         };
         for (metric, goal) in SPEEDUP_GOALS {
-            let Some((ours, reference)) = l.figure(metric) else {
+            let Some((ours, reference, startup)) = l.figure(metric) else {
                 continue;
             };
-            let (po, pr) = (
-                plugin_time(ours, l.startup),
-                plugin_time(reference, l.startup),
-            );
+            let (po, pr) = (plugin_time(ours, startup), plugin_time(reference, startup));
             let speedup = pr.as_secs_f64() / po.as_secs_f64().max(1e-9);
             println!(
-                "{} {metric} ≥ {goal}x faster in plugin time: {:.1}x ({} vs {}; figures {} vs {}, cnitool start-up {})",
+                "{} {metric} ≥ {goal}x faster in plugin time: {:.1}x ({} vs {}; figures {} vs {} ({:.1}x), cnitool start-up {})",
                 verdict(speedup >= *goal),
                 speedup,
                 ms(po),
                 ms(pr),
                 ms(ours),
                 ms(reference),
-                ms(l.startup)
+                reference.as_secs_f64() / ours.as_secs_f64().max(1e-9),
+                ms(startup)
             );
         }
         for (metric, floor, ours) in &l.floors {
