@@ -1393,7 +1393,7 @@ fn add_del_medians(
 /// (false when its thread panicked).
 fn all_at_once(n: usize, job: impl Fn(usize) -> bool + Sync) -> (Duration, Vec<bool>) {
     let ready = std::sync::Barrier::new(n);
-    let runs: Vec<(Instant, Instant, bool)> = std::thread::scope(|s| {
+    let runs: Vec<Option<(Instant, Instant, bool)>> = std::thread::scope(|s| {
         let threads: Vec<_> = (0..n)
             .map(|i| {
                 let (ready, job) = (&ready, &job);
@@ -1405,18 +1405,14 @@ fn all_at_once(n: usize, job: impl Fn(usize) -> bool + Sync) -> (Duration, Vec<b
                 })
             })
             .collect();
-        threads.into_iter().filter_map(|t| t.join().ok()).collect()
+        threads.into_iter().map(|t| t.join().ok()).collect()
     });
-    let span = match (
-        runs.iter().map(|r| r.0).min(),
-        runs.iter().map(|r| r.1).max(),
-    ) {
+    let timed = || runs.iter().flatten();
+    let span = match (timed().map(|r| r.0).min(), timed().map(|r| r.1).max()) {
         (Some(first), Some(last)) => last - first,
         _ => Duration::ZERO,
     };
-    let mut ok: Vec<bool> = runs.iter().map(|r| r.2).collect();
-    ok.resize(n, false);
-    (span, ok)
+    (span, runs.iter().map(|r| r.is_some_and(|r| r.2)).collect())
 }
 
 /// How many times the concurrent ADDs of the latency goals are timed per suite (rounds
@@ -1544,15 +1540,18 @@ fn latency(o: &Opts, l: &mut Latency) {
         l.figures.push((metric, ours, reference, l.startup));
     }
 
-    let conc_n = 20;
-    let conc_startup = concurrent_client_startup(o, &startup_net, conc_n);
+    let conc_pods = &lab.pods[..20.min(lab.pods.len())];
+    let conc_startup = concurrent_client_startup(o, &startup_net, conc_pods.len());
     report(
-        "cnitool start-up, 20 at once (cnitool list, wall)",
+        &format!(
+            "cnitool start-up, {} at once (cnitool list, wall)",
+            conc_pods.len()
+        ),
         ms(conc_startup),
         ms(conc_startup),
         "-".into(),
     );
-    let conc = concurrent_adds(o, PLAIN_CHAIN, &lab.pods[..conc_n.min(lab.pods.len())]);
+    let conc = concurrent_adds(o, PLAIN_CHAIN, conc_pods);
     report_latency(
         &format!("20 concurrent ADDs (wall, median of {CONCURRENT_ROUNDS} rounds)"),
         conc["ours"],
@@ -1565,7 +1564,6 @@ fn latency(o: &Opts, l: &mut Latency) {
         conc["reference"],
         conc_startup,
     ));
-    let conc_pods = &lab.pods[..conc_n.min(lab.pods.len())];
     for (what, execs) in [
         ("requests only", false),
         ("requests + 2 execs per pod", true),
