@@ -1,4 +1,4 @@
-//! `ferrocni-agent` with flannel's routed backends, `wireguard` and `ipip`: three simulated
+//! `ferrocni-agent` with flannel's routed backends, `host-gw`, `wireguard` and `ipip`: three simulated
 //! nodes (namespaces on one underlay bridge) and a one-member etcd in the switch netns, all
 //! made here. Each test checks what a cluster operator would: pods ping across nodes with
 //! their own source address, the underlay carries only the backend's encapsulation (captured
@@ -6,7 +6,8 @@
 //! its key and lease, and iperf3 through the tunnel moves data at a sane rate.
 //!
 //! The kernel must have the driver (`wireguard`, `ipip`): without it the tests skip, and fail
-//! under `FERROCNI_REQUIRE_DRIVERS=1` (the full-kernel run).
+//! under `FERROCNI_REQUIRE_DRIVERS=1` (the full-kernel run). host-gw needs none: it runs
+//! everywhere.
 
 use std::fs;
 use std::net::Ipv4Addr;
@@ -924,6 +925,76 @@ fn ipip_direct_routing_on_etcd() {
     );
 
     c.remove_node3(|n, subnet| !n.routes(&[subnet]).iter().any(|r| r["dev"] == "eth0"));
+}
+
+/// host-gw: no encapsulation and no device. Each peer is reached by a plain route via its
+/// address on the shared underlay segment, as flanneld's host-gw routes it; pods get the
+/// underlay's full MTU.
+#[test]
+fn host_gw_cluster_on_etcd() {
+    require_root!();
+    if !have_tools() {
+        return;
+    }
+    let mut c = Cluster::start(
+        "hostgw",
+        r#"{"Network":"10.244.0.0/16","SubnetMin":"10.244.1.0","SubnetMax":"10.244.20.0","Backend":{"Type":"host-gw"}}"#,
+    );
+    for (i, subnet) in c.subnets.iter().enumerate() {
+        let value = c.etcd.get(&lease_key(subnet)).expect("lease");
+        assert_eq!(
+            value,
+            format!(
+                r#"{{"PublicIP":"{}","PublicIPv6":null,"BackendType":"host-gw"}}"#,
+                c.nodes[i].ip
+            ),
+            "flanneld's host-gw lease, byte for byte"
+        );
+        assert_eq!(
+            c.agents[i].env_value("FLANNEL_MTU").as_deref(),
+            Some("1500"),
+            "no overhead"
+        );
+        assert!(
+            c.nodes[i].ns.link("flannel.1").is_none(),
+            "host-gw makes no device"
+        );
+    }
+    for j in [1, 2] {
+        let routes = c.nodes[0].routes(&[&c.subnets[j]]);
+        assert!(
+            routes
+                .iter()
+                .any(|r| r["gateway"] == c.nodes[j].ip.as_str() && r["dev"] == "eth0"),
+            "node 1 has no route to {} via node {}: {routes:?}",
+            c.subnets[j],
+            j + 1
+        );
+    }
+    c.assert_full_mesh();
+    c.assert_source_preserved();
+
+    // On the underlay: the pods' own packets, nothing encapsulated.
+    let (pod0, pod1) = (&c.pods[0], &c.pods[1]);
+    let seen = capture(&c.underlay.ns, || {
+        for _ in 0..3 {
+            ping(&pod0.ns, &pod1.ip);
+        }
+    });
+    assert!(
+        seen.iter()
+            .any(|(s, d, ..)| s.to_string() == pod0.ip && d.to_string() == pod1.ip),
+        "pod 1's packets were not seen routed on the underlay"
+    );
+    assert!(
+        !seen
+            .iter()
+            .any(|(s, d, proto, ..)| is_node(*s) && is_node(*d) && (*proto == 4 || *proto == 17)),
+        "encapsulated traffic between the nodes"
+    );
+
+    c.assert_restart_keeps_lease();
+    c.remove_node3(|n, subnet| n.routes(&[subnet]).is_empty());
 }
 
 /// `ping -6` once from `from` to `ip`, retried until CONVERGE.

@@ -1,53 +1,38 @@
-//! The agent's life: start-up (config, lease, first reconcile), then watch, renew and resync
-//! until told to stop. The desired peer set is always the full set of leases known, so a missed
-//! watch event only delays convergence until the next re-list.
+//! The agent's life: start-up (config, backend, lease, first reconcile), then watch, renew and
+//! resync until told to stop. The desired peer set is always the full set of leases known, so
+//! a missed watch event only delays convergence until the next re-list. The parts it drives
+//! are apart: the subnet schema on etcd (`subnet`), the data plane (`backend`, through
+//! `reconcile`), the node's files (`node`).
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::Ipv6Addr;
 use std::time::Duration;
 
-use ipnetwork::IpNetwork;
 use tokio::time::{sleep, sleep_until, Instant};
 
-use crate::acquire::{self, LeaseTiming, OwnLease};
+use crate::backend::Node;
 use crate::error::AgentError;
-use crate::etcd::proto::{EventType, WatchResponse};
-use crate::files::write_atomic;
-use crate::key::SubnetKey;
-use crate::lease::LeaseAttrs;
-use crate::masquerade::{self, Change, MasqFamily};
-use crate::membership::{Event, Membership};
-use crate::netconfig::NetConfig;
-use crate::node_addr;
+use crate::node::addr;
+use crate::node::outputs::{self, NodeState};
+use crate::ops::metrics;
 use crate::options::Options;
-use crate::overlay::{Engine, IpFamily, Overlay, OverlaySettings, PeerEntry};
-use crate::startup::connect_and_read_config;
-use crate::store::{Binding, Snapshot, Store};
-use crate::subnet_env::{self, SubnetEnv};
-use crate::template::{self, Ipv6Values, TemplateValues};
-use crate::tunnel::Tunnel;
-use crate::{debug, log, metrics, warn};
+use crate::reconcile::{masquerade_wanted, PassInput, Reconciler};
+use crate::subnet::acquire::{self, LeaseTiming, OwnLease};
+use crate::subnet::config::NetConfig;
+use crate::subnet::membership::Membership;
+use crate::subnet::startup::connect_and_read_config;
+use crate::subnet::store::{Snapshot, Store};
+use crate::{debug, log, warn};
 
-/// MTU written to subnet.env when the device cannot be read back (flannel's 1500 − 50).
-const FALLBACK_MTU: u32 = 1450;
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// Retry delay after a failed reconcile or renewal.
 const RETRY: Duration = Duration::from_secs(2);
-
-/// One overlay (IPv4, or the IPv6 one of a dual-stack network) and the peers it was last
-/// reconciled with.
-struct FamilyOverlay {
-    overlay: Overlay,
-    last_peers: Option<Vec<PeerEntry>>,
-}
 
 pub struct Agent {
     opts: Options,
     store: Store,
     net: NetConfig,
-    /// IPv4 first, then IPv6 on a dual-stack network (vxlan; none for a routed backend).
-    overlays: Vec<FamilyOverlay>,
-    /// The wireguard or ipip backend, when the network config names one.
-    tunnel: Option<Tunnel>,
+    /// The backend's data plane and the pass around it.
+    reconciler: Reconciler,
     /// This node's IPv6 underlay address, on a dual-stack network.
     public_ipv6: Option<Ipv6Addr>,
     own: OwnLease,
@@ -60,31 +45,24 @@ pub struct Agent {
 }
 
 pub async fn run(opts: Options) -> Result<(), AgentError> {
-    let public_ip = node_addr::public_ip(&opts)?;
+    let public_ip = addr::public_ip(&opts)?;
     if !opts.once {
-        crate::http::start(&opts).await?;
+        crate::ops::http::start(&opts).await?;
     }
     let (mut store, net) = connect_and_read_config(&opts).await?;
     let public_ipv6 = match net.ipv6 {
-        Some(_) => Some(node_addr::public_ipv6(&opts)?),
+        Some(_) => Some(addr::public_ipv6(&opts)?),
         None => None,
     };
-    let tunnel = Tunnel::new(&net, opts.iface.clone(), public_ip, public_ipv6)?;
-    let backend = match &tunnel {
-        Some(t) => t.describe(),
-        None => format!(
-            "vxlan VNI {} port {}{}",
-            net.backend.vni,
-            net.backend.effective_port(),
-            if net.backend.direct_routing {
-                ", DirectRouting"
-            } else {
-                ""
-            }
-        ),
-    };
+    let plane = net.backend.start(&Node {
+        opts: &opts,
+        network: net.networks(),
+        public_ip,
+        public_ipv6,
+    })?;
+    let reconciler = Reconciler::new(plane);
     log!(
-        "network {} (/{} subnets in {}..{}){}, {backend}",
+        "network {} (/{} subnets in {}..{}){}, {}",
         net.network,
         net.subnet_len,
         net.subnet_min,
@@ -96,42 +74,20 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
                 v6.network, v6.subnet_len, v6.subnet_min, v6.subnet_max
             ))
             .unwrap_or_default(),
+        net.backend.describe()
     );
-    let settings = |public_ip: IpAddr| OverlaySettings {
-        engine: match &opts.vxlan_bin {
-            Some(bin) => Engine::Exec(bin.clone()),
-            None => Engine::Library,
-        },
-        state_dir: opts.state_dir.clone(),
-        public_ip,
-        iface: opts.iface.clone(),
-        lock_file: opts.vxlan_lock_file.clone(),
-    };
-    let mut overlays = vec![FamilyOverlay {
-        overlay: Overlay::new(settings(public_ip.into()), &net, IpFamily::V4),
-        last_peers: None,
-    }];
-    if tunnel.is_some() {
-        overlays.clear();
-    } else if let Some(ip6) = public_ipv6 {
-        overlays.push(FamilyOverlay {
-            overlay: Overlay::new(settings(ip6.into()), &net, IpFamily::V6),
-            last_peers: None,
-        });
-    }
     let previous = std::fs::read_to_string(&opts.subnet_file)
         .ok()
-        .and_then(|s| subnet_env::previous_subnet(&s));
+        .and_then(|s| crate::node::subnet_env::previous_subnet(&s));
     let timing = LeaseTiming {
         ttl: opts.lease_ttl,
         renew_margin: opts.renew_margin,
     };
-    let routed_attrs = tunnel.as_ref().map(Tunnel::lease_attrs);
     let own = acquire::acquire(
         &mut store,
         &net,
         public_ip,
-        &|key| lease_attrs(routed_attrs.as_ref(), public_ip, public_ipv6, &net, key),
+        &|key| reconciler.lease_attrs(key),
         previous,
         timing,
     )
@@ -143,8 +99,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         opts,
         store,
         net,
-        overlays,
-        tunnel,
+        reconciler,
         public_ipv6,
         own,
         timing,
@@ -160,42 +115,9 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     if let Err(e) = first {
         warn!("{e}; retrying");
     }
-    agent.serve().await
-}
-
-/// The VTEP MAC the vxlan reconcile gives a device whose VTEP is `subnet`'s network address.
-fn derived_mac(subnet: IpNetwork) -> String {
-    netkit::link::format_mac(&vxlan::mac::vtep_mac(subnet.network()))
-}
-
-/// Our lease value for `key`. The VTEP MACs are the ones the vxlan reconcile gives the
-/// devices (derived from the VTEP addresses), so flanneld peers can program us from the first
-/// moment; [`Agent::publish_macs`] corrects them should the devices say otherwise.
-/// A routed backend's value (`routed`) does not depend on the key.
-fn lease_attrs(
-    routed: Option<&LeaseAttrs>,
-    public_ip: Ipv4Addr,
-    public_ipv6: Option<Ipv6Addr>,
-    net: &NetConfig,
-    key: &SubnetKey,
-) -> LeaseAttrs {
-    if let Some(attrs) = routed {
-        return attrs.clone();
-    }
-    let vni = net.backend.vni;
-    let attrs = LeaseAttrs::vxlan(public_ip, vni, Some(derived_mac(key.v4.into())));
-    match (key.v6, public_ipv6) {
-        (Some(sn6), Some(ip6)) => attrs.with_ipv6(ip6, vni, Some(derived_mac(sn6.into()))),
-        _ => attrs,
-    }
-}
-
-/// This node's subnet of one family.
-fn own_subnet(key: &SubnetKey, family: IpFamily) -> Option<IpNetwork> {
-    match family {
-        IpFamily::V4 => Some(key.v4.into()),
-        IpFamily::V6 => key.v6.map(IpNetwork::from),
-    }
+    let served = agent.serve().await;
+    agent.reconciler.stop();
+    served
 }
 
 impl Agent {
@@ -216,162 +138,32 @@ impl Agent {
         self.members.replace(snap, &own_key)
     }
 
-    /// Applies one watch response. Returns whether the peer set may have changed.
-    fn apply_events(&mut self, resp: &WatchResponse) -> Result<bool, AgentError> {
-        let mut changed = false;
-        for ev in &resp.events {
-            let Some(kv) = &ev.kv else { continue };
-            let name = String::from_utf8_lossy(&kv.key);
-            metrics::WATCH_EVENTS.inc();
-            debug!(
-                1,
-                "watch: {} {name} at revision {}",
-                if ev.r#type == EventType::Delete as i32 {
-                    "DELETE"
-                } else {
-                    "PUT"
-                },
-                kv.mod_revision
-            );
-            let event = if ev.r#type == EventType::Delete as i32 {
-                Event::Delete
-            } else {
-                Event::Put {
-                    value: &kv.value,
-                    etcd_lease: kv.lease,
-                }
-            };
-            changed |= self.members.apply(&name, event, kv.mod_revision)?;
-        }
-        // Only event revisions advance ours: a response header may be ahead of events still
-        // to come on this stream (a re-list always precedes a new watch anyway).
-        Ok(changed)
-    }
-
-    /// Runs the overlay reconciles (one per family) for the known peers, then publishes our
-    /// VTEP MACs if the lease lacks them and writes subnet.env and the conflist. A failing
-    /// family does not keep the other from being reconciled.
+    /// One pass of the backend's data plane for the known peers (with the masquerade rules),
+    /// then our lease value as the pass wants it, and the node's files.
     async fn reconcile(&mut self) -> Result<(), AgentError> {
-        let started = std::time::Instant::now();
-        let result = self.reconcile_pass().await;
-        let took = started.elapsed();
-        metrics::reconciled(took, result.is_ok());
-        let programmed: usize = match &self.tunnel {
-            Some(tunnel) => tunnel.programmed(),
-            None => self
-                .overlays
-                .iter()
-                .filter_map(|fo| fo.last_peers.as_ref().map(Vec::len))
-                .sum(),
+        let masquerade = if self.opts.ip_masq && !self.config_gone {
+            masquerade_wanted(&self.net, &self.own.key)
+        } else {
+            Vec::new()
         };
-        metrics::PEERS_PROGRAMMED.set(programmed as u64);
-        metrics::LEASES_KNOWN.set(self.members.known.len() as u64);
-        let usable = self.members.peers(IpFamily::V4).len() + 1;
-        metrics::LEASES_UNUSABLE.set(self.members.known.len().saturating_sub(usable) as u64);
-        debug!(
-            1,
-            "reconcile pass took {took:?}: {}",
-            match &result {
-                Ok(()) => "ok".to_string(),
-                Err(e) => e.to_string(),
-            }
-        );
-        result
-    }
-
-    async fn reconcile_pass(&mut self) -> Result<(), AgentError> {
-        if let Some(tunnel) = &mut self.tunnel {
-            let pass = tunnel
-                .reconcile(&self.net, &self.own.key, &self.members.known)
-                .await;
-            let masq = self.reconcile_masquerade().await;
-            let mtu = pass?;
-            masq?;
-            return self.write_node_files(mtu);
+        let input = PassInput {
+            net: &self.net,
+            own: &self.own.key,
+            masquerade,
+        };
+        let pass = self.reconciler.pass(input, &mut self.members).await?;
+        if let Some(value) = pass.lease_attrs {
+            acquire::publish(&mut self.store, &mut self.own, value).await;
         }
-        let mut mtu: Option<u32> = None;
-        let mut macs = Vec::new();
-        let mut failure = None;
-        for fo in &mut self.overlays {
-            let family = fo.overlay.family();
-            let Some(subnet) = own_subnet(&self.own.key, family) else {
-                continue;
-            };
-            let peers = self.members.peers(family);
-            let report = match fo.overlay.sync(&self.net, subnet, &peers).await {
-                Ok(r) => r,
-                Err(e) => {
-                    failure.get_or_insert(e);
-                    continue;
-                }
-            };
-            if fo.last_peers.as_ref() != Some(&peers) {
-                log!(
-                    "overlay {} reconciled with {} peer(s): {report}",
-                    fo.overlay.device(),
-                    peers.len()
-                );
-            }
-            fo.last_peers = Some(peers);
-            match fo.overlay.device_info() {
-                Some((mac, dev_mtu)) => {
-                    macs.push((family, mac));
-                    // Pods have one MTU for both families: the smaller device's.
-                    mtu = Some(mtu.map_or(dev_mtu, |m| m.min(dev_mtu)));
-                }
-                None => log!(
-                    "device {} not found after reconcile; assuming MTU {FALLBACK_MTU}",
-                    fo.overlay.device()
-                ),
-            }
-        }
-        if let Err(e) = self.reconcile_masquerade().await {
-            failure.get_or_insert(e);
-        }
-        if let Some(e) = failure {
-            return Err(e);
-        }
-        self.publish_macs(&macs).await;
-        self.write_node_files(mtu.unwrap_or(FALLBACK_MTU))
-    }
-
-    /// The masquerade rules flanneld's `--ip-masq` keeps: one set per family of the lease,
-    /// none without `--ip-masq` or while the network config is gone from etcd.
-    fn masquerade_wanted(&self) -> Vec<MasqFamily> {
-        if !self.opts.ip_masq || self.config_gone {
-            return Vec::new();
-        }
-        let mut want = vec![MasqFamily {
-            network: self.net.network.into(),
-            pods: self.own.key.v4.into(),
-        }];
-        if let (Some(v6), Some(pods)) = (&self.net.ipv6, self.own.key.v6) {
-            want.push(MasqFamily {
-                network: v6.network.into(),
-                pods: pods.into(),
-            });
-        }
-        want
-    }
-
-    async fn reconcile_masquerade(&mut self) -> Result<(), AgentError> {
-        let want = self.masquerade_wanted();
-        let changes = tokio::task::spawn_blocking(move || masquerade::reconcile(&want))
-            .await
-            .map_err(|e| AgentError::Masquerade(format!("reconcile thread failed: {e}")))??;
-        for (change, table) in changes
-            .iter()
-            .zip([masquerade::TABLE_V4, masquerade::TABLE_V6])
-        {
-            match change {
-                Change::Written => {
-                    log!("masquerade: wrote table {table} (flanneld --ip-masq rules)")
-                }
-                Change::Removed => log!("masquerade: removed table {table}"),
-                Change::Unchanged | Change::Absent => {}
-            }
-        }
-        Ok(())
+        let state = NodeState {
+            net: &self.net,
+            own: &self.own.key,
+            attrs: &self.own.attrs,
+            public_ipv6: self.public_ipv6,
+            mtu: pass.mtu,
+            backend: self.reconciler.template_values(),
+        };
+        outputs::write(&self.opts, &state)
     }
 
     /// Reads `<prefix>/config` again (periodic resync). flanneld reads it once, at start; so
@@ -401,122 +193,9 @@ impl Agent {
         self.config_gone = gone;
     }
 
-    /// Rewrites our lease when a device's MAC differs from the one it advertises.
-    async fn publish_macs(&mut self, macs: &[(IpFamily, String)]) {
-        let vni = self.net.backend.vni;
-        let mut attrs = self.own.attrs.clone();
-        for (family, mac) in macs {
-            match family {
-                IpFamily::V4 => {
-                    if attrs.vxlan_data().and_then(|d| d.vtep_mac).as_ref() != Some(mac) {
-                        attrs.backend_data =
-                            LeaseAttrs::vxlan(attrs.public_ip, vni, Some(mac.clone())).backend_data;
-                    }
-                }
-                IpFamily::V6 => {
-                    let current = attrs.vxlan_v6_data().and_then(|(_, d)| d.vtep_mac);
-                    if let (true, Some(ip6)) = (current.as_ref() != Some(mac), self.public_ipv6) {
-                        attrs = attrs.with_ipv6(ip6, vni, Some(mac.clone()));
-                    }
-                }
-            }
-        }
-        if attrs == self.own.attrs {
-            return;
-        }
-        let previous = std::mem::replace(&mut self.own.attrs, attrs);
-        let binding = if self.own.etcd_lease == 0 {
-            Binding::Reservation
-        } else {
-            Binding::Existing(self.own.etcd_lease)
-        };
-        let shown: Vec<&str> = macs.iter().map(|(_, m)| m.as_str()).collect();
-        let shown = shown.join(", ");
-        match acquire::rewrite(&mut self.store, &self.own, binding).await {
-            Ok(_) => log!("published VtepMAC {shown} in lease {}", self.own.key),
-            Err(e) => {
-                warn!("could not publish VtepMAC {shown}: {e}; will retry");
-                self.own.attrs = previous;
-            }
-        }
-    }
-
-    fn write_node_files(&self, mtu: u32) -> Result<(), AgentError> {
-        let ipv6 = match (&self.net.ipv6, self.own.key.v6) {
-            (Some(v6), Some(sn6)) => Some((v6.network, sn6)),
-            _ => None,
-        };
-        let env = SubnetEnv {
-            network: self.net.network,
-            subnet: self.own.key.v4,
-            ipv6,
-            mtu,
-            ipmasq: self.opts.ip_masq,
-        };
-        if write_atomic(&self.opts.subnet_file, env.render().as_bytes())? {
-            log!("wrote {}", self.opts.subnet_file.display());
-        }
-        let Some(tpl_path) = &self.opts.cni_conf_template else {
-            return Ok(());
-        };
-        let text = std::fs::read_to_string(tpl_path)
-            .map_err(|e| AgentError::io("reading template", tpl_path, e))?;
-        let peers_file = |family: IpFamily| {
-            self.overlays
-                .iter()
-                .find(|fo| fo.overlay.family() == family)
-                .map(|fo| fo.overlay.peers_path().display().to_string())
-                .unwrap_or_default()
-        };
-        let values = TemplateValues {
-            subnet: self.own.key.v4,
-            network: self.net.network,
-            mtu,
-            public_ip: self.own.attrs.public_ip,
-            vni: self.net.backend.vni,
-            port: self.net.backend.effective_port(),
-            subnet_file: self.opts.subnet_file.display().to_string(),
-            peers_file: peers_file(IpFamily::V4),
-            mode: Overlay::mode(&self.net).to_string(),
-            ipv6: match (ipv6, self.public_ipv6) {
-                (Some((network, subnet)), Some(public_ip)) => Some(Ipv6Values {
-                    subnet,
-                    network,
-                    public_ip,
-                    peers_file: peers_file(IpFamily::V6),
-                }),
-                _ => None,
-            },
-        };
-        let rendered = template::render(&text, &values).map_err(|msg| AgentError::Template {
-            path: tpl_path.clone(),
-            msg,
-        })?;
-        let name = tpl_path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let out = self.opts.cni_conf_dir.join(template::output_name(&name));
-        if write_atomic(&out, rendered.as_bytes())? {
-            log!("wrote {}", out.display());
-        }
-        Ok(())
-    }
-
     async fn relist(&mut self) -> Result<(), AgentError> {
         let snap = self.store.list().await?;
         self.take_snapshot(snap)
-    }
-
-    async fn renew(&mut self) -> Result<(), AgentError> {
-        let now = Instant::now();
-        let id =
-            acquire::rewrite(&mut self.store, &self.own, Binding::Fresh(self.timing.ttl)).await?;
-        self.own.etcd_lease = id;
-        self.own.renew_at = Some(self.timing.renew_at(now.into_std()));
-        metrics::LEASE_RENEWALS.inc();
-        log!("renewed lease {} for {}s", self.own.key, self.timing.ttl);
-        Ok(())
     }
 
     /// Serves until a stop signal. A lease that disappears (deleted, or expired while etcd was
@@ -545,14 +224,12 @@ impl Agent {
         let mut backoff = Duration::from_secs(1);
         loop {
             let public_ip = self.own.attrs.public_ip;
-            let public_ipv6 = self.public_ipv6;
-            let net = self.net.clone();
-            let routed_attrs = self.tunnel.as_ref().map(Tunnel::lease_attrs);
+            let reconciler = &self.reconciler;
             let result = acquire::acquire(
                 &mut self.store,
                 &self.net,
                 public_ip,
-                &|key| lease_attrs(routed_attrs.as_ref(), public_ip, public_ipv6, &net, key),
+                &|key| reconciler.lease_attrs(key),
                 Some(self.own.key),
                 self.timing,
             )
@@ -635,7 +312,7 @@ impl Agent {
                                     resp.compact_revision, resp.cancel_reason);
                                 break;
                             }
-                            if self.apply_events(&resp)? {
+                            if self.members.apply_watch(&resp)? {
                                 reconcile_at = Some(Instant::now());
                             }
                         }
@@ -661,7 +338,7 @@ impl Agent {
                         }
                     }
                     _ = sleep_until(renew_at) => {
-                        match self.renew().await {
+                        match acquire::renew(&mut self.store, &mut self.own, self.timing).await {
                             Ok(()) => {}
                             Err(e @ AgentError::LeaseRevoked { .. }) => return Err(e),
                             Err(e) => {

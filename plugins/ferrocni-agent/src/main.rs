@@ -1,34 +1,10 @@
-//! `ferrocni-agent`: the node agent keeping this node's subnet lease in etcd (flannel's layout)
-//! and the VXLAN overlay in step with cluster membership.
-
-mod acquire;
-mod agent;
-mod error;
-mod etcd;
-mod files;
-mod http;
-mod install_cni;
-mod ipip;
-mod key;
-mod lease;
-mod log;
-mod masquerade;
-mod membership;
-mod metrics;
-mod netconfig;
-mod netconfig_v6;
-mod node_addr;
-mod options;
-mod overlay;
-mod startup;
-mod store;
-mod subnet_env;
-mod template;
-mod tunnel;
-mod wgkey;
-mod wireguard;
+//! `ferrocni-agent`: the node agent (see the library's documentation for its parts).
 
 use std::process::ExitCode;
+
+use ferrocni_agent::node::install_cni;
+use ferrocni_agent::ops::log;
+use ferrocni_agent::{agent, options};
 
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
@@ -51,7 +27,7 @@ fn main() -> ExitCode {
         }
     };
     log::set_verbosity(opts.verbosity);
-    log!("{} starting", options::VERSION_LINE);
+    ferrocni_agent::log!("{} starting", options::VERSION_LINE);
     // One thread is plenty: the agent mostly waits on etcd; reconciles run as a child process.
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -91,7 +67,7 @@ fn install_cni_main(args: &[String]) -> ExitCode {
     match install_cni::run(&opts) {
         Ok(installed) => {
             for p in installed {
-                log!("installed {}", p.display());
+                ferrocni_agent::log!("installed {}", p.display());
             }
             ExitCode::SUCCESS
         }

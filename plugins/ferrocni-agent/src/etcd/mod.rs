@@ -1,7 +1,7 @@
 //! A small etcd v3 gRPC client: just the calls the agent makes (KV Range and Txn, Lease Grant
 //! and Revoke, Watch, Auth Authenticate), over one tonic channel to one endpoint, in plain text
 //! or TLS (rustls, optionally with a client certificate), with or without a user. Failover
-//! between members is the caller's job ([`crate::store::Store`]), as tonic's balanced channel
+//! between members is the caller's job ([`crate::subnet::store::Store`]), as tonic's balanced channel
 //! keeps routing requests to a dead member.
 
 pub mod proto;
@@ -470,7 +470,7 @@ impl Client {
         match resp {
             Ok(r) => {
                 let token = r.into_inner().token;
-                crate::metrics::ETCD_AUTHENTICATIONS.inc();
+                crate::ops::metrics::ETCD_AUTHENTICATIONS.inc();
                 if let Ok(mut t) = self.session.token.lock() {
                     *t = Some(token.clone());
                 }

@@ -1,13 +1,16 @@
 //! The agent's view of cluster membership: every lease known (from a listing, then kept
-//! current by watch events), and the peer list the overlay is reconciled to.
+//! current by watch events), and the peer leases the data plane is reconciled to.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
+use crate::backend::{Peer, Refusal};
 use crate::error::AgentError;
-use crate::key::SubnetKey;
-use crate::log;
-use crate::overlay::{IpFamily, PeerEntry};
-use crate::store::{self, Snapshot, StoredLease};
+use crate::etcd::proto::{EventType, WatchResponse};
+use crate::ops::metrics;
+use crate::subnet::key::SubnetKey;
+use crate::subnet::lease::LeaseAttrs;
+use crate::subnet::store::{self, Snapshot, StoredLease};
+use crate::{debug, log, warn};
 
 /// One watch event, decoded from etcd's.
 #[derive(Debug, Clone, Copy)]
@@ -24,6 +27,8 @@ pub struct Membership {
     pub known: BTreeMap<SubnetKey, StoredLease>,
     /// The store revision `known` reflects; a new watch starts right after it.
     pub revision: i64,
+    /// Leases refused and already logged, by key and revision (logged once each).
+    refused: BTreeSet<(SubnetKey, i64)>,
 }
 
 impl Membership {
@@ -32,6 +37,7 @@ impl Membership {
             own,
             known: BTreeMap::new(),
             revision: 0,
+            refused: BTreeSet::new(),
         }
     }
 
@@ -90,42 +96,110 @@ impl Membership {
         }
     }
 
-    /// The desired peers of one overlay: every readable vxlan lease but ours, in a stable
-    /// order. The IPv6 overlay takes the leases with an IPv6 subnet, `PublicIPv6` and
-    /// `BackendV6Data` (an IPv4-only flanneld node is an IPv4 peer only).
-    pub fn peers(&self, family: IpFamily) -> Vec<PeerEntry> {
-        let mut peers: Vec<PeerEntry> = self
-            .known
-            .iter()
-            .filter(|(key, _)| **key != self.own)
-            .filter_map(|(key, lease)| {
-                let attrs = lease.attrs.as_ref()?;
-                // A host-gw or udp flanneld node: nothing a VXLAN overlay can program for it.
-                match family {
-                    IpFamily::V4 => Some(PeerEntry {
-                        subnet: key.v4.into(),
-                        ip: attrs.public_ip.into(),
-                        vtep_mac: attrs.vxlan_data()?.vtep_mac,
-                    }),
-                    IpFamily::V6 => {
-                        let (ip, data) = attrs.vxlan_v6_data()?;
-                        Some(PeerEntry {
-                            subnet: key.v6?.into(),
-                            ip: ip.into(),
-                            vtep_mac: data.vtep_mac,
-                        })
+    /// Applies one watch response. Returns whether the peer set may have changed.
+    pub fn apply_watch(&mut self, resp: &WatchResponse) -> Result<bool, AgentError> {
+        let mut changed = false;
+        for ev in &resp.events {
+            let Some(kv) = &ev.kv else { continue };
+            let name = String::from_utf8_lossy(&kv.key);
+            metrics::WATCH_EVENTS.inc();
+            let event = if ev.r#type == EventType::Delete as i32 {
+                Event::Delete
+            } else {
+                Event::Put {
+                    value: &kv.value,
+                    etcd_lease: kv.lease,
+                }
+            };
+            debug!(
+                1,
+                "watch: {} {name} at revision {}",
+                match event {
+                    Event::Delete => "DELETE",
+                    Event::Put { .. } => "PUT",
+                },
+                kv.mod_revision
+            );
+            changed |= self.apply(&name, event, kv.mod_revision)?;
+        }
+        // Only event revisions advance ours: a response header may be ahead of events still
+        // to come on this stream (a re-list always precedes a new watch anyway).
+        Ok(changed)
+    }
+
+    /// The peer leases a data plane programs: every readable lease but ours that `check`
+    /// accepts, in key order, and how many known leases (ours aside) are not among them.
+    /// A lease of the backend's type that it refuses is logged once per value.
+    pub fn peers(
+        &mut self,
+        check: impl Fn(&LeaseAttrs) -> Result<(), Refusal>,
+    ) -> (Vec<Peer>, usize) {
+        let mut peers = Vec::new();
+        let mut unusable = 0;
+        for (key, lease) in &self.known {
+            if *key == self.own {
+                continue;
+            }
+            let Some(attrs) = &lease.attrs else {
+                unusable += 1;
+                continue;
+            };
+            match check(attrs) {
+                Ok(()) => peers.push(Peer {
+                    key: *key,
+                    attrs: attrs.clone(),
+                }),
+                Err(refusal) => {
+                    unusable += 1;
+                    if let Refusal::Invalid(reason) = refusal {
+                        if self.refused.insert((*key, lease.mod_revision)) {
+                            warn!("lease {key} is not programmed: {reason}");
+                        }
                     }
                 }
-            })
-            .collect();
-        peers.sort();
-        peers
+            }
+        }
+        // Forget refusals of leases gone or rewritten.
+        let known = &self.known;
+        self.refused
+            .retain(|(k, rev)| known.get(k).is_some_and(|l| l.mod_revision == *rev));
+        (peers, unusable)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::overlay::{IpFamily, PeerEntry};
+    use crate::backend::vxlan::{lease_data, lease_v6_data};
+
+    /// The vxlan peers of one family, as the vxlan backend reads them from the peer leases.
+    fn vxlan_peers(m: &mut Membership, family: IpFamily) -> Vec<PeerEntry> {
+        let (peers, _) = m.peers(|a| match lease_data(a) {
+            Some(_) => Ok(()),
+            None => Err(Refusal::OtherBackend),
+        });
+        peers
+            .iter()
+            .filter_map(|p| {
+                Some(match family {
+                    IpFamily::V4 => PeerEntry {
+                        subnet: p.key.v4.into(),
+                        ip: p.attrs.public_ip.into(),
+                        vtep_mac: lease_data(&p.attrs)?.vtep_mac,
+                    },
+                    IpFamily::V6 => {
+                        let (ip, data) = lease_v6_data(&p.attrs)?;
+                        PeerEntry {
+                            subnet: p.key.v6?.into(),
+                            ip: ip.into(),
+                            vtep_mac: data.vtep_mac,
+                        }
+                    }
+                })
+            })
+            .collect()
+    }
 
     const A: &str = "/coreos.com/network/subnets/10.244.1.0-24";
     const B: &str = "/coreos.com/network/subnets/10.244.2.0-24";
@@ -156,7 +230,7 @@ mod tests {
     fn puts_and_deletes_drive_the_peer_set() {
         let mut m = members();
         assert!(
-            m.peers(IpFamily::V4).is_empty(),
+            vxlan_peers(&mut m, IpFamily::V4).is_empty(),
             "our own lease is never a peer"
         );
         let a = lease("192.168.0.1", "02:00:00:00:00:01");
@@ -192,9 +266,9 @@ mod tests {
                 4
             )
             .unwrap());
-        let peers = m.peers(IpFamily::V4);
+        let peers = vxlan_peers(&mut m, IpFamily::V4);
         assert_eq!(peers.len(), 2);
-        assert!(m.peers(IpFamily::V6).is_empty());
+        assert!(vxlan_peers(&mut m, IpFamily::V6).is_empty());
         assert_eq!(peers[0].subnet.to_string(), "10.244.1.0/24");
         assert_eq!(peers[0].ip.to_string(), "192.168.0.1");
         assert_eq!(peers[0].vtep_mac.as_deref(), Some("02:00:00:00:00:01"));
@@ -203,7 +277,7 @@ mod tests {
             !m.apply(A, Event::Delete, 6).unwrap(),
             "deleting twice changes nothing"
         );
-        assert_eq!(m.peers(IpFamily::V4).len(), 1);
+        assert_eq!(vxlan_peers(&mut m, IpFamily::V4).len(), 1);
         assert_eq!(m.revision, 6);
     }
 
@@ -254,7 +328,7 @@ mod tests {
         assert!(!m
             .apply("/coreos.com/network/subnets/bogus", Event::Delete, 4)
             .unwrap());
-        assert!(m.peers(IpFamily::V4).is_empty());
+        assert!(vxlan_peers(&mut m, IpFamily::V4).is_empty());
         assert_eq!(m.known.len(), 3, "they still occupy their subnets");
     }
 
@@ -282,8 +356,8 @@ mod tests {
             3,
         )
         .unwrap();
-        assert_eq!(m.peers(IpFamily::V4).len(), 2);
-        let v6 = m.peers(IpFamily::V6);
+        assert_eq!(vxlan_peers(&mut m, IpFamily::V4).len(), 2);
+        let v6 = vxlan_peers(&mut m, IpFamily::V6);
         assert_eq!(v6.len(), 1);
         assert_eq!(v6[0].subnet.to_string(), "fd00:10:244:1::/64");
         assert_eq!(v6[0].ip.to_string(), "fd00:9::1");

@@ -5,15 +5,12 @@ use ipnetwork::Ipv4Network;
 use serde::Deserialize;
 use std::net::Ipv4Addr;
 
+use crate::backend::{self, registry, Backend};
 use crate::error::AgentError;
-use crate::netconfig_v6::Ipv6Config;
+use crate::subnet::config_v6::Ipv6Config;
+use crate::subnet::pick::pick_seeded;
 
-/// flannel's kernel-default VXLAN port (the `vxlan` module's `udp_port`).
-pub const DEFAULT_VXLAN_PORT: u16 = 8472;
-/// Encapsulation overhead of VXLAN over IPv4 (outer IP 20 + UDP 8 + VXLAN 8 + inner Ethernet 14).
-pub const VXLAN_OVERHEAD: u32 = 50;
-
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct NetConfig {
     pub network: Ipv4Network,
     pub subnet_len: u8,
@@ -21,37 +18,23 @@ pub struct NetConfig {
     pub subnet_max: Ipv4Addr,
     /// The IPv6 overlay, when `EnableIPv6` is set (dual-stack).
     pub ipv6: Option<Ipv6Config>,
-    pub backend: Backend,
+    /// The backend's options, parsed by the backend registered for `Backend.Type`.
+    pub backend: Box<dyn Backend>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Backend {
-    pub vni: u32,
-    /// 0 = leave it to the kernel default (8472), as flannel does.
-    pub port: u16,
-    pub direct_routing: bool,
-    pub mtu: Option<u32>,
-    /// Which data plane; the fields above are vxlan's (`direct_routing` also ipip's).
-    pub kind: BackendKind,
-}
-
-/// flannel's `Backend.Type` values the agent runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BackendKind {
-    Vxlan,
-    Wireguard(crate::wireguard::WireguardOptions),
-    Ipip,
-}
-
-impl Backend {
-    pub fn effective_port(&self) -> u16 {
-        if self.port == 0 {
-            DEFAULT_VXLAN_PORT
-        } else {
-            self.port
-        }
+// By hand: a derived comparison of the boxed backend does not compile (it would move it).
+impl PartialEq for NetConfig {
+    fn eq(&self, other: &NetConfig) -> bool {
+        self.network == other.network
+            && self.subnet_len == other.subnet_len
+            && self.subnet_min == other.subnet_min
+            && self.subnet_max == other.subnet_max
+            && self.ipv6 == other.ipv6
+            && self.backend.same_options(other.backend.as_ref())
     }
 }
+
+impl Eq for NetConfig {}
 
 // Decoded with `libcni::gojson`, as flanneld (Go encoding/json) decodes it: keys match
 // case-insensitively (`"network"` works), `null` is no value, unknown keys are ignored.
@@ -79,24 +62,6 @@ struct RawConfig {
     ipv6_subnet_min: Option<String>,
     #[serde(rename = "IPv6SubnetMax")]
     ipv6_subnet_max: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct RawVxlan {
-    #[serde(rename = "Type")]
-    _type: String,
-    #[serde(rename = "VNI", default)]
-    vni: Option<u32>,
-    #[serde(rename = "Port", default)]
-    port: Option<u16>,
-    #[serde(rename = "DirectRouting", default)]
-    direct_routing: bool,
-    #[serde(rename = "MTU", default)]
-    mtu: Option<u32>,
-    #[serde(rename = "GBP", default)]
-    gbp: bool,
-    #[serde(rename = "Learning", default)]
-    learning: bool,
 }
 
 pub(crate) fn bad(key: &str, msg: impl Into<String>) -> AgentError {
@@ -196,13 +161,14 @@ impl NetConfig {
             ));
         }
 
-        let backend = parse_backend(key, raw.backend)?;
-        if backend.kind == BackendKind::Ipip && ipv6.is_some() {
-            return Err(bad(
-                key,
-                "the ipip backend carries IPv4 only; EnableIPv6 needs the vxlan or wireguard backend",
-            ));
-        }
+        let backend = parse_backend(
+            key,
+            raw.backend,
+            &backend::Network {
+                v4: network,
+                v6: ipv6.as_ref().map(|c| c.network),
+            },
+        )?;
         Ok(NetConfig {
             network,
             subnet_len,
@@ -211,6 +177,14 @@ impl NetConfig {
             ipv6,
             backend,
         })
+    }
+
+    /// The cluster network the backend carries.
+    pub fn networks(&self) -> backend::Network {
+        backend::Network {
+            v4: self.network,
+            v6: self.ipv6.as_ref().map(|c| c.network),
+        }
     }
 
     /// Every subnet this config may hand out, in address order.
@@ -249,12 +223,6 @@ impl NetConfig {
     }
 }
 
-/// One of the first 100 of `free` chosen by `seed` (flannel picks at random among them).
-pub fn pick_seeded<T: Copy>(free: impl Iterator<Item = T>, seed: u64) -> Option<T> {
-    let free: Vec<T> = free.take(100).collect();
-    (!free.is_empty()).then(|| free[(seed % free.len() as u64) as usize])
-}
-
 fn subnet_size(len: u8) -> u32 {
     1u32 << (32 - u32::from(len))
 }
@@ -263,10 +231,13 @@ pub fn overlaps(a: Ipv4Network, b: Ipv4Network) -> bool {
     a.contains(b.network()) || b.contains(a.network())
 }
 
+/// The `Backend` object, parsed by the backend registered for its `Type` (flannel's default,
+/// `udp`, when it has none).
 fn parse_backend(
     key: &str,
     backend: Option<serde_json::Map<String, serde_json::Value>>,
-) -> Result<Backend, AgentError> {
+    net: &backend::Network,
+) -> Result<Box<dyn Backend>, AgentError> {
     let Some(map) = backend else {
         return Err(bad(key, "\"Backend\" is missing (flannel's default \"udp\" is not supported; use {\"Type\":\"vxlan\"})"));
     };
@@ -275,49 +246,29 @@ fn parse_backend(
         Some(_) => return Err(bad(key, "\"Backend.Type\" must be a string")),
         None => "udp".to_string(),
     };
-    match ty.as_str() {
-        "vxlan" => {}
-        "wireguard" => return crate::wireguard::parse_backend(key, &map),
-        "ipip" => return crate::ipip::parse_backend(key, &map),
-        _ => {
-            return Err(bad(
-                key,
-                format!("backend type {ty:?} is not supported by ferrocni-agent (only \"vxlan\", \"wireguard\" and \"ipip\")"),
-            ))
-        }
-    }
-    let raw: RawVxlan = libcni::gojson::from_value(&serde_json::Value::Object(map))
-        .map_err(|e| bad(key, format!("\"Backend\": {e}")))?;
-    if raw.gbp || raw.learning {
-        return Err(bad(key, "\"Backend\": GBP and Learning are not supported"));
-    }
-    let vni = raw.vni.unwrap_or(1);
-    if vni == 0 || vni >= 1 << 24 {
-        return Err(bad(
+    let registration = registry::lookup(&ty).ok_or_else(|| {
+        bad(
             key,
-            format!("\"Backend.VNI\" {vni} is outside 1..16777215"),
-        ));
-    }
-    if let Some(mtu) = raw.mtu {
-        if !(576..=65535).contains(&mtu) {
-            return Err(bad(
-                key,
-                format!("\"Backend.MTU\" {mtu} is outside 576..65535"),
-            ));
-        }
-    }
-    Ok(Backend {
-        vni,
-        port: raw.port.unwrap_or(0),
-        direct_routing: raw.direct_routing,
-        mtu: raw.mtu,
-        kind: BackendKind::Vxlan,
-    })
+            format!(
+                "backend type {ty:?} is not supported by ferrocni-agent (only {})",
+                registry::known_names()
+            ),
+        )
+    })?;
+    (registration.parse)(&map, net).map_err(|msg| bad(key, msg))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::vxlan::Vxlan;
+
+    fn vxlan(c: &NetConfig) -> &Vxlan {
+        c.backend
+            .as_any()
+            .downcast_ref::<Vxlan>()
+            .expect("a vxlan backend")
+    }
 
     fn parse(s: &str) -> Result<NetConfig, AgentError> {
         NetConfig::parse("/coreos.com/network/config", s.as_bytes())
@@ -330,16 +281,15 @@ mod tests {
         assert_eq!(c.subnet_min, "10.244.1.0".parse::<Ipv4Addr>().unwrap());
         assert_eq!(c.subnet_max, "10.244.255.0".parse::<Ipv4Addr>().unwrap());
         assert_eq!(
-            c.backend,
-            Backend {
+            *vxlan(&c),
+            Vxlan {
                 vni: 1,
                 port: 0,
                 direct_routing: false,
                 mtu: None,
-                kind: BackendKind::Vxlan,
             }
         );
-        assert_eq!(c.backend.effective_port(), 8472);
+        assert_eq!(vxlan(&c).effective_port(), 8472);
         assert_eq!(c.candidate_subnets().count(), 255);
 
         let small = parse(r#"{"Network":"10.1.0.0/24","Backend":{"Type":"vxlan"}}"#).unwrap();
@@ -365,13 +315,12 @@ mod tests {
             ]
         );
         assert_eq!(
-            c.backend,
-            Backend {
+            *vxlan(&c),
+            Vxlan {
                 vni: 42,
                 port: 4789,
                 direct_routing: true,
                 mtu: None,
-                kind: BackendKind::Vxlan,
             }
         );
     }
@@ -418,7 +367,7 @@ mod tests {
         assert_eq!(c.network.to_string(), "10.244.0.0/16");
         assert_eq!(c.subnet_len, 25);
         assert_eq!(c.subnet_min, "10.244.0.128".parse::<Ipv4Addr>().unwrap());
-        assert_eq!((c.backend.vni, c.backend.direct_routing), (7, true));
+        assert_eq!((vxlan(&c).vni, vxlan(&c).direct_routing), (7, true));
     }
 
     #[test]
@@ -456,7 +405,7 @@ mod tests {
             ),
             (r#"{"Network":"10.0.0.0/16"}"#, "\"Backend\" is missing"),
             (
-                r#"{"Network":"10.0.0.0/16","Backend":{"Type":"host-gw"}}"#,
+                r#"{"Network":"10.0.0.0/16","Backend":{"Type":"alloc"}}"#,
                 "not supported",
             ),
             (

@@ -12,10 +12,11 @@ use crate::etcd::proto::{
     RangeRequest, Request, RequestOp, TargetUnion, TxnRequest,
 };
 use crate::etcd::{Client, EtcdError, Security, WatchStream};
-use crate::key::SubnetKey;
-use crate::lease::LeaseAttrs;
-use crate::netconfig::NetConfig;
-use crate::{debug, log, metrics, warn};
+use crate::ops::metrics;
+use crate::subnet::config::NetConfig;
+use crate::subnet::key::SubnetKey;
+use crate::subnet::lease::LeaseAttrs;
+use crate::{debug, log, warn};
 
 /// Bound on one etcd request (a member that accepted the connection but stalls counts as down).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);

@@ -8,13 +8,15 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
+use crate::backend::LeaseValue;
 use crate::error::AgentError;
-use crate::key::SubnetKey;
-use crate::lease::LeaseAttrs;
-use crate::log;
-use crate::netconfig::{overlaps, NetConfig};
-use crate::netconfig_v6;
-use crate::store::{Binding, Snapshot, Store, StoredLease};
+use crate::ops::metrics;
+use crate::subnet::config::{overlaps, NetConfig};
+use crate::subnet::config_v6;
+use crate::subnet::key::SubnetKey;
+use crate::subnet::lease::LeaseAttrs;
+use crate::subnet::store::{Binding, Snapshot, Store, StoredLease};
+use crate::{log, warn};
 
 const MAX_ATTEMPTS: u32 = 10;
 
@@ -65,8 +67,7 @@ pub fn plan(
         None => Ok(None),
         Some(c) => match prev {
             Some(p)
-                if c.is_allocatable(p)
-                    && !taken_v6.iter().any(|t| netconfig_v6::overlaps(*t, p)) =>
+                if c.is_allocatable(p) && !taken_v6.iter().any(|t| config_v6::overlaps(*t, p)) =>
             {
                 Ok(Some(p))
             }
@@ -150,12 +151,12 @@ impl LeaseTiming {
 }
 
 /// Acquires a lease for `public_ip`; `attrs_for` gives the value to store for a key (the
-/// VTEP MACs depend on its subnets).
+/// backend's; vxlan's VTEP MACs depend on its subnets).
 pub async fn acquire(
     store: &mut Store,
     net: &NetConfig,
     public_ip: Ipv4Addr,
-    attrs_for: &dyn Fn(&SubnetKey) -> LeaseAttrs,
+    attrs_for: &dyn Fn(&SubnetKey) -> Result<LeaseAttrs, AgentError>,
     previous: Option<SubnetKey>,
     timing: LeaseTiming,
 ) -> Result<OwnLease, AgentError> {
@@ -169,7 +170,7 @@ pub async fn acquire(
             seed_for(public_ip, attempt),
         )?;
         let attrs = &match &plan {
-            Plan::Reuse(key, _) | Plan::DropStale(key, _) | Plan::Create(key) => attrs_for(key),
+            Plan::Reuse(key, _) | Plan::DropStale(key, _) | Plan::Create(key) => attrs_for(key)?,
         };
         match plan {
             Plan::Reuse(key, lease) if lease.etcd_lease == 0 => {
@@ -237,6 +238,41 @@ pub async fn acquire(
     })
 }
 
+/// Renews our lease with a fresh TTL (flannel's renewal). A missing key means it was revoked.
+pub async fn renew(
+    store: &mut Store,
+    own: &mut OwnLease,
+    timing: LeaseTiming,
+) -> Result<(), AgentError> {
+    let now = Instant::now();
+    own.etcd_lease = rewrite(store, own, Binding::Fresh(timing.ttl)).await?;
+    own.renew_at = Some(timing.renew_at(now));
+    metrics::LEASE_RENEWALS.inc();
+    log!("renewed lease {} for {}s", own.key, timing.ttl);
+    Ok(())
+}
+
+/// Rewrites our lease with the value the data plane now wants (vxlan: its devices' real
+/// MACs), keeping its binding. A failure is logged and left for the next pass to retry.
+pub async fn publish(store: &mut Store, own: &mut OwnLease, value: LeaseValue) {
+    if value.attrs == own.attrs {
+        return;
+    }
+    let previous = std::mem::replace(&mut own.attrs, value.attrs);
+    let binding = if own.etcd_lease == 0 {
+        Binding::Reservation
+    } else {
+        Binding::Existing(own.etcd_lease)
+    };
+    match rewrite(store, own, binding).await {
+        Ok(_) => log!("published {} in lease {}", value.what, own.key),
+        Err(e) => {
+            warn!("could not publish {}: {e}; will retry", value.what);
+            own.attrs = previous;
+        }
+    }
+}
+
 /// Renews (fresh TTL) or re-publishes (`binding`) our lease. A missing key means it was revoked.
 pub async fn rewrite(
     store: &mut Store,
@@ -267,7 +303,11 @@ mod tests {
 
     fn lease(ip: &str, etcd_lease: i64) -> StoredLease {
         StoredLease {
-            attrs: Some(LeaseAttrs::vxlan(ip.parse().unwrap(), 1, None)),
+            attrs: Some(crate::backend::vxlan::lease_attrs(
+                ip.parse().unwrap(),
+                1,
+                None,
+            )),
             etcd_lease,
             mod_revision: 7,
         }

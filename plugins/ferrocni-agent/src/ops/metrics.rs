@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A monotonically increasing count.
@@ -94,15 +94,50 @@ fn escape(v: &str) -> String {
     out
 }
 
+/// Metric families being written in the text exposition format (version 0.0.4).
+#[derive(Debug, Default)]
+pub struct Samples {
+    out: String,
+}
+
+impl Samples {
+    /// One family: `samples` are `(labels, value)`, labels written as `{k="v",...}` or empty.
+    pub fn family(&mut self, name: &str, kind: &str, help: &str, samples: &[(String, String)]) {
+        let _ = writeln!(self.out, "# HELP {name} {help}");
+        let _ = writeln!(self.out, "# TYPE {name} {kind}");
+        for (labels, value) in samples {
+            let _ = writeln!(self.out, "{name}{labels} {value}");
+        }
+    }
+
+    pub fn into_text(self) -> String {
+        self.out
+    }
+}
+
+/// A label set `{name="value"}`, the value escaped.
+pub fn label(name: &str, value: &str) -> String {
+    format!("{{{name}=\"{}\"}}", escape(value))
+}
+
+/// Where a backend's own metrics come from: called at every scrape, so it must only read
+/// values kept up to date elsewhere (no I/O).
+pub type Source = Arc<dyn Fn(&mut Samples) + Send + Sync>;
+
+static BACKEND_SOURCE: Mutex<Option<Source>> = Mutex::new(None);
+
+/// Adds the running backend's metrics to every scrape.
+pub fn set_backend_source(source: Option<Source>) {
+    if let Ok(mut s) = BACKEND_SOURCE.lock() {
+        *s = source;
+    }
+}
+
 /// Every metric, in the text exposition format (version 0.0.4).
 pub fn render() -> String {
-    let mut out = String::new();
-    let mut metric = |name: &str, kind: &str, help: &str, samples: &[(String, String)]| {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} {kind}");
-        for (labels, value) in samples {
-            let _ = writeln!(out, "{name}{labels} {value}");
-        }
+    let mut samples = Samples::default();
+    let mut metric = |name: &str, kind: &str, help: &str, s: &[(String, String)]| {
+        samples.family(name, kind, help, s)
     };
     let plain = |v: u64| vec![(String::new(), v.to_string())];
     let version = format!("{{version=\"{}\"}}", env!("CARGO_PKG_VERSION"));
@@ -151,8 +186,8 @@ pub fn render() -> String {
     metric(
         "ferrocni_agent_leases",
         "gauge",
-        "Subnet leases in etcd by state: peers programmed into the overlay, leases that cannot \
-         be programmed, and all known leases (this node's included).",
+        "Subnet leases in etcd by state: peers programmed into the data plane, leases that \
+         cannot be programmed, and all known leases (this node's included).",
         &[
             (
                 "{state=\"programmed\"}".into(),
@@ -168,13 +203,13 @@ pub fn render() -> String {
     metric(
         "ferrocni_agent_reconciles_total",
         "counter",
-        "Overlay reconcile passes.",
+        "Data plane reconcile passes.",
         &plain(RECONCILES.get()),
     );
     metric(
         "ferrocni_agent_reconcile_failures_total",
         "counter",
-        "Overlay reconcile passes that failed.",
+        "Data plane reconcile passes that failed.",
         &plain(RECONCILE_FAILURES.get()),
     );
     let secs = |micros: u64| format!("{:.6}", micros as f64 / 1e6);
@@ -212,7 +247,11 @@ pub fn render() -> String {
         "The latest error's message.",
         &info,
     );
-    out
+    let source = BACKEND_SOURCE.lock().ok().and_then(|s| s.clone());
+    if let Some(source) = source {
+        source(&mut samples);
+    }
+    samples.into_text()
 }
 
 #[cfg(test)]

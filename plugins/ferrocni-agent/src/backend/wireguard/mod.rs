@@ -10,22 +10,31 @@
 //! family chosen per peer: `auto` picks IPv4 unless only IPv6 looks public).
 //!
 //! Each device gets the node's subnet address (/32, /128), a scope-link route to the whole
-//! cluster network, MTU = underlay − 80, and the node's key (see [`crate::wgkey`]). The
+//! cluster network, MTU = underlay − 80, and the node's key (see [`crate::backend::wireguard::key`]). The
 //! lease is flanneld's: `"BackendType":"wireguard"`, `BackendData` (and on dual-stack
 //! `BackendV6Data`) `{"PublicKey":"<base64>","Port":<listen port>}`.
 
-use std::collections::BTreeMap;
+mod apply;
+pub mod key;
+
+use std::any::Any;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use ipnetwork::IpNetwork;
 use serde::{Deserialize, Serialize};
 
+use crate::backend::{
+    same, Backend, BackendObject, DataPlane, Network, Node, Peer, Refusal, Registration,
+};
 use crate::error::AgentError;
-use crate::key::SubnetKey;
-use crate::lease::LeaseAttrs;
-use crate::netconfig::{bad, Backend, BackendKind, NetConfig};
-use crate::store::StoredLease;
-use crate::wgkey::{self, Key, KeyPair};
+use crate::subnet::key::SubnetKey;
+use crate::subnet::lease::LeaseAttrs;
+use key::{Key, KeyPair};
+
+pub const REGISTRATION: Registration = Registration {
+    names: &["wireguard"],
+    parse: parse_backend,
+};
 
 /// Bytes WireGuard adds to a packet: outer IPv4 (20; IPv6 would be 40) + UDP 8 + type 4 +
 /// key index 4 + nonce 8 + auth tag 16, rounded up as flannel does.
@@ -70,24 +79,16 @@ struct RawWireguard {
 }
 
 /// The `Backend` object of a `"Type":"wireguard"` config.
-pub fn parse_backend(
-    key: &str,
-    map: &serde_json::Map<String, serde_json::Value>,
-) -> Result<Backend, AgentError> {
+fn parse_backend(map: &BackendObject, net: &Network) -> Result<Box<dyn Backend>, String> {
     let raw: RawWireguard =
-        libcni::gojson::from_map(map).map_err(|e| bad(key, format!("\"Backend\": {e}")))?;
+        libcni::gojson::from_map(map).map_err(|e| format!("\"Backend\": {e}"))?;
     let psk = match raw.psk.as_deref() {
         None | Some("") => None,
-        Some(text) => {
-            Some(wgkey::decode(text).map_err(|e| bad(key, format!("\"Backend.PSK\": {e}")))?)
-        }
+        Some(text) => Some(key::decode(text).map_err(|e| format!("\"Backend.PSK\": {e}"))?),
     };
     let keepalive = raw.keepalive.unwrap_or(0);
     let keepalive = u16::try_from(keepalive).map_err(|_| {
-        bad(
-            key,
-            format!("\"Backend.PersistentKeepaliveInterval\" {keepalive} is above 65535 seconds"),
-        )
+        format!("\"Backend.PersistentKeepaliveInterval\" {keepalive} is above 65535 seconds")
     })?;
     let mode = match raw.mode.as_deref() {
         None | Some("separate") => Mode::Separate,
@@ -95,25 +96,77 @@ pub fn parse_backend(
         Some("ipv4") => Mode::Ipv4,
         Some("ipv6") => Mode::Ipv6,
         Some(other) => {
-            return Err(bad(
-                key,
-                format!("\"Backend.Mode\" {other:?} is not one of separate, auto, ipv4, ipv6"),
+            return Err(format!(
+                "\"Backend.Mode\" {other:?} is not one of separate, auto, ipv4, ipv6"
             ))
         }
     };
-    Ok(Backend {
-        vni: 0,
-        port: 0,
-        direct_routing: false,
-        mtu: None,
-        kind: BackendKind::Wireguard(WireguardOptions {
-            listen_port: raw.listen_port.unwrap_or(DEFAULT_PORT),
-            listen_port_v6: raw.listen_port_v6.unwrap_or(DEFAULT_PORT_V6),
-            psk,
-            keepalive,
-            mode,
-        }),
-    })
+    if mode == Mode::Ipv6 && !net.dual_stack() {
+        return Err(
+            "wireguard \"Backend.Mode\" \"ipv6\" needs a dual-stack network (EnableIPv6)".into(),
+        );
+    }
+    Ok(Box::new(WireguardOptions {
+        listen_port: raw.listen_port.unwrap_or(DEFAULT_PORT),
+        listen_port_v6: raw.listen_port_v6.unwrap_or(DEFAULT_PORT_V6),
+        psk,
+        keepalive,
+        mode,
+    }))
+}
+
+impl Backend for WireguardOptions {
+    fn type_name(&self) -> &'static str {
+        "wireguard"
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "wireguard port {}, IPv6 port {}, mode {:?}{}{}",
+            self.listen_port,
+            self.listen_port_v6,
+            self.mode,
+            if self.psk.is_some() { ", PSK" } else { "" },
+            if self.keepalive > 0 {
+                format!(", keepalive {}s", self.keepalive)
+            } else {
+                String::new()
+            }
+        )
+    }
+
+    fn mtu_overhead(&self) -> u32 {
+        OVERHEAD
+    }
+
+    fn check_peer(&self, attrs: &LeaseAttrs) -> Result<(), Refusal> {
+        if attrs.backend_type != "wireguard" {
+            return Err(Refusal::OtherBackend);
+        }
+        match lease_data(attrs.backend_data.as_ref()) {
+            Some(_) => Ok(()),
+            None => Err(Refusal::Invalid(
+                "BackendData has no valid WireGuard PublicKey".into(),
+            )),
+        }
+    }
+
+    /// The node's key is loaded (or created) here, before the lease that publishes it.
+    fn start(&self, node: &Node<'_>) -> Result<Box<dyn DataPlane>, AgentError> {
+        apply::WireguardPlane::start(self.clone(), node)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn same_options(&self, other: &dyn Backend) -> bool {
+        same(self, other)
+    }
+
+    fn clone_box(&self) -> Box<dyn Backend> {
+        Box::new(self.clone())
+    }
 }
 
 /// flannel's `wireguardLeaseAttrs`, field for field (Go marshals them in this order).
@@ -135,7 +188,7 @@ pub fn lease_attrs(
 ) -> LeaseAttrs {
     let data = |port| {
         serde_json::to_value(LeaseData {
-            public_key: wgkey::encode(&keys.public),
+            public_key: key::encode(&keys.public),
             port,
         })
         .ok()
@@ -153,9 +206,10 @@ pub fn lease_attrs(
     }
 }
 
+/// The public key and port of one family's backend data.
 fn lease_data(v: Option<&serde_json::Value>) -> Option<(Key, u16)> {
     let d: LeaseData = libcni::gojson::from_value(v?).ok()?;
-    Some((wgkey::decode(&d.public_key).ok()?, d.port))
+    Some((key::decode(&d.public_key).ok()?, d.port))
 }
 
 /// One WireGuard device this node runs, with what it must hold.
@@ -178,17 +232,17 @@ fn is_private(ip: IpAddr) -> bool {
     }
 }
 
-/// The devices and their peers for the leases known (ours excluded), as flannel programs
+/// The devices and their peers for the peer leases (ours excluded), as flannel programs
 /// them. Leases of other backends and unreadable wireguard data are skipped.
 pub fn plan(
-    net: &NetConfig,
+    net: &Network,
     opts: &WireguardOptions,
     own: &SubnetKey,
     own_public_ipv6: Option<Ipv6Addr>,
-    leases: &BTreeMap<SubnetKey, StoredLease>,
+    peers: &[Peer],
 ) -> Vec<DevicePlan> {
-    let dual = net.ipv6.is_some();
-    let v6_net = net.ipv6.as_ref().map(|c| IpNetwork::V6(c.network));
+    let dual = net.dual_stack();
+    let v6_net = net.v6.map(IpNetwork::V6);
     let own_v4 = IpNetwork::new(own.v4.network().into(), 32).ok();
     let own_v6 = own
         .v6
@@ -202,18 +256,15 @@ pub fn plan(
             persistent_keepalive: opts.keepalive,
         }
     };
-    let remote = leases
+    let remote = peers
         .iter()
-        .filter(|(k, _)| *k != own)
-        .filter_map(|(k, l)| {
-            let a = l.attrs.as_ref()?;
-            (a.backend_type == "wireguard").then_some((k, a))
-        });
+        .filter(|p| p.key != *own && p.attrs.backend_type == "wireguard")
+        .map(|p| (&p.key, &p.attrs));
     let mut v4 = DevicePlan {
         name: DEVICE,
         listen_port: opts.listen_port,
         addresses: own_v4.into_iter().collect(),
-        routes: vec![IpNetwork::V4(net.network)],
+        routes: vec![IpNetwork::V4(net.v4)],
         peers: Vec::new(),
     };
     if opts.mode == Mode::Separate {
@@ -292,17 +343,32 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::StoredLease;
+    use crate::subnet::config::NetConfig;
+    use crate::subnet::store::StoredLease;
+    use std::collections::BTreeMap;
 
     fn net(cfg: &str) -> NetConfig {
         NetConfig::parse("/coreos.com/network/config", cfg.as_bytes()).unwrap()
     }
 
     fn opts(n: &NetConfig) -> WireguardOptions {
-        match &n.backend.kind {
-            BackendKind::Wireguard(o) => o.clone(),
-            other => panic!("not wireguard: {other:?}"),
+        match n.backend.as_any().downcast_ref::<WireguardOptions>() {
+            Some(o) => o.clone(),
+            None => panic!("not wireguard: {:?}", n.backend),
         }
+    }
+
+    /// The leases as the agent hands them to the data plane (unreadable ones never reach it).
+    fn peers(leases: &BTreeMap<SubnetKey, StoredLease>) -> Vec<Peer> {
+        leases
+            .iter()
+            .filter_map(|(key, l)| {
+                Some(Peer {
+                    key: *key,
+                    attrs: l.attrs.clone()?,
+                })
+            })
+            .collect()
     }
 
     #[test]
@@ -318,7 +384,7 @@ mod tests {
                 mode: Mode::Separate
             }
         );
-        let psk = wgkey::encode(&[3; 32]);
+        let psk = key::encode(&[3; 32]);
         let n = net(&format!(
             r#"{{"Network":"10.244.0.0/16","Backend":{{"type":"wireguard","listenPort":5000,"ListenPortV6":5001,"PSK":"{psk}","PersistentKeepaliveInterval":25,"Mode":"auto"}}}}"#
         ));
@@ -356,7 +422,7 @@ mod tests {
         let n = net(r#"{"Network":"10.244.0.0/16","Backend":{"Type":"wireguard"}}"#);
         let keys = KeyPair {
             private: [0; 32],
-            public: wgkey::decode(PUB).unwrap(),
+            public: key::decode(PUB).unwrap(),
         };
         let a = lease_attrs(&opts(&n), &keys, "192.168.1.5".parse().unwrap(), None);
         assert_eq!(
@@ -413,7 +479,7 @@ mod tests {
             SubnetKey::parse("10.244.4.0-24").unwrap(),
             lease(r#"{"PublicIP":"192.168.1.4","BackendType":"wireguard","BackendData":{"PublicKey":"nope"}}"#),
         );
-        let plans = plan(&n, &opts(&n), &own, None, &leases);
+        let plans = plan(&n.networks(), &opts(&n), &own, None, &peers(&leases));
         assert_eq!(plans.len(), 1);
         let p = &plans[0];
         assert_eq!(p.name, "flannel-wg");
@@ -421,7 +487,7 @@ mod tests {
         assert_eq!(p.addresses, vec!["10.244.9.0/32".parse().unwrap()]);
         assert_eq!(p.routes, vec!["10.244.0.0/16".parse().unwrap()]);
         assert_eq!(p.peers.len(), 2);
-        assert_eq!(p.peers[0].public_key, wgkey::decode(PUB).unwrap());
+        assert_eq!(p.peers[0].public_key, key::decode(PUB).unwrap());
         assert_eq!(
             p.peers[0].endpoint,
             Some("192.168.1.1:6000".parse().unwrap())
@@ -450,11 +516,11 @@ mod tests {
         );
         let n = net(&dual.replace("MODE", ""));
         let plans = plan(
-            &n,
+            &n.networks(),
             &opts(&n),
             &own,
             Some("2001:db8::9".parse().unwrap()),
-            &leases,
+            &peers(&leases),
         );
         assert_eq!(plans.len(), 2);
         assert_eq!(plans[1].name, "flannel-wg-v6");
@@ -475,11 +541,11 @@ mod tests {
         // auto: the peer's IPv4 is private and both IPv6 ends are public: over IPv6.
         let n = net(&dual.replace("MODE", r#","Mode":"auto""#));
         let plans = plan(
-            &n,
+            &n.networks(),
             &opts(&n),
             &own,
             Some("2001:db8::9".parse().unwrap()),
-            &leases,
+            &peers(&leases),
         );
         assert_eq!(plans.len(), 1);
         let p = &plans[0];
@@ -493,11 +559,11 @@ mod tests {
         // ipv4: always the IPv4 endpoint.
         let n = net(&dual.replace("MODE", r#","Mode":"ipv4""#));
         let plans = plan(
-            &n,
+            &n.networks(),
             &opts(&n),
             &own,
             Some("2001:db8::9".parse().unwrap()),
-            &leases,
+            &peers(&leases),
         );
         assert_eq!(
             plans[0].peers[0].endpoint,

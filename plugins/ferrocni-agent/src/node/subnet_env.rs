@@ -3,7 +3,7 @@
 use ipnetwork::{Ipv4Network, Ipv6Network};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
-use crate::key::SubnetKey;
+use crate::subnet::key::SubnetKey;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubnetEnv {

@@ -40,7 +40,7 @@ impl Level {
 #[macro_export]
 macro_rules! log {
     ($($arg:tt)*) => {
-        $crate::log::emit($crate::log::Level::Info, &format!($($arg)*))
+        $crate::ops::log::emit($crate::ops::log::Level::Info, &format!($($arg)*))
     };
 }
 
@@ -48,7 +48,7 @@ macro_rules! log {
 #[macro_export]
 macro_rules! warn {
     ($($arg:tt)*) => {
-        $crate::log::emit($crate::log::Level::Warn, &format!($($arg)*))
+        $crate::ops::log::emit($crate::ops::log::Level::Warn, &format!($($arg)*))
     };
 }
 
@@ -56,15 +56,15 @@ macro_rules! warn {
 #[macro_export]
 macro_rules! debug {
     ($level:expr, $($arg:tt)*) => {
-        if $crate::log::enabled($level) {
-            $crate::log::emit($crate::log::Level::Debug, &format!($($arg)*))
+        if $crate::ops::log::enabled($level) {
+            $crate::ops::log::emit($crate::ops::log::Level::Debug, &format!($($arg)*))
         }
     };
 }
 
 pub fn emit(level: Level, msg: &str) {
     if matches!(level, Level::Warn | Level::Error) {
-        crate::metrics::record_error(msg);
+        crate::ops::metrics::record_error(msg);
     }
     eprintln!("{}", line(SystemTime::now(), level, msg));
 }

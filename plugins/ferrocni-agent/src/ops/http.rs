@@ -9,8 +9,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::error::AgentError;
+use crate::ops::metrics;
 use crate::options::Options;
-use crate::{debug, log, metrics};
+use crate::{debug, log};
 
 /// Bound on reading one request and writing its answer (a stalled client must not pile up).
 const IO_TIMEOUT: Duration = Duration::from_secs(5);

@@ -7,9 +7,9 @@ use tokio::time::{sleep, Instant};
 
 use crate::error::AgentError;
 use crate::etcd::Security;
-use crate::netconfig::NetConfig;
 use crate::options::Options;
-use crate::store::Store;
+use crate::subnet::config::NetConfig;
+use crate::subnet::store::Store;
 use crate::warn;
 
 /// Connects and reads the config, retrying transport failures until the start-up timeout.

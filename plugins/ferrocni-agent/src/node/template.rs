@@ -7,17 +7,17 @@
 use ipnetwork::{Ipv4Network, Ipv6Network};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
+use crate::backend;
+
 #[derive(Debug, Clone)]
 pub struct TemplateValues {
     pub subnet: Ipv4Network,
     pub network: Ipv4Network,
     pub mtu: u32,
     pub public_ip: Ipv4Addr,
-    pub vni: u32,
-    pub port: u16,
     pub subnet_file: String,
-    pub peers_file: String,
-    pub mode: String,
+    /// `{{vni}}`, `{{port}}`, `{{mode}}` and the peers files: the backend's.
+    pub backend: backend::TemplateValues,
     /// The IPv6 half of a dual-stack lease.
     pub ipv6: Option<Ipv6Values>,
 }
@@ -27,7 +27,6 @@ pub struct Ipv6Values {
     pub subnet: Ipv6Network,
     pub network: Ipv6Network,
     pub public_ip: Ipv6Addr,
-    pub peers_file: String,
 }
 
 impl TemplateValues {
@@ -41,7 +40,7 @@ impl TemplateValues {
                     Ipv6Addr::from(u128::from(v6.subnet.network()).wrapping_add(1)).to_string()
                 }
                 "publicIPv6" => v6.public_ip.to_string(),
-                _ => json_escape(&v6.peers_file),
+                _ => json_escape(&self.backend.ipv6_peers_file),
             }
         };
         if !IPV6_PLACEHOLDERS.contains(&name) {
@@ -63,11 +62,11 @@ impl TemplateValues {
             }
             "mtu" => self.mtu.to_string(),
             "publicIP" => self.public_ip.to_string(),
-            "vni" => self.vni.to_string(),
-            "port" => self.port.to_string(),
+            "vni" => self.backend.vni.to_string(),
+            "port" => self.backend.port.to_string(),
             "subnetFile" => json_escape(&self.subnet_file),
-            "peersFile" => json_escape(&self.peers_file),
-            "mode" => self.mode.clone(),
+            "peersFile" => json_escape(&self.backend.peers_file),
+            "mode" => self.backend.mode.clone(),
             _ => return None,
         })
     }
@@ -155,11 +154,14 @@ mod tests {
             network: "10.244.0.0/16".parse().unwrap(),
             mtu: 1450,
             public_ip: "192.168.50.3".parse().unwrap(),
-            vni: 1,
-            port: 8472,
             subnet_file: "/run/flannel/subnet.env".into(),
-            peers_file: "/run/ferrocni/agent/peers.json".into(),
-            mode: "vxlan".into(),
+            backend: backend::TemplateValues {
+                vni: 1,
+                port: 8472,
+                mode: "vxlan".into(),
+                peers_file: "/run/ferrocni/agent/peers.json".into(),
+                ipv6_peers_file: "/run/ferrocni/agent/peers-v6.json".into(),
+            },
             ipv6: None,
         }
     }
@@ -178,7 +180,6 @@ mod tests {
             subnet: "fd00:10:244:3::/64".parse().unwrap(),
             network: "fd00:10:244::/56".parse().unwrap(),
             public_ip: "fd00:50::3".parse().unwrap(),
-            peers_file: "/run/ferrocni/agent/peers-v6.json".into(),
         });
         let out: serde_json::Value = serde_json::from_str(&render(t, &v).unwrap()).unwrap();
         assert_eq!(out["ranges"][1][0]["subnet"], "fd00:10:244:3::/64");

@@ -6,7 +6,7 @@ use ipnetwork::Ipv6Network;
 use std::net::Ipv6Addr;
 
 use crate::error::AgentError;
-use crate::netconfig::pick_seeded;
+use crate::subnet::pick::pick_seeded;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ipv6Config {

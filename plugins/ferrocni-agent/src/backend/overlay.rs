@@ -9,20 +9,24 @@
 //! A dual-stack network has two overlays, as flannel: `flannel.<vni>` for IPv4 pods over the
 //! IPv4 underlay and `flannel-v6.<vni>` for IPv6 pods over the IPv6 underlay, each with its
 //! own files (`overlay-v6.json`, `peers-v6.json`).
+//!
+//! Two backends use this seam: `vxlan` (modes `vxlan`, or `auto` with DirectRouting) and
+//! `host-gw` (mode `host-gw`: plain routes via each peer's address, no device).
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
 use std::time::Duration;
 
 use ipnetwork::IpNetwork;
 use serde_json::{json, Value};
 
+use crate::backend::{Network, Node, Peer};
 use crate::error::AgentError;
-use crate::files::write_atomic;
-use crate::netconfig::{NetConfig, VXLAN_OVERHEAD};
-
-/// Extra outer-header bytes of an IPv6 underlay (40 instead of 20).
-const IPV6_UNDERLAY_EXTRA: u32 = 20;
+use crate::node::files::write_atomic;
+use crate::options::Options;
+use crate::subnet::key::SubnetKey;
 
 /// Which half of the cluster network an overlay carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,6 +41,14 @@ impl IpFamily {
         match self {
             IpFamily::V4 => "",
             IpFamily::V6 => "-v6",
+        }
+    }
+
+    /// This node's subnet of this family.
+    pub fn own_subnet(self, key: &SubnetKey) -> Option<IpNetwork> {
+        match self {
+            IpFamily::V4 => Some(key.v4.into()),
+            IpFamily::V6 => key.v6.map(IpNetwork::from),
         }
     }
 }
@@ -88,8 +100,37 @@ pub struct OverlaySettings {
     pub lock_file: Option<PathBuf>,
 }
 
+impl OverlaySettings {
+    /// The settings the agent's options give, for the overlay over `public_ip`.
+    pub fn from_options(opts: &Options, public_ip: IpAddr) -> OverlaySettings {
+        OverlaySettings {
+            engine: match &opts.vxlan_bin {
+                Some(bin) => Engine::Exec(bin.clone()),
+                None => Engine::Library,
+            },
+            state_dir: opts.state_dir.clone(),
+            public_ip,
+            iface: opts.iface.clone(),
+            lock_file: opts.vxlan_lock_file.clone(),
+        }
+    }
+}
+
+/// The backend's side of the overlay config: the `vxlan` plugin's mode and settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OverlayParams {
+    /// `vxlan`, `auto` (flannel's DirectRouting) or `host-gw`.
+    pub mode: &'static str,
+    pub vni: u32,
+    pub port: u16,
+    /// The VXLAN device's MTU when the backend fixes it (else the vxlan default: underlay
+    /// MTU less the encapsulation).
+    pub device_mtu: Option<u32>,
+}
+
 pub struct Overlay {
     settings: OverlaySettings,
+    params: OverlayParams,
     family: IpFamily,
     config_path: PathBuf,
     peers_path: PathBuf,
@@ -97,16 +138,17 @@ pub struct Overlay {
 }
 
 impl Overlay {
-    pub fn new(settings: OverlaySettings, net: &NetConfig, family: IpFamily) -> Overlay {
+    pub fn new(settings: OverlaySettings, params: OverlayParams, family: IpFamily) -> Overlay {
         let suffix = family.suffix();
         let config_path = settings.state_dir.join(format!("overlay{suffix}.json"));
         let peers_path = settings.state_dir.join(format!("peers{suffix}.json"));
         let device = match family {
-            IpFamily::V4 => format!("flannel.{}", net.backend.vni),
-            IpFamily::V6 => format!("flannel-v6.{}", net.backend.vni),
+            IpFamily::V4 => format!("flannel.{}", params.vni),
+            IpFamily::V6 => format!("flannel-v6.{}", params.vni),
         };
         Overlay {
             settings,
+            params,
             family,
             config_path,
             peers_path,
@@ -126,30 +168,21 @@ impl Overlay {
         &self.peers_path
     }
 
-    /// The vxlan `mode` for the backend: flannel's DirectRouting is our `auto`.
-    pub fn mode(net: &NetConfig) -> &'static str {
-        if net.backend.direct_routing {
-            "auto"
-        } else {
-            "vxlan"
-        }
-    }
-
     /// The vxlan plugin config for this node's lease (`own_subnet` of this overlay's family).
-    pub fn config_json(&self, net: &NetConfig, own_subnet: IpNetwork) -> Value {
-        let b = &net.backend;
-        let network = match (self.family, &net.ipv6) {
-            (IpFamily::V6, Some(v6)) => v6.network.to_string(),
-            _ => net.network.to_string(),
+    pub fn config_json(&self, net: &Network, own_subnet: IpNetwork) -> Value {
+        let p = &self.params;
+        let network = match (self.family, net.v6) {
+            (IpFamily::V6, Some(v6)) => v6.to_string(),
+            _ => net.v4.to_string(),
         };
         let mut cfg = json!({
             "type": "vxlan",
             "network": network,
             "subnet": own_subnet.to_string(),
             "peersFile": self.peers_path.display().to_string(),
-            "mode": Overlay::mode(net),
-            "vni": b.vni,
-            "port": b.effective_port(),
+            "mode": p.mode,
+            "vni": p.vni,
+            "port": p.port,
             "device": self.device,
             "localIP": self.settings.public_ip.to_string(),
         });
@@ -162,35 +195,54 @@ impl Overlay {
         if let Some(iface) = &self.settings.iface {
             cfg["underlayInterface"] = json!(iface);
         }
-        // flannel's Backend.MTU is the underlay MTU to assume; the device gets 50 bytes less
-        // (70 over an IPv6 underlay, where flannel's 50 would make the outer packets too big).
-        if let Some(mtu) = b.mtu {
-            let extra = if self.settings.public_ip.is_ipv6() {
-                IPV6_UNDERLAY_EXTRA
-            } else {
-                0
-            };
-            cfg["mtu"] = json!(mtu.saturating_sub(VXLAN_OVERHEAD + extra));
+        if let Some(mtu) = p.device_mtu {
+            cfg["mtu"] = json!(mtu);
         }
         cfg
     }
 
-    /// Writes the config (when changed) and the peer list, then runs one reconcile.
-    /// Returns the reconcile's own report (its stdout) for the log.
-    pub async fn sync(
+    pub fn params(&self) -> &OverlayParams {
+        &self.params
+    }
+
+    /// This family's peers among `peers`, in the vxlan peers format: `entry` reads a lease's
+    /// underlay address and VTEP MAC for this family (`None`: not a peer of this family).
+    pub fn entries(
         &self,
-        net: &NetConfig,
+        peers: &[Peer],
+        entry: impl Fn(&Peer) -> Option<(IpAddr, Option<String>)>,
+    ) -> Vec<PeerEntry> {
+        let mut list: Vec<PeerEntry> = peers
+            .iter()
+            .filter_map(|p| {
+                let subnet = self.family.own_subnet(&p.key)?;
+                let (ip, vtep_mac) = entry(p)?;
+                Some(PeerEntry {
+                    subnet,
+                    ip,
+                    vtep_mac,
+                })
+            })
+            .collect();
+        list.sort();
+        list
+    }
+
+    /// Writes the config (when changed) and the peer list, then runs one reconcile (blocking).
+    /// Returns the reconcile's own report (its stdout) for the log.
+    pub fn sync(
+        &self,
+        net: &Network,
         own_subnet: IpNetwork,
         peers: &[PeerEntry],
     ) -> Result<String, AgentError> {
-        let cfg = serde_json::to_string_pretty(&self.config_json(net, own_subnet))
-            .unwrap_or_default()
-            + "\n";
-        write_atomic(&self.config_path, cfg.as_bytes())?;
+        let config = self.config_json(net, own_subnet);
+        let text = serde_json::to_string_pretty(&config).unwrap_or_default() + "\n";
+        write_atomic(&self.config_path, text.as_bytes())?;
         write_atomic(&self.peers_path, peers_json(peers).as_bytes())?;
         match &self.settings.engine {
-            Engine::Library => run_library(self.config_json(net, own_subnet)).await,
-            Engine::Exec(bin) => run_sync(bin, &self.config_path).await,
+            Engine::Library => run_library(config),
+            Engine::Exec(bin) => run_sync(bin, &self.config_path),
         }
     }
 
@@ -202,42 +254,156 @@ impl Overlay {
     }
 }
 
-/// One pass through the library, on a blocking thread (netlink I/O and the lock are blocking).
-async fn run_library(config: Value) -> Result<String, AgentError> {
+/// A node's overlays, IPv4 and (on a dual-stack network) IPv6, each with the peers it was
+/// last reconciled with.
+pub struct Overlays {
+    net: Network,
+    families: Vec<(Overlay, Option<Vec<PeerEntry>>)>,
+}
+
+/// What one family's pass left: the device's MAC and MTU, when it has a device.
+pub type DeviceInfo = Option<(String, u32)>;
+
+impl Overlays {
+    /// The IPv4 overlay, and the IPv6 one (with `params_v6`) when the node has an IPv6
+    /// underlay address.
+    pub fn new(node: &Node<'_>, params: OverlayParams, params_v6: OverlayParams) -> Overlays {
+        let mut families = vec![(
+            Overlay::new(
+                OverlaySettings::from_options(node.opts, node.public_ip.into()),
+                params,
+                IpFamily::V4,
+            ),
+            None,
+        )];
+        if let Some(ip6) = node.public_ipv6 {
+            families.push((
+                Overlay::new(
+                    OverlaySettings::from_options(node.opts, ip6.into()),
+                    params_v6,
+                    IpFamily::V6,
+                ),
+                None,
+            ));
+        }
+        Overlays {
+            net: node.network,
+            families,
+        }
+    }
+
+    /// One pass per family for `peers`; `entry` reads a peer's underlay address and VTEP MAC
+    /// for a family. A failing family does not keep the other from being reconciled; the
+    /// first failure is returned. A family whose peers changed adds a line to `log`.
+    pub fn sync(
+        &mut self,
+        own: &SubnetKey,
+        peers: &[Peer],
+        entry: impl Fn(IpFamily, &Peer) -> Option<(IpAddr, Option<String>)>,
+        log: &mut Vec<String>,
+    ) -> Result<Vec<(IpFamily, DeviceInfo)>, AgentError> {
+        let mut done = Vec::new();
+        let mut failure = None;
+        for (overlay, last) in &mut self.families {
+            let family = overlay.family();
+            let Some(subnet) = family.own_subnet(own) else {
+                continue;
+            };
+            let entries = overlay.entries(peers, |p| entry(family, p));
+            match overlay.sync(&self.net, subnet, &entries) {
+                Ok(report) => {
+                    if last.as_ref() != Some(&entries) {
+                        log.push(format!(
+                            "overlay {} reconciled with {} peer(s): {report}",
+                            overlay.device(),
+                            entries.len()
+                        ));
+                    }
+                    *last = Some(entries);
+                    let info = if overlay.params().mode == "host-gw" {
+                        None
+                    } else {
+                        overlay.device_info()
+                    };
+                    done.push((family, info));
+                }
+                Err(e) => {
+                    failure.get_or_insert(e);
+                }
+            }
+        }
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(done),
+        }
+    }
+
+    /// Peers in the last successful passes, all families.
+    pub fn programmed(&self) -> usize {
+        self.families
+            .iter()
+            .filter_map(|(_, last)| last.as_ref().map(Vec::len))
+            .sum()
+    }
+
+    /// The peers file of a family's overlay (empty when the node has none of that family).
+    pub fn peers_file(&self, family: IpFamily) -> String {
+        self.families
+            .iter()
+            .find(|(o, _)| o.family() == family)
+            .map(|(o, _)| o.peers_path().display().to_string())
+            .unwrap_or_default()
+    }
+
+    /// No overlay at all (unit tests of a backend's other duties).
+    #[cfg(test)]
+    pub fn empty() -> Overlays {
+        Overlays {
+            net: Network {
+                v4: ipnetwork::Ipv4Network::new(std::net::Ipv4Addr::new(10, 0, 0, 0), 8)
+                    .unwrap_or_else(|_| unreachable!()),
+                v6: None,
+            },
+            families: Vec::new(),
+        }
+    }
+
+    /// Every overlay's device name, for the log.
+    pub fn devices(&self) -> Vec<&str> {
+        self.families.iter().map(|(o, _)| o.device()).collect()
+    }
+}
+
+/// One pass through the library, on the calling (blocking) thread.
+fn run_library(config: Value) -> Result<String, AgentError> {
     let Value::Object(map) = config else {
         return Err(AgentError::Reconcile(
             "overlay config is not a JSON object".into(),
         ));
     };
-    let pass = tokio::task::spawn_blocking(move || -> Result<String, String> {
-        let cfg = vxlan::OverlayConfig::from_map(&map).map_err(|e| e.to_string())?;
-        let peers = vxlan::PeerSet::load(&cfg).map_err(|e| e.to_string())?;
-        let report = vxlan::reconcile(&cfg, &peers);
-        if !report.is_ok() {
-            return Err(report.to_string());
-        }
-        let mut text = report.to_string();
-        for p in &report.problems {
-            text.push_str(" | ");
-            text.push_str(p);
-        }
-        Ok(text)
-    });
-    match tokio::time::timeout(SYNC_TIMEOUT, pass).await {
-        Ok(Ok(Ok(text))) => Ok(text),
-        Ok(Ok(Err(e))) => Err(AgentError::Reconcile(e)),
-        Ok(Err(join)) => Err(AgentError::Reconcile(format!(
-            "reconcile thread failed: {join}"
-        ))),
-        Err(_) => Err(AgentError::Reconcile(format!(
-            "reconcile did not finish within {SYNC_TIMEOUT:?}"
-        ))),
+    let cfg =
+        vxlan::OverlayConfig::from_map(&map).map_err(|e| AgentError::Reconcile(e.to_string()))?;
+    let peers = vxlan::PeerSet::load(&cfg).map_err(|e| AgentError::Reconcile(e.to_string()))?;
+    let report = vxlan::reconcile(&cfg, &peers);
+    if !report.is_ok() {
+        return Err(AgentError::Reconcile(report.to_string()));
     }
+    let mut text = report.to_string();
+    for p in &report.problems {
+        text.push_str(" | ");
+        text.push_str(p);
+    }
+    Ok(text)
 }
 
-async fn run_sync(bin: &Path, config: &Path) -> Result<String, AgentError> {
-    let mut cmd = tokio::process::Command::new(bin);
-    cmd.arg("sync").arg(config).kill_on_drop(true);
+/// `<bin> sync <config>`, killed when it outlives [`SYNC_TIMEOUT`].
+fn run_sync(bin: &Path, config: &Path) -> Result<String, AgentError> {
+    let mut cmd = Command::new(bin);
+    cmd.arg("sync")
+        .arg(config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     // The vxlan binary doubles as a CNI plugin; make sure it never believes it is one.
     for var in [
         "CNI_COMMAND",
@@ -249,7 +415,15 @@ async fn run_sync(bin: &Path, config: &Path) -> Result<String, AgentError> {
     ] {
         cmd.env_remove(var);
     }
-    let out = match tokio::time::timeout(SYNC_TIMEOUT, cmd.output()).await {
+    let child = cmd
+        .spawn()
+        .map_err(|e| AgentError::Reconcile(format!("running {} sync: {e}", bin.display())))?;
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = match rx.recv_timeout(SYNC_TIMEOUT) {
         Ok(Ok(out)) => out,
         Ok(Err(e)) => {
             return Err(AgentError::Reconcile(format!(
@@ -258,10 +432,15 @@ async fn run_sync(bin: &Path, config: &Path) -> Result<String, AgentError> {
             )))
         }
         Err(_) => {
+            // The waiting thread reaps it.
+            if let Ok(pid) = i32::try_from(pid) {
+                // SAFETY: kill(2) on our own child's pid, which is not reaped before it exits.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
             return Err(AgentError::Reconcile(format!(
                 "{} sync did not finish within {SYNC_TIMEOUT:?}",
                 bin.display()
-            )))
+            )));
         }
     };
     let stdout = String::from_utf8_lossy(&out.stdout).trim().to_string();
@@ -286,6 +465,14 @@ async fn run_sync(bin: &Path, config: &Path) -> Result<String, AgentError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::vxlan::Vxlan;
+    use crate::subnet::config::NetConfig;
+
+    /// The overlay settings the vxlan backend gives a family's device.
+    fn params(n: &NetConfig, ipv6_underlay: bool) -> OverlayParams {
+        let v = n.backend.as_any().downcast_ref::<Vxlan>().unwrap();
+        v.overlay_params(ipv6_underlay)
+    }
 
     fn net() -> NetConfig {
         NetConfig::parse(
@@ -327,8 +514,8 @@ mod tests {
             lock_file: None,
         };
         let n = net();
-        let o = Overlay::new(settings, &n, IpFamily::V4);
-        let c = o.config_json(&n, "10.244.7.0/24".parse().unwrap());
+        let o = Overlay::new(settings, params(&n, false), IpFamily::V4);
+        let c = o.config_json(&n.networks(), "10.244.7.0/24".parse().unwrap());
         assert_eq!(c["device"], "flannel.3");
         assert_eq!(c["vni"], 3);
         assert_eq!(c["port"], 8472);
@@ -342,8 +529,8 @@ mod tests {
             lock_file: Some("/run/x/vxlan.lock".into()),
             ..o.settings.clone()
         };
-        let c = Overlay::new(locked, &n, IpFamily::V4)
-            .config_json(&n, "10.244.7.0/24".parse().unwrap());
+        let c = Overlay::new(locked, params(&n, false), IpFamily::V4)
+            .config_json(&n.networks(), "10.244.7.0/24".parse().unwrap());
         assert_eq!(c["lockFile"], "/run/x/vxlan.lock");
     }
 
@@ -361,10 +548,10 @@ mod tests {
             iface: None,
             lock_file: None,
         };
-        let o = Overlay::new(settings, &n, IpFamily::V6);
+        let o = Overlay::new(settings, params(&n, true), IpFamily::V6);
         assert_eq!(o.device(), "flannel-v6.3");
         assert_eq!(o.peers_path(), Path::new("/run/x/peers-v6.json"));
-        let c = o.config_json(&n, "fd00:10:244:7::/64".parse().unwrap());
+        let c = o.config_json(&n.networks(), "fd00:10:244:7::/64".parse().unwrap());
         assert_eq!(c["network"], "fd00:10:244::/56");
         assert_eq!(c["subnet"], "fd00:10:244:7::/64");
         assert_eq!(c["localIP"], "fd00:9::1");
@@ -375,6 +562,14 @@ mod tests {
 #[cfg(test)]
 mod sync_tests {
     use super::*;
+    use crate::backend::vxlan::Vxlan;
+    use crate::subnet::config::NetConfig;
+
+    /// The overlay settings the vxlan backend gives a family's device.
+    fn params(n: &NetConfig, ipv6_underlay: bool) -> OverlayParams {
+        let v = n.backend.as_any().downcast_ref::<Vxlan>().unwrap();
+        v.overlay_params(ipv6_underlay)
+    }
     use std::os::unix::fs::PermissionsExt;
 
     /// A stand-in `vxlan` that records its arguments and the peers file, then exits `code`.
@@ -389,8 +584,8 @@ mod sync_tests {
         bin
     }
 
-    #[tokio::test]
-    async fn sync_writes_files_then_runs_vxlan_sync() {
+    #[test]
+    fn sync_writes_files_then_runs_vxlan_sync() {
         let dir = std::env::temp_dir().join(format!("agent-sync-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let net = NetConfig::parse(
@@ -411,10 +606,13 @@ mod sync_tests {
             lock_file: None,
         };
 
-        let ok = Overlay::new(settings(fake_vxlan(&dir, 0)), &net, IpFamily::V4);
+        let ok = Overlay::new(
+            settings(fake_vxlan(&dir, 0)),
+            params(&net, false),
+            IpFamily::V4,
+        );
         let report = ok
-            .sync(&net, "10.244.2.0/24".parse().unwrap(), &peers)
-            .await
+            .sync(&net.networks(), "10.244.2.0/24".parse().unwrap(), &peers)
             .unwrap();
         assert!(report.contains("report-line"), "{report}");
         let args = std::fs::read_to_string(dir.join("args")).unwrap();
@@ -429,10 +627,13 @@ mod sync_tests {
             json!([{"subnet": "10.244.1.0/24", "ip": "192.168.9.1"}])
         );
 
-        let failing = Overlay::new(settings(fake_vxlan(&dir, 3)), &net, IpFamily::V4);
+        let failing = Overlay::new(
+            settings(fake_vxlan(&dir, 3)),
+            params(&net, false),
+            IpFamily::V4,
+        );
         let err = failing
-            .sync(&net, "10.244.2.0/24".parse().unwrap(), &peers)
-            .await
+            .sync(&net.networks(), "10.244.2.0/24".parse().unwrap(), &peers)
             .unwrap_err()
             .to_string();
         assert!(
@@ -440,10 +641,13 @@ mod sync_tests {
             "{err}"
         );
 
-        let missing = Overlay::new(settings(dir.join("no-such-vxlan")), &net, IpFamily::V4);
+        let missing = Overlay::new(
+            settings(dir.join("no-such-vxlan")),
+            params(&net, false),
+            IpFamily::V4,
+        );
         assert!(missing
-            .sync(&net, "10.244.2.0/24".parse().unwrap(), &peers)
-            .await
+            .sync(&net.networks(), "10.244.2.0/24".parse().unwrap(), &peers)
             .is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -1,0 +1,154 @@
+//! One reconcile pass, the same for every backend: the peer leases the backend accepts, its
+//! data plane's pass on a blocking thread (bounded in time), flanneld's masquerade rules, the
+//! pass's log lines and metrics. The agent then publishes the lease value the pass wants and
+//! writes the node's files.
+
+use std::sync::{Arc, Mutex, TryLockError};
+use std::time::{Duration, Instant};
+
+use crate::backend::{Backend, DataPlane, Pass, TemplateValues};
+use crate::error::AgentError;
+use crate::node::masquerade::{self, Change, MasqFamily};
+use crate::ops::metrics;
+use crate::subnet::config::NetConfig;
+use crate::subnet::key::SubnetKey;
+use crate::subnet::lease::LeaseAttrs;
+use crate::subnet::membership::Membership;
+use crate::{debug, log};
+
+/// Bound on one pass (a healthy one takes milliseconds).
+const PASS_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The data plane of the running backend, and what every pass around it needs.
+pub struct Reconciler {
+    /// Shared with the blocking thread of a pass; a pass that outlives its bound still holds
+    /// it, and the next one waits for it there (never on the async thread).
+    plane: Arc<Mutex<Box<dyn DataPlane>>>,
+    template: TemplateValues,
+}
+
+/// What one pass is made from.
+pub struct PassInput<'a> {
+    pub net: &'a NetConfig,
+    pub own: &'a SubnetKey,
+    /// The masquerade rules to keep (none without `--ip-masq` or while the config is gone).
+    pub masquerade: Vec<MasqFamily>,
+}
+
+impl Reconciler {
+    pub fn new(plane: Box<dyn DataPlane>) -> Reconciler {
+        let template = plane.template_values();
+        metrics::set_backend_source(plane.metrics_source());
+        Reconciler {
+            plane: Arc::new(Mutex::new(plane)),
+            template,
+        }
+    }
+
+    /// This node's lease value for `key`, as the data plane writes it.
+    pub fn lease_attrs(&self, key: &SubnetKey) -> Result<LeaseAttrs, AgentError> {
+        match self.plane.try_lock() {
+            Ok(plane) => Ok(plane.lease_attrs(key)),
+            Err(TryLockError::Poisoned(p)) => Ok(p.into_inner().lease_attrs(key)),
+            Err(TryLockError::WouldBlock) => Err(AgentError::Reconcile(
+                "the data plane is still busy with a pass that outlived its bound".into(),
+            )),
+        }
+    }
+
+    pub fn template_values(&self) -> TemplateValues {
+        self.template.clone()
+    }
+
+    /// One pass for the leases `members` knows. The masquerade rules are reconciled even when
+    /// the data plane's pass fails; the pass's own failure is returned first.
+    pub async fn pass(
+        &self,
+        input: PassInput<'_>,
+        members: &mut Membership,
+    ) -> Result<Pass, AgentError> {
+        let started = Instant::now();
+        let backend: &dyn Backend = input.net.backend.as_ref();
+        let (peers, unusable) = members.peers(|attrs| backend.check_peer(attrs));
+        let plane = self.plane.clone();
+        let own = *input.own;
+        let run = tokio::task::spawn_blocking(move || {
+            let mut plane = plane.lock().unwrap_or_else(|p| p.into_inner());
+            plane.reconcile(&own, &peers)
+        });
+        let pass = match tokio::time::timeout(PASS_TIMEOUT, run).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(join)) => Err(AgentError::Reconcile(format!(
+                "reconcile thread failed: {join}"
+            ))),
+            Err(_) => Err(AgentError::Reconcile(format!(
+                "reconcile did not finish within {PASS_TIMEOUT:?}"
+            ))),
+        };
+        let masq = reconcile_masquerade(input.masquerade).await;
+        let took = started.elapsed();
+        metrics::reconciled(took, pass.is_ok() && masq.is_ok());
+        metrics::LEASES_KNOWN.set(members.known.len() as u64);
+        metrics::LEASES_UNUSABLE.set(unusable as u64);
+        if let Ok(p) = &pass {
+            metrics::PEERS_PROGRAMMED.set(p.programmed as u64);
+            for line in &p.log {
+                log!("{line}");
+            }
+        }
+        debug!(
+            1,
+            "reconcile pass took {took:?}: {}",
+            match (&pass, &masq) {
+                (Ok(_), Ok(())) => "ok".to_string(),
+                (Err(e), _) | (_, Err(e)) => e.to_string(),
+            }
+        );
+        let pass = pass?;
+        masq?;
+        Ok(pass)
+    }
+
+    /// Tells the data plane the agent is stopping.
+    pub fn stop(&self) {
+        match self.plane.try_lock() {
+            Ok(mut plane) => plane.stop(),
+            Err(TryLockError::Poisoned(p)) => p.into_inner().stop(),
+            Err(TryLockError::WouldBlock) => {
+                log!("the data plane is busy with a pass; leaving it as it is")
+            }
+        }
+    }
+}
+
+/// The masquerade rules flanneld's `--ip-masq` keeps: one set per family of the lease.
+pub fn masquerade_wanted(net: &NetConfig, own: &SubnetKey) -> Vec<MasqFamily> {
+    let mut want = vec![MasqFamily {
+        network: net.network.into(),
+        pods: own.v4.into(),
+    }];
+    if let (Some(v6), Some(pods)) = (&net.ipv6, own.v6) {
+        want.push(MasqFamily {
+            network: v6.network.into(),
+            pods: pods.into(),
+        });
+    }
+    want
+}
+
+async fn reconcile_masquerade(want: Vec<MasqFamily>) -> Result<(), AgentError> {
+    let changes = tokio::task::spawn_blocking(move || masquerade::reconcile(&want))
+        .await
+        .map_err(|e| AgentError::Masquerade(format!("reconcile thread failed: {e}")))??;
+    for (change, table) in changes
+        .iter()
+        .zip([masquerade::TABLE_V4, masquerade::TABLE_V6])
+    {
+        match change {
+            Change::Written => log!("masquerade: wrote table {table} (flanneld --ip-masq rules)"),
+            Change::Removed => log!("masquerade: removed table {table}"),
+            Change::Unchanged | Change::Absent => {}
+        }
+    }
+    Ok(())
+}
