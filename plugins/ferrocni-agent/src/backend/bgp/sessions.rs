@@ -89,6 +89,10 @@ impl Sessions {
     pub fn len(&self) -> usize {
         self.mesh.len() + self.peers.len()
     }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl fmt::Display for Sessions {
@@ -170,6 +174,6 @@ mod tests {
         );
         assert_eq!(s.to_string(), "2 mesh sessions, 2 peers");
         let no_mesh = Sessions::new(own, None, &[], &[]);
-        assert_eq!(no_mesh.len(), 0);
+        assert!(no_mesh.is_empty());
     }
 }
