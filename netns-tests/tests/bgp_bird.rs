@@ -275,10 +275,15 @@ fn mesh_and_external_router() {
         r#"{{"Type":"bgp","GracefulRestartTime":{GR_SECS},"Peers":[{{"PeerIP":"{}","ASNumber":{ROUTER_AS},"Password":"{PASSWORD}"}}]}}"#,
         Underlay::switch_ip()
     );
+    let started = Instant::now();
     c.start(&options);
 
     // Every node: the two other subnets, via their node, proto bird; pods ping across.
     c.converge(&[1, 2, 3]);
+    eprintln!(
+        "three nodes converged {:?} after the first BIRD start",
+        started.elapsed()
+    );
     c.assert_pods_ping();
     let route = c.nodes[0]
         .ns
@@ -392,6 +397,7 @@ fn mesh_and_external_router() {
         frr.log("bgpd")
     );
     let held = stopped.elapsed();
+    eprintln!("node 3's subnet held {held:?} after its graceful stop (restart time {GR_SECS} s)");
     assert!(
         held >= Duration::from_secs(GR_SECS - 1),
         "node 3's subnet went after {held:?}"
@@ -429,6 +435,7 @@ fn removed_member_withdrawn_at_once_others_undisturbed() {
     assert_eq!(c.apply(3, std::slice::from_ref(&n2)), "reconfigured");
     c.converge(&[2, 3]);
     let took = started.elapsed();
+    eprintln!("node 1's subnet left nodes 2 and 3 {took:?} after their apply");
     assert!(took < Duration::from_secs(2), "withdrawal took {took:?}");
     // Nodes 2 and 3 keep their session, untouched (same state, same since).
     let after = c.bgp[1].sessions();
@@ -619,6 +626,7 @@ fn restarts_keep_pod_traffic() {
     assert_eq!(c.bgp[0].sessions(), before);
 
     let (sent, received) = pinger.finish();
+    eprintln!("pod 1 -> pod 2 across the restarts: {received} of {sent} pings answered");
     assert!(sent > 100, "only {sent} pings sent");
     assert_eq!(
         received,
