@@ -194,6 +194,21 @@ impl Frr {
         out
     }
 
+    /// The prefixes bgpd announces to `neighbour` (bgpd sends a new peer its routes a moment
+    /// after the session comes up: wait for them).
+    pub fn advertised(&self, neighbour: &str) -> Vec<String> {
+        let v = self.vtysh_json(&format!(
+            "show bgp ipv4 unicast neighbors {neighbour} advertised-routes json"
+        ));
+        let mut out: Vec<String> = v
+            .get("advertisedRoutes")
+            .and_then(Value::as_object)
+            .map(|routes| routes.keys().cloned().collect())
+            .unwrap_or_default();
+        out.sort();
+        out
+    }
+
     /// BGP neighbours and their state (`Established`, `Active`, ...).
     pub fn neighbours(&self) -> Vec<(String, String)> {
         let v = self.vtysh_json("show bgp neighbors json");

@@ -1,6 +1,6 @@
 //! The backend's metric families for `/metrics`, from the latest status reading: whether BIRD
 //! answers, its restarts and reconfigurations, sessions by state and by peer, routes learned
-//! and refused.
+//! and announcements refused.
 
 use std::fmt::Write as _;
 
@@ -102,10 +102,10 @@ pub fn families(counters: &Counters, sessions: &[Session]) -> Vec<Family> {
             samples: per_peer(&|s| s.routes.imported),
         },
         Family {
-            name: "ferrocni_agent_bgp_peer_routes_refused",
-            kind: "gauge",
-            help: "Routes a peer announces that the import filter refuses (not a pod subnet of another node; see birdc show route filtered).",
-            samples: per_peer(&|s| s.routes.filtered),
+            name: "ferrocni_agent_bgp_peer_updates_refused_total",
+            kind: "counter",
+            help: "Announcements from a peer that the import filter refused (not another node's pod subnet), since the session came up.",
+            samples: per_peer(&|s| s.routes.refused_updates),
         },
     ]
 }
@@ -156,7 +156,7 @@ mod tests {
             "ferrocni_agent_bgp_session_established{peer=\"192.0.2.1\",kind=\"peer\"} 0",
             "ferrocni_agent_bgp_routes_learned 1",
             "ferrocni_agent_bgp_peer_routes_imported{peer=\"172.31.9.1\",kind=\"mesh\"} 1",
-            "ferrocni_agent_bgp_peer_routes_refused{peer=\"172.31.9.1\",kind=\"mesh\"} 3",
+            "ferrocni_agent_bgp_peer_updates_refused_total{peer=\"172.31.9.1\",kind=\"mesh\"} 3",
         ] {
             assert!(t.lines().any(|l| l == line), "missing {line:?} in:\n{t}");
         }

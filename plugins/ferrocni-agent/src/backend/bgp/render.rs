@@ -7,9 +7,9 @@
 //! - Imported: only other nodes' subnets, prefixes inside the cluster network no shorter than
 //!   the network and no longer than a node subnet, never this node's own. A default route, a
 //!   host route, a more specific slice of someone's subnet or anything outside the network is
-//!   refused (and kept aside, `show route filtered`, for the refused-routes metric): nodes
-//!   announce exactly their subnet, so a longer prefix could only hijack part of one; a shorter
-//!   one inside the network is a router's legitimate aggregate of several.
+//!   refused (counted for the metrics, not kept: a router sending a full table costs no
+//!   memory): nodes announce exactly their subnet, so a longer prefix could only hijack part of
+//!   one; a shorter one inside the network is a router's legitimate aggregate of several.
 //! - Kernel: BGP routes only (`proto bird`, BIRD's metric 32), each via the announcing node's
 //!   address. Next hops resolve recursively (`multihop`, `gateway recursive`) through the
 //!   connected networks (direct protocol) and the kernel's own routes (`learn`, everything
@@ -174,7 +174,6 @@ fn write_config(o: &mut String, c: &BirdConfig) -> std::fmt::Result {
         writeln!(o, "  graceful restart aware;")?;
     }
     writeln!(o, "  ipv4 {{")?;
-    writeln!(o, "    import keep filtered on;")?;
     writeln!(o, "    import filter import_pod_subnets;")?;
     writeln!(o, "    export filter export_own_subnet;")?;
     writeln!(o, "    gateway recursive;")?;
@@ -260,7 +259,6 @@ pub(super) mod tests {
             "  local 172.31.250.2 as 64512;",
             "  graceful restart on;",
             "  graceful restart time 120;",
-            "    import keep filtered on;",
             "protocol bgp peer_192_0_2_1 from pods {\n  neighbor 192.0.2.1 as 65000;\n  password \"s3cret\";\n}",
         ] {
             assert!(text.contains(line), "missing {line:?} in:\n{text}");

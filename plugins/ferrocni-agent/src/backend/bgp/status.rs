@@ -21,16 +21,17 @@ pub const STATES: &[&str] = &[
 ];
 pub const ESTABLISHED: &str = "Established";
 
-/// A channel's route counters (`Routes: 1 imported, 3 filtered, 2 exported, 1 preferred`).
+/// A channel's route counters (`Routes: 1 imported, 2 exported, 1 preferred`, and the
+/// `filtered` column of `Import updates:`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RouteCounts {
     /// Accepted by the import filter.
     pub imported: u64,
-    /// Refused by the import filter (kept aside: `import keep filtered`).
-    pub filtered: u64,
     pub exported: u64,
     /// Imported and chosen as the best route of their network.
     pub preferred: u64,
+    /// Announcements the import filter refused since the session came up.
+    pub refused_updates: u64,
 }
 
 /// One BGP session of this node.
@@ -111,11 +112,17 @@ fn detail(s: &mut Session, text: &str) {
     } else if let Some(v) = text.strip_prefix("Last error:") {
         s.last_error = Some(v.trim().to_string()).filter(|e| !e.is_empty());
     } else if let Some(v) = text.strip_prefix("Routes:") {
+        let refused_updates = s.routes.refused_updates;
         s.routes = route_counts(v);
+        s.routes.refused_updates = refused_updates;
+    } else if let Some(v) = text.strip_prefix("Import updates:") {
+        // received, rejected, filtered, ignored, accepted
+        let filtered = v.split_whitespace().nth(2).and_then(|n| n.parse().ok());
+        s.routes.refused_updates = filtered.unwrap_or(0);
     }
 }
 
-/// ` 1 imported, 3 filtered, 2 exported, 1 preferred` (`filtered` only with keep filtered).
+/// ` 1 imported, 2 exported, 1 preferred` (BIRD adds `3 filtered` with `import keep filtered`).
 fn route_counts(text: &str) -> RouteCounts {
     let mut c = RouteCounts::default();
     for part in text.split(',') {
@@ -126,7 +133,6 @@ fn route_counts(text: &str) -> RouteCounts {
         let Ok(n) = n.parse::<u64>() else { continue };
         match what {
             "imported" => c.imported = n,
-            "filtered" => c.filtered = n,
             "exported" => c.exported = n,
             "preferred" => c.preferred = n,
             _ => {}
@@ -232,9 +238,9 @@ pub(super) mod tests {
                 last_error: None,
                 routes: RouteCounts {
                     imported: 1,
-                    filtered: 3,
                     exported: 2,
-                    preferred: 1
+                    preferred: 1,
+                    refused_updates: 3,
                 },
             }
         );
