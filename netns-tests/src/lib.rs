@@ -31,11 +31,13 @@
 //!   [`Cnitool::in_netns`]); caches, IPAM data dirs and configs live in [`TempDir`]s.
 
 pub mod agent_scale;
+pub mod bgp;
 pub mod chain;
 pub mod cluster;
 pub mod containerd;
 pub mod cri;
 pub mod exec_floor;
+pub mod frr;
 pub mod netfilter;
 pub mod private_host;
 pub mod rng;
@@ -611,6 +613,21 @@ pub fn success_stdout(what: &str, out: Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Waits up to `within` for `child` to exit, then kills it (SIGKILL) and reaps it; whether it
+/// exited by itself.
+pub fn wait_or_kill(child: &mut std::process::Child, within: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    while std::time::Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    false
 }
 
 /// Runs `cmd` (a plugin, typically) with `stdin` written to it, stdout and stderr captured.

@@ -11,6 +11,7 @@
 //!
 //! To add a backend: see "Adding a backend" in docs/ARCHITECTURE.md.
 
+pub mod bgp;
 pub mod hostgw;
 pub mod ipip;
 pub mod overlay;

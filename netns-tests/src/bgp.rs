@@ -1,0 +1,318 @@
+//! The BGP test bed's node side: [`BgpNode`] runs the agent's bgp backend (the `bgp-node`
+//! driver binary) inside a node's network namespace, its BIRD files in a directory of the
+//! test's; [`kernel_routes`] reads a namespace's routes of one protocol (`bird`, `bgp`).
+//! Dropping a [`BgpNode`] kills the driver and its BIRD (SIGKILL, so nothing is withdrawn on
+//! the way out: the namespaces go next).
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::{wait_or_kill, Netns};
+
+/// Bound on one driver command (a BIRD start waits up to 10 s for its socket).
+const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A kernel route: destination, gateway, device.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct KernelRoute {
+    pub dst: String,
+    pub via: Option<String>,
+    pub dev: Option<String>,
+}
+
+/// The main table's routes of `protocol` (`ip route show proto <protocol>`) in `ns`, sorted.
+pub fn kernel_routes(ns: &Netns, protocol: &str) -> Vec<KernelRoute> {
+    let v = ns.exec_json(&["ip", "-j", "route", "show", "proto", protocol]);
+    let mut out: Vec<KernelRoute> = v
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            let s = |k: &str| r.get(k).and_then(Value::as_str).map(str::to_string);
+            KernelRoute {
+                dst: s("dst").unwrap_or_default(),
+                via: s("gateway"),
+                dev: s("dev"),
+            }
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// One node's backend: the driver process and its BIRD.
+pub struct BgpNode {
+    name: String,
+    ns_name: String,
+    dir: PathBuf,
+    driver: Option<Child>,
+    stdin: Option<ChildStdin>,
+    replies: Option<Receiver<String>>,
+    /// Whether dropping this kills BIRD (not after [`BgpNode::crash`]: the next node on the
+    /// same directory owns it).
+    owns_bird: bool,
+}
+
+/// How to start a node's backend.
+pub struct NodeSpec<'a> {
+    /// The `bgp-node` binary (`env!("CARGO_BIN_EXE_bgp-node")` in a test).
+    pub driver: &'a Path,
+    /// BIRD's directory (`--bgp-dir`), made by the caller.
+    pub dir: &'a Path,
+    pub public_ip: &'a str,
+    pub network: &'a str,
+    /// The network config's `Backend` object.
+    pub options: &'a str,
+    /// Extra driver flags (`--bgp-peers ...`).
+    pub extra: &'a [&'a str],
+}
+
+impl BgpNode {
+    /// Starts the driver in `ns` (BIRD starts at the first [`BgpNode::apply`]).
+    pub fn start(ns: &Netns, spec: &NodeSpec) -> BgpNode {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(spec.dir.with_extension("agent.log"))
+            .expect("driver log");
+        let driver = spec.driver.to_str().expect("driver path");
+        let mut cmd = ns.command(&[driver]);
+        cmd.args(["--public-ip", spec.public_ip])
+            .args(["--network", spec.network])
+            .arg("--bgp-dir")
+            .arg(spec.dir)
+            .args(["--options", spec.options])
+            .args(spec.extra)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(log);
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {driver}: {e}"));
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().expect("driver stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        BgpNode {
+            name: spec.public_ip.to_string(),
+            ns_name: ns.name().to_string(),
+            dir: spec.dir.to_path_buf(),
+            driver: Some(child),
+            stdin,
+            replies: Some(rx),
+            owns_bird: true,
+        }
+    }
+
+    fn send(&mut self, command: &str) {
+        let stdin = self.stdin.as_mut().expect("driver running");
+        writeln!(stdin, "{command}")
+            .and_then(|()| stdin.flush())
+            .unwrap_or_else(|e| {
+                panic!(
+                    "node {}: cannot send {command:?}: {e}\n{}",
+                    self.name,
+                    self.logs()
+                )
+            });
+    }
+
+    fn reply(&mut self, command: &str) -> String {
+        let rx = self.replies.as_ref().expect("driver running");
+        match rx.recv_timeout(REPLY_TIMEOUT) {
+            Ok(line) => line,
+            Err(e) => panic!(
+                "node {}: no answer to {command:?} ({e})\n{}",
+                self.name,
+                self.logs()
+            ),
+        }
+    }
+
+    /// `apply SUBNET PEERS`: the action taken (`started`, `recovering`, `adopted`,
+    /// `reconfigured`, `unchanged`) or the backend's error.
+    pub fn try_apply(&mut self, subnet: &str, peers: &[&str]) -> Result<String, String> {
+        let command = format!("apply {subnet} {}", peers.join(","));
+        self.send(&command);
+        let answer = self.reply(&command);
+        match answer.split_once(' ') {
+            Some(("ok", action)) => Ok(action.to_string()),
+            Some(("err", e)) => Err(e.to_string()),
+            _ => Err(format!("unexpected answer {answer:?}")),
+        }
+    }
+
+    /// [`BgpNode::try_apply`], panicking (with the logs) on an error.
+    pub fn apply(&mut self, subnet: &str, peers: &[&str]) -> String {
+        self.try_apply(subnet, peers).unwrap_or_else(|e| {
+            panic!(
+                "node {}: apply {subnet} {peers:?}: {e}\n{}",
+                self.name,
+                self.logs()
+            )
+        })
+    }
+
+    /// The backend's metrics, read fresh.
+    pub fn metrics(&mut self) -> String {
+        self.send("refresh");
+        self.reply("refresh");
+        self.send("metrics");
+        let mut text = String::new();
+        loop {
+            let line = self.reply("metrics");
+            if line == "end" {
+                return text;
+            }
+            text.push_str(&line);
+            text.push('\n');
+        }
+    }
+
+    /// The value of the sample `name{labels}` (exactly as written) in [`BgpNode::metrics`].
+    pub fn metric(&mut self, sample: &str) -> Option<f64> {
+        self.metrics()
+            .lines()
+            .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    /// `stop` (graceful): what the backend says stays; the driver exits.
+    pub fn stop(&mut self) -> String {
+        self.send("stop");
+        let answer = self.reply("stop");
+        self.wait_driver();
+        answer
+    }
+
+    /// `shutdown` (withdraw everything): what the backend says; the driver exits.
+    pub fn shutdown(&mut self) -> String {
+        self.send("shutdown");
+        let answer = self.reply("shutdown");
+        self.wait_driver();
+        answer
+    }
+
+    /// Kills the driver as a crash would. BIRD keeps running, and is left to the next
+    /// [`BgpNode`] started on the same directory (which kills it when dropped).
+    pub fn crash(&mut self) {
+        self.kill_driver();
+        self.owns_bird = false;
+    }
+
+    fn kill_driver(&mut self) {
+        if let Some(mut c) = self.driver.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.stdin = None;
+        self.replies = None;
+    }
+
+    fn wait_driver(&mut self) {
+        self.stdin = None;
+        if let Some(mut c) = self.driver.take() {
+            wait_or_kill(&mut c, Duration::from_secs(20));
+        }
+    }
+
+    /// BIRD's pid (from its pid file) while it runs.
+    pub fn bird_pid(&self) -> Option<u32> {
+        let pid: u32 = std::fs::read_to_string(self.dir.join("bird.pid"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        Path::new(&format!("/proc/{pid}")).exists().then_some(pid)
+    }
+
+    /// `birdc -s <socket> <command>` (BIRD's own client, as an operator would run it).
+    pub fn birdc(&self, command: &str) -> String {
+        let out = Command::new(birdc_path())
+            .arg("-s")
+            .arg(self.dir.join("bird.ctl"))
+            .args(command.split_whitespace())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run birdc: {e}"));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `(protocol, state, since)` of BIRD's BGP sessions (`birdc show protocols`).
+    pub fn sessions(&self) -> Vec<(String, String, String)> {
+        self.birdc("show protocols")
+            .lines()
+            .filter_map(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                (w.len() >= 7 && w[1] == "BGP").then(|| {
+                    (
+                        w[0].to_string(),
+                        w[6].to_string(),
+                        format!("{} {}", w[4], w[5]),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// The driver's log and BIRD's, for failure messages.
+    pub fn logs(&self) -> String {
+        let read = |p: PathBuf| std::fs::read_to_string(p).unwrap_or_default();
+        format!(
+            "--- agent log of {} (netns {})\n{}--- bird.log\n{}--- bird.stderr\n{}",
+            self.name,
+            self.ns_name,
+            read(self.dir.with_extension("agent.log")),
+            read(self.dir.join("bird.log")),
+            read(self.dir.join("bird.stderr")),
+        )
+    }
+
+    /// Kills BIRD (SIGKILL) and waits until it is gone.
+    pub fn kill_bird(&self) {
+        let Some(pid) = self.bird_pid() else { return };
+        if let Ok(p) = i32::try_from(pid) {
+            // SAFETY: kill(2) on the test's own BIRD; no memory-safety preconditions.
+            unsafe { libc::kill(p, libc::SIGKILL) };
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let state = stat
+                .rsplit_once(')')
+                .and_then(|(_, r)| r.split_whitespace().next());
+            if stat.is_empty() || state == Some("Z") {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for BgpNode {
+    fn drop(&mut self) {
+        self.kill_driver();
+        if self.owns_bird {
+            self.kill_bird();
+        }
+    }
+}
+
+/// `birdc` from PATH, or where Debian puts it (not on every PATH).
+fn birdc_path() -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/sbin"), PathBuf::from("/sbin")])
+        .map(|d| d.join("birdc"))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from("birdc"))
+}
