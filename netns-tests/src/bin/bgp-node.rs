@@ -13,7 +13,6 @@
 //!
 //! At end of input it exits leaving BIRD running, as the agent does when dropped.
 
-
 use std::io::{BufRead, Write};
 use std::net::Ipv4Addr;
 use std::process::ExitCode;
