@@ -477,7 +477,8 @@ fn configure_container<K: Kernel>(
         route.mtu = r.mtu;
         route.advmss = r.advmss;
         route.table = r.table;
-        match cont.add_route(&route) {
+        // Beside another network's route to the same destination, as in attach::configure.
+        match cont.prepend_route(&route) {
             Ok(()) => {}
             Err(e) if e.is_exists() => {}
             Err(e) => {

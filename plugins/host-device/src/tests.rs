@@ -118,7 +118,7 @@ fn add_crosses_under_a_temporary_name_and_del_gives_the_device_back() {
             "/run/netns/pod: link get net1",
             "/run/netns/pod: addr add 10.1.0.5/24 dev net1",
             "/run/netns/pod: link set net1 up",
-            "/run/netns/pod: route add 10.8.0.0/16 via 10.1.0.1 dev net1 table 254",
+            "/run/netns/pod: route prepend 10.8.0.0/16 via 10.1.0.1 dev net1 table 254",
         ]
     );
     let net1 = kernel.link(POD, "net1").unwrap();
