@@ -545,3 +545,53 @@ fn our_rules_survive_an_iptables_flush_and_come_back_with_an_add() {
         "{left}"
     );
 }
+
+/// kube-flannel's plugin keeps one delegate config per container: a pod with two interfaces on
+/// the flannel network (Multus) lost the second's with the first's DEL, and that DEL found
+/// nothing. Ours keeps one per attachment (eth0's under flannel's own name): each DEL undoes
+/// its own interface only.
+#[test]
+fn flannel_keeps_a_delegate_per_attachment() {
+    require_root!();
+    for p in ["flannel", "bridge", "host-local", "cnitool"] {
+        our_binary(p);
+    }
+    let host = Netns::new("mnf-host");
+    let pod = Netns::new("mnf-pod");
+    let files = TempDir::new("mnf-files");
+    std::fs::write(
+        files.join("subnet.env"),
+        "FLANNEL_NETWORK=10.231.88.0/21\nFLANNEL_SUBNET=10.231.89.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=false\n",
+    )
+    .unwrap();
+    let conf = ConfDir::new();
+    conf.write_json(
+        "10-flannel.conflist",
+        &json!({"cniVersion": "1.0.0", "name": "cbr0", "plugins": [
+            {"type": "flannel", "subnetFile": files.join("subnet.env"),
+             "dataDir": files.join("data"),
+             "delegate": {"isDefaultGateway": false},
+             "ipam": {"dataDir": files.join("ipam")}}]}),
+    );
+    let cache = TempDir::new("mnf-cache");
+    let tool = Cnitool::new(&conf, vec![our_bin_dir()], cache.path()).in_netns(&host);
+    let on = |ifname: &str| tool.clone().env("CNI_IFNAME", ifname);
+    for ifname in ["eth0", "net1"] {
+        on(ifname).run_ok(&["add", "cbr0", pod.path_str()]);
+    }
+    let cid = Cnitool::container_id(pod.path_str());
+    let data = files.join("data");
+    assert!(data.join(&cid).is_file() && data.join(format!("{cid}:net1")).is_file());
+    let leases = || netns_tests::lease_files(&files.join("ipam").join("cbr0")).len();
+    assert_eq!(leases(), 2);
+
+    on("net1").run_ok(&["del", "cbr0", pod.path_str()]);
+    assert!(pod.link("net1").is_none() && pod.link("eth0").is_some());
+    assert_eq!(leases(), 1);
+    on("net1").run_ok(&["del", "cbr0", pod.path_str()]);
+    assert!(pod.link("eth0").is_some(), "a repeated DEL took eth0");
+    on("eth0").run_ok(&["del", "cbr0", pod.path_str()]);
+    assert!(pod.link("eth0").is_none());
+    assert_eq!(leases(), 0);
+    assert_eq!(std::fs::read_dir(&data).unwrap().count(), 0);
+}
