@@ -595,3 +595,49 @@ fn flannel_keeps_a_delegate_per_attachment() {
     assert_eq!(leases(), 0);
     assert_eq!(std::fs::read_dir(&data).unwrap().count(), 0);
 }
+
+/// One network attached twice to a container (two interfaces), masqueraded with iptables: the
+/// reference names the masquerade chain by network and container ID, so both attachments
+/// jump to one chain. Each DEL takes its own jump (from its address); the chain goes with the
+/// last. (The reference's DEL of either empties the chain, then fails to delete it, busy: the
+/// DEL fails and the other's traffic leaves unmasqueraded.)
+#[test]
+fn iptables_masquerade_of_one_network_twice() {
+    require_root!();
+    let lab = skip_unless!(Lab::new(Suite::Ours), "plugins unavailable");
+    let conf = ConfDir::new();
+    conf.write_json(
+        "10-twice.conflist",
+        &json!({"cniVersion": "1.0.0", "name": "twice", "plugins": [
+            {"type": "bridge", "bridge": "cni-tw0", "isGateway": true, "ipMasq": true,
+             "ipMasqBackend": "iptables",
+             "ipam": {"type": "host-local", "dataDir": lab.state.join("leases"),
+                      "ranges": [[{"subnet": "10.231.87.0/24"}]],
+                      "routes": [{"dst": "0.0.0.0/0"}]}},
+            {"type": "firewall", "backend": "iptables", "dataDir": lab.state.join("firewall")}]}),
+    );
+    let cache = TempDir::new("mn-twice-cache");
+    let tool = Cnitool::new(&conf, vec![lab.dir.clone()], cache.path()).in_netns(&lab.host);
+    let on = |ifname: &str| tool.clone().env("CNI_IFNAME", ifname);
+    for ifname in ["eth0", "net1"] {
+        on(ifname).run_ok(&["add", "twice", lab.pod.path_str()]);
+    }
+    let jumps = || {
+        lab.host
+            .exec_ok(&["iptables-save", "-t", "nat"])
+            .lines()
+            .filter(|l| l.starts_with("-A POSTROUTING -s 10.231.87."))
+            .count()
+    };
+    assert_eq!(jumps(), 2);
+    // Take net1 away: the pod's traffic then leaves through eth0, whose masquerade must hold.
+    on("net1").run_ok(&["del", "twice", lab.pod.path_str()]);
+    assert_eq!(jumps(), 1);
+    assert!(lab.reaches_outside(), "eth0 lost its masquerade");
+    on("eth0").run_ok(&["del", "twice", lab.pod.path_str()]);
+    let nat = lab.host.exec_ok(&["iptables-save", "-t", "nat"]);
+    assert!(
+        !nat.contains("10.231.87.") && !nat.contains(":CNI-"),
+        "leftovers:\n{nat}"
+    );
+}

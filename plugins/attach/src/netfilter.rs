@@ -5,6 +5,8 @@
 //! netfilter is not part of netkit's [`netkit::Kernel`]: it goes through nftables netlink and
 //! the iptables tools, with its own error type ([`netkit::netfilter::Error`]).
 
+use std::net::IpAddr;
+
 use ipnetwork::IpNetwork;
 use netkit::netfilter::ipmasq::{self, Backend};
 use netkit::netfilter::iptables::Family;
@@ -30,13 +32,16 @@ pub trait Netfilter: Clone + Send + Sync + 'static {
     ) -> Result<()>;
 
     /// Removes the attachment's masquerade rules in `families`, whatever their backend
-    /// (nothing to remove is no error).
+    /// (nothing to remove is no error). `sources` are the attachment's container addresses
+    /// when known (empty: unknown): the iptables chain is named by (network, container ID)
+    /// only, and another attachment of the same network and container keeps its jumps to it.
     fn teardown_masquerade(
         &self,
         network: &str,
         ifname: &str,
         container_id: &str,
         families: &[Family],
+        sources: &[IpAddr],
     ) -> Result<()>;
 
     /// The attachment's masquerade rules exist for `addrs` with `backend`; with `None`, with
@@ -90,8 +95,9 @@ impl Netfilter for LiveNetfilter {
         ifname: &str,
         container_id: &str,
         families: &[Family],
+        sources: &[IpAddr],
     ) -> Result<()> {
-        ipmasq::teardown_families(network, ifname, container_id, families)
+        ipmasq::teardown_families(network, ifname, container_id, families, sources)
     }
 
     fn verify_masquerade(

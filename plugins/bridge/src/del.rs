@@ -51,10 +51,16 @@ pub fn del<K: Kernel, I: Ipam, F: Netfilter>(
 
     // Masquerade exists only for layer-3 configs (as in the reference).
     if conf.ip_masq && conf.is_layer3() {
-        let families = masquerade_families(args, &addresses);
+        let (families, sources) = masquerade_sources(args, &addresses);
         failures.note(
-            nf.teardown_masquerade(&conf.network, &args.ifname, &args.container_id, &families)
-                .map_err(|e| CniError::from(BridgeError::from(e))),
+            nf.teardown_masquerade(
+                &conf.network,
+                &args.ifname,
+                &args.container_id,
+                &families,
+                &sources,
+            )
+            .map_err(|e| CniError::from(BridgeError::from(e))),
         );
     }
     Ok(failures.finish("bridge")?)
@@ -92,14 +98,20 @@ fn delete_container_end<K: Kernel>(
     (addresses, deleted.map(|_| ()).map_err(BridgeError::from))
 }
 
-/// The address families the attachment used, from prevResult and the link's addresses (only
-/// to skip needless iptables runs); both when nothing tells.
-fn masquerade_families(args: &CmdArgs, addresses: &[IpAddr]) -> Vec<Family> {
-    let prev_ips = match args.prev_result() {
+/// The attachment's addresses, from prevResult and the link's (the iptables chain of its
+/// network and container keeps the jumps from another interface's), and their families (to
+/// skip needless iptables runs); no address and both families when nothing tells.
+fn masquerade_sources(args: &CmdArgs, addresses: &[IpAddr]) -> (Vec<Family>, Vec<IpAddr>) {
+    let mut sources: Vec<IpAddr> = match args.prev_result() {
         Ok(Some(prev)) => prev.ips.iter().map(|i| i.address.ip()).collect(),
         _ => Vec::new(),
     };
-    families_of(prev_ips.iter().chain(addresses))
+    for a in addresses {
+        if !sources.contains(a) {
+            sources.push(*a);
+        }
+    }
+    (families_of(&sources), sources)
 }
 
 /// The families of `addresses`, in the order first seen; both when there are none.

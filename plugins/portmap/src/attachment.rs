@@ -15,7 +15,7 @@
 use std::net::IpAddr;
 
 use netkit::netfilter::naming;
-use netkit::netfilter::nf_tables::{Expr, Rule};
+use netkit::netfilter::nf_tables::Rule;
 
 /// One attachment's identity, as the rules' comments carry it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,15 +41,8 @@ impl Attachment<'_> {
         Selector {
             key: self.key(),
             container_id: self.container_id.to_string(),
-            addresses: addresses.map(|a| a.iter().map(|ip| octets(*ip)).collect()),
+            addresses: addresses.map(<[IpAddr]>::to_vec),
         }
-    }
-}
-
-fn octets(ip: IpAddr) -> Vec<u8> {
-    match ip {
-        IpAddr::V4(v4) => v4.octets().to_vec(),
-        IpAddr::V6(v6) => v6.octets().to_vec(),
     }
 }
 
@@ -59,7 +52,7 @@ pub struct Selector {
     key: String,
     container_id: String,
     /// `None`: every container-ID-only rule of the container is taken.
-    addresses: Option<Vec<Vec<u8>>>,
+    addresses: Option<Vec<IpAddr>>,
 }
 
 impl Selector {
@@ -74,16 +67,8 @@ impl Selector {
             && self
                 .addresses
                 .as_ref()
-                .is_none_or(|addrs| addrs.iter().any(|a| names_address(rule, a)))
+                .is_none_or(|addrs| addrs.iter().any(|a| rule.names_address(*a)))
     }
-}
-
-/// Whether a rule loads or compares `address` (a DNAT target, a matched destination).
-fn names_address(rule: &Rule, address: &[u8]) -> bool {
-    rule.exprs.iter().any(|e| match e {
-        Expr::ImmediateData { data, .. } | Expr::Cmp { data, .. } => data == address,
-        _ => false,
-    })
 }
 
 /// The attachment keys of `network`'s rules (for GC): what every comment of the network's

@@ -46,10 +46,13 @@ fn teardown_masquerade<F: Netfilter>(
     conf: &NetConf,
 ) -> Result<(), PtpError> {
     if conf.ip_masq {
-        // The families of the attachment, when prevResult tells; both otherwise.
+        // The addresses and families of the attachment, when prevResult tells; both families
+        // (and every jump to the chain of this network and container) otherwise.
         let mut families: Vec<Family> = Vec::new();
+        let mut sources = Vec::new();
         if let Ok(Some(prev)) = args.prev_result() {
             for ip in &prev.ips {
+                sources.push(ip.address.ip());
                 let f = Family::of(&ip.address.ip());
                 if !families.contains(&f) {
                     families.push(f);
@@ -59,7 +62,13 @@ fn teardown_masquerade<F: Netfilter>(
         if families.is_empty() {
             families = vec![Family::V4, Family::V6];
         }
-        nf.teardown_masquerade(&conf.network, &args.ifname, &args.container_id, &families)?;
+        nf.teardown_masquerade(
+            &conf.network,
+            &args.ifname,
+            &args.container_id,
+            &families,
+            &sources,
+        )?;
     }
     Ok(())
 }

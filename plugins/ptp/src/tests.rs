@@ -316,7 +316,7 @@ fn check_passes_after_add_and_names_what_differs() {
     let host_end = kernel.link(HOST, &r.interfaces[0].name).unwrap();
     let mut host = kernel.socket().unwrap();
     // The masquerade rules.
-    nf.teardown_masquerade("n", "net1", "ctr1", &[Family::V4])
+    nf.teardown_masquerade("n", "net1", "ctr1", &[Family::V4], &[])
         .unwrap();
     let e = run_check(&kernel, &ipam, &nf, &a).unwrap_err();
     assert_eq!(e.msg, "masquerade of n/ctr1/net1: no rule");
