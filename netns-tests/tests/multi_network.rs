@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
+use netns_tests::netfilter::{first_ip, link_outside};
 use netns_tests::{
     our_bin_dir, our_binary, reference_plugin_dir, require_root, skip_unless, Cnitool, ConfDir,
     Netns, PluginCall, TempDir,
@@ -95,23 +96,15 @@ impl Lab {
         for ns in [&host, &pod, &outside] {
             ns.exec_ok(&["ip", "link", "set", "lo", "up"]);
         }
-        host.exec_ok(&[
-            "ip",
-            "link",
-            "add",
+        let outside_cidr = format!("{OUTSIDE}/24");
+        link_outside(
+            &host,
             "uplink",
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "wan",
-            "netns",
-            outside.name(),
-        ]);
-        host.exec_ok(&["ip", "addr", "add", "192.168.231.1/24", "dev", "uplink"]);
-        host.exec_ok(&["ip", "link", "set", "uplink", "up"]);
-        outside.exec_ok(&["ip", "addr", "add", "192.168.231.2/24", "dev", "wan"]);
-        outside.exec_ok(&["ip", "link", "set", "wan", "up"]);
+            "192.168.231.1/24",
+            &outside,
+            &outside_cidr,
+            None,
+        );
         // Forwarding must be allowed by the firewall plugin's rules, not by the policy.
         host.exec_ok(&["iptables", "-P", "FORWARD", "DROP"]);
 
@@ -162,15 +155,11 @@ impl Lab {
 
     /// ADD of `net` as `ifname`; returns the pod's address on it.
     fn add(&self, net: &str, ifname: &str, mappings: &[(u16, u16)]) -> String {
-        let out = self
-            .cnitool(ifname, mappings)
-            .run_ok(&["add", net, self.pod.path_str()]);
-        let result: Value = serde_json::from_str(&out).expect("ADD result");
-        result["ips"][0]["address"]
-            .as_str()
-            .and_then(|a| a.split('/').next())
-            .expect("an address")
-            .to_string()
+        first_ip(
+            &self
+                .cnitool(ifname, mappings)
+                .run_ok(&["add", net, self.pod.path_str()]),
+        )
     }
 
     /// ADD, then a server on the new address answering with the network's name.

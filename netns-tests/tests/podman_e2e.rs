@@ -578,6 +578,13 @@ fn podman_conflists_pass_check_through_cnitool() {
 }
 
 impl Podman {
+    /// `podman network create --subnet SUBNET NAME` for each (name, subnet).
+    fn create_networks(&self, networks: &[(&str, &str)]) {
+        for (net, subnet) in networks {
+            self.podman_ok(&["network", "create", "--subnet", subnet, net]);
+        }
+    }
+
     /// What answers on the private host's 127.0.0.1:`port` (`None`: nothing).
     fn answer(&self, port: u16) -> Option<String> {
         let url = format!("http://127.0.0.1:{port}/");
@@ -681,9 +688,7 @@ impl Podman {
 fn podman_connect_disconnect_with_port_forwarding() {
     require_root!();
     let podman = skip_unless!(start_or_skip(), "podman environment unavailable");
-    for (net, subnet) in [("cdn1", "10.231.64.0/24"), ("cdn2", "10.231.65.0/24")] {
-        podman.podman_ok(&["network", "create", "--subnet", subnet, net]);
-    }
+    podman.create_networks(&[("cdn1", "10.231.64.0/24"), ("cdn2", "10.231.65.0/24")]);
     let port = 18095;
     let id = podman.run_web("cdweb", "cdn1", port);
     assert_eq!(podman.answer(port).as_deref(), Some(PAGE));
@@ -732,24 +737,19 @@ fn podman_three_networks_middle_one_disconnected() {
     require_root!();
     let podman = skip_unless!(start_or_skip(), "podman environment unavailable");
     let nets = [
-        ("tri1", "10.231.66"),
-        ("tri2", "10.231.67"),
-        ("tri3", "10.231.68"),
+        ("tri1", "10.231.66.0/24", "10.231.66.1"),
+        ("tri2", "10.231.67.0/24", "10.231.67.1"),
+        ("tri3", "10.231.68.0/24", "10.231.68.1"),
     ];
-    for (net, prefix) in nets {
-        podman.podman_ok(&[
-            "network",
-            "create",
-            "--subnet",
-            &format!("{prefix}.0/24"),
-            net,
-        ]);
-    }
+    podman.create_networks(&nets.map(|(n, subnet, _)| (n, subnet)));
     let port = 18096;
     let id = podman.run_web("tri", "tri1", port);
     podman.podman_ok(&["network", "connect", "tri2", "tri"]);
     podman.podman_ok(&["network", "connect", "tri3", "tri"]);
-    let ips: Vec<String> = nets.iter().map(|(n, _)| podman.ip_of("tri", n)).collect();
+    let ips: Vec<String> = nets
+        .iter()
+        .map(|(n, _, _)| podman.ip_of("tri", n))
+        .collect();
 
     podman.podman_ok(&["network", "disconnect", "tri2", "tri"]);
     podman.assert_detached("tri2", &ips[1], &id);
@@ -764,17 +764,8 @@ fn podman_three_networks_middle_one_disconnected() {
             assert!(rules.contains(&want), "missing {want:?}:\n{rules}");
         }
     }
-    for (net, prefix) in [nets[0], nets[2]] {
-        podman.podman_ok(&[
-            "exec",
-            "tri",
-            "ping",
-            "-c",
-            "1",
-            "-W",
-            "3",
-            &format!("{prefix}.1"),
-        ]);
+    for (net, _, gateway) in [nets[0], nets[2]] {
+        podman.podman_ok(&["exec", "tri", "ping", "-c", "1", "-W", "3", gateway]);
         let cache = podman.host.private_files("/var/lib/cni/results");
         assert!(
             cache.iter().any(|f| f.starts_with(&format!("{net}-{id}"))),
@@ -794,9 +785,7 @@ fn podman_three_networks_middle_one_disconnected() {
 fn podman_network_reload_restores_what_a_flush_removed() {
     require_root!();
     let podman = skip_unless!(start_or_skip(), "podman environment unavailable");
-    for (net, subnet) in [("rl1", "10.231.69.0/24"), ("rl2", "10.231.70.0/24")] {
-        podman.podman_ok(&["network", "create", "--subnet", subnet, net]);
-    }
+    podman.create_networks(&[("rl1", "10.231.69.0/24"), ("rl2", "10.231.70.0/24")]);
     let port = 18097;
     let id = podman.run_web("rlweb", "rl1", port);
     assert_eq!(podman.answer(port).as_deref(), Some(PAGE));

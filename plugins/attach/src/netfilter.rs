@@ -69,6 +69,41 @@ pub trait Netfilter: Clone + Send + Sync + 'static {
     fn spoof_check_installed(&self, check: &SpoofChecker) -> Result<bool>;
 }
 
+/// What a DEL's masquerade teardown covers: the attachment's addresses, from prevResult and
+/// `link_addresses` (what the container link still had), and their families (to skip needless
+/// iptables runs); no address and both families when nothing tells. The addresses keep
+/// another interface's jumps to the iptables chain of the same network and container.
+pub fn teardown_scope(
+    args: &libcni::skel::CmdArgs,
+    link_addresses: &[IpAddr],
+) -> (Vec<Family>, Vec<IpAddr>) {
+    let mut sources: Vec<IpAddr> = match args.prev_result() {
+        Ok(Some(prev)) => prev.ips.iter().map(|i| i.address.ip()).collect(),
+        _ => Vec::new(),
+    };
+    for a in link_addresses {
+        if !sources.contains(a) {
+            sources.push(*a);
+        }
+    }
+    (families_of(&sources), sources)
+}
+
+/// The families of `addresses`, in the order first seen; both when there are none.
+pub fn families_of<'a>(addresses: impl IntoIterator<Item = &'a IpAddr>) -> Vec<Family> {
+    let mut families: Vec<Family> = Vec::new();
+    for ip in addresses {
+        let f = Family::of(ip);
+        if !families.contains(&f) {
+            families.push(f);
+        }
+    }
+    if families.is_empty() {
+        families = vec![Family::V4, Family::V6];
+    }
+    families
+}
+
 /// The host's netfilter (nf_tables or the iptables tools), through `netkit::netfilter`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LiveNetfilter;
@@ -128,5 +163,40 @@ impl Netfilter for LiveNetfilter {
 
     fn spoof_check_installed(&self, check: &SpoofChecker) -> Result<bool> {
         check.is_installed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masquerade_families_are_those_seen_or_both() {
+        let ips: Vec<IpAddr> = ["fd00::5", "10.1.0.5", "10.1.0.6"]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        assert_eq!(families_of(&ips), [Family::V6, Family::V4]);
+        assert_eq!(families_of(&ips[1..]), [Family::V4]);
+        assert_eq!(families_of(&[]), [Family::V4, Family::V6]);
+    }
+
+    #[test]
+    fn teardown_scope_joins_prev_result_and_link_addresses() {
+        let args = crate::testing::cmd_args(
+            serde_json::json!({"cniVersion": "1.0.0", "name": "n", "type": "bridge",
+                "prevResult": {"cniVersion": "1.0.0",
+                    "ips": [{"address": "10.1.0.5/24"}]}}),
+            "",
+        );
+        let link: Vec<IpAddr> = vec!["10.1.0.5".parse().unwrap(), "fd00::5".parse().unwrap()];
+        let (families, sources) = teardown_scope(&args, &link);
+        assert_eq!(families, [Family::V4, Family::V6]);
+        assert_eq!(sources, link);
+        let bare = crate::testing::cmd_args(serde_json::json!({"cniVersion": "1.0.0"}), "");
+        assert_eq!(
+            teardown_scope(&bare, &[]),
+            (vec![Family::V4, Family::V6], vec![])
+        );
     }
 }

@@ -8,7 +8,6 @@ use attach::errors::Failures;
 use attach::ipam::Ipam;
 use libcni::error::CniError;
 use libcni::skel::CmdArgs;
-use netkit::netfilter::iptables::Family;
 use netkit::netfilter::{spoofcheck, spoofcheck::SpoofChecker};
 use netkit::{Kernel, Netlink, Socket};
 
@@ -51,7 +50,7 @@ pub fn del<K: Kernel, I: Ipam, F: Netfilter>(
 
     // Masquerade exists only for layer-3 configs (as in the reference).
     if conf.ip_masq && conf.is_layer3() {
-        let (families, sources) = masquerade_sources(args, &addresses);
+        let (families, sources) = attach::netfilter::teardown_scope(args, &addresses);
         failures.note(
             nf.teardown_masquerade(
                 &conf.network,
@@ -96,37 +95,6 @@ fn delete_container_end<K: Kernel>(
         s.delete_link_by_name(&args.ifname)
     });
     (addresses, deleted.map(|_| ()).map_err(BridgeError::from))
-}
-
-/// The attachment's addresses, from prevResult and the link's (the iptables chain of its
-/// network and container keeps the jumps from another interface's), and their families (to
-/// skip needless iptables runs); no address and both families when nothing tells.
-fn masquerade_sources(args: &CmdArgs, addresses: &[IpAddr]) -> (Vec<Family>, Vec<IpAddr>) {
-    let mut sources: Vec<IpAddr> = match args.prev_result() {
-        Ok(Some(prev)) => prev.ips.iter().map(|i| i.address.ip()).collect(),
-        _ => Vec::new(),
-    };
-    for a in addresses {
-        if !sources.contains(a) {
-            sources.push(*a);
-        }
-    }
-    (families_of(&sources), sources)
-}
-
-/// The families of `addresses`, in the order first seen; both when there are none.
-fn families_of<'a>(addresses: impl IntoIterator<Item = &'a IpAddr>) -> Vec<Family> {
-    let mut families: Vec<Family> = Vec::new();
-    for ip in addresses {
-        let f = Family::of(ip);
-        if !families.contains(&f) {
-            families.push(f);
-        }
-    }
-    if families.is_empty() {
-        families = vec![Family::V4, Family::V6];
-    }
-    families
 }
 
 /// GC: forwards to IPAM, then removes the masquerade rules and spoof checks of attachments
@@ -175,17 +143,6 @@ impl LinkLocal for std::net::IpAddr {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn masquerade_families_are_those_seen_or_both() {
-        let ips: Vec<IpAddr> = ["fd00::5", "10.1.0.5", "10.1.0.6"]
-            .iter()
-            .map(|a| a.parse().unwrap())
-            .collect();
-        assert_eq!(families_of(&ips), [Family::V6, Family::V4]);
-        assert_eq!(families_of(&ips[1..]), [Family::V4]);
-        assert_eq!(families_of(&[]), [Family::V4, Family::V6]);
-    }
 
     #[test]
     fn link_local_addresses_carry_no_masquerade() {
