@@ -93,7 +93,7 @@ fn gc_removes_exactly_the_stale_ifbs_of_the_network() {
     let aliases = ifb_aliases(&host);
     for (cid, ifb) in cids.iter().zip(&ifbs) {
         let net = if *cid == "bwgc-other" { OTHER_NET } else { NET };
-        let want = format!("ferrocni-bandwidth network={net} container={cid}");
+        let want = format!("ferrocni-bandwidth network={net} container={cid} ifname=eth0");
         assert!(
             aliases.contains(&(ifb.clone(), Some(want.clone()))),
             "{ifb} should carry {want:?}: {aliases:?}"
@@ -153,4 +153,61 @@ fn gc_removes_exactly_the_stale_ifbs_of_the_network() {
         call(&host, &bridge, chain.path(), "DEL", cid, pod, &bridge_conf).ok();
     }
     assert_eq!(links_of_kind(&host, "ifb"), vec![FOREIGN_IFB.to_string()]);
+}
+
+/// One network attached twice to a container (eth0, net1): the IFB's name (the reference's)
+/// holds no interface, so the second attachment's egress ADD fails, as with the reference.
+/// The runtime's DEL after that failure leaves the first attachment's IFB, and GC keeps it
+/// while that attachment is valid, whatever the container's other interfaces.
+#[test]
+fn the_ifb_belongs_to_its_interface() {
+    require_root!();
+    let Some(chain) = chain_dir() else { return };
+    let host = Netns::new("bwif-host");
+    let pod = Netns::new("bwif-pod");
+    let ipam = TempDir::new("bwif-ipam");
+    let (bridge, bw) = (chain.plugin("bridge"), chain.plugin("bandwidth"));
+    let bridge_conf = bridge_conf(NET, "10.231.58.0/24", ipam.path());
+    let run = |plugin: &std::path::Path, verb: &str, ifname: &str, conf: &Value| {
+        call_on(
+            &host,
+            plugin,
+            chain.path(),
+            verb,
+            ("bwif", ifname),
+            &pod,
+            conf,
+        )
+    };
+    let prev0 = run(&bridge, "ADD", "eth0", &bridge_conf).ok();
+    let shaped0 = run(&bw, "ADD", "eth0", &shaped_conf(NET, &prev0)).ok();
+    let prev1 = run(&bridge, "ADD", "net1", &bridge_conf).ok();
+    run(&bw, "ADD", "net1", &shaped_conf(NET, &prev1)).err();
+    run(&bw, "DEL", "net1", &shaped_conf(NET, &prev1)).ok();
+    assert_eq!(
+        links_of_kind(&host, "ifb").len(),
+        1,
+        "net1's DEL took eth0's IFB"
+    );
+    run(&bw, "CHECK", "eth0", &shaped_conf(NET, &shaped0)).ok();
+    let gc = |ifname: &str| {
+        let conf = json!({
+            "cniVersion": "1.1.0", "name": NET, "type": "bandwidth",
+            "cni.dev/valid-attachments": [{"containerID": "bwif", "ifname": ifname}],
+        });
+        run(&bw, "GC", "eth0", &conf).ok();
+        links_of_kind(&host, "ifb").len()
+    };
+    assert_eq!(gc("eth0"), 1);
+    assert_eq!(
+        gc("net1"),
+        0,
+        "GC kept the IFB of an attachment no longer valid"
+    );
+    run(&bw, "DEL", "eth0", &shaped_conf(NET, &shaped0)).ok();
+    for (ifname, prev) in [("net1", &prev1), ("eth0", &prev0)] {
+        let mut conf = bridge_conf.clone();
+        conf["prevResult"] = prev.clone();
+        run(&bridge, "DEL", ifname, &conf).ok();
+    }
 }

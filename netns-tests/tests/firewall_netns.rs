@@ -112,6 +112,46 @@ fn firewall_rules_check_and_del() {
     tool.run_ok(&["del", "fwnet", pod.path_str()]);
 }
 
+/// An operator's `iptables -P FORWARD DROP` stays: ADD (with the isolation policy too) does
+/// not set the FORWARD chain's policy back to accept, as the reference's iptables never does,
+/// and the pod's traffic is let through by the container's rules alone.
+#[test]
+fn firewall_keeps_the_forward_policy() {
+    require_root!();
+    let host = Netns::new("fwp-host");
+    let pod = Netns::new("fwp-pod");
+    let leases = TempDir::new("fwp-leases");
+    let records = TempDir::new("fwp-records");
+    let cache = TempDir::new("fwp-cache");
+    let conf = ConfDir::new();
+    conf.write_json(
+        "10-fwp.conflist",
+        &conflist(
+            "fwpnet",
+            "cni-fwp0",
+            "10.231.38.0/24",
+            &leases,
+            json!({"type": "firewall", "backend": "iptables", "dataDir": records.path(),
+                   "ingressPolicy": "same-bridge"}),
+        ),
+    );
+    host.exec_ok(&["ip", "link", "set", "lo", "up"]);
+    for tool in ["iptables", "ip6tables"] {
+        host.exec_ok(&[tool, "-P", "FORWARD", "DROP"]);
+    }
+    let tool = Cnitool::new(&conf, plugins(), cache.path()).in_netns(&host);
+    tool.run_ok(&["add", "fwpnet", pod.path_str()]);
+    for save in ["iptables-save", "ip6tables-save"] {
+        let filter = host.exec_ok(&[save, "-t", "filter"]);
+        assert!(filter.contains(":FORWARD DROP"), "{save}:\n{filter}");
+    }
+    tool.run_ok(&["check", "fwpnet", pod.path_str()]);
+    tool.run_ok(&["del", "fwpnet", pod.path_str()]);
+    assert!(host
+        .exec_ok(&["iptables-save", "-t", "filter"])
+        .contains(":FORWARD DROP"));
+}
+
 #[test]
 fn firewall_same_bridge_policy_isolates_bridges() {
     require_root!();

@@ -158,8 +158,9 @@ fn concurrent_adds_and_dels_next_to_foreign_rules() {
             count(
                 &hostports,
                 &format!(
-                    "tcp dport {} dnat to {ip}:80 comment \"{cid}\"",
-                    HOST_PORT_BASE + i
+                    "tcp dport {} dnat to {ip}:80 comment \"{}\"",
+                    HOST_PORT_BASE + i,
+                    netkit::netfilter::naming::instance_comment("ccnet", "eth0", &cid)
                 ),
             ),
             count(&masquerading, &format!("ip daddr {ip} ")),

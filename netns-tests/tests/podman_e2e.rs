@@ -576,3 +576,266 @@ fn podman_conflists_pass_check_through_cnitool() {
         );
     }
 }
+
+impl Podman {
+    /// `podman network create --subnet SUBNET NAME` for each (name, subnet).
+    fn create_networks(&self, networks: &[(&str, &str)]) {
+        for (net, subnet) in networks {
+            self.podman_ok(&["network", "create", "--subnet", subnet, net]);
+        }
+    }
+
+    /// What answers on the private host's 127.0.0.1:`port` (`None`: nothing).
+    fn answer(&self, port: u16) -> Option<String> {
+        let url = format!("http://127.0.0.1:{port}/");
+        let out = self.exec(&["timeout", "5", "busybox", "wget", "-q", "-O", "-", &url]);
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    /// A busybox httpd container serving PAGE on port 80, published on `port`, on `network`.
+    fn run_web(&self, name: &str, network: &str, port: u16) -> String {
+        let publish = format!("{port}:80");
+        self.run_detached(&[
+            "--name",
+            name,
+            "--network",
+            network,
+            "-p",
+            &publish,
+            IMAGE,
+            "httpd",
+            "-f",
+            "-p",
+            "80",
+            "-h",
+            "/www",
+        ])
+    }
+
+    /// The container interface holding `ip`.
+    fn ifname_of(&self, container: &str, ip: &str) -> String {
+        let addrs = self.podman_ok(&["exec", container, "ip", "-o", "-4", "addr", "show"]);
+        addrs
+            .lines()
+            .find(|l| l.contains(&format!(" {ip}/")))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .unwrap_or_else(|| panic!("no interface holds {ip}:\n{addrs}"))
+            .to_string()
+    }
+
+    fn rx_packets(&self, container: &str, ifname: &str) -> u64 {
+        let path = format!("/sys/class/net/{ifname}/statistics/rx_packets");
+        self.podman_ok(&["exec", container, "cat", &path])
+            .parse()
+            .expect("rx_packets")
+    }
+
+    /// Which of `container`'s networks receives the connections to host port `port`: each
+    /// network's received packets over three fetches.
+    fn received_per_network(&self, container: &str, networks: &[&str], port: u16) -> Vec<u64> {
+        let ifnames: Vec<String> = networks
+            .iter()
+            .map(|n| self.ifname_of(container, &self.ip_of(container, n)))
+            .collect();
+        let before: Vec<u64> = ifnames
+            .iter()
+            .map(|i| self.rx_packets(container, i))
+            .collect();
+        for _ in 0..3 {
+            assert_eq!(self.answer(port).as_deref(), Some(PAGE));
+        }
+        ifnames
+            .iter()
+            .zip(before)
+            .map(|(i, b)| self.rx_packets(container, i) - b)
+            .collect()
+    }
+
+    /// Nothing of `container`'s attachment to `network` (address `ip`) is left on the host
+    /// while the container runs on: no rule naming the address, no lease, no cache entry.
+    fn assert_detached(&self, network: &str, ip: &str, container: &str) {
+        let rules = self.host.firewall_dump();
+        let word = |l: &str| {
+            l.split(|c: char| !(c.is_ascii_digit() || c == '.'))
+                .any(|w| w == ip)
+        };
+        let left: Vec<&str> = rules.lines().filter(|l| word(l)).collect();
+        assert!(left.is_empty(), "{network}: rules left for {ip}: {left:#?}");
+        assert!(
+            !self
+                .host
+                .private_files(&format!("/var/lib/cni/networks/{network}"))
+                .contains(&ip.to_string()),
+            "{network}: lease of {ip} left"
+        );
+        let cache = self.host.private_files("/var/lib/cni/results");
+        assert!(
+            !cache
+                .iter()
+                .any(|f| f.starts_with(&format!("{network}-{container}"))),
+            "{network}: cache entry left: {cache:?}"
+        );
+    }
+}
+
+/// podman's "network connect/disconnect with port forwarding": the container's port mappings
+/// go to every network it joins, and leaving one network leaves the others' mappings. While
+/// both networks have the port, the network joined first answers (as the reference's
+/// iptables chains do); disconnecting it leaves the other answering.
+#[test]
+fn podman_connect_disconnect_with_port_forwarding() {
+    require_root!();
+    let podman = skip_unless!(start_or_skip(), "podman environment unavailable");
+    podman.create_networks(&[("cdn1", "10.231.64.0/24"), ("cdn2", "10.231.65.0/24")]);
+    let port = 18095;
+    let id = podman.run_web("cdweb", "cdn1", port);
+    assert_eq!(podman.answer(port).as_deref(), Some(PAGE));
+    let first_ip = podman.ip_of("cdweb", "cdn1");
+
+    podman.podman_ok(&["network", "disconnect", "cdn1", "cdweb"]);
+    assert_eq!(
+        podman.answer(port),
+        None,
+        "the port answers without a network"
+    );
+    podman.assert_detached("cdn1", &first_ip, &id);
+    podman.podman_ok(&["network", "connect", "cdn1", "cdweb"]);
+    assert_eq!(podman.answer(port).as_deref(), Some(PAGE));
+    let ip1 = podman.ip_of("cdweb", "cdn1");
+    assert_ne!(ip1, first_ip, "a reconnected network got the same address");
+
+    podman.podman_ok(&["network", "connect", "cdn2", "cdweb"]);
+    let ip2 = podman.ip_of("cdweb", "cdn2");
+    let rules = podman.host.firewall_dump();
+    for ip in [&ip1, &ip2] {
+        assert!(rules.contains(&format!("dnat to {ip}:80")), "{rules}");
+    }
+    let received = podman.received_per_network("cdweb", &["cdn1", "cdn2"], port);
+    assert!(
+        received[0] >= 12 && received[1] <= 3,
+        "connections went elsewhere than cdn1: {received:?}"
+    );
+
+    // The reported bug: leaving cdn1 took cdn2's mapping too.
+    podman.podman_ok(&["network", "disconnect", "cdn1", "cdweb"]);
+    assert_eq!(podman.answer(port).as_deref(), Some(PAGE));
+    podman.assert_detached("cdn1", &ip1, &id);
+    let received = podman.received_per_network("cdweb", &["cdn2"], port);
+    assert!(received[0] >= 12, "{received:?}");
+
+    podman.podman_ok(&["rm", "--force", "--time", "0", &id]);
+    podman.assert_attachment_gone("cdn2", &ip2, &id, 0);
+}
+
+/// A container on three networks leaves the middle one: the first and last keep their
+/// address, routes, port mappings, masquerade and firewall rules; nothing of the middle one
+/// is left.
+#[test]
+fn podman_three_networks_middle_one_disconnected() {
+    require_root!();
+    let podman = skip_unless!(start_or_skip(), "podman environment unavailable");
+    let nets = [
+        ("tri1", "10.231.66.0/24", "10.231.66.1"),
+        ("tri2", "10.231.67.0/24", "10.231.67.1"),
+        ("tri3", "10.231.68.0/24", "10.231.68.1"),
+    ];
+    podman.create_networks(&nets.map(|(n, subnet, _)| (n, subnet)));
+    let port = 18096;
+    let id = podman.run_web("tri", "tri1", port);
+    podman.podman_ok(&["network", "connect", "tri2", "tri"]);
+    podman.podman_ok(&["network", "connect", "tri3", "tri"]);
+    let ips: Vec<String> = nets
+        .iter()
+        .map(|(n, _, _)| podman.ip_of("tri", n))
+        .collect();
+
+    podman.podman_ok(&["network", "disconnect", "tri2", "tri"]);
+    podman.assert_detached("tri2", &ips[1], &id);
+    assert_eq!(podman.answer(port).as_deref(), Some(PAGE));
+    let rules = podman.host.firewall_dump();
+    for ip in [&ips[0], &ips[2]] {
+        for want in [
+            format!("dnat to {ip}:80"),
+            format!("ip saddr {ip} "),
+            format!("-A CNI-FORWARD -s {ip}/32 -j ACCEPT"),
+        ] {
+            assert!(rules.contains(&want), "missing {want:?}:\n{rules}");
+        }
+    }
+    for (net, _, gateway) in [nets[0], nets[2]] {
+        podman.podman_ok(&["exec", "tri", "ping", "-c", "1", "-W", "3", gateway]);
+        let cache = podman.host.private_files("/var/lib/cni/results");
+        assert!(
+            cache.iter().any(|f| f.starts_with(&format!("{net}-{id}"))),
+            "{net}: {cache:?}"
+        );
+    }
+    podman.podman_ok(&["rm", "--force", "--time", "0", &id]);
+    podman.assert_attachment_gone("tri1", &ips[0], &id, 0);
+    podman.assert_attachment_gone("tri3", &ips[2], &id, 0);
+}
+
+/// podman's "network reload": an operator's firewall reload wipes our tables (the port
+/// mappings, the masquerade) and the firewall plugin's rules; `podman network reload` puts
+/// everything of the container back, with the same address. Flushing iptables'
+/// CNI-HOSTPORT-DNAT, as podman's own test does, does not touch our mappings (nftables).
+#[test]
+fn podman_network_reload_restores_what_a_flush_removed() {
+    require_root!();
+    let podman = skip_unless!(start_or_skip(), "podman environment unavailable");
+    podman.create_networks(&[("rl1", "10.231.69.0/24"), ("rl2", "10.231.70.0/24")]);
+    let port = 18097;
+    let id = podman.run_web("rlweb", "rl1", port);
+    assert_eq!(podman.answer(port).as_deref(), Some(PAGE));
+    let ip = podman.ip_of("rlweb", "rl1");
+    let ours = |ip: &str| {
+        [
+            format!("dnat to {ip}:80"),
+            format!("ip saddr {ip} "),
+            format!("-A CNI-FORWARD -s {ip}/32 -j ACCEPT"),
+        ]
+    };
+    let present = |ip: &str| {
+        let rules = podman.host.firewall_dump();
+        ours(ip)
+            .iter()
+            .filter(|w| rules.contains(w.as_str()))
+            .count()
+    };
+    assert_eq!(present(&ip), 3);
+
+    let _ = podman.exec(&["iptables", "-t", "nat", "-F", "CNI-HOSTPORT-DNAT"]);
+    assert_eq!(podman.answer(port).as_deref(), Some(PAGE));
+
+    let flush = || {
+        for table in [["ip", "cni_hostport"], ["inet", "cni_plugins_masquerade"]] {
+            podman.exec_ok(&["nft", "delete", "table", table[0], table[1]]);
+        }
+        podman.exec_ok(&["iptables", "-F", "CNI-FORWARD"]);
+    };
+    flush();
+    assert_eq!(podman.answer(port), None);
+    assert_eq!(present(&ip), 0);
+    assert_eq!(podman.podman_ok(&["network", "reload", &id]), id);
+    assert_eq!(podman.ip_of("rlweb", "rl1"), ip);
+    assert_eq!(podman.answer(port).as_deref(), Some(PAGE));
+    assert_eq!(present(&ip), 3);
+
+    // With a second network, `reload --all` after another flush restores both.
+    podman.podman_ok(&["network", "connect", "rl2", "rlweb"]);
+    let ip2 = podman.ip_of("rlweb", "rl2");
+    flush();
+    assert_eq!(podman.podman_ok(&["network", "reload", "--all"]), id);
+    assert_eq!(
+        (podman.ip_of("rlweb", "rl1"), podman.ip_of("rlweb", "rl2")),
+        (ip.clone(), ip2.clone())
+    );
+    assert_eq!(podman.answer(port).as_deref(), Some(PAGE));
+    assert_eq!((present(&ip), present(&ip2)), (3, 3));
+
+    podman.podman_ok(&["rm", "--force", "--time", "0", &id]);
+    podman.assert_attachment_gone("rl1", &ip, &id, 0);
+    podman.assert_attachment_gone("rl2", &ip2, &id, 0);
+}

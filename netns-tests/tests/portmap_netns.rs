@@ -416,6 +416,141 @@ fn portmap_gc_removes_stale_attachments_only() {
     );
 }
 
+/// nftables rules are keyed by the attachment (network, container ID, interface): one
+/// container on two networks, each attachment's ADD, CHECK, DEL and GC touch its own rules
+/// only. Rules commented with the container ID alone (the reference's nftables portmap, or an
+/// earlier version of ours) belong to the attachment whose address they name; a DEL without
+/// prevResult takes all of the container's.
+#[test]
+fn portmap_nftables_rules_belong_to_their_attachment() {
+    require_root!();
+    if !std::path::Path::new("/usr/sbin/nft").is_file() {
+        eprintln!("skipping: nft not installed");
+        return;
+    }
+    let host = Netns::new("pma-host");
+    let pod = Netns::new("pma-pod");
+    let attachments = [
+        ("pma", "eth0", "10.231.24.5"),
+        ("pmb", "eth1", "10.231.25.5"),
+    ];
+    let call = |command: &str, (net, ifname, ip): (&str, &str, &str), cid: &str, extra: Value| {
+        let mut config = json!({
+            "cniVersion": "1.1.0", "name": net, "type": "portmap", "backend": "nftables",
+            "runtimeConfig": serde_json::from_str::<Value>(MAPPINGS).unwrap(),
+            "prevResult": { "cniVersion": "1.1.0",
+                "interfaces": [{ "name": ifname, "sandbox": pod.path_str() }],
+                "ips": [{ "address": format!("{ip}/24"), "interface": 0 }] }
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            if v.is_null() {
+                config.as_object_mut().unwrap().remove(k);
+            } else {
+                config[k] = v.clone();
+            }
+        }
+        let mut cmd = host.command(&[our_binary("portmap").to_str().unwrap()]);
+        cmd.env("CNI_COMMAND", command)
+            .env("CNI_CONTAINERID", cid)
+            .env("CNI_NETNS", pod.path_str())
+            .env("CNI_IFNAME", ifname)
+            .env("CNI_PATH", "/nonexistent");
+        netns_tests::run_with_stdin(&mut cmd, config.to_string().as_bytes())
+    };
+    let ok = |command: &str, a, cid: &str, extra: Value| {
+        let out = call(command, a, cid, extra);
+        assert!(
+            out.status.success(),
+            "{command} {a:?}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    };
+    // Rules naming an address, per address (DNAT targets and masquerade destinations).
+    let rules_of = |ip: &str| {
+        let table = host.exec_ok(&["nft", "list", "table", "ip", "cni_hostport"]);
+        table
+            .lines()
+            .filter(|l| l.contains(&format!("{ip}:")) || l.contains(&format!("daddr {ip} ")))
+            .count()
+    };
+    let [a, b] = attachments;
+    for at in attachments {
+        ok("ADD", at, "pmcid", json!({}));
+    }
+    // Two DNATs and two masquerades (subnet, localhost) each.
+    assert_eq!((rules_of(a.2), rules_of(b.2)), (4, 4));
+    // Re-adding one keeps the other's.
+    ok("ADD", a, "pmcid", json!({}));
+    assert_eq!((rules_of(a.2), rules_of(b.2)), (4, 4));
+    ok("CHECK", a, "pmcid", json!({}));
+    ok("CHECK", b, "pmcid", json!({}));
+    ok("DEL", a, "pmcid", json!({}));
+    assert_eq!((rules_of(a.2), rules_of(b.2)), (0, 4));
+    ok("CHECK", b, "pmcid", json!({}));
+    assert!(!call("CHECK", a, "pmcid", json!({})).status.success());
+
+    // Rules as the reference's nftables portmap writes them, commented with the container ID.
+    let legacy = |ip: &str| {
+        format!(
+            "add rule ip cni_hostport hostports tcp dport 18082 dnat to {ip}:80 comment \"pmcid\"\n\
+             add rule ip cni_hostport masquerading ip saddr {ip} ip daddr {ip} masquerade comment \"pmcid\"\n"
+        )
+    };
+    let script = legacy(a.2) + &legacy(b.2);
+    let mut nft = host.command(&["nft", "-f", "-"]);
+    let out = netns_tests::run_with_stdin(&mut nft, script.as_bytes());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!((rules_of(a.2), rules_of(b.2)), (2, 6));
+    // A DEL with prevResult takes the container-ID rules of its own address only...
+    ok("DEL", a, "pmcid", json!({}));
+    assert_eq!((rules_of(a.2), rules_of(b.2)), (0, 6));
+    // ...an ADD replaces them...
+    ok("ADD", b, "pmcid", json!({}));
+    assert_eq!(rules_of(b.2), 4);
+    // ...and a DEL without prevResult takes every rule of the container's attachment, and
+    // the container-ID ones whatever address they name.
+    let out = netns_tests::run_with_stdin(
+        &mut host.command(&["nft", "-f", "-"]),
+        legacy(a.2).as_bytes(),
+    );
+    assert!(out.status.success());
+    ok("DEL", b, "pmcid", json!({"prevResult": null}));
+    assert_eq!((rules_of(a.2), rules_of(b.2)), (0, 0));
+
+    // GC: the rules of this network's attachments not in the list go; another network's and
+    // the listed attachment's stay.
+    ok("ADD", a, "pmcid", json!({}));
+    ok("ADD", a, "pmstale", json!({}));
+    ok("ADD", b, "pmstale", json!({}));
+    ok(
+        "GC",
+        a,
+        "",
+        json!({"cni.dev/valid-attachments": [{"containerID": "pmcid", "ifname": "eth0"}],
+               "prevResult": null, "runtimeConfig": null}),
+    );
+    let table = host.exec_ok(&["nft", "list", "table", "ip", "cni_hostport"]);
+    let comments = |net: &str, cid: &str| {
+        table
+            .lines()
+            .filter(|l| l.contains(&format!("net: {net},")) && l.contains(&format!("id: {cid}\"")))
+            .count()
+    };
+    assert_eq!(
+        (
+            comments("pma", "pmcid"),
+            comments("pma", "pmstale"),
+            comments("pmb", "pmstale")
+        ),
+        (4, 0, 4),
+        "{table}"
+    );
+}
+
 /// The nftables example conflist (bridge masquerading and portmap both on nftables): ADD,
 /// CHECK and DEL leave no rule of the container behind.
 #[test]

@@ -155,9 +155,14 @@ pub fn parse(config: &Map<String, Value>, cni_args: &str) -> Result<DhcpConf, Dh
     })
 }
 
+/// An attachment, whole: `containerID/network/ifname`.
+pub fn attachment_key(container_id: &str, network: &str, ifname: &str) -> String {
+    format!("{container_id}/{network}/{ifname}")
+}
+
 /// The reference's client identifier: `containerID/network/ifname`, cut to 254 bytes.
 pub fn client_id(container_id: &str, network: &str, ifname: &str) -> String {
-    let mut id = format!("{container_id}/{network}/{ifname}");
+    let mut id = attachment_key(container_id, network, ifname);
     if id.len() > 254 {
         let mut cut = 254;
         while !id.is_char_boundary(cut) {
@@ -224,5 +229,17 @@ mod tests {
     fn client_ids_fit_the_option() {
         assert_eq!(client_id("c", "n", "eth0"), "c/n/eth0");
         assert_eq!(client_id(&"a".repeat(300), "n", "eth0").len(), 254);
+        // Two attachments of a long container ID share the cut client id, not the key the
+        // daemon keeps their leases by.
+        let cid = "a".repeat(200);
+        let long_net = "n".repeat(60);
+        assert_eq!(
+            client_id(&cid, &long_net, "eth0"),
+            client_id(&cid, &long_net, "eth1")
+        );
+        assert_ne!(
+            attachment_key(&cid, &long_net, "eth0"),
+            attachment_key(&cid, &long_net, "eth1")
+        );
     }
 }

@@ -92,7 +92,9 @@ type Slot = Arc<Mutex<Option<Arc<Lease>>>>;
 
 struct Daemon {
     flags: Flags,
-    /// One slot per client id; the slot's lock serialises calls for one attachment.
+    /// One slot per attachment (its full `containerID/network/ifname`: the client id is that
+    /// cut to 254 bytes, which two long ones may share); the slot's lock serialises calls for
+    /// one attachment.
     leases: Mutex<HashMap<String, Slot>>,
 }
 
@@ -105,9 +107,10 @@ impl Daemon {
     fn handle(&self, req: Request) -> Result<Option<Value>, DhcpError> {
         let conf = config::parse(&req.config, &req.args)?;
         let id = config::client_id(&req.container_id, &conf.network, &req.ifname);
+        let attachment = config::attachment_key(&req.container_id, &conf.network, &req.ifname);
         match req.method.as_str() {
             "allocate" => {
-                let slot = self.slot(&id);
+                let slot = self.slot(&attachment);
                 let mut held = slot.lock().unwrap_or_else(|e| e.into_inner());
                 let lease = match held.as_ref() {
                     Some(l) => Arc::clone(l),
@@ -152,7 +155,7 @@ impl Daemon {
                 }
             }
             "check" => {
-                let slot = self.slot(&id);
+                let slot = self.slot(&attachment);
                 let held = slot.lock().unwrap_or_else(|e| e.into_inner());
                 match held.as_ref() {
                     Some(l) => Ok(Some(Value::String(l.address().to_string()))),
@@ -160,7 +163,7 @@ impl Daemon {
                 }
             }
             "release" => {
-                let slot = self.slot(&id);
+                let slot = self.slot(&attachment);
                 let mut held = slot.lock().unwrap_or_else(|e| e.into_inner());
                 if let Some(l) = held.take() {
                     l.stop();
@@ -169,7 +172,7 @@ impl Daemon {
                 self.leases
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .remove(&id);
+                    .remove(&attachment);
                 Ok(None)
             }
             "gc" => {

@@ -104,11 +104,24 @@ pub fn call(
     pod: &Netns,
     stdin: &Value,
 ) -> Call {
+    call_on(host, plugin, cni_path, verb, (cid, "eth0"), pod, stdin)
+}
+
+/// [`call`] for the attachment (`cid`, `ifname`).
+pub fn call_on(
+    host: &Netns,
+    plugin: &Path,
+    cni_path: &Path,
+    verb: &str,
+    (cid, ifname): (&str, &str),
+    pod: &Netns,
+    stdin: &Value,
+) -> Call {
     let mut cmd = host.command(&[plugin.to_str().unwrap()]);
     cmd.env("CNI_COMMAND", verb)
         .env("CNI_CONTAINERID", cid)
         .env("CNI_NETNS", pod.path())
-        .env("CNI_IFNAME", "eth0")
+        .env("CNI_IFNAME", ifname)
         .env("CNI_PATH", cni_path)
         .env_remove("CNI_ARGS");
     let out = netns_tests::run_with_stdin(&mut cmd, stdin.to_string().as_bytes());

@@ -1,7 +1,7 @@
 //! Addressing the container interface from a result (Go `ipam.ConfigureIface`): IPv6 enabled
 //! where an IPv6 address goes, the addresses of this interface, link up, IPv6 DAD settled when
 //! there is an IPv6 gateway, then the routes, each via the first gateway of its family unless
-//! it names one.
+//! it names one (beside the routes other networks gave the container to the same place).
 
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -83,7 +83,9 @@ pub fn configure_iface_with<K: Kernel>(
         route.advmss = r.advmss;
         route.table = r.table;
         route.scope = r.scope.map(Into::into);
-        match sock.add_route(&route) {
+        // Beside another network's route to the same destination (its default route), as
+        // the reference adds them: a container keeps a way out when its first network goes.
+        match sock.prepend_route(&route) {
             Ok(()) => {}
             Err(e) if e.is_exists() => {}
             Err(e) => {

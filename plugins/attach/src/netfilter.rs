@@ -5,6 +5,8 @@
 //! netfilter is not part of netkit's [`netkit::Kernel`]: it goes through nftables netlink and
 //! the iptables tools, with its own error type ([`netkit::netfilter::Error`]).
 
+use std::net::IpAddr;
+
 use ipnetwork::IpNetwork;
 use netkit::netfilter::ipmasq::{self, Backend};
 use netkit::netfilter::iptables::Family;
@@ -30,13 +32,16 @@ pub trait Netfilter: Clone + Send + Sync + 'static {
     ) -> Result<()>;
 
     /// Removes the attachment's masquerade rules in `families`, whatever their backend
-    /// (nothing to remove is no error).
+    /// (nothing to remove is no error). `sources` are the attachment's container addresses
+    /// when known (empty: unknown): the iptables chain is named by (network, container ID)
+    /// only, and another attachment of the same network and container keeps its jumps to it.
     fn teardown_masquerade(
         &self,
         network: &str,
         ifname: &str,
         container_id: &str,
         families: &[Family],
+        sources: &[IpAddr],
     ) -> Result<()>;
 
     /// The attachment's masquerade rules exist for `addrs` with `backend`; with `None`, with
@@ -62,6 +67,41 @@ pub trait Netfilter: Clone + Send + Sync + 'static {
 
     /// Whether the rules of the spoof check `check` are installed.
     fn spoof_check_installed(&self, check: &SpoofChecker) -> Result<bool>;
+}
+
+/// What a DEL's masquerade teardown covers: the attachment's addresses, from prevResult and
+/// `link_addresses` (what the container link still had), and their families (to skip needless
+/// iptables runs); no address and both families when nothing tells. The addresses keep
+/// another interface's jumps to the iptables chain of the same network and container.
+pub fn teardown_scope(
+    args: &libcni::skel::CmdArgs,
+    link_addresses: &[IpAddr],
+) -> (Vec<Family>, Vec<IpAddr>) {
+    let mut sources: Vec<IpAddr> = match args.prev_result() {
+        Ok(Some(prev)) => prev.ips.iter().map(|i| i.address.ip()).collect(),
+        _ => Vec::new(),
+    };
+    for a in link_addresses {
+        if !sources.contains(a) {
+            sources.push(*a);
+        }
+    }
+    (families_of(&sources), sources)
+}
+
+/// The families of `addresses`, in the order first seen; both when there are none.
+pub fn families_of<'a>(addresses: impl IntoIterator<Item = &'a IpAddr>) -> Vec<Family> {
+    let mut families: Vec<Family> = Vec::new();
+    for ip in addresses {
+        let f = Family::of(ip);
+        if !families.contains(&f) {
+            families.push(f);
+        }
+    }
+    if families.is_empty() {
+        families = vec![Family::V4, Family::V6];
+    }
+    families
 }
 
 /// The host's netfilter (nf_tables or the iptables tools), through `netkit::netfilter`.
@@ -90,8 +130,9 @@ impl Netfilter for LiveNetfilter {
         ifname: &str,
         container_id: &str,
         families: &[Family],
+        sources: &[IpAddr],
     ) -> Result<()> {
-        ipmasq::teardown_families(network, ifname, container_id, families)
+        ipmasq::teardown_families(network, ifname, container_id, families, sources)
     }
 
     fn verify_masquerade(
@@ -122,5 +163,40 @@ impl Netfilter for LiveNetfilter {
 
     fn spoof_check_installed(&self, check: &SpoofChecker) -> Result<bool> {
         check.is_installed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masquerade_families_are_those_seen_or_both() {
+        let ips: Vec<IpAddr> = ["fd00::5", "10.1.0.5", "10.1.0.6"]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        assert_eq!(families_of(&ips), [Family::V6, Family::V4]);
+        assert_eq!(families_of(&ips[1..]), [Family::V4]);
+        assert_eq!(families_of(&[]), [Family::V4, Family::V6]);
+    }
+
+    #[test]
+    fn teardown_scope_joins_prev_result_and_link_addresses() {
+        let args = crate::testing::cmd_args(
+            serde_json::json!({"cniVersion": "1.0.0", "name": "n", "type": "bridge",
+                "prevResult": {"cniVersion": "1.0.0",
+                    "ips": [{"address": "10.1.0.5/24"}]}}),
+            "",
+        );
+        let link: Vec<IpAddr> = vec!["10.1.0.5".parse().unwrap(), "fd00::5".parse().unwrap()];
+        let (families, sources) = teardown_scope(&args, &link);
+        assert_eq!(families, [Family::V4, Family::V6]);
+        assert_eq!(sources, link);
+        let bare = crate::testing::cmd_args(serde_json::json!({"cniVersion": "1.0.0"}), "");
+        assert_eq!(
+            teardown_scope(&bare, &[]),
+            (vec![Family::V4, Family::V6], vec![])
+        );
     }
 }

@@ -270,7 +270,10 @@ mod fake {
             ifname: &str,
             container_id: &str,
             families: &[Family],
+            _sources: &[std::net::IpAddr],
         ) -> netfilter::Result<()> {
+            // Rules here are the attachment's own (as nftables keeps them): the sources the
+            // iptables chain needs change nothing.
             let key = attachment(network, container_id, ifname);
             self.record(format!("masquerade teardown {key} {families:?}"))?;
             self.lock().retain(|rule| match rule {
@@ -502,7 +505,7 @@ mod fake {
             assert_eq!(e.to_string(), "masquerade of n/b/eth0: no rule");
 
             // Teardown takes only the families asked for, of that attachment only.
-            nf.teardown_masquerade("n", "eth0", "a", &[Family::V6])
+            nf.teardown_masquerade("n", "eth0", "a", &[Family::V6], &[])
                 .unwrap();
             assert_eq!(
                 nf.rules(),

@@ -2,6 +2,12 @@
 //! devices: `bwp` + the first 12 hex digits of sha512(network name + container id). The name
 //! is a one-way hash, so ours also carry an alias naming the attachment, which is what lets GC
 //! find the IFBs of attachments that will never see a DEL.
+//!
+//! The name holds no interface: one network attached twice to a container (two interfaces)
+//! would need the same IFB, so the second attachment's egress shaping fails to ADD, as with
+//! the reference. The alias names the interface too, so that attachment's DEL (the runtime's
+//! cleanup after the failed ADD) leaves the first one's IFB, whose redirect would otherwise
+//! send the first interface's traffic to a device that is gone.
 
 use sha2::{Digest, Sha512};
 
@@ -19,17 +25,37 @@ pub fn ifb_name(network: &str, container_id: &str) -> String {
 
 const ALIAS_PREFIX: &str = "ferrocni-bandwidth network=";
 const ALIAS_CONTAINER: &str = " container=";
+const ALIAS_IFNAME: &str = " ifname=";
 
-/// The alias set on the IFB of (network, container).
-pub fn ifb_alias(network: &str, container_id: &str) -> String {
-    format!("{ALIAS_PREFIX}{network}{ALIAS_CONTAINER}{container_id}")
+/// The alias set on the IFB of the attachment (network, container, interface).
+pub fn ifb_alias(network: &str, container_id: &str, ifname: &str) -> String {
+    format!("{ALIAS_PREFIX}{network}{ALIAS_CONTAINER}{container_id}{ALIAS_IFNAME}{ifname}")
 }
 
-/// (network, container) from an alias written by [`ifb_alias`].
-fn parse_alias(alias: &str) -> Option<(&str, &str)> {
-    alias
-        .strip_prefix(ALIAS_PREFIX)?
-        .rsplit_once(ALIAS_CONTAINER)
+/// The attachment named by an alias written by [`ifb_alias`]: network, container and, but in
+/// aliases of earlier versions, interface. (Neither a container ID nor an interface name
+/// holds a space.)
+fn parse_alias(alias: &str) -> Option<(&str, &str, Option<&str>)> {
+    let rest = alias.strip_prefix(ALIAS_PREFIX)?;
+    let (rest, ifname) = match rest.rsplit_once(ALIAS_IFNAME) {
+        Some((rest, ifname)) => (rest, Some(ifname)),
+        None => (rest, None),
+    };
+    let (network, cid) = rest.rsplit_once(ALIAS_CONTAINER)?;
+    Some((network, cid, ifname))
+}
+
+/// Whether the IFB with `alias` is the attachment's (network, container, `ifname`) to
+/// remove: the reference's carry no alias and ours of earlier versions no interface, and
+/// those are taken as the attachment's, as before; only an alias naming another interface
+/// (or another attachment altogether) keeps the IFB.
+pub fn belongs_to(alias: Option<&str>, network: &str, container_id: &str, ifname: &str) -> bool {
+    match alias.and_then(parse_alias) {
+        Some((net, cid, own)) => {
+            net == network && cid == container_id && own.is_none_or(|own| own == ifname)
+        }
+        None => true,
+    }
 }
 
 /// An IFB link as GC sees it.
@@ -38,19 +64,23 @@ pub struct IfbLink<'a> {
     pub alias: Option<&'a str>,
 }
 
-/// The IFBs GC removes: ours (alias and name agree) for `network` whose container is not in
-/// `valid_containers`. IFBs without our alias — the reference's, or anyone else's — are left
-/// alone: nothing says which attachment they belong to.
+/// The IFBs GC removes: ours (alias and name agree) for `network` whose attachment is not in
+/// `valid` (container ID, ifname; an alias without an interface: any of the container's).
+/// IFBs without our alias — the reference's, or anyone else's — are left alone: nothing says
+/// which attachment they belong to.
 pub fn gc_victims<'a>(
     ifbs: &[IfbLink<'a>],
     network: &str,
-    valid_containers: &[&str],
+    valid: &[(String, String)],
 ) -> Vec<&'a str> {
     ifbs.iter()
         .filter_map(|l| {
-            let (net, cid) = parse_alias(l.alias?)?;
+            let (net, cid, ifname) = parse_alias(l.alias?)?;
             let ours = net == network && l.name == ifb_name(net, cid);
-            (ours && !valid_containers.contains(&cid)).then_some(l.name)
+            let live = valid
+                .iter()
+                .any(|(c, i)| c == cid && ifname.is_none_or(|own| own == i));
+            (ours && !live).then_some(l.name)
         })
         .collect()
 }
@@ -70,10 +100,28 @@ mod tests {
     #[test]
     fn alias_round_trips_and_fits_the_kernel_limit() {
         let cid = "c".repeat(64);
-        let alias = ifb_alias("net.with-dots_1", &cid);
-        assert_eq!(parse_alias(&alias), Some(("net.with-dots_1", cid.as_str())));
+        let alias = ifb_alias("net.with-dots_1", &cid, "eth0");
+        assert_eq!(
+            parse_alias(&alias),
+            Some(("net.with-dots_1", cid.as_str(), Some("eth0")))
+        );
         assert!(alias.len() < 256, "IFALIASZ");
         assert_eq!(parse_alias("some operator's note"), None);
+        // An earlier version's alias names no interface.
+        let old = format!("{ALIAS_PREFIX}n{ALIAS_CONTAINER}c1");
+        assert_eq!(parse_alias(&old), Some(("n", "c1", None)));
+    }
+
+    #[test]
+    fn a_del_takes_its_own_attachments_ifb_only() {
+        let mine = ifb_alias("n", "c1", "eth0");
+        assert!(belongs_to(Some(&mine), "n", "c1", "eth0"));
+        assert!(!belongs_to(Some(&mine), "n", "c1", "net1"));
+        assert!(!belongs_to(Some(&mine), "n2", "c1", "eth0"));
+        // The reference's (no alias) and earlier versions' (no interface): as before.
+        assert!(belongs_to(None, "n", "c1", "net1"));
+        let old = format!("{ALIAS_PREFIX}n{ALIAS_CONTAINER}c1");
+        assert!(belongs_to(Some(&old), "n", "c1", "net1"));
     }
 
     #[test]
@@ -92,11 +140,11 @@ mod tests {
             })
             .collect();
         let aliases = [
-            ifb_alias("net1", "keep"),
-            ifb_alias("net1", "gone"),
-            ifb_alias("net2", "other-net-gone"),
+            ifb_alias("net1", "keep", "eth0"),
+            ifb_alias("net1", "gone", "eth0"),
+            ifb_alias("net2", "other-net-gone", "eth0"),
         ];
-        let forged = ifb_alias("net1", "someone-else");
+        let forged = ifb_alias("net1", "someone-else", "eth0");
         let ifbs = vec![
             IfbLink {
                 name: &names[0],
@@ -121,9 +169,15 @@ mod tests {
                 alias: Some(&forged),
             },
         ];
+        let valid = |c: &str, i: &str| vec![(c.to_string(), i.to_string())];
         assert_eq!(
-            gc_victims(&ifbs, "net1", &["keep"]),
+            gc_victims(&ifbs, "net1", &valid("keep", "eth0")),
             vec![names[1].as_str()]
+        );
+        // Another interface of the container is not the IFB's attachment.
+        assert_eq!(
+            gc_victims(&ifbs, "net1", &valid("keep", "net1")),
+            vec![names[0].as_str(), names[1].as_str()]
         );
         assert_eq!(
             gc_victims(&ifbs, "net1", &[]),

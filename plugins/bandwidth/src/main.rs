@@ -94,6 +94,19 @@ impl Plugin for Bandwidth {
         let name = ifb::ifb_name(&args.network_name, &args.container_id);
         let mut sock = Socket::new().map_err(BandwidthError::from)?;
         match sock.find_link(&name).map_err(BandwidthError::from)? {
+            Some(link)
+                if link.is_kind("ifb")
+                    && !ifb::belongs_to(
+                        link.alias.as_deref(),
+                        &args.network_name,
+                        &args.container_id,
+                        &args.ifname,
+                    ) =>
+            {
+                eprintln!(
+                    "bandwidth: leaving {name}: it shapes another interface of this container"
+                );
+            }
             Some(link) if link.is_kind("ifb") => {
                 sock.delete_link_by_name(&name)
                     .map_err(BandwidthError::from)?;
@@ -107,12 +120,11 @@ impl Plugin for Bandwidth {
         Ok(())
     }
 
-    /// Removes our IFBs (found by their alias) of this network whose container is not in
+    /// Removes our IFBs (found by their alias) of this network whose attachment is not in
     /// `cni.dev/valid-attachments`: the IFB outlives its pod when DEL never comes, because it
     /// lives in the host namespace.
     fn gc(&self, args: &CmdArgs) -> Result<(), CniError> {
         let valid = args.valid_attachments()?;
-        let valid_containers: Vec<&str> = valid.iter().map(|(cid, _)| cid.as_str()).collect();
         let mut sock = Socket::new().map_err(BandwidthError::from)?;
         let links = sock.links().map_err(BandwidthError::from)?;
         let ifbs: Vec<ifb::IfbLink> = links
@@ -124,7 +136,7 @@ impl Plugin for Bandwidth {
             })
             .collect();
         let mut failures = Vec::new();
-        for name in ifb::gc_victims(&ifbs, &args.network_name, &valid_containers) {
+        for name in ifb::gc_victims(&ifbs, &args.network_name, &valid) {
             if let Err(e) = sock.delete_link_by_name(name) {
                 if !e.is_not_found() {
                     failures.push(e.to_string());

@@ -37,7 +37,7 @@ impl Plan {
             ingress,
             egress,
             ifb_name: ifb::ifb_name(&args.network_name, &args.container_id),
-            ifb_alias: ifb::ifb_alias(&args.network_name, &args.container_id),
+            ifb_alias: ifb::ifb_alias(&args.network_name, &args.container_id, &args.ifname),
         }
     }
 }

@@ -132,10 +132,13 @@ fn add_steps<K: Kernel, I: Ipam, F: Netfilter>(
                 args.ifname.clone(),
                 args.container_id.clone(),
             );
-            // Registered first: a partially applied setup is still torn down.
+            let sources: Vec<std::net::IpAddr> = addrs.iter().map(IpNetwork::ip).collect();
+            // Registered first: a partially applied setup is still torn down (this
+            // attachment's jumps only: another interface's of the same network stay).
             let undo = nf.clone();
             rb.push("masquerade", move || {
-                undo.teardown_masquerade(&network, &ifname, &cid, &[Family::V4, Family::V6])
+                let families = [Family::V4, Family::V6];
+                undo.teardown_masquerade(&network, &ifname, &cid, &families, &sources)
                     .map_err(|e| e.to_string())
             });
             nf.setup_masquerade(
@@ -477,7 +480,8 @@ fn configure_container<K: Kernel>(
         route.mtu = r.mtu;
         route.advmss = r.advmss;
         route.table = r.table;
-        match cont.add_route(&route) {
+        // Beside another network's route to the same destination, as in attach::configure.
+        match cont.prepend_route(&route) {
             Ok(()) => {}
             Err(e) if e.is_exists() => {}
             Err(e) => {

@@ -8,7 +8,6 @@ use attach::errors::Failures;
 use attach::ipam::Ipam;
 use libcni::error::CniError;
 use libcni::skel::CmdArgs;
-use netkit::netfilter::iptables::Family;
 use netkit::netfilter::{spoofcheck, spoofcheck::SpoofChecker};
 use netkit::{Kernel, Netlink, Socket};
 
@@ -51,10 +50,16 @@ pub fn del<K: Kernel, I: Ipam, F: Netfilter>(
 
     // Masquerade exists only for layer-3 configs (as in the reference).
     if conf.ip_masq && conf.is_layer3() {
-        let families = masquerade_families(args, &addresses);
+        let (families, sources) = attach::netfilter::teardown_scope(args, &addresses);
         failures.note(
-            nf.teardown_masquerade(&conf.network, &args.ifname, &args.container_id, &families)
-                .map_err(|e| CniError::from(BridgeError::from(e))),
+            nf.teardown_masquerade(
+                &conf.network,
+                &args.ifname,
+                &args.container_id,
+                &families,
+                &sources,
+            )
+            .map_err(|e| CniError::from(BridgeError::from(e))),
         );
     }
     Ok(failures.finish("bridge")?)
@@ -90,31 +95,6 @@ fn delete_container_end<K: Kernel>(
         s.delete_link_by_name(&args.ifname)
     });
     (addresses, deleted.map(|_| ()).map_err(BridgeError::from))
-}
-
-/// The address families the attachment used, from prevResult and the link's addresses (only
-/// to skip needless iptables runs); both when nothing tells.
-fn masquerade_families(args: &CmdArgs, addresses: &[IpAddr]) -> Vec<Family> {
-    let prev_ips = match args.prev_result() {
-        Ok(Some(prev)) => prev.ips.iter().map(|i| i.address.ip()).collect(),
-        _ => Vec::new(),
-    };
-    families_of(prev_ips.iter().chain(addresses))
-}
-
-/// The families of `addresses`, in the order first seen; both when there are none.
-fn families_of<'a>(addresses: impl IntoIterator<Item = &'a IpAddr>) -> Vec<Family> {
-    let mut families: Vec<Family> = Vec::new();
-    for ip in addresses {
-        let f = Family::of(ip);
-        if !families.contains(&f) {
-            families.push(f);
-        }
-    }
-    if families.is_empty() {
-        families = vec![Family::V4, Family::V6];
-    }
-    families
 }
 
 /// GC: forwards to IPAM, then removes the masquerade rules and spoof checks of attachments
@@ -163,17 +143,6 @@ impl LinkLocal for std::net::IpAddr {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn masquerade_families_are_those_seen_or_both() {
-        let ips: Vec<IpAddr> = ["fd00::5", "10.1.0.5", "10.1.0.6"]
-            .iter()
-            .map(|a| a.parse().unwrap())
-            .collect();
-        assert_eq!(families_of(&ips), [Family::V6, Family::V4]);
-        assert_eq!(families_of(&ips[1..]), [Family::V4]);
-        assert_eq!(families_of(&[]), [Family::V4, Family::V6]);
-    }
 
     #[test]
     fn link_local_addresses_carry_no_masquerade() {

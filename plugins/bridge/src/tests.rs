@@ -147,7 +147,7 @@ fn add_creates_the_bridge_pins_its_mac_then_plugs_and_addresses_the_pod() {
             "/run/netns/pod: addr add 10.1.0.5/24 dev net1",
             "host: link set veth* up",
             "/run/netns/pod: link set net1 up",
-            "/run/netns/pod: route add 192.168.0.0/16 via 10.1.0.1 dev net1 table 254",
+            "/run/netns/pod: route prepend 192.168.0.0/16 via 10.1.0.1 dev net1 table 254",
             "host: addr show dev br0",
             "host: addr add 10.1.0.1/24 dev br0",
             "host: sysctl net/ipv4/ip_forward",

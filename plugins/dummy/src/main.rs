@@ -304,7 +304,7 @@ mod fake_kernel_tests {
                 "/run/netns/pod: link get net1",
                 "/run/netns/pod: addr add 10.3.0.5/32 dev net1",
                 "/run/netns/pod: link set net1 up",
-                "/run/netns/pod: route add 10.3.1.0/24 dev net1 table 254",
+                "/run/netns/pod: route prepend 10.3.1.0/24 dev net1 table 254",
             ]
         );
         let net1 = kernel.link(POD, "net1").unwrap();

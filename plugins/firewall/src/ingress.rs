@@ -202,8 +202,11 @@ fn wanted(family: Family, rules: &[PolicyRule]) -> Vec<Wanted> {
 fn setup_over_netlink(family: Family, rules: &[PolicyRule]) -> Result<(), FirewallError> {
     let fam = nft_family(family);
     let mut sock = Socket::new()?;
+    let create_forward = crate::netlink_backend::forward_missing(&mut sock, fam)?;
     let prelude = |b: &mut nft::Batch| {
-        crate::netlink_backend::ensure_forward(b, fam);
+        if create_forward {
+            crate::netlink_backend::ensure_forward(b, fam);
+        }
         for chain in [STAGE1, STAGE2] {
             xt::ensure_chain(b, fam, FILTER, chain);
         }

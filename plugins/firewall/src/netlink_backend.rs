@@ -59,7 +59,15 @@ pub fn address_rules(ip: IpAddr) -> Vec<Rule> {
     ]
 }
 
-/// Ensures `filter` and its FORWARD chain as iptables-nft creates them.
+/// Whether `filter` FORWARD must be created (it does not exist yet). An existing one is left
+/// alone: sending it again would set its policy back to accept (an operator's `iptables -P
+/// FORWARD DROP` undone), which iptables never does.
+pub fn forward_missing(sock: &mut Socket, fam: Family) -> Result<bool, FirewallError> {
+    Ok(sock.chain(fam, FILTER, FORWARD)?.is_none())
+}
+
+/// Creates `filter` and its FORWARD chain as iptables-nft creates them (see
+/// [`forward_missing`]).
 pub fn ensure_forward(b: &mut Batch, fam: Family) {
     xt::ensure_builtin(
         b,
@@ -92,8 +100,11 @@ fn wanted(fam: Family, ips: &[IpAddr], admin_chain: &str) -> Vec<Wanted> {
 pub fn add(ips: &[IpAddr], v6: bool, admin_chain: &str) -> Result<(), FirewallError> {
     let fam = family(v6);
     let mut sock = Socket::new()?;
+    let create_forward = forward_missing(&mut sock, fam)?;
     let prelude = |b: &mut Batch| {
-        ensure_forward(b, fam);
+        if create_forward {
+            ensure_forward(b, fam);
+        }
         xt::ensure_chain(b, fam, FILTER, PRIV_CHAIN);
         xt::ensure_chain(b, fam, FILTER, admin_chain);
     };

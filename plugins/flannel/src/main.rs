@@ -48,7 +48,7 @@ fn add(args: &CmdArgs) -> Result<CniResult, FlannelError> {
     let delegate = current_delegate(&conf)?;
     let bytes = delegate::to_bytes(&delegate);
     // Saved before the delegate runs: a half-done ADD is undone by a DEL that needs it.
-    scratch::save(&conf.data_dir, &args.container_id, &bytes)?;
+    scratch::save(&conf.data_dir, &args.container_id, &args.ifname, &bytes)?;
     let result = invoke::delegate(delegate::plugin_type(&delegate), "ADD", &bytes)?
         .ok_or(FlannelError::NoResult)?;
     Ok(CniResult::from_value(&result)?)
@@ -59,27 +59,41 @@ fn add(args: &CmdArgs) -> Result<CniResult, FlannelError> {
 /// removes it even when the delegate fails, which leaves a retried DEL nothing to work with).
 fn del(args: &CmdArgs) -> Result<(), FlannelError> {
     let conf = NetConf::load(args)?;
-    let Some(bytes) = scratch::load(&conf.data_dir, &args.container_id)? else {
+    let Some((found, bytes)) =
+        scratch::load(&conf.data_dir, &conf.name, &args.container_id, &args.ifname)?
+    else {
         return Ok(());
     };
+    let file = found.path();
     let Some(saved) = scratch::parse(&bytes) else {
         // As flannel: the interface stays on the bridge until the node reboots.
         eprintln!(
             "flannel: failed to parse the saved netconf {}; nothing deleted",
-            scratch::path(&conf.data_dir, &args.container_id).display()
+            file.display()
         );
         return Ok(());
     };
+    if saved.get("name").and_then(Value::as_str) != Some(conf.name.as_str()) {
+        // Another flannel network's attachment on this interface name: not ours to undo.
+        eprintln!(
+            "flannel: {} belongs to another network; nothing deleted",
+            file.display()
+        );
+        return Ok(());
+    }
     invoke::delegate(delegate::plugin_type(&saved), "DEL", &bytes)?;
-    scratch::remove(&conf.data_dir, &args.container_id)
+    match &found {
+        scratch::Found::Own(file) => scratch::remove_at(file),
+        scratch::Found::Container(_) => Ok(()),
+    }
 }
 
 /// flannel's plugin checks nothing; this one hands the saved config and the runtime's
 /// prevResult to the delegate's CHECK.
 fn check(args: &CmdArgs) -> Result<(), FlannelError> {
     let conf = NetConf::load(args)?;
-    let saved = scratch::load(&conf.data_dir, &args.container_id)?
-        .and_then(|b| scratch::parse(&b))
+    let saved = scratch::load(&conf.data_dir, &conf.name, &args.container_id, &args.ifname)?
+        .and_then(|(_, b)| scratch::parse(&b))
         .ok_or_else(|| FlannelError::NothingSaved {
             container_id: args.container_id.clone(),
             data_dir: conf.data_dir.clone(),
@@ -100,7 +114,7 @@ fn gc(args: &CmdArgs) -> Result<(), FlannelError> {
     // The current delegate, else (subnet.env gone) the last one saved.
     let delegate = match current_delegate(&conf) {
         Ok(d) => Some(d),
-        Err(_) => saved.last().map(|(_, c)| c.clone()),
+        Err(_) => saved.last().map(|s| s.config.clone()),
     };
     if let Some(mut d) = delegate {
         d.insert("cniVersion".into(), Value::String(args.cni_version.clone()));
@@ -109,10 +123,10 @@ fn gc(args: &CmdArgs) -> Result<(), FlannelError> {
         }
         call(&d, "GC")?;
     }
-    for (id, _) in &saved {
-        if !valid.iter().any(|(cid, _)| cid == id) {
-            scratch::remove(&conf.data_dir, id)?;
-        }
+    // flannel's container file (any interface) goes with the container's last valid
+    // attachment; a file of one interface with that attachment.
+    for s in saved.iter().filter(|s| !s.is_valid(&valid)) {
+        scratch::remove_at(&s.path)?;
     }
     Ok(())
 }

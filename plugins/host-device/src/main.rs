@@ -214,6 +214,15 @@ fn del<K: Kernel, I: Ipam>(
         }
         let file = state::path(&conf.data_dir, &args.container_id, &args.ifname);
         match state::load(&file) {
+            // The file is named by (container, ifname), as an interface name is unique in the
+            // container; one of another network is another attachment's device (this
+            // network's DEL came late, after the name was reused): it stays where it is.
+            Some(backup) if backup.owner.network != conf.network => eprintln!(
+                "host-device: {} belongs to network {:?}, not {:?}: left in place",
+                file.display(),
+                backup.owner.network,
+                conf.network
+            ),
             Some(backup) => {
                 // Only a device given back (or lost for good) lets the state go.
                 let given_back = give_back(kernel, &args.netns, &args.ifname, &backup);

@@ -118,7 +118,7 @@ fn add_crosses_under_a_temporary_name_and_del_gives_the_device_back() {
             "/run/netns/pod: link get net1",
             "/run/netns/pod: addr add 10.1.0.5/24 dev net1",
             "/run/netns/pod: link set net1 up",
-            "/run/netns/pod: route add 10.8.0.0/16 via 10.1.0.1 dev net1 table 254",
+            "/run/netns/pod: route prepend 10.8.0.0/16 via 10.1.0.1 dev net1 table 254",
         ]
     );
     let net1 = kernel.link(POD, "net1").unwrap();
@@ -349,4 +349,24 @@ fn check_passes_after_add_and_names_what_differs() {
         CniError::from(checked().unwrap_err()).msg,
         "Container Interface name in prevResult: net1 not found"
     );
+}
+
+/// The state file is named by (container, ifname); a late DEL of another network for the same
+/// container and interface name leaves this attachment's device and state alone.
+#[test]
+fn another_networks_del_leaves_the_device() {
+    let (kernel, ipam) = setup();
+    let dir = TempDir::new("hd-ut");
+    let before = kernel.state();
+    let r = run_add(&kernel, &ipam, config(&dir, json!({}))).unwrap();
+    let other = CmdArgs {
+        network_name: "other".into(),
+        ..args(config(&dir, json!({"name": "other"})))
+    };
+    run_del(&kernel, &ipam, &other).unwrap();
+    assert_eq!(kernel.link(POD, "net1").unwrap().index, ETH1);
+    assert_eq!(state_files(&dir), ["ctr1_net1.json"]);
+    let a = with_prev_result(args(config(&dir, json!({}))), &r);
+    run_del(&kernel, &ipam, &a).unwrap();
+    assert_eq!(kernel.state(), before);
 }

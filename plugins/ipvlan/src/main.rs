@@ -344,7 +344,7 @@ mod tests {
                 "/run/netns/pod: link get net1",
                 "/run/netns/pod: addr add 10.1.0.5/24 dev net1",
                 "/run/netns/pod: link set net1 up",
-                "/run/netns/pod: route add 10.8.0.0/16 via 10.1.0.1 dev net1 table 254",
+                "/run/netns/pod: route prepend 10.8.0.0/16 via 10.1.0.1 dev net1 table 254",
             ]
         );
         let net1 = kernel.link(POD, "net1").unwrap();

@@ -588,6 +588,47 @@ impl FakeSocket {
     }
 
     /// A route as `ip route` shows it, the device by name.
+    /// `route add` (`beside`: `route prepend`, which refuses only an identical route and
+    /// puts the new one first).
+    fn insert_route(&mut self, route: &Route, beside: bool) -> Result<()> {
+        let route = normalized(route.clone());
+        let text = self.route_text(&route);
+        let verb = if beside { "prepend" } else { "add" };
+        self.op(format!("route {verb} {text}"), |m, ns| {
+            let ctx = format!("failed to add route {route}");
+            let n = ns_mut(m, ns);
+            if let Some(oif) = route.oif {
+                match n.links.get(&oif) {
+                    None => return Err(no_device(ctx)),
+                    Some(l) if !l.up => return Err(Error::kernel(ctx, libc::ENETDOWN)),
+                    Some(_) => {}
+                }
+            }
+            if let Some(gw) = route.gateway {
+                if !route.onlink && !n.reachable(gw, route.oif) {
+                    return Err(Error::kernel(ctx, libc::ENETUNREACH));
+                }
+            } else if route.oif.is_none() {
+                return Err(Error::kernel(ctx, libc::ENODEV));
+            }
+            let same = |r: &Route| {
+                r.dst == route.dst
+                    && r.table == route.table
+                    && r.priority == route.priority
+                    && (!beside || (r.gateway == route.gateway && r.oif == route.oif))
+            };
+            if n.all_routes().iter().any(same) {
+                return Err(Error::kernel(ctx, libc::EEXIST));
+            }
+            if beside {
+                n.routes.insert(0, route.clone());
+            } else {
+                n.routes.push(route.clone());
+            }
+            Ok(())
+        })
+    }
+
     fn route_text(&self, route: &Route) -> String {
         let text = route.to_string();
         match route.oif {
@@ -875,34 +916,11 @@ impl Netlink for FakeSocket {
     }
 
     fn add_route(&mut self, route: &Route) -> Result<()> {
-        let route = normalized(route.clone());
-        let text = self.route_text(&route);
-        self.op(format!("route add {text}"), |m, ns| {
-            let ctx = format!("failed to add route {route}");
-            let n = ns_mut(m, ns);
-            if let Some(oif) = route.oif {
-                match n.links.get(&oif) {
-                    None => return Err(no_device(ctx)),
-                    Some(l) if !l.up => return Err(Error::kernel(ctx, libc::ENETDOWN)),
-                    Some(_) => {}
-                }
-            }
-            if let Some(gw) = route.gateway {
-                if !route.onlink && !n.reachable(gw, route.oif) {
-                    return Err(Error::kernel(ctx, libc::ENETUNREACH));
-                }
-            } else if route.oif.is_none() {
-                return Err(Error::kernel(ctx, libc::ENODEV));
-            }
-            let same = |r: &Route| {
-                r.dst == route.dst && r.table == route.table && r.priority == route.priority
-            };
-            if n.all_routes().iter().any(same) {
-                return Err(Error::kernel(ctx, libc::EEXIST));
-            }
-            n.routes.push(route.clone());
-            Ok(())
-        })
+        self.insert_route(route, false)
+    }
+
+    fn prepend_route(&mut self, route: &Route) -> Result<()> {
+        self.insert_route(route, true)
     }
 
     fn delete_route(&mut self, route: &Route) -> Result<()> {
@@ -1843,6 +1861,23 @@ mod tests {
         cont.add_route(&Route::new(net("10.1.0.1/32")).dev(far.index))
             .unwrap();
         cont.add_route(&via).unwrap();
+        // Another next hop to the same place: refused by add, put first by prepend; an
+        // identical route is refused by both.
+        let mut other = Route::new(net("10.1.0.0/24"))
+            .dev(far.index)
+            .via("10.1.0.7".parse().unwrap());
+        other.onlink = true;
+        assert!(cont.add_route(&other).unwrap_err().is_exists());
+        cont.prepend_route(&other).unwrap();
+        assert!(cont.prepend_route(&via).unwrap_err().is_exists());
+        let gateways: Vec<_> = cont
+            .routes(Family::V4, None)
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.dst == net("10.1.0.0/24"))
+            .map(|r| r.gateway)
+            .collect();
+        assert_eq!(gateways, [other.gateway, via.gateway]);
 
         // Deleting one end takes the other; an alias goes along to another netns.
         cont.delete_link(far.index).unwrap();

@@ -57,8 +57,12 @@ pub trait Netlink {
     fn delete_address(&mut self, index: u32, address: IpNetwork) -> Result<()>;
     /// Addresses of link `index` (every link when `None`) in `family`.
     fn addresses(&mut self, index: Option<u32>, family: Family) -> Result<Vec<Address>>;
-    /// `ip route add` (EEXIST when an identical route exists).
+    /// `ip route add` (EEXIST when a route to the destination exists in the table, with
+    /// the same priority).
     fn add_route(&mut self, route: &Route) -> Result<()>;
+    /// `ip route prepend`: beside the destination's other routes (EEXIST only when an
+    /// identical route exists). See [`Socket::prepend_route`].
+    fn prepend_route(&mut self, route: &Route) -> Result<()>;
     /// `ip route del` (ESRCH when there is no such route).
     fn delete_route(&mut self, route: &Route) -> Result<()>;
     /// Routes of `family` in `table` (every table when `None`).
@@ -333,6 +337,9 @@ impl Netlink for Socket {
     }
     fn add_route(&mut self, route: &Route) -> Result<()> {
         Socket::add_route(self, route)
+    }
+    fn prepend_route(&mut self, route: &Route) -> Result<()> {
+        Socket::prepend_route(self, route)
     }
     fn delete_route(&mut self, route: &Route) -> Result<()> {
         Socket::delete_route(self, route)

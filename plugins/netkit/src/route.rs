@@ -246,6 +246,15 @@ impl Socket {
         self.send_route(route, NLM_F_CREATE | NLM_F_EXCL, "add")
     }
 
+    /// `ip route prepend ...` (CREATE alone): a route to a destination that already has one
+    /// through another next hop goes beside it, first in line (IPv6: a multipath sibling);
+    /// EEXIST only for an identical route. The reference's IPAM routes are added this way
+    /// (`RouteAddEcmp`), so each network of a container gets its default route, and the
+    /// container keeps one when the first network goes.
+    pub fn prepend_route(&mut self, route: &Route) -> Result<()> {
+        self.send_route(route, NLM_F_CREATE, "add")
+    }
+
     /// `ip route replace ...` (idempotent).
     pub fn replace_route(&mut self, route: &Route) -> Result<()> {
         self.send_route(route, NLM_F_CREATE | NLM_F_REPLACE, "replace")

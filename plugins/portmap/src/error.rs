@@ -83,14 +83,16 @@ pub enum PortmapError {
         table: &'static str,
         chain: &'static str,
     },
-    /// CHECK: the container has another number of nftables rules than ADD makes.
+    /// CHECK: the attachment has another number of nftables rules than ADD makes.
     #[error(
-        "found {have} nftables port mapping rules for {container_id} in {family} {table}, expected {want}"
+        "found {have} nftables port mapping rules for container {container_id} on network {network} ({ifname}) in {family} {table}, expected {want}"
     )]
     NftRuleCount {
         have: usize,
         want: usize,
         container_id: String,
+        network: String,
+        ifname: String,
         family: &'static str,
         table: &'static str,
     },

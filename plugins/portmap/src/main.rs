@@ -1,11 +1,14 @@
 //! `portmap`: a chained CNI plugin forwarding host ports to the container (DNAT), with
 //! hairpin and localhost masquerading, on iptables or nftables.
 
+mod attachment;
 mod config;
 mod error;
 mod iptables_backend;
 mod localnet;
 mod nftables_backend;
+
+use std::net::IpAddr;
 
 use ipnetwork::IpNetwork;
 use libcni::result::CniResult;
@@ -14,6 +17,7 @@ use libcni::CniError;
 use netkit::netfilter::host;
 use netkit::netfilter::iptables::{Family, Iptables};
 
+use crate::attachment::Attachment;
 use crate::config::{Backend, PortMapConf};
 use crate::error::PortmapError;
 
@@ -57,26 +61,44 @@ fn addresses(
     Ok((result, v4.into_iter().chain(v6).collect()))
 }
 
+/// The attachment this call is about: every rule is keyed by it.
+fn attachment(args: &CmdArgs) -> Attachment<'_> {
+    Attachment {
+        network: &args.network_name,
+        container_id: &args.container_id,
+        ifname: &args.ifname,
+    }
+}
+
 fn forward(
     backend: Backend,
     conf: &PortMapConf,
     args: &CmdArgs,
+    addresses: &[IpAddr],
     container: IpNetwork,
 ) -> Result<(), PortmapError> {
     match backend {
         Backend::Iptables => {
             iptables_backend::forward_ports(conf, &args.network_name, &args.container_id, container)
         }
-        Backend::Nftables => nftables_backend::forward_ports(conf, &args.container_id, container),
+        Backend::Nftables => {
+            nftables_backend::forward_ports(conf, &attachment(args), addresses, container)
+        }
     }
 }
 
-fn unforward(backend: Backend, args: &CmdArgs) -> Result<(), PortmapError> {
+/// Removes the attachment's mappings; `addresses` are its container addresses when known.
+fn unforward(
+    backend: Backend,
+    args: &CmdArgs,
+    addresses: Option<&[IpAddr]>,
+) -> Result<(), PortmapError> {
     match backend {
+        // The reference's chain is named from (network, container ID): see iptables_backend.
         Backend::Iptables => {
             iptables_backend::unforward_ports(&args.network_name, &args.container_id)
         }
-        Backend::Nftables => nftables_backend::unforward_ports(&args.container_id),
+        Backend::Nftables => nftables_backend::unforward_ports(&attachment(args), addresses),
     }
 }
 
@@ -93,16 +115,17 @@ fn add(args: &CmdArgs) -> Result<CniResult, PortmapError> {
     }
     let backend = choose_backend(&conf, &args.network_name)?;
     conf.check_backend_options(Some(backend))?;
+    let addresses: Vec<IpAddr> = containers.iter().map(IpNetwork::ip).collect();
     for container in &containers {
         let step = (|| {
             if conf.snat {
                 localnet::enable_route_localnet(container.ip())?;
             }
-            forward(backend, &conf, args, *container)
+            forward(backend, &conf, args, &addresses, *container)
         })();
         if let Err(e) = step {
             // Leave nothing half-installed behind.
-            if let Err(undo) = unforward(backend, args) {
+            if let Err(undo) = unforward(backend, args, Some(&addresses)) {
                 eprintln!("portmap: rollback failed: {undo}");
             }
             return Err(e);
@@ -113,17 +136,25 @@ fn add(args: &CmdArgs) -> Result<CniResult, PortmapError> {
     Ok(result)
 }
 
-/// Removes this container's rules. Unlike the reference this does not depend on the
-/// runtime re-sending portMappings: the objects are found by (network, container ID).
+/// Removes this attachment's rules. Unlike the reference this does not depend on the
+/// runtime re-sending portMappings: the objects are found by the attachment (nftables) or
+/// by (network, container ID) (the reference's iptables chain).
 fn del(args: &CmdArgs) -> Result<(), PortmapError> {
     let conf = parse_for_add_or_del(args)?;
+    // prevResult's addresses tell which container-ID-only nftables rules are this
+    // attachment's; an unparsable prevResult must not stop a DEL.
+    let addresses: Option<Vec<IpAddr>> = args.prev_result().ok().flatten().map(|r| {
+        let (v4, v6) = config::container_addresses(&r, &args.ifname);
+        v4.into_iter().chain(v6).map(|n| n.ip()).collect()
+    });
+    let addresses = addresses.as_deref();
     let backend = match conf.backend {
         Some(b) => b,
         None if conf.backend_from_conditions().is_none() => {
             // Nothing says which backend ADD used: clean whatever exists (cheap when
             // nothing does: a few netlink lookups, no process).
             let ipt = iptables_backend::unforward_ports(&args.network_name, &args.container_id);
-            let nft = nftables_backend::unforward_ports(&args.container_id);
+            let nft = nftables_backend::unforward_ports(&attachment(args), addresses);
             return match (ipt, nft) {
                 (Err(e), Err(_)) => Err(e),
                 (Ok(()), Err(e)) if host::has_nf_tables() => Err(e),
@@ -133,7 +164,7 @@ fn del(args: &CmdArgs) -> Result<(), PortmapError> {
         }
         None => choose_backend(&conf, &args.network_name)?,
     };
-    unforward(backend, args)
+    unforward(backend, args, addresses)
 }
 
 fn check(args: &CmdArgs) -> Result<(), PortmapError> {
@@ -152,7 +183,7 @@ fn check(args: &CmdArgs) -> Result<(), PortmapError> {
                 container,
             )?,
             Backend::Nftables => {
-                nftables_backend::check_ports(&conf, &args.container_id, container)?
+                nftables_backend::check_ports(&conf, &attachment(args), container)?
             }
         }
     }
@@ -179,16 +210,24 @@ fn status(args: &CmdArgs) -> Result<(), PortmapError> {
     Ok(())
 }
 
-/// Removes the iptables port mappings of containers of this network that are no longer
-/// valid attachments. (nftables rules carry only the container ID, not the network, so
-/// they cannot be attributed to a network and are left to DEL.)
+/// Removes the port mappings of this network's attachments that are no longer valid: the
+/// iptables chains of containers with no valid attachment (the reference's chain names no
+/// interface), and the nftables rules of each attachment not valid (their comment names it).
+/// Both are tried; failures are reported together.
 fn gc(args: &CmdArgs) -> Result<(), PortmapError> {
-    let valid: Vec<String> = args
-        .valid_attachments()?
-        .into_iter()
-        .map(|(cid, _)| cid)
-        .collect();
-    iptables_backend::gc(&args.network_name, &valid)
+    let valid = args.valid_attachments()?;
+    let valid_containers: Vec<String> = valid.iter().map(|(cid, _)| cid.clone()).collect();
+    let ipt = iptables_backend::gc(&args.network_name, &valid_containers);
+    let nft = nftables_backend::gc(&args.network_name, &valid);
+    match (ipt, nft) {
+        (Ok(()), Ok(())) => Ok(()),
+        (Err(e), Ok(())) | (Ok(()), Err(e)) => Err(e),
+        (Err(PortmapError::Gc(mut a)), Err(b)) => {
+            a.push(b.to_string());
+            Err(PortmapError::Gc(a))
+        }
+        (Err(a), Err(b)) => Err(PortmapError::Gc(vec![a.to_string(), b.to_string()])),
+    }
 }
 
 impl Plugin for PortMap {

@@ -1,8 +1,9 @@
 //! The nftables backend with the reference's objects: table `ip cni_hostport` (and `ip6`),
 //! chains `hostports`, `hostip_hostports`, `hostports_all`, base chains `prerouting`/`output`
 //! (nat, dstnat; `[conditions] fib daddr type local jump hostports_all`) and `masquerading`
-//! (nat, srcnat). Every per-container rule carries the container ID as its comment; DEL and
-//! CHECK find them by that comment in those three chains only.
+//! (nat, srcnat). Every per-container rule carries its attachment's comment; ADD, DEL and
+//! CHECK find an attachment's rules by it (see [`crate::attachment`]) in those three chains
+//! only, so another attachment of the same container keeps its rules.
 //!
 //! Everything is written over netlink (netkit's nf_tables layer) in one atomic transaction
 //! per family: no `nft` process runs, except for `conditionsV4/V6` in nft syntax this plugin
@@ -20,6 +21,7 @@ use netkit::netfilter::nf_tables::{
     Batch, Chain, CmpOp, Expr, Family, Hook, Rule, Socket, Table, Verdict,
 };
 
+use crate::attachment::{self, Attachment, Selector};
 use crate::config::{PortMapConf, Protocol};
 use crate::error::PortmapError;
 
@@ -179,14 +181,13 @@ fn entry_rules_by_nft(fam: Family, conditions: &str) -> Result<(), PortmapError>
     .map_err(PortmapError::from)
 }
 
-/// The per-container rules of one family (each commented with the container ID).
-pub fn container_rules(conf: &PortMapConf, container_id: &str, container: IpNetwork) -> Vec<Rule> {
+/// The per-container rules of one family (each with the attachment's comment).
+pub fn container_rules(conf: &PortMapConf, comment: &str, container: IpNetwork) -> Vec<Rule> {
     let v6 = container.is_ipv6();
     let fam = family(v6);
     let cip = container.ip();
-    let rule = |chain: &str, exprs: Vec<Expr>| {
-        Rule::new(fam, TABLE, chain, exprs).with_comment(container_id)
-    };
+    let rule =
+        |chain: &str, exprs: Vec<Expr>| Rule::new(fam, TABLE, chain, exprs).with_comment(comment);
     let mut rules = Vec::new();
     for m in &conf.mappings {
         let Some(host_ip) = m.host_ip_for(v6) else {
@@ -243,16 +244,16 @@ pub fn container_rules(conf: &PortMapConf, container_id: &str, container: IpNetw
     rules
 }
 
-/// Handles of this container's rules, per chain, in one family (three small dumps).
+/// Handles of the selected rules, per chain, in one family (three small dumps).
 fn existing(
     sock: &mut Socket,
     fam: Family,
-    container_id: &str,
+    selects: &dyn Fn(&Rule) -> bool,
 ) -> Result<Vec<(&'static str, u64)>, PortmapError> {
     let mut out = Vec::new();
     for chain in CONTAINER_CHAINS {
         for r in sock.rules(fam, TABLE, chain)? {
-            if r.comment().as_deref() == Some(container_id) {
+            if selects(&r) {
                 if let Some(h) = r.handle {
                     out.push((*chain, h));
                 }
@@ -266,11 +267,11 @@ fn is_race(e: &netkit::netfilter::Error) -> bool {
     matches!(e.errno(), Some(libc::ENOENT | libc::EBUSY))
 }
 
-/// Applies "delete this container's rules, then `extra`" atomically, relisting on races.
+/// Applies "delete the selected rules, then `extra`" atomically, relisting on races.
 fn replace_rules(
     sock: &mut Socket,
     fam: Family,
-    container_id: &str,
+    selects: &dyn Fn(&Rule) -> bool,
     extra: impl Fn(&mut Socket, &mut Batch) -> Result<(), PortmapError>,
     what: &str,
 ) -> Result<(), PortmapError> {
@@ -278,7 +279,7 @@ fn replace_rules(
     loop {
         attempt += 1;
         let mut b = Batch::new();
-        for (chain, h) in existing(sock, fam, container_id)? {
+        for (chain, h) in existing(sock, fam, selects)? {
             b.delete_rule(fam, TABLE, chain, h);
         }
         extra(sock, &mut b)?;
@@ -297,22 +298,27 @@ fn replace_rules(
 }
 
 /// ADD for one family: one transaction that removes a leftover of an earlier ADD of the same
-/// container, (re)builds the shared chains and adds the container's rules.
+/// attachment (ours, or one commented with the container ID alone that names one of
+/// `addresses`), (re)builds the shared chains and appends the attachment's rules. Another
+/// attachment's rules stay where they are: with the same host port on two networks, the
+/// one added first keeps answering, as with the reference's iptables chains.
 pub fn forward_ports(
     conf: &PortMapConf,
-    container_id: &str,
+    owner: &Attachment,
+    addresses: &[IpAddr],
     container: IpNetwork,
 ) -> Result<(), PortmapError> {
     let v6 = container.is_ipv6();
     let fam = family(v6);
     let conditions = entry_conditions(conf.conditions(v6), v6)?;
-    let rules = container_rules(conf, container_id, container);
+    let rules = container_rules(conf, &owner.comment(), container);
     let mut sock = Socket::new()?;
     let shared = shared_objects(fam, &conditions);
+    let selector = owner.selector(Some(addresses));
     replace_rules(
         &mut sock,
         fam,
-        container_id,
+        &|r| selector.selects(r),
         |sock, b| {
             shared.plan(sock, b)?;
             for r in &rules {
@@ -328,21 +334,59 @@ pub fn forward_ports(
     }
 }
 
-/// DEL: both families. A host without nf_tables, or without our tables, has nothing to remove.
-pub fn unforward_ports(container_id: &str) -> Result<(), PortmapError> {
+/// Deletes the selected rules in both families.
+fn delete_selected(selector: &dyn Fn(&Rule) -> bool, what: &str) -> Result<(), PortmapError> {
+    // A host without nf_tables, or without our tables, has nothing to remove.
     let Ok(mut sock) = Socket::new() else {
         return Ok(());
     };
     for v6 in [false, true] {
-        replace_rules(
-            &mut sock,
-            family(v6),
-            container_id,
-            |_, _| Ok(()),
-            &format!("failed to delete the nftables port mappings of {container_id}"),
-        )?;
+        replace_rules(&mut sock, family(v6), selector, |_, _| Ok(()), what)?;
     }
     Ok(())
+}
+
+/// DEL: the attachment's rules in both families; `addresses` (prevResult's, when there is
+/// one) attribute rules commented with the container ID alone (see [`crate::attachment`]).
+pub fn unforward_ports(
+    owner: &Attachment,
+    addresses: Option<&[IpAddr]>,
+) -> Result<(), PortmapError> {
+    let selector = owner.selector(addresses);
+    delete_selected(
+        &|r| selector.selects(r),
+        &format!(
+            "failed to delete the nftables port mappings of container {} on network {} ({})",
+            owner.container_id, owner.network, owner.ifname
+        ),
+    )
+}
+
+/// GC: removes the rules of `network`'s attachments that are not in `valid` ((containerID,
+/// ifname) pairs). Rules commented with the container ID alone name no network and are
+/// left to DEL.
+pub fn gc(network: &str, valid: &[(String, String)]) -> Result<(), PortmapError> {
+    let prefix = attachment::network_key_prefix(network);
+    let keep: Vec<String> = valid
+        .iter()
+        .map(|(cid, ifname)| {
+            Attachment {
+                network,
+                container_id: cid,
+                ifname,
+            }
+            .key()
+        })
+        .collect();
+    let stale = |r: &Rule| {
+        r.comment().is_some_and(|c| {
+            c.starts_with(&prefix) && !keep.iter().any(|k| c.starts_with(k.as_str()))
+        })
+    };
+    delete_selected(
+        &stale,
+        &format!("failed to delete stale nftables port mappings of network {network}"),
+    )
 }
 
 /// How many per-container rules an ADD creates for one family (for CHECK).
@@ -350,10 +394,10 @@ pub fn expected_rules(conf: &PortMapConf, container: IpNetwork) -> usize {
     container_rules(conf, "", container).len()
 }
 
-/// CHECK for one family: the base chains hold their jump and the container's rules are there.
+/// CHECK for one family: the base chains hold their jump and the attachment's rules are there.
 pub fn check_ports(
     conf: &PortMapConf,
-    container_id: &str,
+    owner: &Attachment,
     container: IpNetwork,
 ) -> Result<(), PortmapError> {
     let v6 = container.is_ipv6();
@@ -368,13 +412,16 @@ pub fn check_ports(
             });
         }
     }
-    let have = existing(&mut sock, fam, container_id)?.len();
+    let selector: Selector = owner.selector(Some(&[container.ip()]));
+    let have = existing(&mut sock, fam, &|r| selector.selects(r))?.len();
     let want = expected_rules(conf, container);
     if have != want {
         return Err(PortmapError::NftRuleCount {
             have,
             want,
-            container_id: container_id.to_string(),
+            container_id: owner.container_id.to_string(),
+            network: owner.network.to_string(),
+            ifname: owner.ifname.to_string(),
             family: fam.name(),
             table: TABLE,
         });
@@ -419,11 +466,11 @@ mod tests {
 
     #[test]
     fn v4_rules() {
-        let r = container_rules(&conf(), "cid", "10.88.0.5/16".parse().unwrap());
+        let r = container_rules(&conf(), "c", "10.88.0.5/16".parse().unwrap());
         assert_eq!(r.len(), 4);
         assert_eq!(r[0].chain, HOSTPORTS);
         assert_eq!(r[1].chain, HOSTIP_HOSTPORTS);
-        assert!(r.iter().all(|r| r.comment().as_deref() == Some("cid")));
+        assert!(r.iter().all(|r| r.comment().as_deref() == Some("c")));
         assert_eq!(
             r[2].exprs[..2],
             build::addr(Addr::Saddr, CmpOp::Eq, "10.88.0.0/16".parse().unwrap())[..]

@@ -103,9 +103,11 @@ fn add_steps<K: Kernel, I: Ipam, F: Netfilter>(
             args.ifname.clone(),
             args.container_id.clone(),
         );
-        // Registered first: a partially applied setup is still torn down.
+        let sources: Vec<std::net::IpAddr> = addrs.iter().map(IpNetwork::ip).collect();
+        // Registered first: a partially applied setup is still torn down (this
+        // attachment's jumps only: another interface's of the same network stay).
         rb.push("masquerade", move || {
-            undo.teardown_masquerade(&network, &ifname, &cid, &[Family::V4, Family::V6])
+            undo.teardown_masquerade(&network, &ifname, &cid, &[Family::V4, Family::V6], &sources)
                 .map_err(|e| e.to_string())
         });
         nf.setup_masquerade(

@@ -7,7 +7,6 @@ use attach::ipam::Ipam;
 use attach::link;
 use libcni::error::CniError;
 use libcni::skel::CmdArgs;
-use netkit::netfilter::iptables::Family;
 use netkit::Kernel;
 
 use crate::config::NetConf;
@@ -46,20 +45,15 @@ fn teardown_masquerade<F: Netfilter>(
     conf: &NetConf,
 ) -> Result<(), PtpError> {
     if conf.ip_masq {
-        // The families of the attachment, when prevResult tells; both otherwise.
-        let mut families: Vec<Family> = Vec::new();
-        if let Ok(Some(prev)) = args.prev_result() {
-            for ip in &prev.ips {
-                let f = Family::of(&ip.address.ip());
-                if !families.contains(&f) {
-                    families.push(f);
-                }
-            }
-        }
-        if families.is_empty() {
-            families = vec![Family::V4, Family::V6];
-        }
-        nf.teardown_masquerade(&conf.network, &args.ifname, &args.container_id, &families)?;
+        // The attachment's addresses and families, when prevResult tells.
+        let (families, sources) = attach::netfilter::teardown_scope(args, &[]);
+        nf.teardown_masquerade(
+            &conf.network,
+            &args.ifname,
+            &args.container_id,
+            &families,
+            &sources,
+        )?;
     }
     Ok(())
 }

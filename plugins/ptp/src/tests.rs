@@ -101,7 +101,7 @@ fn add_makes_the_pair_addresses_routes_through_the_gateway_then_masquerades() {
             "/run/netns/pod: link get net1",
             "/run/netns/pod: addr add 10.1.0.5/24 dev net1",
             "/run/netns/pod: link set net1 up",
-            "/run/netns/pod: route add 0.0.0.0/0 via 10.1.0.1 dev net1 table 254",
+            "/run/netns/pod: route prepend 0.0.0.0/0 via 10.1.0.1 dev net1 table 254",
             "/run/netns/pod: route del 10.1.0.0/24 dev net1 table 254",
             "/run/netns/pod: route add 10.1.0.1/32 dev net1 table 254",
             "/run/netns/pod: route add 10.1.0.0/24 via 10.1.0.1 dev net1 table 254",
@@ -316,7 +316,7 @@ fn check_passes_after_add_and_names_what_differs() {
     let host_end = kernel.link(HOST, &r.interfaces[0].name).unwrap();
     let mut host = kernel.socket().unwrap();
     // The masquerade rules.
-    nf.teardown_masquerade("n", "net1", "ctr1", &[Family::V4])
+    nf.teardown_masquerade("n", "net1", "ctr1", &[Family::V4], &[])
         .unwrap();
     let e = run_check(&kernel, &ipam, &nf, &a).unwrap_err();
     assert_eq!(e.msg, "masquerade of n/ctr1/net1: no rule");

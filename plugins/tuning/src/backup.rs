@@ -38,6 +38,15 @@ pub struct Owner {
 }
 
 impl Backup {
+    /// Whether another network's attachment wrote this backup. The file is named by
+    /// (container, ifname), which one interface at a time holds in a container; one of
+    /// another network is a leftover of an interface gone without its DEL (or its DEL is yet
+    /// to come), not this attachment's. The reference's backups name no owner and are taken
+    /// as this attachment's.
+    pub fn belongs_to_other(&self, network: &str) -> bool {
+        self.owner.as_ref().is_some_and(|o| o.network != network)
+    }
+
     /// Fills fields missing here from `older` values: when an earlier backup exists (ADD
     /// retried without DEL), its values are the true originals and must win.
     pub fn keep_originals_from(mut self, older: Backup) -> Backup {
@@ -232,5 +241,19 @@ mod tests {
         };
         let merged = newer.keep_originals_from(older);
         assert_eq!((merged.mtu, merged.promisc), (Some(1500), Some(false)));
+    }
+
+    #[test]
+    fn owned_by_the_network_that_wrote_it() {
+        let mut b = Backup::default();
+        // The reference's name no owner: anyone's.
+        assert!(!b.belongs_to_other("n1"));
+        b.owner = Some(Owner {
+            network: "n1".into(),
+            container_id: "c".into(),
+            ifname: "eth0".into(),
+        });
+        assert!(!b.belongs_to_other("n1"));
+        assert!(b.belongs_to_other("n2"));
     }
 }

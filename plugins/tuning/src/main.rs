@@ -47,7 +47,11 @@ fn tune_link(args: &CmdArgs, tuning: &Tuning) -> Result<(), TuningError> {
     let path = backup::path(&tuning.data_dir, &args.container_id, &args.ifname);
     let existing = backup::load(&path)?;
     let fresh = link_settings::capture(&link, tuning);
-    let mut saved = match existing.clone() {
+    // Another network's backup holds another interface's originals, not this link's.
+    let originals = existing
+        .clone()
+        .filter(|b| !b.belongs_to_other(&args.network_name));
+    let mut saved = match originals {
         Some(older) => fresh.keep_originals_from(older),
         None => fresh,
     };
@@ -105,6 +109,14 @@ fn del(args: &CmdArgs) -> Result<(), TuningError> {
     }) else {
         return backup::remove(&path).or(Ok(()));
     };
+    if saved.belongs_to_other(&args.network_name) {
+        // Another attachment's interface of the same name: not ours to restore or forget.
+        eprintln!(
+            "tuning: {} belongs to another network's attachment: left as it is",
+            path.display()
+        );
+        return Ok(());
+    }
     // Restoring is best effort: the netns or the interface may already be gone.
     if !args.netns.is_empty() {
         match Netns::open(&args.netns) {

@@ -392,8 +392,8 @@ mod fake_kernel_tests {
                 "/run/netns/pod: addr add fd00:2::5/64 dev net1",
                 "/run/netns/pod: link set net1 up",
                 "/run/netns/pod: addr show dev net1",
-                "/run/netns/pod: route add 0.0.0.0/0 via 10.2.0.1 dev net1 table 254",
-                "/run/netns/pod: route add ::/0 via fd00:2::1 dev net1 table 254",
+                "/run/netns/pod: route prepend 0.0.0.0/0 via 10.2.0.1 dev net1 table 254",
+                "/run/netns/pod: route prepend ::/0 via fd00:2::1 dev net1 table 254",
             ]
         );
         let net1 = kernel.link(POD, "net1").unwrap();

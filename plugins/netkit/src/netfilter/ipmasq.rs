@@ -8,9 +8,13 @@
 //!   with a comment starting with a hash of (net, ifname, cid).
 //!
 //! Teardown never needs the container addresses: the iptables chain name comes from (net, cid)
-//! and the POSTROUTING jumps are found by listing; nftables rules are found by comment.
+//! and the POSTROUTING jumps are found by listing; nftables rules are found by comment. The
+//! iptables chain names no interface, so one network attached twice to a container (two
+//! interfaces) shares it; with the attachment's addresses, a teardown takes only the jumps
+//! from them (`-s IP`) and leaves the chain to the other's, as long as it has any.
 
 use std::collections::HashSet;
+use std::net::IpAddr;
 
 use super::exec::{Error, Result};
 use super::iptables::{Family, Iptables};
@@ -284,15 +288,37 @@ fn setup_iptables_stepwise(
     Ok(())
 }
 
-/// Removes an attachment's chain and the POSTROUTING rules jumping to it: one listing and
-/// one transaction normally; the tolerant step-by-step path when the chain is already gone.
-fn teardown_iptables(ipt: &Iptables, chain: &str) -> Result<()> {
-    let jumps: Vec<Vec<String>> = ipt
+/// Whether an iptables rule spec matches the source `ip` (`-s IP`, `-s IP/32|128`).
+fn from_source(spec: &[String], ip: IpAddr) -> bool {
+    let host = ip.to_string();
+    let cidr = format!("{host}/{}", if ip.is_ipv6() { 128 } else { 32 });
+    spec.windows(2)
+        .any(|w| w[0] == "-s" && (w[1] == host || w[1] == cidr))
+}
+
+/// Removes an attachment's POSTROUTING jumps to `chain` (those from `sources` when known),
+/// then the chain unless another attachment still jumps to it: one listing and one
+/// transaction normally; the tolerant step-by-step path when the chain is already gone.
+fn teardown_iptables(ipt: &Iptables, chain: &str, sources: Option<&[IpAddr]>) -> Result<()> {
+    let (jumps, others): (Vec<Vec<String>>, Vec<Vec<String>>) = ipt
         .list_rules(NAT, POSTROUTING)?
         .into_iter()
         .filter(|r| r.target() == Some(chain))
         .map(|r| r.spec)
-        .collect();
+        .partition(|spec| sources.is_none_or(|s| s.iter().any(|ip| from_source(spec, *ip))));
+    if !others.is_empty() {
+        let mut lines = Vec::new();
+        for spec in &jumps {
+            let mut l = vec!["-D".to_string(), POSTROUTING.to_string()];
+            l.extend(spec.iter().cloned());
+            lines.push(l);
+        }
+        return if lines.is_empty() {
+            Ok(())
+        } else {
+            ipt.restore(NAT, &lines)
+        };
+    }
     if jumps.is_empty() {
         // Nothing jumps to it (a repeated DEL, or a half-made ADD): remove it if it exists.
         if ipt.clear_chain(NAT, chain)? {
@@ -466,21 +492,23 @@ fn delete_nft_rules(pred: impl Fn(&str) -> bool) -> Result<()> {
     }))
 }
 
-/// Removes an attachment's iptables chain `CNI-<hash>` and the POSTROUTING jumps to it:
-/// over netlink where iptables-nft keeps them (`ip nat` / `ip6 nat` in nf_tables), and with
-/// the iptables tool where legacy tables are in use. Nothing else of the table is read.
-fn teardown_iptables_any(family: Family, chain: &str) -> Result<()> {
+/// Removes an attachment's POSTROUTING jumps to the iptables chain `CNI-<hash>` (those from
+/// `sources` when known) and the chain once nothing jumps to it: over netlink where
+/// iptables-nft keeps them (`ip nat` / `ip6 nat` in nf_tables), and with the iptables tool
+/// where legacy tables are in use. Nothing else of the table is read.
+fn teardown_iptables_any(family: Family, chain: &str, sources: Option<&[IpAddr]>) -> Result<()> {
     if let Ok(mut sock) = nft::Socket::new() {
-        xt_cleanup::remove_chain_and_jumps(
+        xt_cleanup::remove_jumps_naming(
             &mut sock,
             host::nft_family(family),
             NAT,
             chain,
             &[POSTROUTING],
+            sources,
         )?;
     }
     if host::legacy_table_in_use(family, NAT) {
-        match teardown_iptables(&Iptables::legacy(family), chain) {
+        match teardown_iptables(&Iptables::legacy(family), chain, sources) {
             Ok(()) => {}
             Err(e) if e.is_tool_missing() => {}
             Err(e) => return Err(e),
@@ -493,21 +521,35 @@ fn teardown_iptables_any(family: Family, chain: &str) -> Result<()> {
 /// another version, configuration or the reference plugins). Failures are collected and
 /// reported together after trying everything.
 pub fn teardown(network: &str, ifname: &str, container_id: &str) -> Result<()> {
-    teardown_families(network, ifname, container_id, &[Family::V4, Family::V6])
+    teardown_families(
+        network,
+        ifname,
+        container_id,
+        &[Family::V4, Family::V6],
+        &[],
+    )
 }
 
 /// Like [`teardown`], with iptables restricted to the families the attachment had addresses
-/// in (when the caller knows them).
+/// in, and to the jumps from its addresses `sources` (when the caller knows them; empty:
+/// every jump to the chain of (network, container)).
 pub fn teardown_families(
     network: &str,
     ifname: &str,
     container_id: &str,
     families: &[Family],
+    sources: &[IpAddr],
 ) -> Result<()> {
     let mut errors = Vec::new();
     let chain = naming::chain_name(network, container_id);
     for family in families {
-        if let Err(e) = teardown_iptables_any(*family, &chain) {
+        let mine: Vec<IpAddr> = sources
+            .iter()
+            .copied()
+            .filter(|ip| Family::of(ip) == *family)
+            .collect();
+        let sources = (!sources.is_empty()).then_some(mine.as_slice());
+        if let Err(e) = teardown_iptables_any(*family, &chain, sources) {
             errors.push(e.to_string());
         }
     }

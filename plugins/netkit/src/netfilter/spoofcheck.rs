@@ -38,7 +38,9 @@ impl SpoofChecker {
         }
     }
 
-    /// The reference's unique ID of an attachment.
+    /// The reference's unique ID of an attachment. It names no network: the objects belong
+    /// to the host port of one container interface, and an interface name is unique within a
+    /// container, so two live attachments never share them (kept for the reference's names).
     pub fn ref_id_for(container_id: &str, ifname: &str) -> String {
         format!("{container_id}-{ifname}")
     }

@@ -44,7 +44,7 @@ pub(crate) fn payload(base: PayloadBase, offset: u32, len: u32) -> Expr {
     }
 }
 
-fn ip_bytes(ip: IpAddr) -> Vec<u8> {
+pub(crate) fn ip_bytes(ip: IpAddr) -> Vec<u8> {
     match ip {
         IpAddr::V4(v4) => v4.octets().to_vec(),
         IpAddr::V6(v6) => v6.octets().to_vec(),

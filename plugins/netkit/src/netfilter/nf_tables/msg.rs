@@ -334,6 +334,17 @@ impl Rule {
         self.verdict().and_then(Verdict::target)
     }
 
+    /// Whether the rule compares or loads the address `ip` (a host match such as nft's `ip
+    /// saddr IP` or iptables' `-s IP/32`, a NAT target): how rules that carry no owner of
+    /// their own are told apart by the address they are about.
+    pub fn names_address(&self, ip: std::net::IpAddr) -> bool {
+        let bytes = super::build::ip_bytes(ip);
+        self.exprs.iter().any(|e| match e {
+            Expr::ImmediateData { data, .. } | Expr::Cmp { data, .. } => *data == bytes,
+            _ => false,
+        })
+    }
+
     pub(crate) fn encode(&self, w: &mut Writer) {
         w.string(NFTA_RULE_TABLE, &self.table)
             .string(NFTA_RULE_CHAIN, &self.chain);

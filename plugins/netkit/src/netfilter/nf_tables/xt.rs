@@ -138,9 +138,10 @@ use super::socket::Batch;
 
 const NLM_F_CREATE: u16 = 0x400;
 
-/// Ensures an iptables table and one of its builtin base chains the way iptables-nft creates
+/// Creates an iptables table and one of its builtin base chains the way iptables-nft creates
 /// them (`NEWTABLE` with only the name, then `type filter|nat hook H priority P; policy
-/// accept`), leaving them untouched when they exist.
+/// accept`). An existing table is left as it is, but an existing chain gets its policy set
+/// to accept: send this only for a chain that is missing.
 pub fn ensure_builtin(
     batch: &mut Batch,
     family: Family,
