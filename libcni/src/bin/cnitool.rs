@@ -8,6 +8,7 @@
 //! `CAP_ARGS` (JSON object), `CNI_IFNAME` (default eth0; `-i/--ifname` wins),
 //! `CNI_CACHE_DIR` (default /var/lib/cni), `CNITOOL_POLICY` (default policy for `list`).
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -52,15 +53,36 @@ fn main() -> ExitCode {
     }
 }
 
+/// Prints a line on stdout. A reader that went away (`cnitool ... | head`) ends us with
+/// SIGPIPE, as Go's cnitool (whose runtime does this for stdout only: a plugin closing its
+/// stdin early stays an error, not a death), instead of a panic on the failed write.
+fn out(text: &str) {
+    let mut stdout = std::io::stdout().lock();
+    let written = stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.write_all(b"\n"))
+        .and_then(|()| stdout.flush());
+    if let Err(e) = written {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            // SAFETY: the default disposition restored, then the signal sent to ourselves.
+            unsafe {
+                libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+                libc::raise(libc::SIGPIPE);
+            }
+        }
+        std::process::exit(1);
+    }
+}
+
 fn run(args: &[String]) -> Result<(), String> {
     let cli = parse_cli(args)?;
     match cli.verb.as_str() {
         "version" => {
-            println!("cnitool {}", libcni::skel::SUITE_VERSION);
+            out(&format!("cnitool {}", libcni::skel::SUITE_VERSION));
             Ok(())
         }
         "help" => {
-            println!("{USAGE}");
+            out(USAGE);
             Ok(())
         }
         "list" => list(&cli),
@@ -168,7 +190,7 @@ fn network_verb(cli: &Cli) -> Result<(), String> {
             let result = cni
                 .add_network_list(&list, &rt)
                 .map_err(|e| e.to_string())?;
-            println!("{}", to_indented_json(&result));
+            out(&to_indented_json(&result));
             Ok(())
         }
         "check" => cni
@@ -218,7 +240,10 @@ fn list(cli: &Cli) -> Result<(), String> {
     let policy: DefaultPolicy = policy_name.parse()?;
     let dir = conf_dir();
     let entries = conf::list_dir(&dir).map_err(|e| e.to_string())?;
-    println!("{} (default-network policy: {policy_name})", dir.display());
+    out(&format!(
+        "{} (default-network policy: {policy_name})",
+        dir.display()
+    ));
     if entries.is_empty() {
         return Err(format!(
             "no network configuration files in {}",
@@ -241,7 +266,7 @@ fn list(cli: &Cli) -> Result<(), String> {
                     .iter()
                     .map(|p| p.plugin_type.as_str())
                     .collect();
-                println!(
+                out(&format!(
                     "{mark} {name:<width$}  {}  cniVersion={}  plugins={}",
                     list.name,
                     if list.cni_version.is_empty() {
@@ -250,19 +275,19 @@ fn list(cli: &Cli) -> Result<(), String> {
                         &list.cni_version
                     },
                     plugins.join(",")
-                );
+                ));
             }
-            Err(e) => println!("{mark} {name:<width$}  INVALID: {e}"),
+            Err(e) => out(&format!("{mark} {name:<width$}  INVALID: {e}")),
         }
     }
     match default {
         Some(i) => {
             if let Ok(list) = &entries[i].result {
-                println!(
+                out(&format!(
                     "default network: {} ({})",
                     list.name,
                     file_name(&entries[i].path)
-                );
+                ));
             }
             Ok(())
         }
