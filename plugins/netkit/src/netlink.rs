@@ -497,19 +497,19 @@ struct Outcome {
 }
 
 /// The reply to one request, assembled datagram by datagram.
-struct Reply<R> {
+pub(crate) struct Reply<R> {
     seq: u32,
     /// Dumps end with NLMSG_DONE; other requests with an ACK or an error.
     expect_done: bool,
-    messages: Vec<RouteNetlinkMessage>,
+    pub(crate) messages: Vec<RouteNetlinkMessage>,
     /// The kernel flagged the dump NLM_F_DUMP_INTR: its content may be inconsistent.
-    interrupted: bool,
-    skipped: usize,
+    pub(crate) interrupted: bool,
+    pub(crate) skipped: usize,
     replies: PhantomData<R>,
 }
 
 impl<R: Replies> Reply<R> {
-    fn new(seq: u32, expect_done: bool) -> Reply<R> {
+    pub(crate) fn new(seq: u32, expect_done: bool) -> Reply<R> {
         Reply {
             seq,
             expect_done,
@@ -521,7 +521,7 @@ impl<R: Replies> Reply<R> {
     }
 
     /// Takes in one datagram; `Ok(true)` once the reply is complete.
-    fn absorb(&mut self, datagram: &[u8]) -> Result<bool> {
+    pub(crate) fn absorb(&mut self, datagram: &[u8]) -> Result<bool> {
         for frame in frames(datagram) {
             let frame = frame?;
             let parsed = NetlinkMessage::<Decoded<R>>::deserialize(frame).map_err(|e| {

@@ -262,6 +262,15 @@ fn messages(datagram: &[u8]) -> Result<Vec<Incoming<'_>>> {
     Ok(out)
 }
 
+/// [`messages`] as (type, flags, sequence number, payload), for the fuzz targets.
+#[cfg(any(test, feature = "fake"))]
+pub(crate) fn frame_messages(datagram: &[u8]) -> Result<Vec<(u16, u16, u32, &[u8])>> {
+    Ok(messages(datagram)?
+        .into_iter()
+        .map(|m| (m.kind, m.flags, m.seq, m.payload))
+        .collect())
+}
+
 fn protocol(detail: String) -> Error {
     Error::Parse {
         context: "nf_tables netlink".into(),
