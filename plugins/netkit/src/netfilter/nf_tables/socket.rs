@@ -264,7 +264,7 @@ fn messages(datagram: &[u8]) -> Result<Vec<Incoming<'_>>> {
 
 /// [`messages`] as (type, flags, sequence number, payload), for the fuzz targets.
 #[cfg(any(test, feature = "fake"))]
-pub(crate) fn frame_messages(datagram: &[u8]) -> Result<Vec<(u16, u16, u32, &[u8])>> {
+pub(crate) fn frame_messages(datagram: &[u8]) -> Result<Vec<crate::fuzzing::NfMessage<'_>>> {
     Ok(messages(datagram)?
         .into_iter()
         .map(|m| (m.kind, m.flags, m.seq, m.payload))
