@@ -3,8 +3,8 @@
 //! decoders, netkit's own link decoder), then every message turned into netkit's values as
 //! the lookups do (links and their kind data, addresses, routes, rules, neighbours, qdiscs,
 //! filters). Invariants: a decoded route, rule or address encodes into a request that decodes
-//! back to the same value (a route's destination as a network); a link re-encoded reads back
-//! the same.
+//! back to the same value (a route's or rule's prefixes as networks); a link re-encoded reads
+//! back the same.
 //!
 //! Input: one byte choosing the request kind and whether it is a dump, then the datagram (its
 //! first message's sequence number is the request's, so captured replies are seeds as they
@@ -13,6 +13,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use netkit::fuzzing::{absorb, address_message, decode_ack, qdisc, u32_filter, ReplyKind};
+use netkit::ipnetwork::IpNetwork;
 use netkit::link_kinds::{ipip_endpoints, ipvlan_mode, macvlan_mode};
 use netkit::neigh::Neighbour;
 use netkit::packet_core::Emitable;
@@ -77,7 +78,16 @@ fn rule(message: &RuleMessage) {
     let decoded =
         RuleMessage::parse(&reencoded(&request)[..]).expect("a rule request built here decodes");
     let back = Rule::from_message(&decoded).expect("a rule request reads back as a rule");
-    assert_eq!(back, rule, "rule changed on encode -> decode");
+    // As for routes, a request names networks (`from all` when the prefix is 0).
+    let network = |n: Option<IpNetwork>| {
+        n.map(|n| IpNetwork::new(n.network(), n.prefix()).expect("a network of its own prefix"))
+    };
+    let sent = Rule {
+        src: network(rule.src),
+        dst: network(rule.dst),
+        ..rule
+    };
+    assert_eq!(back, sent, "rule changed on encode -> decode");
 }
 
 fn address(message: netkit::packet_route::address::AddressMessage) {
