@@ -264,7 +264,7 @@ test-unit:
 # `make fuzz-check`, part of `make test`, builds them all and runs each on its seeds and
 # for FUZZ_CHECK_SECONDS, so a target that stops building or crashes on its seeds fails.
 FUZZ_SECONDS ?= 60
-FUZZ_CHECK_SECONDS ?= 2
+FUZZ_CHECK_SECONDS ?= 1
 FUZZ_TARGETS ?=
 fuzz:
 	FUZZ_SECONDS=$(FUZZ_SECONDS) fuzz/run run $(FUZZ_TARGETS)
@@ -274,6 +274,7 @@ fuzz-check:
 
 lint:
 	$(CARGO) fmt --all -- --check
+	$(CARGO) fmt --manifest-path fuzz/Cargo.toml -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 # Side-by-side benchmarks against the reference Go plugins (root; reference in /usr/lib/cni).
