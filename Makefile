@@ -79,7 +79,7 @@ DIST_NAME := ferrocni-linux-$(DEB_ARCH)-v$(VERSION)
 DEB_NAME  := ferrocni_$(VERSION)_$(DEB_ARCH)
 
 .PHONY: all build static-target install install-units image test test-deps test-release test-dist \
-        test-unit test-kernel test-kernel-run lint bench layout-profile dist clean
+        test-unit test-kernel test-kernel-run lint bench layout-profile dist clean fuzz fuzz-check
 
 all: build
 
@@ -193,6 +193,7 @@ test-deps:
 test: test-deps
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace --no-fail-fast
+	$(MAKE) --no-print-directory fuzz-check
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory test-kernel-run; else \
 	    echo "note: the kernel tests (make test-kernel) need root; not run"; fi
 	$(MAKE) test-release
@@ -257,8 +258,23 @@ test-release: dist
 test-unit:
 	$(CARGO) test --workspace --lib --bins
 
+# Coverage-guided fuzzing (libFuzzer) of every parser that reads outside input: fuzz/, its
+# own workspace, one target per parser (docs/building-and-testing.md). `make fuzz` fuzzes
+# each target FUZZ_SECONDS (FUZZ_TARGETS="a b" for some) and reports what it found;
+# `make fuzz-check`, part of `make test`, builds them all and runs each on its seeds and
+# for FUZZ_CHECK_SECONDS, so a target that stops building or crashes on its seeds fails.
+FUZZ_SECONDS ?= 60
+FUZZ_CHECK_SECONDS ?= 1
+FUZZ_TARGETS ?=
+fuzz:
+	FUZZ_SECONDS=$(FUZZ_SECONDS) fuzz/run run $(FUZZ_TARGETS)
+
+fuzz-check:
+	FUZZ_SECONDS=$(FUZZ_CHECK_SECONDS) fuzz/run check $(FUZZ_TARGETS)
+
 lint:
 	$(CARGO) fmt --all -- --check
+	$(CARGO) fmt --manifest-path fuzz/Cargo.toml -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 # Side-by-side benchmarks against the reference Go plugins (root; reference in /usr/lib/cni).
@@ -275,3 +291,4 @@ layout-profile: static-target
 
 clean:
 	$(CARGO) clean
+	rm -rf fuzz/target

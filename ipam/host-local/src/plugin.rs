@@ -31,8 +31,8 @@ fn dispatch_linked(env: &CallEnv<'_>, stdin: &[u8]) -> Outcome {
 pub struct HostLocal;
 
 /// Loads the configuration, taking the requested IP from CNI_ARGS (`IP=`; other keys are an
-/// error unless `IgnoreUnknown` is set, as the reference).
-fn load(args: &CmdArgs) -> Result<IpamConfig, CniError> {
+/// error unless `IgnoreUnknown` is set, as the reference). Public for the fuzz targets.
+pub fn load(args: &CmdArgs) -> Result<IpamConfig, CniError> {
     let pairs = args.cni_args()?;
     libcni::args::check_known(&pairs, &["IP"])?;
     let env_ip = libcni::args::get(&pairs, "IP");

@@ -77,7 +77,7 @@ impl Error {
     pub fn kernel(context: impl Into<String>, errno: i32) -> Self {
         Error::Kernel {
             context: context.into(),
-            errno: errno.abs(),
+            errno: errno.saturating_abs(),
             ext_ack: None,
         }
     }

@@ -14,6 +14,9 @@ mod detach;
 pub mod error;
 #[cfg(any(test, feature = "fake"))]
 pub mod fake;
+#[cfg(any(test, feature = "fake"))]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod kernel;
 pub mod link;
 mod link_delete;

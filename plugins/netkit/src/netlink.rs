@@ -497,19 +497,19 @@ struct Outcome {
 }
 
 /// The reply to one request, assembled datagram by datagram.
-struct Reply<R> {
+pub(crate) struct Reply<R> {
     seq: u32,
     /// Dumps end with NLMSG_DONE; other requests with an ACK or an error.
     expect_done: bool,
-    messages: Vec<RouteNetlinkMessage>,
+    pub(crate) messages: Vec<RouteNetlinkMessage>,
     /// The kernel flagged the dump NLM_F_DUMP_INTR: its content may be inconsistent.
-    interrupted: bool,
-    skipped: usize,
+    pub(crate) interrupted: bool,
+    pub(crate) skipped: usize,
     replies: PhantomData<R>,
 }
 
 impl<R: Replies> Reply<R> {
-    fn new(seq: u32, expect_done: bool) -> Reply<R> {
+    pub(crate) fn new(seq: u32, expect_done: bool) -> Reply<R> {
         Reply {
             seq,
             expect_done,
@@ -521,7 +521,7 @@ impl<R: Replies> Reply<R> {
     }
 
     /// Takes in one datagram; `Ok(true)` once the reply is complete.
-    fn absorb(&mut self, datagram: &[u8]) -> Result<bool> {
+    pub(crate) fn absorb(&mut self, datagram: &[u8]) -> Result<bool> {
         for frame in frames(datagram) {
             let frame = frame?;
             let parsed = NetlinkMessage::<Decoded<R>>::deserialize(frame).map_err(|e| {
@@ -541,7 +541,8 @@ impl<R: Replies> Reply<R> {
                     if done.code < 0 {
                         return Err(Error::Kernel {
                             context: String::new(),
-                            errno: -done.code,
+                            // Saturating: a code of i32::MIN has no positive errno.
+                            errno: done.code.saturating_neg(),
                             ext_ack: ext_ack_message(&done.extended_ack),
                         });
                     }
@@ -557,7 +558,7 @@ impl<R: Replies> Reply<R> {
                     }
                     return Err(Error::Kernel {
                         context: String::new(),
-                        errno: code.abs(),
+                        errno: code.saturating_abs(),
                         ext_ack: error_ext_ack(parsed.header.flags, &err.header),
                     });
                 }
@@ -666,6 +667,26 @@ mod tests {
             ));
             assert!(matches!(decode(RTM_NEWADDR, &bytes), Ok(None)));
             assert!(decode(RTM_NEWLINK, &bytes[..10]).is_err());
+        }
+    }
+
+    /// Found by fuzzing (netlink_reply): an error code of i32::MIN, in an NLMSG_DONE or an
+    /// NLMSG_ERROR, overflowed when turned into an errno.
+    #[test]
+    fn the_most_negative_error_code_is_an_error_not_an_overflow() {
+        for payload in [done(i32::MIN), error(i32::MIN)] {
+            let mut r = Reply::<AnyReply>::new(9, true);
+            let e = r.absorb(&frame(9, 0, payload)).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    Error::Kernel {
+                        errno: i32::MAX,
+                        ..
+                    }
+                ),
+                "{e:?}"
+            );
         }
     }
 

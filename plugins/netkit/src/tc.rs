@@ -433,7 +433,7 @@ impl Socket {
     }
 }
 
-fn decode_qdisc(ifindex: u32, q: TcMessage) -> Qdisc {
+pub(crate) fn decode_qdisc(ifindex: u32, q: TcMessage) -> Qdisc {
     let mut kind = String::new();
     let mut options: &[TcOption] = &[];
     for attr in &q.attributes {
@@ -457,7 +457,7 @@ fn decode_qdisc(ifindex: u32, q: TcMessage) -> Qdisc {
     }
 }
 
-fn decode_u32_filter(f: TcMessage) -> Option<U32Filter> {
+pub(crate) fn decode_u32_filter(f: TcMessage) -> Option<U32Filter> {
     let mut is_u32 = false;
     let mut selector = None;
     let mut classid = None;

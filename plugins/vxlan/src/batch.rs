@@ -121,7 +121,7 @@ impl Batcher {
                 if code != 0 {
                     results[index] = Err(Error::Kernel {
                         context: String::new(),
-                        errno: code.abs(),
+                        errno: code.saturating_abs(),
                         ext_ack: ext_ack(flags, &frame[4..]),
                     });
                 }

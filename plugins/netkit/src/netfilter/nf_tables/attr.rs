@@ -60,6 +60,9 @@ impl Writer {
         self.buf = inner.buf;
         let len = (self.buf.len() - start) as u16;
         self.buf[start..start + 2].copy_from_slice(&len.to_ne_bytes());
+        // Content copied as it came (an expression netkit does not model) may end unaligned;
+        // the next attribute starts on a 4-byte boundary all the same.
+        self.buf.resize(align4(self.buf.len()), 0);
         self
     }
 }
@@ -147,6 +150,21 @@ mod tests {
         assert_eq!(attrs[0].string(), "t1");
         assert_eq!(attrs[1].kind, 4);
         assert_eq!(attrs[1].nested().get(1).and_then(|a| a.be32()), Some(2));
+    }
+
+    /// Found by fuzzing (nftables_reply): an unknown expression whose data, copied back as
+    /// read, ended unaligned, and the rule's next attribute was written unaligned after it,
+    /// so the rule read back lost that attribute.
+    #[test]
+    fn nested_content_ending_unaligned_keeps_the_next_attribute_aligned() {
+        let mut w = Writer::new();
+        w.nested(2, |n| n.buf.extend_from_slice(&[6, 0, 1, 0, b'x', 0]))
+            .be32(5, 7);
+        assert_eq!(w.buf.len(), 20);
+        let attrs: Vec<Attr> = Attrs::new(&w.buf).collect();
+        assert_eq!(attrs.len(), 2);
+        assert_eq!(attrs[0].value, [6, 0, 1, 0, b'x', 0]);
+        assert_eq!((attrs[1].kind, attrs[1].be32()), (5, Some(7)));
     }
 
     #[test]

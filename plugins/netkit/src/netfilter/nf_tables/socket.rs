@@ -262,6 +262,15 @@ fn messages(datagram: &[u8]) -> Result<Vec<Incoming<'_>>> {
     Ok(out)
 }
 
+/// [`messages`] as (type, flags, sequence number, payload), for the fuzz targets.
+#[cfg(any(test, feature = "fake"))]
+pub(crate) fn frame_messages(datagram: &[u8]) -> Result<Vec<crate::fuzzing::NfMessage<'_>>> {
+    Ok(messages(datagram)?
+        .into_iter()
+        .map(|m| (m.kind, m.flags, m.seq, m.payload))
+        .collect())
+}
+
 fn protocol(detail: String) -> Error {
     Error::Parse {
         context: "nf_tables netlink".into(),
@@ -278,7 +287,7 @@ fn error_of(m: &Incoming) -> Result<(i32, Option<String>)> {
         .map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
         .ok_or_else(|| protocol("short NLMSG_ERROR".into()))?;
     let ext = crate::netlink::error_ext_ack(m.flags, &m.payload[4..]);
-    Ok((code.abs(), ext))
+    Ok((code.saturating_abs(), ext))
 }
 
 /// The family and attributes of an nf_tables message payload.
@@ -654,6 +663,21 @@ mod tests {
     fn reply_framing_is_checked() {
         assert!(messages(&[0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]).is_err());
         assert_eq!(messages(&[1, 2, 3]).unwrap().len(), 0);
+    }
+
+    /// The same overflow fuzzing found in rtnetlink replies (netlink_reply): an NLMSG_ERROR
+    /// code of i32::MIN has no positive errno.
+    #[test]
+    fn the_most_negative_error_code_saturates() {
+        let mut payload = i32::MIN.to_ne_bytes().to_vec();
+        payload.extend([0u8; 16]);
+        let m = Incoming {
+            kind: 2,
+            flags: 0,
+            seq: 1,
+            payload: &payload,
+        };
+        assert_eq!(error_of(&m).unwrap(), (i32::MAX, None));
     }
 
     pub(crate) fn hex(b: &[u8]) -> String {

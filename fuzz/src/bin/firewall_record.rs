@@ -1,0 +1,25 @@
+//! The firewall plugin's per-attachment records (`<dataDir>/<network>/<containerID>:<ifname>`,
+//! read by DEL and GC), decoded as the plugin decodes them. Invariant: a record read back
+//! after being written is the same record.
+#![no_main]
+// The plugin's own modules, compiled here as they are in its binary (whose parser is
+// private to it); the target uses their parser, not all of them.
+#![allow(dead_code)]
+
+#[path = "../../../plugins/firewall/src/config.rs"]
+mod config;
+#[path = "../../../plugins/firewall/src/error.rs"]
+mod error;
+#[path = "../../../plugins/firewall/src/record.rs"]
+mod record;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(record) = libcni::gojson::from_slice::<record::Record>(data) else {
+        return;
+    };
+    let _ = record.backend();
+    let written = serde_json::to_vec(&record).expect("a record encodes");
+    let back: record::Record = libcni::gojson::from_slice(&written).expect("our record decodes");
+    assert_eq!(back, record, "firewall record changed on a round trip");
+});
