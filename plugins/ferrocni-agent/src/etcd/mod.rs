@@ -214,6 +214,7 @@ impl Security {
             (Some(cert), Some(key)) => {
                 let cert_pem = read_file("--etcd-certfile", cert)?;
                 let key_pem = read_file("--etcd-keyfile", key)?;
+                crate::ops::secrets::warn_if_exposed("--etcd-keyfile", key);
                 material.identity = Some((cert_pem.clone(), key_pem.clone()));
                 config = config.identity(Identity::from_pem(cert_pem, key_pem));
             }
