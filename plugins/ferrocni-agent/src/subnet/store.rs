@@ -20,7 +20,7 @@ use crate::ops::metrics;
 use crate::subnet::config::NetConfig;
 use crate::subnet::key::SubnetKey;
 use crate::subnet::lease::{LeaseAttrs, Unreadable};
-use crate::subnet::pages::PageSize;
+use crate::subnet::pages::{PageSize, TARGET_BYTES};
 use crate::{debug, log, warn};
 
 /// Bound on one etcd request (a member that accepted the connection but stalls counts as down).
@@ -390,6 +390,8 @@ impl Store {
         let mut from = subnets.as_bytes().to_vec();
         let mut snap = Snapshot::default();
         let mut pages = 0;
+        // Whether a page was heavier than leases make one (or too large to decode).
+        let mut heavy = false;
         loop {
             let req = RangeRequest {
                 key: from.clone(),
@@ -402,6 +404,7 @@ impl Store {
                 Ok(resp) => (resp, false),
                 Err(PageError::Compacted) => return Err(ListError::Compacted),
                 Err(PageError::TooLarge) if self.page.shrink() => {
+                    heavy = true;
                     debug!(
                         1,
                         "a page of {} keys from {} was too large to decode; asking for {}",
@@ -441,6 +444,7 @@ impl Store {
                     .iter()
                     .map(|kv| kv.key.len() + kv.value.len())
                     .sum();
+                heavy |= bytes > TARGET_BYTES;
                 self.page.fitted(resp.kvs.len(), bytes);
             }
             let RangeResponse { kvs, more, .. } = resp;
@@ -464,6 +468,9 @@ impl Store {
             snap.leases.len(),
             snap.junk.len()
         );
+        if heavy {
+            release_free_memory();
+        }
         Ok(snap)
     }
 
@@ -602,6 +609,17 @@ impl Store {
             async move { c.watch_prefix(prefix.as_bytes(), start_revision).await }
         })
         .await
+    }
+}
+
+/// Hands the allocator's free memory back to the kernel, after a listing (or the watch
+/// before it) decoded large values: glibc keeps freed large blocks in its heap (it raises its
+/// mmap threshold after freeing one), so a flood would otherwise stay in the agent's RSS.
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns the allocator's own free pages; no pointer is involved.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
