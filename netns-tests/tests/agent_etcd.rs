@@ -1785,6 +1785,8 @@ fn agent_refuses_hostile_leases_and_survives_a_flood() {
 
     // The flood: small junk keys in transactions of 100, then large values (one of them
     // under a lease key), all under the subnets prefix.
+    let agent_pid = agents[0].child.as_ref().unwrap().id();
+    let (rss_calm, _, _) = usage(agent_pid);
     let small = env_count("FERROCNI_AGENT_FLOOD_KEYS", 10_000);
     let big = env_count("FERROCNI_AGENT_FLOOD_BIG", 13);
     let flood_started = Instant::now();
@@ -1818,7 +1820,6 @@ fn agent_refuses_hostile_leases_and_survives_a_flood() {
 
     // Both agents go on: the next listings page through it all (node 2 says how), the large
     // lease value is refused unread, and the data plane is untouched.
-    let agent_pid = agents[0].child.as_ref().unwrap().id();
     // Every key in one snapshot: both nodes', the attacks, the large one and the junk.
     let want_listed = format!(
         ": {} lease key(s), {} other key(s), ",
@@ -1946,7 +1947,7 @@ fn agent_refuses_hostile_leases_and_survives_a_flood() {
     );
     let (rss_restarted, peak_restarted, _) = usage(restarted_pid);
     eprintln!(
-        "agent RSS: {rss_flood} KiB after the flood's listing, {rss_after} KiB after the join \
+        "agent RSS: {rss_calm} KiB before the flood, {rss_flood} KiB after its listing, {rss_after} KiB after the join \
          (peak {peak} KiB); restarted on the flooded store: {rss_restarted} KiB (peak {peak_restarted} KiB)"
     );
     // Bounded: the large values are never kept, and a page is far below the response limit.
