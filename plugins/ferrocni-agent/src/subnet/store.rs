@@ -1,7 +1,7 @@
 //! flannel's etcd layout: `<prefix>/config` and `<prefix>/subnets/<ip>-<len>` leases.
 //! Every unary request is bounded by a timeout, and fails over to the next endpoint when a
 //! member cannot serve, so one dead member never stalls the agent. Listings are read in
-//! pages of one snapshot, sized by [`PageSize`], so no number or size of keys under the
+//! pages of one snapshot ([`crate::subnet::listing`]), so no number or size of keys under the
 //! prefix makes a listing fail.
 
 use std::collections::BTreeMap;
@@ -20,7 +20,7 @@ use crate::ops::metrics;
 use crate::subnet::config::NetConfig;
 use crate::subnet::key::SubnetKey;
 use crate::subnet::lease::{LeaseAttrs, Unreadable};
-use crate::subnet::pages::{PageSize, TARGET_BYTES};
+use crate::subnet::listing::{Memory, Walk};
 use crate::{debug, log, warn};
 
 /// Bound on one etcd request (a member that accepted the connection but stalls counts as down).
@@ -114,15 +114,14 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// Takes one listed key-value in (`value_unread`: listed without its value, which is
-    /// larger than a response may be).
-    fn add(&mut self, subnets: &str, kv: KeyValue, value_unread: bool) {
+    /// Takes one listed key-value in (`unread`: why it was listed without its value).
+    fn add(&mut self, subnets: &str, kv: KeyValue, unread: Option<Unreadable>) {
         match lease_key_of(subnets, &kv.key) {
             Some(key) => {
                 let mut lease =
                     StoredLease::decode(&kv.value, kv.lease, kv.create_revision, kv.mod_revision);
-                if value_unread {
-                    lease.attrs = Err(Unreadable::BeyondResponseLimit);
+                if let Some(why) = unread {
+                    lease.attrs = Err(why);
                 }
                 self.leases.insert(key, lease);
             }
@@ -173,8 +172,8 @@ pub struct Store {
     client: Client,
     security: Security,
     prefix: String,
-    /// How many keys a listing page asks for, learned from the pages read so far.
-    page: PageSize,
+    /// What listings learned: the page size, and the keys holding large values.
+    listing: Memory,
 }
 
 /// Why one request failed; `retry` marks failures another member may not have.
@@ -267,7 +266,7 @@ impl Store {
             client,
             security: security.clone(),
             prefix: prefix.trim_end_matches('/').to_string(),
-            page: PageSize::default(),
+            listing: Memory::default(),
         })
     }
 
@@ -381,89 +380,56 @@ impl Store {
         }
     }
 
-    /// One listing, page by page: every page reads the revision of the first (one
-    /// snapshot), starts right after the last key of the one before, and holds as many keys
-    /// as [`PageSize`] allows; each page's values are decoded (or dropped) before the next.
+    /// One listing, request by request as [`Walk`] plans them (pages of one snapshot, sized
+    /// from the pages, around the keys known to hold large values); each page's values are
+    /// decoded (or dropped) before the next.
     async fn list_pages(&mut self) -> Result<Snapshot, ListError> {
         let subnets = self.subnets_prefix();
         let range_end = prefix_range_end(subnets.as_bytes());
-        let mut from = subnets.as_bytes().to_vec();
+        let mut memory = std::mem::take(&mut self.listing);
+        let mut walk = Walk::new(&mut memory, subnets.as_bytes(), &range_end);
         let mut snap = Snapshot::default();
-        let mut pages = 0;
-        // Whether a page was heavier than leases make one (or too large to decode).
-        let mut heavy = false;
-        loop {
-            let req = RangeRequest {
-                key: from.clone(),
-                range_end: range_end.clone(),
-                limit: self.page.keys(),
-                revision: snap.revision,
-                keys_only: false,
+        let mut requests = 0;
+        let outcome = loop {
+            let Some(step) = walk.next_step() else {
+                break Ok(());
             };
-            let (resp, value_unread) = match self.range_page(&subnets, req.clone()).await? {
-                Ok(resp) => (resp, false),
-                Err(PageError::Compacted) => return Err(ListError::Compacted),
-                Err(PageError::TooLarge) if self.page.shrink() => {
-                    heavy = true;
-                    debug!(
-                        1,
-                        "a page of {} keys from {} was too large to decode; asking for {}",
-                        req.limit,
-                        shown_key(&req.key),
-                        self.page.keys()
-                    );
-                    continue;
-                }
-                Err(PageError::TooLarge) => {
-                    // One key-value alone is larger than a response may be: take its key
-                    // without the value (it stays an unreadable lease, or a junk key).
-                    let key_alone = RangeRequest {
-                        limit: 1,
-                        keys_only: true,
-                        ..req
-                    };
-                    match self.range_page(&subnets, key_alone).await? {
-                        Ok(resp) => (resp, true),
-                        Err(PageError::Compacted) => return Err(ListError::Compacted),
-                        Err(PageError::TooLarge) => {
-                            return Err(ListError::Failed(AgentError::etcd(
-                                format!("GET {subnets}*"),
-                                "a key under the prefix is larger than a response may be",
-                            )))
-                        }
+            requests += 1;
+            match self.range_page(&subnets, step.req.clone()).await {
+                Ok(Ok(resp)) => {
+                    for (kv, unread) in walk.took(&step, resp) {
+                        snap.add(&subnets, kv, unread);
                     }
                 }
-            };
-            pages += 1;
-            if snap.revision == 0 {
-                snap.revision = resp.header.as_ref().map_or(0, |h| h.revision);
+                Ok(Err(PageError::TooLarge)) => {
+                    debug!(
+                        1,
+                        "a page of {} keys from {} was too large to decode; asking for less",
+                        step.req.limit,
+                        shown_key(&step.req.key)
+                    );
+                    if walk.too_large(&step).is_err() {
+                        break Err(ListError::Failed(AgentError::etcd(
+                            format!("GET {subnets}*"),
+                            "a key under the prefix is larger than a response may be",
+                        )));
+                    }
+                }
+                Ok(Err(PageError::Compacted)) => break Err(ListError::Compacted),
+                Err(e) => break Err(ListError::Failed(e)),
             }
-            if !value_unread {
-                let bytes = resp
-                    .kvs
-                    .iter()
-                    .map(|kv| kv.key.len() + kv.value.len())
-                    .sum();
-                heavy |= bytes > TARGET_BYTES;
-                self.page.fitted(resp.kvs.len(), bytes);
-            }
-            let RangeResponse { kvs, more, .. } = resp;
-            let Some(last) = kvs.last().map(|kv| kv.key.clone()) else {
-                break;
-            };
-            for kv in kvs {
-                snap.add(&subnets, kv, value_unread);
-            }
-            if !more {
-                break;
-            }
-            // The smallest key after `last`.
-            from = last;
-            from.push(0);
+        };
+        snap.revision = walk.revision();
+        let heavy = walk.read_heavy_pages();
+        if outcome.is_ok() {
+            walk.finish();
         }
+        // What was learned about page sizes stays, even from an unfinished listing.
+        self.listing = memory;
+        outcome?;
         debug!(
             1,
-            "listed {subnets}* at revision {}: {} lease key(s), {} other key(s), {pages} page(s)",
+            "listed {subnets}* at revision {}: {} lease key(s), {} other key(s), {requests} request(s)",
             snap.revision,
             snap.leases.len(),
             snap.junk.len()
