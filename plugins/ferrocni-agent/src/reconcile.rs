@@ -81,6 +81,7 @@ impl Reconciler {
         let own = *input.own;
         let run = tokio::task::spawn_blocking(move || {
             let mut plane = plane.lock().unwrap_or_else(|p| p.into_inner());
+            plane.rules(&rules);
             plane.reconcile(&own, &peers)
         });
         let pass = match tokio::time::timeout(PASS_TIMEOUT, run).await {
