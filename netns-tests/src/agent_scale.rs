@@ -134,7 +134,7 @@ fn neighbour_is(ns: &Netns, ip: &str, mac: &str) -> bool {
 }
 
 /// (RSS now, peak RSS) in KiB and CPU seconds (user + system) of `pid`.
-fn usage(pid: u32) -> (u64, u64, f64) {
+pub fn usage(pid: u32) -> (u64, u64, f64) {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let kib = |key: &str| {
         status

@@ -285,6 +285,25 @@ pub fn udp_source_seen(receiver: &Netns, sender: &Netns, to: &str) -> Option<IpA
     seen
 }
 
+/// `GET http://127.0.0.1:<port><path>` from inside `ns` (an agent's health or metrics
+/// endpoint); `None` unless it answers 2xx within 5 s.
+pub fn http_get(ns: &Netns, port: u16, path: &str) -> Option<String> {
+    let out = ns
+        .command(&["curl", "-sf", "--max-time", "5"])
+        .arg(format!("http://127.0.0.1:{port}{path}"))
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The value of one sample (`name` with its labels) in a Prometheus text page.
+pub fn sample(page: &str, name: &str) -> Option<f64> {
+    page.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
 /// One ICMP echo from `from` to `ip`, waiting at most a second.
 pub fn ping(from: &Netns, ip: &str) -> bool {
     from.exec(&["ping", "-n", "-q", "-c", "1", "-W", "1", ip])

@@ -8,10 +8,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use netns_tests::cluster::{nth, ping, udp_source_seen, wait_until, Node, Pod, Underlay};
+use netns_tests::agent_scale::usage;
+use netns_tests::cluster::{
+    http_get, nth, ping, sample, udp_source_seen, wait_until, Node, Pod, Underlay,
+};
 use netns_tests::{
-    lease_files, our_bin_dir, our_binary, reference_plugin_dir, require_root, Cnitool, ConfDir,
-    Netns, TempDir,
+    lease_files, our_bin_dir, our_binary, reference_plugin_dir, require_root, run_with_stdin,
+    Cnitool, ConfDir, Netns, TempDir,
 };
 
 const PREFIX: &str = "/coreos.com/network";
@@ -1459,4 +1462,524 @@ fn agent_ip_masq_masquerades_only_traffic_leaving_the_cluster() {
     for pod in &pods {
         pod.tool.run_ok(&["del", "cbr0", pod.ns.path_str()]);
     }
+}
+
+/// Everything a node's overlay devices hold for its peers: the routes, permanent neighbours
+/// and FDB entries of `flannel.1` and `flannel-v6.1`, as `ip` and `bridge` list them.
+fn overlay_state(node: &Node) -> String {
+    let mut state = String::new();
+    for argv in [
+        &["ip", "-4", "route", "show", "dev", "flannel.1"][..],
+        &["ip", "-6", "route", "show", "dev", "flannel-v6.1"],
+        &[
+            "ip",
+            "-4",
+            "neigh",
+            "show",
+            "dev",
+            "flannel.1",
+            "nud",
+            "permanent",
+        ],
+        &[
+            "ip",
+            "-6",
+            "neigh",
+            "show",
+            "dev",
+            "flannel-v6.1",
+            "nud",
+            "permanent",
+        ],
+        &["bridge", "fdb", "show", "dev", "flannel.1"],
+        &["bridge", "fdb", "show", "dev", "flannel-v6.1"],
+    ] {
+        state.push_str(&format!("# {}\n{}", argv.join(" "), node.ns.exec_ok(argv)));
+    }
+    state
+}
+
+/// A node's dual-stack lease name (`10.244.3.0-24&fd00:10:244:5::-64`), from its subnet.env.
+fn dual_lease_name(agent: &Agent) -> String {
+    let env = agent.subnet_env().expect("subnet.env");
+    let v6 = env
+        .lines()
+        .find_map(|l| l.strip_prefix("FLANNEL_IPV6_SUBNET="))
+        .expect("FLANNEL_IPV6_SUBNET")
+        .replace("::1/64", "::-64");
+    format!("{}&{v6}", agent.subnet().unwrap().replace('/', "-"))
+}
+
+/// `etcdctl <args>` in etcd's netns with `input` on its stdin.
+fn etcdctl_stdin(etcd: &Etcd, args: &[&str], input: &[u8]) {
+    let mut cmd = Command::new("ip");
+    cmd.args([
+        "netns",
+        "exec",
+        &etcd.ns,
+        "etcdctl",
+        "--command-timeout=30s",
+    ])
+    .arg(format!("--endpoints={}", etcd.live_endpoints()))
+    .args(args)
+    .env("ETCDCTL_API", "3");
+    let out = run_with_stdin(&mut cmd, input);
+    assert!(
+        out.status.success(),
+        "etcdctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// How many lines of `log` say `needle`.
+fn lines_with(log: &str, needle: &str) -> usize {
+    log.lines().filter(|l| l.contains(needle)).count()
+}
+
+fn env_count(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Leases written as an attacker with write access to etcd would write them are refused on
+/// every node, each named once and counted, and change no route, neighbour or FDB entry;
+/// then a flood of junk keys and large values under the subnets prefix, after which a new
+/// node is still programmed and a restarted agent starts and serves.
+/// `FERROCNI_AGENT_FLOOD_KEYS` (10,000 small keys) and `FERROCNI_AGENT_FLOOD_BIG` (13 values
+/// of 1.4 MiB: together over the agent's 16 MiB response limit) size the flood.
+#[test]
+fn agent_refuses_hostile_leases_and_survives_a_flood() {
+    require_root!();
+    if !have_etcd() {
+        return;
+    }
+    const METRICS_PORT: u16 = 19_472;
+    let files = TempDir::new("agent-hostile");
+    let underlay = Underlay::new("agh");
+    let etcd = Etcd::start(&underlay, 1);
+    etcd.put(&format!("{PREFIX}/config"), DUAL_STACK_CONFIG);
+    let new_agent = |node: &Node, verbose: bool| {
+        let ip6 = format!("--public-ipv6={}", node.ip6);
+        let metrics = format!("--metrics-port={METRICS_PORT}");
+        let mut extra = vec![ip6.as_str(), metrics.as_str(), "--healthz-ip=127.0.0.1"];
+        if verbose {
+            // Its listings say how many pages they took.
+            extra.push("--v=1");
+        }
+        Agent::new(node, &etcd, files.path(), &extra)
+    };
+    let nodes: Vec<Node> = (1..=2).map(|i| underlay.add_node(i)).collect();
+    let mut agents: Vec<Agent> = vec![new_agent(&nodes[0], false), new_agent(&nodes[1], true)];
+    agents.iter_mut().for_each(Agent::start);
+    let subnets: Vec<String> = agents.iter().map(Agent::wait_for_subnet).collect();
+    let names: Vec<String> = agents.iter().map(dual_lease_name).collect();
+    for (i, node) in nodes.iter().enumerate() {
+        let (peer, peer_node) = (&subnets[1 - i], &nodes[1 - i]);
+        let mac = mac_of(peer_node, "flannel.1");
+        assert!(
+            wait_until(CONVERGE, || peer_programmed(
+                node,
+                peer,
+                &peer_node.ip,
+                &mac
+            )),
+            "{} did not program its peer:\n{}",
+            node.ns.name(),
+            agents[i].log()
+        );
+    }
+    let before: Vec<String> = nodes.iter().map(overlay_state).collect();
+
+    // Each lease refused for one reason alone: every other field is sound, and each has an
+    // underlay address and IPv6 subnet of its own.
+    let value = |i: usize, ip: &str, ip6: Option<&str>, mac: &str| {
+        let ip6 = ip6.map_or(format!("fd00:31:250::{:x}", 0x100 + i), String::from);
+        format!(
+            r#"{{"PublicIP":"{ip}","PublicIPv6":"{ip6}","BackendType":"vxlan","BackendData":{{"VNI":1,"VtepMAC":"{mac}"}},"BackendV6Data":{{"VNI":1,"VtepMAC":"0e:00:00:00:01:{i:02x}"}}}}"#
+        )
+    };
+    let underlay_ip = |i: usize| format!("172.31.250.{}", 100 + i);
+    let unicast_mac = |i: usize| format!("0e:00:00:00:00:{i:02x}");
+    let v6_part = |i: usize| format!("fd00:10:244:{:x}::-64", 0xa0 + i);
+    let own_v4 = |n: usize| subnets[n].replace('/', "-");
+    // (lease name, value, what its refusal says on every node, metric class)
+    let attacks: Vec<(String, String, String, &str)> = vec![
+        (
+            format!("10.244.100.0-25&{}", v6_part(0)),
+            value(0, &underlay_ip(0), None, &unicast_mac(0)),
+            "10.244.100.0/25 is not a /24".into(),
+            "subnet",
+        ),
+        (
+            format!("10.244.101.0-24&{}", v6_part(1)),
+            value(1, "169.254.1.1", None, &unicast_mac(1)),
+            "PublicIP 169.254.1.1 is link-local".into(),
+            "public_ip",
+        ),
+        (
+            format!("10.244.102.0-24&{}", v6_part(2)),
+            value(2, &nth(&subnets[0], 7).to_string(), None, &unicast_mac(2)),
+            "inside the pod network 10.244.0.0/16".into(),
+            "public_ip",
+        ),
+        (
+            format!("10.244.103.0-24&{}", v6_part(3)),
+            value(3, "127.0.0.1", None, &unicast_mac(3)),
+            "PublicIP 127.0.0.1 is loopback".into(),
+            "public_ip",
+        ),
+        (
+            format!("10.244.104.0-24&{}", v6_part(4)),
+            value(4, "224.0.0.5", None, &unicast_mac(4)),
+            "PublicIP 224.0.0.5 is multicast".into(),
+            "public_ip",
+        ),
+        // Node 1's own address: its own on node 1, an older lease's on node 2.
+        (
+            format!("10.244.105.0-24&{}", v6_part(5)),
+            value(5, &nodes[0].ip, None, &unicast_mac(5)),
+            format!("PublicIP {} is ", nodes[0].ip),
+            "public_ip",
+        ),
+        // Newer claims of the nodes' subnets, under either key form.
+        (
+            format!("{}&{}", own_v4(1), v6_part(6)),
+            value(6, &underlay_ip(6), None, &unicast_mac(6)),
+            format!("subnet {} is ", subnets[1]),
+            "overlap",
+        ),
+        (
+            own_v4(0),
+            value(7, &underlay_ip(7), None, &unicast_mac(7)),
+            format!("subnet {} is ", subnets[0]),
+            "overlap",
+        ),
+        (
+            format!("10.244.108.0-24&{}", v6_part(8)),
+            value(8, &underlay_ip(8), None, "01:00:5e:00:00:01"),
+            "BackendData.VtepMAC 01:00:5e:00:00:01 is a multicast address".into(),
+            "backend_data",
+        ),
+        (
+            format!("10.244.109.0-24&{}", v6_part(9)),
+            value(9, &underlay_ip(9), None, "zz:zz:zz"),
+            "BackendData.VtepMAC \"zz:zz:zz\" is not a MAC address".into(),
+            "backend_data",
+        ),
+        (
+            format!("10.244.110.0-24&{}", v6_part(10)),
+            value(10, "255.255.255.255", None, &unicast_mac(10)),
+            "is the broadcast address".into(),
+            "public_ip",
+        ),
+        (
+            format!("10.99.0.0-24&{}", v6_part(11)),
+            value(11, &underlay_ip(11), None, &unicast_mac(11)),
+            "10.99.0.0/24 is outside the network 10.244.0.0/16".into(),
+            "subnet",
+        ),
+        (
+            "10.244.112.0-24&fd00:99::-64".into(),
+            value(12, &underlay_ip(12), None, &unicast_mac(12)),
+            "fd00:99::/64 is outside the network fd00:10:244::/56".into(),
+            "subnet",
+        ),
+        (
+            format!("10.244.113.0-24&{}", v6_part(13)),
+            value(13, &underlay_ip(13), Some("fe80::1"), &unicast_mac(13)),
+            "PublicIPv6 fe80::1 is link-local".into(),
+            "public_ip",
+        ),
+    ];
+    for (name, value, _, _) in &attacks {
+        etcd.put(&format!("{PREFIX}/subnets/{name}"), value);
+    }
+    // A sound lease in a directory below subnets/, where it would shadow node 2's key.
+    let shadow = format!("{PREFIX}/subnets/x/{}", names[1]);
+    etcd.put(
+        &shadow,
+        &value(14, &underlay_ip(14), None, &unicast_mac(14)),
+    );
+
+    // Each named once on each node (across several resyncs), counted, and nothing changed.
+    let refused_line = |name: &str| format!("lease {name} is not programmed: ");
+    for (i, agent) in agents.iter().enumerate() {
+        let all_named = wait_until(CONVERGE, || {
+            let log = agent.log();
+            attacks
+                .iter()
+                .all(|(name, ..)| log.contains(&refused_line(name)))
+                && log.contains(&format!(
+                    "ignoring key {shadow}: not a flannel subnet lease key"
+                ))
+        });
+        assert!(
+            all_named,
+            "node {} did not name every refusal:\n{}",
+            i + 1,
+            agent.log()
+        );
+    }
+    std::thread::sleep(Duration::from_secs(7));
+    for (i, (node, agent)) in nodes.iter().zip(&agents).enumerate() {
+        let log = agent.log();
+        for (name, _, why, _) in &attacks {
+            let lines: Vec<&str> = log
+                .lines()
+                .filter(|l| l.contains(&refused_line(name)))
+                .collect();
+            assert_eq!(
+                lines.len(),
+                1,
+                "node {}: {name} named {} times:\n{}",
+                i + 1,
+                lines.len(),
+                lines.join("\n")
+            );
+            assert!(
+                lines[0].contains(" WARN ") && lines[0].contains(why.as_str()),
+                "node {}: {}",
+                i + 1,
+                lines[0]
+            );
+            assert!(
+                !lines[0].contains("BackendData\":"),
+                "the value is dumped: {}",
+                lines[0]
+            );
+        }
+        assert_eq!(lines_with(&log, &format!("ignoring key {shadow}")), 1);
+        assert_eq!(
+            overlay_state(node),
+            before[i],
+            "node {}'s data plane changed",
+            i + 1
+        );
+        let page = http_get(&node.ns, METRICS_PORT, "/metrics").expect("metrics");
+        assert_eq!(
+            sample(&page, "ferrocni_agent_leases{state=\"unusable\"}"),
+            Some(attacks.len() as f64),
+            "{page}"
+        );
+        // One peer, in both families' overlays.
+        assert_eq!(
+            sample(&page, "ferrocni_agent_leases{state=\"programmed\"}"),
+            Some(2.0),
+            "{page}"
+        );
+        for class in ["subnet", "public_ip", "overlap", "backend_data"] {
+            let want = attacks.iter().filter(|a| a.3 == class).count() as f64;
+            let name = format!("ferrocni_agent_leases_refused_total{{reason=\"{class}\"}}");
+            assert_eq!(
+                sample(&page, &name),
+                Some(want),
+                "node {} {class}:\n{page}",
+                i + 1
+            );
+        }
+        let junk = "ferrocni_agent_leases_refused_total{reason=\"not_a_lease_key\"}";
+        assert_eq!(sample(&page, junk), Some(1.0), "{page}");
+    }
+
+    // The flood: small junk keys in transactions of 100, then large values (one of them
+    // under a lease key), all under the subnets prefix.
+    let agent_pid = agents[0].child.as_ref().unwrap().id();
+    let (rss_calm, _, _) = usage(agent_pid);
+    let small = env_count("FERROCNI_AGENT_FLOOD_KEYS", 10_000);
+    let big = env_count("FERROCNI_AGENT_FLOOD_BIG", 13);
+    let flood_started = Instant::now();
+    for batch in (0..small).collect::<Vec<_>>().chunks(100) {
+        let mut txn = String::from("\n");
+        for i in batch {
+            txn.push_str(&format!("put {PREFIX}/subnets/junk-{i:06} x{i}\n"));
+        }
+        txn.push_str("\n\n");
+        etcdctl_stdin(&etcd, &["txn"], txn.as_bytes());
+    }
+    let large = vec![b'x'; 1_400 * 1024];
+    for i in 0..big {
+        etcdctl_stdin(
+            &etcd,
+            &["put", &format!("{PREFIX}/subnets/big-{i:03}")],
+            &large,
+        );
+    }
+    let too_large = format!("10.244.115.0-24&{}", v6_part(15));
+    etcdctl_stdin(
+        &etcd,
+        &["put", &format!("{PREFIX}/subnets/{too_large}")],
+        &large,
+    );
+    eprintln!(
+        "flood of {small} keys and {} large values written in {:?}",
+        big + 1,
+        flood_started.elapsed()
+    );
+
+    // Both agents go on: the next listings page through it all (node 2 says how), the large
+    // lease value is refused unread, and the data plane is untouched.
+    // Every key in one snapshot: both nodes', the attacks, the large one and the junk.
+    let want_listed = format!(
+        ": {} lease key(s), {} other key(s), ",
+        2 + attacks.len() + 1,
+        small + big + 1
+    );
+    let paged = wait_until(Duration::from_secs(20), || {
+        agents[1].log().lines().any(|l| l.contains(&want_listed))
+    });
+    assert!(
+        paged,
+        "node 2 listed no snapshot with the flood:\n{}",
+        agents[1]
+            .log()
+            .lines()
+            .filter(|l| l.contains("listed "))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    for (i, agent) in agents.iter().enumerate() {
+        assert!(
+            wait_until(CONVERGE, || agent.log().contains(&refused_line(&too_large))),
+            "node {}: the large lease value was not refused:\n{}",
+            i + 1,
+            agent.log()
+        );
+        let log = agent.log();
+        let line = log
+            .lines()
+            .find(|l| l.contains(&refused_line(&too_large)))
+            .unwrap();
+        assert!(
+            line.contains("over the 65536 bytes a lease may have"),
+            "{line}"
+        );
+        assert!(line.len() < 400, "{line}");
+        assert!(
+            log.contains("more refused lease(s) or key(s) not named"),
+            "no summary line"
+        );
+        assert!(!log.contains(" ERROR "), "node {}:\n{log}", i + 1);
+    }
+    let (rss_flood, _, _) = usage(agent_pid);
+    for (i, node) in nodes.iter().enumerate() {
+        assert_eq!(
+            overlay_state(node),
+            before[i],
+            "node {}'s data plane changed in the flood",
+            i + 1
+        );
+        let page = http_get(&node.ns, METRICS_PORT, "/metrics").expect("metrics");
+        let junk = sample(
+            &page,
+            "ferrocni_agent_leases_refused_total{reason=\"not_a_lease_key\"}",
+        )
+        .unwrap_or(0.0);
+        assert_eq!(junk, (1 + small + big) as f64, "node {}", i + 1);
+        assert_eq!(
+            sample(
+                &page,
+                "ferrocni_agent_leases_refused_total{reason=\"too_large\"}"
+            ),
+            Some(1.0)
+        );
+    }
+
+    // A new node still joins and is programmed everywhere.
+    let node3 = underlay.add_node(3);
+    let mut agent3 = new_agent(&node3, false);
+    agent3.start();
+    let subnet3 = agent3.wait_for_subnet();
+    let mac3 = mac_of(&node3, "flannel.1");
+    for (i, node) in nodes.iter().enumerate() {
+        assert!(
+            wait_until(CONVERGE, || peer_programmed(
+                node, &subnet3, &node3.ip, &mac3
+            )),
+            "node {} did not program the node that joined after the flood:\n{}",
+            i + 1,
+            agents[i].log()
+        );
+    }
+    let (rss_after, peak, _) = usage(agent_pid);
+
+    // A restarted agent starts (its lease found among it all) and serves. It lists the flood
+    // cold: its first listings shrink pages past the 16 MiB response limit, the later ones
+    // know where the large values are and never meet a page too large again.
+    agents[1].stop();
+    let log_before = agents[1].log().len();
+    agents[1].start();
+    let restarted_pid = agents[1].child.as_ref().unwrap().id();
+    let restart_log = |a: &Agent| a.log()[log_before..].to_string();
+    // Its listings: node 3's lease is one more now.
+    let flooded_listing = format!(
+        ": {} lease key(s), {} other key(s), ",
+        2 + attacks.len() + 2,
+        small + big + 1
+    );
+    let served = wait_until(CONVERGE, || {
+        http_get(&nodes[1].ns, METRICS_PORT, "/metrics")
+            .and_then(|p| sample(&p, "ferrocni_agent_leases{state=\"programmed\"}"))
+            == Some(4.0)
+    });
+    assert!(
+        served,
+        "the restarted agent does not serve:\n{}",
+        restart_log(&agents[1])
+    );
+    assert!(
+        restart_log(&agents[1]).contains(&format!("reusing lease {}", names[1])),
+        "{}",
+        restart_log(&agents[1])
+    );
+    assert!(peer_programmed(&nodes[1], &subnet3, &node3.ip, &mac3));
+    let overflows = lines_with(&restart_log(&agents[1]), "was too large to decode");
+    let listings = lines_with(&restart_log(&agents[1]), &flooded_listing);
+    if big * 1_400 * 1024 > 16 << 20 {
+        assert!(
+            overflows > 0,
+            "no page was too large:\n{}",
+            restart_log(&agents[1])
+        );
+    }
+    assert!(
+        wait_until(CONVERGE, || lines_with(
+            &restart_log(&agents[1]),
+            &flooded_listing
+        ) >= listings + 2),
+        "no more listings"
+    );
+    assert_eq!(
+        lines_with(&restart_log(&agents[1]), "was too large to decode"),
+        overflows,
+        "a later listing met a page too large again"
+    );
+    assert!(
+        agents[1]
+            .child
+            .as_mut()
+            .unwrap()
+            .try_wait()
+            .unwrap()
+            .is_none(),
+        "the restarted agent exited:\n{}",
+        restart_log(&agents[1])
+    );
+    for line in restart_log(&agents[1])
+        .lines()
+        .filter(|l| l.contains("too large to decode") || l.contains(&flooded_listing))
+    {
+        eprintln!("node 2 restarted: {line}");
+    }
+    let (rss_restarted, peak_restarted, _) = usage(restarted_pid);
+    eprintln!(
+        "agent RSS: {rss_calm} KiB before the flood, {rss_flood} KiB after its listing, {rss_after} KiB after the join \
+         (peak {peak} KiB); restarted on the flooded store: {rss_restarted} KiB (peak {peak_restarted} KiB)"
+    );
+    // Bounded: the large values are never kept, and a page is far below the response limit.
+    assert!(
+        peak < 128 * 1024 && peak_restarted < 128 * 1024,
+        "RSS peak {peak} / {peak_restarted} KiB"
+    );
 }

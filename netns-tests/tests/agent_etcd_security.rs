@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use netns_tests::cluster::wait_until;
+use netns_tests::cluster::{http_get, sample, wait_until};
 use netns_tests::{our_binary, require_root, Netns, TempDir};
 
 const PREFIX: &str = "/coreos.com/network";
@@ -433,24 +433,6 @@ fn agent_etcd_tls_with_client_certificates() {
         once(agent(&ns, dir.path(), url, &[good[0], good[2]])),
         &["--etcd-keyfile", "without --etcd-certfile"],
     );
-}
-
-/// Reads `path` from the agent's HTTP endpoint inside `ns`.
-fn http_get(ns: &Netns, port: u16, path: &str) -> Option<String> {
-    let out = ns
-        .command(&["curl", "-sf", "--max-time", "5"])
-        .arg(format!("http://127.0.0.1:{port}{path}"))
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// The value of one sample in a Prometheus text page.
-fn sample(page: &str, name: &str) -> Option<f64> {
-    page.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
 }
 
 #[test]

@@ -95,6 +95,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     metrics::LEASE_ACQUISITIONS.inc();
     let snap = store.list().await?;
     let own_key = own.key;
+    let subnets = store.subnets_prefix();
     let mut agent = Agent {
         opts,
         store,
@@ -103,7 +104,7 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         public_ipv6,
         own,
         timing,
-        members: Membership::new(own_key),
+        members: Membership::new(own_key, &subnets),
         config_gone: false,
         config_changed: false,
     };
@@ -149,6 +150,8 @@ impl Agent {
         let input = PassInput {
             net: &self.net,
             own: &self.own.key,
+            public_ip: self.own.attrs.public_ip,
+            public_ipv6: self.public_ipv6,
             masquerade,
         };
         let pass = self.reconciler.pass(input, &mut self.members).await?;
@@ -273,6 +276,8 @@ impl Agent {
         let mut next_resync = Instant::now() + self.opts.resync_interval;
         // Reconcile right away: whatever happened before (start-up, re-acquire) is settled here.
         let mut reconcile_at: Option<Instant> = Some(Instant::now());
+        // A change seen in a fragment waits for the revision's last fragment.
+        let mut fragment_changed = false;
         loop {
             let mut stream = match self.store.watch(self.members.revision + 1).await {
                 Ok(s) => Some(s),
@@ -312,7 +317,9 @@ impl Agent {
                                     resp.compact_revision, resp.cancel_reason);
                                 break;
                             }
-                            if self.members.apply_watch(&resp)? {
+                            fragment_changed |= self.members.apply_watch(&resp)?;
+                            if fragment_changed && !resp.fragment {
+                                fragment_changed = false;
                                 reconcile_at = Some(Instant::now());
                             }
                         }

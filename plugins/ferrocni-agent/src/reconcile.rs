@@ -1,8 +1,10 @@
-//! One reconcile pass, the same for every backend: the peer leases the backend accepts, its
+//! One reconcile pass, the same for every backend: the peer leases that pass the shared checks
+//! (`subnet::validate`) and the backend's own, its
 //! data plane's pass on a blocking thread (bounded in time), flanneld's masquerade rules, the
 //! pass's log lines and metrics. The agent then publishes the lease value the pass wants and
 //! writes the node's files.
 
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::{Arc, Mutex, TryLockError};
 use std::time::{Duration, Instant};
 
@@ -14,6 +16,7 @@ use crate::subnet::config::NetConfig;
 use crate::subnet::key::SubnetKey;
 use crate::subnet::lease::LeaseAttrs;
 use crate::subnet::membership::Membership;
+use crate::subnet::validate::Rules;
 use crate::{debug, log};
 
 /// Bound on one pass (a healthy one takes milliseconds).
@@ -31,6 +34,9 @@ pub struct Reconciler {
 pub struct PassInput<'a> {
     pub net: &'a NetConfig,
     pub own: &'a SubnetKey,
+    /// This node's underlay addresses (no other lease may claim them).
+    pub public_ip: Ipv4Addr,
+    pub public_ipv6: Option<Ipv6Addr>,
     /// The masquerade rules to keep (none without `--ip-masq` or while the config is gone).
     pub masquerade: Vec<MasqFamily>,
 }
@@ -69,11 +75,13 @@ impl Reconciler {
     ) -> Result<Pass, AgentError> {
         let started = Instant::now();
         let backend: &dyn Backend = input.net.backend.as_ref();
-        let (peers, unusable) = members.peers(|attrs| backend.check_peer(attrs));
+        let rules = Rules::new(input.net, *input.own, input.public_ip, input.public_ipv6);
+        let (peers, unusable) = members.peers(&rules, |attrs| backend.check_peer(attrs));
         let plane = self.plane.clone();
         let own = *input.own;
         let run = tokio::task::spawn_blocking(move || {
             let mut plane = plane.lock().unwrap_or_else(|p| p.into_inner());
+            plane.rules(&rules);
             plane.reconcile(&own, &peers)
         });
         let pass = match tokio::time::timeout(PASS_TIMEOUT, run).await {

@@ -348,11 +348,7 @@ mod tests {
 
     #[test]
     fn routes_follow_the_leases() {
-        let stored = |json: &str| StoredLease {
-            attrs: LeaseAttrs::parse(json.as_bytes()).ok(),
-            etcd_lease: 1,
-            mod_revision: 1,
-        };
+        let stored = StoredLease::from_json;
         let own = SubnetKey::parse("10.244.9.0-24").unwrap();
         let mut leases = BTreeMap::new();
         leases.insert(
@@ -378,7 +374,7 @@ mod tests {
             .filter_map(|(key, l)| {
                 Some(Peer {
                     key: *key,
-                    attrs: l.attrs.clone()?,
+                    attrs: l.attrs.clone().ok()?,
                 })
             })
             .collect();

@@ -33,6 +33,7 @@ use crate::ops::metrics;
 use crate::options::Options;
 use crate::subnet::key::SubnetKey;
 use crate::subnet::lease::LeaseAttrs;
+use crate::subnet::validate::Rules;
 
 /// The `Backend` object of the network config, as decoded JSON.
 pub type BackendObject = Map<String, Value>;
@@ -172,6 +173,11 @@ pub trait DataPlane: Send + 'static {
     /// each accepted by [`Backend::check_peer`]). Blocking: the agent runs it on a
     /// blocking thread, one at a time.
     fn reconcile(&mut self, own: &SubnetKey, peers: &[Peer]) -> Result<Pass, AgentError>;
+
+    /// The rules every peer lease of this pass passed (`subnet::validate`), handed over before
+    /// each `reconcile`: a backend that learns routes another way (BGP) holds them to the same
+    /// (`Rules::check_prefix`, `Rules::check_underlay`). Others need not look.
+    fn rules(&mut self, _rules: &Rules) {}
 
     /// The template values the backend provides.
     fn template_values(&self) -> TemplateValues {

@@ -152,12 +152,20 @@ impl Backend for Vxlan {
         if attrs.backend_type != "vxlan" {
             return Err(Refusal::OtherBackend);
         }
-        match lease_data(attrs) {
-            Some(_) => Ok(()),
-            None => Err(Refusal::Invalid(
+        let Some(data) = lease_data(attrs) else {
+            return Err(Refusal::Invalid(
                 "BackendData is not vxlan's {\"VNI\", \"VtepMAC\"}".into(),
-            )),
+            ));
+        };
+        check_vtep_mac("BackendData", data.vtep_mac.as_deref()).map_err(Refusal::Invalid)?;
+        // The IPv6 half, when the lease has one (a peer without it is an IPv4 peer only).
+        if let Some(v6) = &attrs.backend_v6_data {
+            let data: LeaseData = libcni::gojson::from_value(v6).map_err(|_| {
+                Refusal::Invalid("BackendV6Data is not vxlan's {\"VNI\", \"VtepMAC\"}".into())
+            })?;
+            check_vtep_mac("BackendV6Data", data.vtep_mac.as_deref()).map_err(Refusal::Invalid)?;
         }
+        Ok(())
     }
 
     fn start(&self, node: &Node<'_>) -> Result<Box<dyn DataPlane>, AgentError> {
@@ -236,6 +244,25 @@ pub fn lease_v6_data(attrs: &LeaseAttrs) -> Option<(Ipv6Addr, LeaseData)> {
     }
     let data = libcni::gojson::from_value(attrs.backend_v6_data.as_ref()?).ok()?;
     Some((attrs.public_ipv6?, data))
+}
+
+/// A peer's VTEP MAC must be one a device can have: it becomes the destination of every frame
+/// to that peer (its neighbour entry) and the key of its FDB entry. None: the derived one.
+fn check_vtep_mac(field: &str, mac: Option<&str>) -> Result<(), String> {
+    let Some(text) = mac else { return Ok(()) };
+    let shown = || crate::ops::log::clip(text, 40);
+    let mac = netkit::link::parse_mac(text)
+        .map_err(|_| format!("{field}.VtepMAC {:?} is not a MAC address", shown()))?;
+    if mac[0] & 1 != 0 {
+        return Err(format!(
+            "{field}.VtepMAC {} is a multicast address",
+            shown()
+        ));
+    }
+    if mac == [0; 6] {
+        return Err(format!("{field}.VtepMAC {} is all zeros", shown()));
+    }
+    Ok(())
 }
 
 /// The VTEP MAC the vxlan reconcile gives a device whose VTEP is `subnet`'s network address.
@@ -400,6 +427,63 @@ mod tests {
         assert_eq!(
             (d.vni, d.vtep_mac.as_deref()),
             (1, Some("0e:00:00:00:00:01"))
+        );
+    }
+
+    #[test]
+    fn peers_need_unicast_vtep_macs() {
+        let v = Vxlan {
+            vni: 1,
+            port: 0,
+            direct_routing: false,
+            mtu: None,
+        };
+        let check = |json: &str| v.check_peer(&LeaseAttrs::parse(json.as_bytes()).unwrap());
+        assert_eq!(check(FLANNEL_EXAMPLE), Ok(()));
+        assert_eq!(check(FLANNEL_DUAL), Ok(()));
+        // No MAC (the derived one is used) is fine, as is no BackendData at all.
+        assert_eq!(
+            check(r#"{"PublicIP":"10.0.0.1","BackendType":"vxlan","BackendData":{"VNI":1}}"#),
+            Ok(())
+        );
+        for (mac, why) in [
+            (
+                "01:00:5e:00:00:01",
+                "BackendData.VtepMAC 01:00:5e:00:00:01 is a multicast address",
+            ),
+            ("ff:ff:ff:ff:ff:ff", "is a multicast address"),
+            ("00:00:00:00:00:00", "is all zeros"),
+            (
+                "not-a-mac",
+                "BackendData.VtepMAC \"not-a-mac\" is not a MAC address",
+            ),
+            ("c6:d2:32:6f:8f", "is not a MAC address"),
+        ] {
+            let lease = FLANNEL_EXAMPLE.replace("c6:d2:32:6f:8f:44", mac);
+            match check(&lease) {
+                Err(Refusal::Invalid(text)) => assert!(text.contains(why), "{mac}: {text}"),
+                other => panic!("{mac}: {other:?}"),
+            }
+        }
+        let bad_v6 = FLANNEL_DUAL.replace("c6:d2:32:6f:8f:46", "33:33:00:00:00:01");
+        assert_eq!(
+            check(&bad_v6),
+            Err(Refusal::Invalid(
+                "BackendV6Data.VtepMAC 33:33:00:00:00:01 is a multicast address".into()
+            ))
+        );
+        let junk_v6 = FLANNEL_DUAL.replace(
+            r#""BackendV6Data":{"VNI":1,"#,
+            r#""BackendV6Data":{"VNI":"x","#,
+        );
+        assert!(
+            matches!(check(&junk_v6), Err(Refusal::Invalid(w)) if w.starts_with("BackendV6Data"))
+        );
+        assert_eq!(
+            check(r#"{"PublicIP":"10.0.0.1","BackendType":"vxlan","BackendData":{"VtepMAC":5}}"#),
+            Err(Refusal::Invalid(
+                "BackendData is not vxlan's {\"VNI\", \"VtepMAC\"}".into()
+            ))
         );
     }
 

@@ -25,6 +25,12 @@ use proto::{
     WatchCreateRequest, WatchRequest, WatchRequestUnion, WatchResponse,
 };
 
+/// The largest response the client decodes (tonic's default is 4 MiB). etcd takes values up
+/// to its `--max-request-bytes` (1.5 MiB by default; 10 MiB is the most its docs advise), so
+/// any one key-value fits; listings are paged far below this, and the watch asks for
+/// fragmented responses, so a flood of large values never makes a message too large.
+pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
+
 /// Connection settings of every channel.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(5);
@@ -44,6 +50,10 @@ const MSG_INVALID_TOKEN: &str = "invalid auth token";
 const MSG_AUTH_OLD_REVISION: &str = "revision of auth store is old";
 const MSG_AUTH_NOT_ENABLED: &str = "authentication is not enabled";
 const MSG_PERMISSION_DENIED: &str = "permission denied";
+/// A range or watch at a revision etcd no longer keeps (`mvcc.ErrCompacted`).
+const MSG_COMPACTED: &str = "required revision has been compacted";
+/// tonic's refusal of a response over the decode limit.
+const MSG_TOO_LARGE: &str = "message length too large";
 
 /// Why an etcd call failed.
 #[derive(Debug, thiserror::Error)]
@@ -88,6 +98,16 @@ impl EtcdError {
                     | Code::Unavailable
             ),
         }
+    }
+
+    /// Whether the response was larger than [`MAX_RESPONSE_BYTES`] (ask for less).
+    pub fn is_too_large(&self) -> bool {
+        matches!(self, EtcdError::Status(s) if s.code() == Code::OutOfRange && s.message().contains(MSG_TOO_LARGE))
+    }
+
+    /// Whether the revision asked for was compacted away (read the latest instead).
+    pub fn is_compacted(&self) -> bool {
+        matches!(self, EtcdError::Status(s) if s.message().contains(MSG_COMPACTED))
     }
 
     /// Whether waiting cannot fix it (wrong CA, certificate or password): start-up stops at once.
@@ -194,6 +214,7 @@ impl Security {
             (Some(cert), Some(key)) => {
                 let cert_pem = read_file("--etcd-certfile", cert)?;
                 let key_pem = read_file("--etcd-keyfile", key)?;
+                crate::ops::secrets::warn_if_exposed("--etcd-keyfile", key);
                 material.identity = Some((cert_pem.clone(), key_pem.clone()));
                 config = config.identity(Identity::from_pem(cert_pem, key_pem));
             }
@@ -319,7 +340,7 @@ impl Client {
             .keep_alive_while_idle(true)
             .connect_lazy();
         Ok(Client {
-            grpc: Grpc::new(channel),
+            grpc: Grpc::new(channel).max_decoding_message_size(MAX_RESPONSE_BYTES),
             endpoint: endpoint.to_string(),
             url,
             security: security.clone(),
@@ -561,6 +582,7 @@ impl Client {
                 key: prefix.to_vec(),
                 range_end: proto::prefix_range_end(prefix),
                 start_revision,
+                fragment: true,
             })),
         };
         requests
@@ -625,6 +647,22 @@ mod tests {
         ] {
             assert!(!retry(code), "{code:?}");
         }
+    }
+
+    #[test]
+    fn oversized_responses_and_compacted_revisions_are_told_apart() {
+        let status = |code, msg: &str| EtcdError::Status(Status::new(code, msg));
+        let big = status(
+            Code::OutOfRange,
+            "Error, decoded message length too large: found 20971520 bytes, the limit is: 16777216 bytes",
+        );
+        assert!(big.is_too_large() && !big.is_compacted() && !big.is_member_failure());
+        let gone = status(
+            Code::OutOfRange,
+            "etcdserver: mvcc: required revision has been compacted",
+        );
+        assert!(gone.is_compacted() && !gone.is_too_large());
+        assert!(!status(Code::Unavailable, "x").is_too_large());
     }
 
     // The lazy channel's background task needs a runtime.

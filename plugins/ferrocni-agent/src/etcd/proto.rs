@@ -15,6 +15,10 @@ pub struct ResponseHeader {
 pub struct KeyValue {
     #[prost(bytes = "vec", tag = "1")]
     pub key: Vec<u8>,
+    /// The revision the key was created at (kept across updates, new after a delete): the
+    /// lease's age, which settles two leases claiming one subnet.
+    #[prost(int64, tag = "2")]
+    pub create_revision: i64,
     #[prost(int64, tag = "3")]
     pub mod_revision: i64,
     #[prost(bytes = "vec", tag = "5")]
@@ -47,6 +51,15 @@ pub struct RangeRequest {
     pub key: Vec<u8>,
     #[prost(bytes = "vec", tag = "2")]
     pub range_end: Vec<u8>,
+    /// At most this many keys (0 = all).
+    #[prost(int64, tag = "3")]
+    pub limit: i64,
+    /// Read the store as it was at this revision (0 = the latest).
+    #[prost(int64, tag = "4")]
+    pub revision: i64,
+    /// Keys and their revisions without values.
+    #[prost(bool, tag = "8")]
+    pub keys_only: bool,
 }
 
 /// `etcdserverpb.RangeResponse`.
@@ -56,6 +69,9 @@ pub struct RangeResponse {
     pub header: Option<ResponseHeader>,
     #[prost(message, repeated, tag = "2")]
     pub kvs: Vec<KeyValue>,
+    /// More keys are in the range than `limit` let through.
+    #[prost(bool, tag = "3")]
+    pub more: bool,
 }
 
 /// `etcdserverpb.PutRequest`.
@@ -209,6 +225,10 @@ pub struct WatchCreateRequest {
     pub range_end: Vec<u8>,
     #[prost(int64, tag = "3")]
     pub start_revision: i64,
+    /// Lets etcd split a revision's events over several responses (each within its
+    /// `--max-request-bytes`), so a large catch-up never makes one oversized message.
+    #[prost(bool, tag = "8")]
+    pub fragment: bool,
 }
 
 /// `etcdserverpb.WatchResponse`.
@@ -220,6 +240,9 @@ pub struct WatchResponse {
     pub compact_revision: i64,
     #[prost(string, tag = "6")]
     pub cancel_reason: String,
+    /// More responses follow with the rest of this revision's events.
+    #[prost(bool, tag = "7")]
+    pub fragment: bool,
     #[prost(message, repeated, tag = "11")]
     pub events: Vec<Event>,
 }
@@ -255,7 +278,7 @@ mod tests {
     fn key_value_decodes_from_wire_bytes() {
         let wire = [
             0x0a, 0x01, b'k', // key
-            0x10, 0x07, // create_revision (skipped)
+            0x10, 0x07, // create_revision 7
             0x18, 0x09, // mod_revision 9
             0x20, 0x01, // version (skipped)
             0x2a, 0x02, b'v', b'1', // value
@@ -263,6 +286,7 @@ mod tests {
         ];
         let kv = KeyValue::decode(&wire[..]).unwrap();
         assert_eq!(kv.key, b"k");
+        assert_eq!(kv.create_revision, 7);
         assert_eq!(kv.mod_revision, 9);
         assert_eq!(kv.value, b"v1");
         assert_eq!(kv.lease, 42);
@@ -296,6 +320,47 @@ mod tests {
             0x0a, 0x01, b'k', 0x12, 0x01, b'v', 0x18, 0x03,
         ];
         assert_eq!(txn.encode_to_vec(), expected);
+    }
+
+    #[test]
+    fn paged_range_requests_carry_limit_revision_and_keys_only() {
+        let req = RangeRequest {
+            key: b"a".to_vec(),
+            range_end: b"b".to_vec(),
+            limit: 1000,
+            revision: 42,
+            keys_only: true,
+        };
+        let expected = [
+            0x0a, 0x01, b'a', // key
+            0x12, 0x01, b'b', // range_end
+            0x18, 0xe8, 0x07, // limit 1000 (field 3)
+            0x20, 0x2a, // revision 42 (field 4)
+            0x40, 0x01, // keys_only (field 8)
+        ];
+        assert_eq!(req.encode_to_vec(), expected);
+        // A plain GET sends none of them.
+        let get = RangeRequest {
+            key: b"a".to_vec(),
+            ..RangeRequest::default()
+        };
+        assert_eq!(get.encode_to_vec(), [0x0a, 0x01, b'a']);
+        // `more` (field 3) says a page was cut by the limit.
+        let resp = RangeResponse::decode(&[0x18, 0x01, 0x20, 0x05][..]).unwrap();
+        assert!(resp.more);
+    }
+
+    #[test]
+    fn watches_ask_for_fragments_and_read_them() {
+        let create = WatchCreateRequest {
+            key: b"p".to_vec(),
+            range_end: Vec::new(),
+            start_revision: 0,
+            fragment: true,
+        };
+        assert_eq!(create.encode_to_vec(), [0x0a, 0x01, b'p', 0x40, 0x01]);
+        let resp = WatchResponse::decode(&[0x38, 0x01][..]).unwrap();
+        assert!(resp.fragment);
     }
 
     #[test]

@@ -62,11 +62,54 @@ macro_rules! debug {
     };
 }
 
+/// `text` cut to `max` characters (with `…` when cut): names and values from etcd are
+/// anyone's to write, and a log line must stay a line.
+pub fn clip(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    }
+}
+
+/// `text` with control characters (newlines among them) escaped, so text from etcd cannot
+/// end a log line and forge the next.
+pub fn escape_controls(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 pub fn emit(level: Level, msg: &str) {
     if matches!(level, Level::Warn | Level::Error) {
         crate::ops::metrics::record_error(msg);
     }
+    #[cfg(test)]
+    CAPTURED.with(|c| c.borrow_mut().push((level, msg.to_string())));
     eprintln!("{}", line(SystemTime::now(), level, msg));
+}
+
+#[cfg(test)]
+thread_local! {
+    /// The lines this test thread emitted, for tests of what is logged.
+    static CAPTURED: std::cell::RefCell<Vec<(Level, String)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The messages of `level` this test thread emitted since the last call (and forgets them).
+#[cfg(test)]
+pub fn take_lines(level: Level) -> Vec<String> {
+    CAPTURED.with(|c| {
+        c.borrow_mut()
+            .drain(..)
+            .filter(|(l, _)| *l == level)
+            .map(|(_, m)| m)
+            .collect()
+    })
 }
 
 fn line(t: SystemTime, level: Level, msg: &str) -> String {
@@ -105,6 +148,23 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn clips_long_text_on_a_character_boundary() {
+        assert_eq!(clip("short", 10), "short");
+        assert_eq!(clip("0123456789", 10), "0123456789");
+        assert_eq!(clip("0123456789ab", 10), "0123456789…");
+        assert_eq!(clip("ééééé", 2), "éé…");
+    }
+
+    #[test]
+    fn control_characters_cannot_start_a_forged_line() {
+        assert_eq!(
+            escape_controls("k\n2026-01-01T00:00:00.000Z ERROR x\0"),
+            "k\\n2026-01-01T00:00:00.000Z ERROR x\\u{0}"
+        );
+        assert_eq!(escape_controls("plain é"), "plain é");
+    }
 
     #[test]
     fn formats_utc() {

@@ -1,6 +1,7 @@
 //! The agent's counters and gauges, served in Prometheus' text exposition format
 //! (`--metrics-port`). Process-wide atomics: every part of the agent bumps them directly.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -53,6 +54,35 @@ static LAST_RECONCILE_MICROS: Gauge = Gauge::new();
 pub static PEERS_PROGRAMMED: Gauge = Gauge::new();
 pub static LEASES_KNOWN: Gauge = Gauge::new();
 pub static LEASES_UNUSABLE: Gauge = Gauge::new();
+
+/// Leases (and other keys under the subnets prefix) refused, by reason label, each counted
+/// once per value (when it is logged).
+static REFUSED: Mutex<BTreeMap<&'static str, u64>> = Mutex::new(BTreeMap::new());
+
+/// Makes `labels` show in `leases_refused_total` from the start (at 0).
+pub fn register_refusals(labels: &[&'static str]) {
+    if let Ok(mut m) = REFUSED.lock() {
+        for l in labels {
+            m.entry(l).or_insert(0);
+        }
+    }
+}
+
+/// Counts one refusal of kind `label`.
+pub fn refused(label: &'static str) {
+    if let Ok(mut m) = REFUSED.lock() {
+        *m.entry(label).or_insert(0) += 1;
+    }
+}
+
+/// The refusals counted so far of kind `label`.
+pub fn refusals(label: &str) -> u64 {
+    REFUSED
+        .lock()
+        .ok()
+        .and_then(|m| m.get(label).copied())
+        .unwrap_or(0)
+}
 
 struct LastError {
     message: String,
@@ -200,6 +230,21 @@ pub fn render() -> String {
             ("{state=\"known\"}".into(), LEASES_KNOWN.get().to_string()),
         ],
     );
+    let refused: Vec<(String, String)> = REFUSED
+        .lock()
+        .map(|m| {
+            m.iter()
+                .map(|(l, n)| (label("reason", l), n.to_string()))
+                .collect()
+        })
+        .unwrap_or_default();
+    metric(
+        "ferrocni_agent_leases_refused_total",
+        "counter",
+        "Leases refused (each value counted once, when logged), and other keys under the \
+         subnets prefix, by reason.",
+        &refused,
+    );
     metric(
         "ferrocni_agent_reconciles_total",
         "counter",
@@ -269,6 +314,11 @@ mod tests {
         assert!(text
             .contains(r#"ferrocni_agent_last_error_info{message="etcd \"m1\" down\nretrying"} 1"#));
         assert!(text.contains("ferrocni_agent_leases{state=\"programmed\"} "));
+        register_refusals(&["subnet", "overlap"]);
+        refused("overlap");
+        let text = render();
+        assert!(text.contains("ferrocni_agent_leases_refused_total{reason=\"subnet\"} "));
+        assert!(refusals("overlap") >= 1);
         // Every sample line is `name{labels} value` or `name value`.
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let value = line.rsplit(' ').next().unwrap();

@@ -1,5 +1,7 @@
-//! Operations: the log lines, the Prometheus metrics and the HTTP endpoints serving them.
+//! Operations: the log lines, the Prometheus metrics and the HTTP endpoints serving them, and
+//! the checks of key files' modes.
 
 pub mod http;
 pub mod log;
 pub mod metrics;
+pub mod secrets;

@@ -24,7 +24,7 @@ const MAX_ATTEMPTS: u32 = 10;
 #[derive(Debug, Clone, PartialEq)]
 pub enum Plan {
     /// A lease with our PublicIP exists and fits the config: take it over.
-    Reuse(SubnetKey, StoredLease),
+    Reuse(SubnetKey, Box<StoredLease>),
     /// Our old lease no longer fits the config (network changed): delete it, then plan again.
     DropStale(SubnetKey, i64),
     /// Create this key.
@@ -38,14 +38,19 @@ pub fn plan(
     previous: Option<SubnetKey>,
     seed: u64,
 ) -> Result<Plan, AgentError> {
-    for (key, lease) in &snap.leases {
-        let Some(attrs) = &lease.attrs else { continue };
-        if attrs.public_ip != public_ip {
-            continue;
-        }
+    // The leases with our address: the one subnet.env names first (anyone can write another
+    // lease with our address, and it must not move this node's pods to another subnet),
+    // then in key order.
+    let mut ours: Vec<(&SubnetKey, &StoredLease)> = snap
+        .leases
+        .iter()
+        .filter(|(_, l)| l.attrs.as_ref().is_ok_and(|a| a.public_ip == public_ip))
+        .collect();
+    ours.sort_by_key(|(k, _)| previous.is_none_or(|p| p.v4 != k.v4));
+    for (key, lease) in ours {
         let reservation = lease.etcd_lease == 0;
         if fits(net, key, reservation) {
-            return Ok(Plan::Reuse(*key, lease.clone()));
+            return Ok(Plan::Reuse(*key, Box::new(lease.clone())));
         }
         if !reservation {
             return Ok(Plan::DropStale(*key, lease.mod_revision));
@@ -89,18 +94,19 @@ pub fn plan(
 }
 
 /// Whether a lease key suits the config. A reservation is the operator's choice: any subnet
-/// inside the network is fine. Without IPv6 in the config a key must have no IPv6 subnet,
-/// with it a key must have one (flanneld's `isIPv6SubnetConfigCompat`).
+/// of the configured length inside the network is fine, in `SubnetMin..SubnetMax` or not
+/// (other nodes program only subnets of that length). Without IPv6 in the config a key must
+/// have no IPv6 subnet, with it a key must have one (flanneld's `isIPv6SubnetConfigCompat`).
 fn fits(net: &NetConfig, key: &SubnetKey, reservation: bool) -> bool {
     let v4 = if reservation {
-        net.network.contains(key.v4.network()) && key.v4.prefix() >= net.network.prefix()
+        net.network.contains(key.v4.network()) && key.v4.prefix() == net.subnet_len
     } else {
         net.is_allocatable(key.v4)
     };
     let v6 = match (&net.ipv6, key.v6) {
         (None, None) => true,
         (Some(c), Some(sn)) if reservation => {
-            c.network.contains(sn.network()) && sn.prefix() >= c.network.prefix()
+            c.network.contains(sn.network()) && sn.prefix() == c.subnet_len
         }
         (Some(c), Some(sn)) => c.is_allocatable(sn),
         _ => false,
@@ -174,7 +180,7 @@ pub async fn acquire(
         };
         match plan {
             Plan::Reuse(key, lease) if lease.etcd_lease == 0 => {
-                if lease.attrs.as_ref() != Some(attrs) {
+                if lease.attrs.as_ref().ok() != Some(attrs) {
                     let (ok, _) = store
                         .update(&key, attrs, Binding::Reservation, lease.mod_revision)
                         .await?;
@@ -303,12 +309,13 @@ mod tests {
 
     fn lease(ip: &str, etcd_lease: i64) -> StoredLease {
         StoredLease {
-            attrs: Some(crate::backend::vxlan::lease_attrs(
+            attrs: Ok(crate::backend::vxlan::lease_attrs(
                 ip.parse().unwrap(),
                 1,
                 None,
             )),
             etcd_lease,
+            create_revision: 3,
             mod_revision: 7,
         }
     }
@@ -320,6 +327,7 @@ mod tests {
                 .iter()
                 .map(|(k, l)| (SubnetKey::parse(k).unwrap(), l.clone()))
                 .collect(),
+            junk: Vec::new(),
         }
     }
 
@@ -342,6 +350,35 @@ mod tests {
         assert!(matches!(
             plan(&net(), &s, ME, None, 0).unwrap(),
             Plan::Reuse(..)
+        ));
+    }
+
+    #[test]
+    fn a_reservation_of_another_length_is_not_ours() {
+        // Other nodes would not program it: a subnet of the configured length is taken instead.
+        let s = snap(&[("10.10.4.0-23", lease("192.168.5.1", 0))]);
+        assert!(matches!(
+            plan(&net(), &s, ME, None, 0).unwrap(),
+            Plan::Create(k) if k.v4.prefix() == 24
+        ));
+    }
+
+    #[test]
+    fn the_lease_subnet_env_names_is_ours_before_others_with_our_address() {
+        let mine = "10.10.3.0-24";
+        let s = snap(&[
+            ("10.10.2.0-24", lease("192.168.5.1", 0)),
+            (mine, lease("192.168.5.1", 5)),
+        ]);
+        let previous = SubnetKey::parse(mine);
+        assert!(matches!(
+            plan(&net(), &s, ME, previous, 0).unwrap(),
+            Plan::Reuse(k, _) if k.to_string() == mine
+        ));
+        // Without subnet.env: the first in key order, as flanneld does.
+        assert!(matches!(
+            plan(&net(), &s, ME, None, 0).unwrap(),
+            Plan::Reuse(k, _) if k.to_string() == "10.10.2.0-24"
         ));
     }
 
@@ -429,7 +466,9 @@ mod tests {
     #[test]
     fn unreadable_values_still_occupy_their_subnet() {
         let mut junk = lease("192.168.5.9", 5);
-        junk.attrs = None;
+        junk.attrs = Err(crate::subnet::lease::Unreadable::NotLeaseJson(
+            "junk".into(),
+        ));
         let s = snap(&[
             ("10.10.1.0-24", junk),
             ("10.10.2.0-24", lease("192.168.5.8", 5)),

@@ -4,7 +4,41 @@
 //! `{"PublicIP":"192.168.64.3","PublicIPv6":null,"BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"c6:d2:32:6f:8f:44"}}`
 
 use serde::{Deserialize, Serialize};
+use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
+
+/// The largest lease value the agent reads. A real one is about 200 bytes (a wireguard
+/// dual-stack one under 400); anything near this is not a lease, and is dropped before
+/// parsing so a flood of large values costs no memory beyond the listing page it came in.
+pub const MAX_VALUE_BYTES: usize = 64 * 1024;
+
+/// Why a stored value is not a lease the agent can read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unreadable {
+    /// Larger than [`MAX_VALUE_BYTES`]; not parsed.
+    TooLarge { bytes: usize },
+    /// Not flannel's lease JSON (the decoder's message).
+    NotLeaseJson(String),
+    /// Larger than a whole etcd response the agent decodes: listed without its value.
+    BeyondResponseLimit,
+}
+
+impl fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unreadable::TooLarge { bytes } => write!(
+                f,
+                "its value is {bytes} bytes, over the {MAX_VALUE_BYTES} bytes a lease may have (not read)"
+            ),
+            Unreadable::NotLeaseJson(e) => write!(f, "its value is not flannel lease JSON ({e})"),
+            Unreadable::BeyondResponseLimit => write!(
+                f,
+                "its value is larger than the {} bytes of an etcd response the agent reads (not read)",
+                crate::etcd::MAX_RESPONSE_BYTES
+            ),
+        }
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseAttrs {
@@ -38,6 +72,16 @@ impl LeaseAttrs {
         libcni::gojson::from_slice(bytes)
     }
 
+    /// A stored value, refused unread when it is larger than any lease.
+    pub fn decode(bytes: &[u8]) -> Result<LeaseAttrs, Unreadable> {
+        if bytes.len() > MAX_VALUE_BYTES {
+            return Err(Unreadable::TooLarge { bytes: bytes.len() });
+        }
+        // The decoder's message can quote the value: clipped.
+        LeaseAttrs::parse(bytes)
+            .map_err(|e| Unreadable::NotLeaseJson(crate::ops::log::clip(&e.to_string(), 160)))
+    }
+
     pub fn to_json(&self) -> String {
         // Serialising plain structs of strings/addresses cannot fail.
         serde_json::to_string(self).unwrap_or_default()
@@ -56,5 +100,23 @@ mod tests {
         assert_eq!(a.to_json(), r#"{"PublicIP":"10.0.0.1","PublicIPv6":null}"#);
         assert!(LeaseAttrs::parse(br#"{"PublicIP":"nope"}"#).is_err());
         assert!(LeaseAttrs::parse(b"[]").is_err());
+    }
+
+    #[test]
+    fn values_larger_than_any_lease_are_not_parsed() {
+        // Valid JSON, padded past the cap: refused by size, whatever it holds.
+        let pad = " ".repeat(MAX_VALUE_BYTES);
+        let big = format!(r#"{{"PublicIP":"10.0.0.1"{pad}}}"#);
+        assert_eq!(
+            LeaseAttrs::decode(big.as_bytes()),
+            Err(Unreadable::TooLarge { bytes: big.len() })
+        );
+        let text = LeaseAttrs::decode(big.as_bytes()).unwrap_err().to_string();
+        assert!(text.contains(&big.len().to_string()), "{text}");
+        assert!(LeaseAttrs::decode(br#"{"PublicIP":"10.0.0.1"}"#).is_ok());
+        assert!(matches!(
+            LeaseAttrs::decode(b"garbage"),
+            Err(Unreadable::NotLeaseJson(_))
+        ));
     }
 }

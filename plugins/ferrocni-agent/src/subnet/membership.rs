@@ -1,21 +1,38 @@
 //! The agent's view of cluster membership: every lease known (from a listing, then kept
-//! current by watch events), and the peer leases the data plane is reconciled to.
+//! current by watch events), and the peer leases the data plane is reconciled to — those that
+//! pass the checks of [`validate`] and the backend's own. A refused lease is logged once per
+//! value and counted by reason; so are keys under the subnets prefix that are not leases.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::time::{Duration, Instant};
 
 use crate::backend::{Peer, Refusal};
 use crate::error::AgentError;
 use crate::etcd::proto::{EventType, WatchResponse};
+use crate::ops::log::clip;
 use crate::ops::metrics;
 use crate::subnet::key::SubnetKey;
 use crate::subnet::lease::LeaseAttrs;
-use crate::subnet::store::{self, Snapshot, StoredLease};
+use crate::subnet::store::{lease_key_of, shown_key, JunkKey, Snapshot, StoredLease};
+use crate::subnet::validate::{self, Claim, Class, Reason, Rules};
 use crate::{debug, log, warn};
+
+/// Refusals named in WARN lines per [`LOG_WINDOW`] (leases and other keys each); beyond, they
+/// are counted, named at `-v 1`, and summed up in one WARN line at the next pass or listing,
+/// so a flood of keys cannot flood the log.
+const NAMED_PER_WINDOW: usize = 20;
+const LOG_WINDOW: Duration = Duration::from_secs(60);
+/// How much of a lease value an INFO line shows.
+const VALUE_SHOWN_CHARS: usize = 300;
 
 /// One watch event, decoded from etcd's.
 #[derive(Debug, Clone, Copy)]
 pub enum Event<'a> {
-    Put { value: &'a [u8], etcd_lease: i64 },
+    Put {
+        value: &'a [u8],
+        etcd_lease: i64,
+        create_revision: i64,
+    },
     Delete,
 }
 
@@ -23,21 +40,81 @@ pub enum Event<'a> {
 pub struct Membership {
     /// Our own lease key (our renewals are not membership changes).
     pub own: SubnetKey,
+    /// `<prefix>/subnets/`: lease keys are directly under it.
+    subnets: String,
     /// Every lease known, ours included; kept as is while etcd is unreachable.
     pub known: BTreeMap<SubnetKey, StoredLease>,
     /// The store revision `known` reflects; a new watch starts right after it.
     pub revision: i64,
-    /// Leases refused and already logged, by key and revision (logged once each).
-    refused: BTreeSet<(SubnetKey, i64)>,
+    /// Refusals logged, by key, value revision and kind (each logged once).
+    refused: BTreeSet<(SubnetKey, i64, Class)>,
+    /// Keys that are not lease keys, logged (fingerprints of name and revision).
+    junk: HashSet<u64>,
+    /// Apart, so a flood of junk keys never silences a lease refusal.
+    lease_log: LogBudget,
+    junk_log: LogBudget,
+}
+
+/// How many refusals were named lately, and those left unnamed since the last summary.
+#[derive(Debug, Clone, Default)]
+struct LogBudget {
+    window_start: Option<Instant>,
+    named: usize,
+    unnamed: BTreeMap<Class, usize>,
+}
+
+impl LogBudget {
+    /// Counts one refusal and names it at WARN while the window's budget lasts.
+    fn report(&mut self, class: Class, line: impl FnOnce() -> String) {
+        metrics::refused(class.label());
+        let now = Instant::now();
+        if self
+            .window_start
+            .is_none_or(|start| now.duration_since(start) >= LOG_WINDOW)
+        {
+            self.window_start = Some(now);
+            self.named = 0;
+        }
+        if self.named < NAMED_PER_WINDOW {
+            self.named += 1;
+            warn!("{}", line());
+        } else {
+            *self.unnamed.entry(class).or_insert(0) += 1;
+            debug!(1, "{}", line());
+        }
+    }
+
+    /// Sums up the refusals left unnamed, in one line.
+    fn flush(&mut self) {
+        if self.unnamed.is_empty() {
+            return;
+        }
+        let unnamed = std::mem::take(&mut self.unnamed);
+        let total: usize = unnamed.values().sum();
+        let kinds: Vec<String> = unnamed
+            .iter()
+            .map(|(c, n)| format!("{} {n}", c.label()))
+            .collect();
+        warn!(
+            "{total} more refused lease(s) or key(s) not named (over {NAMED_PER_WINDOW} a minute: {}); -v 1 names each",
+            kinds.join(", ")
+        );
+    }
 }
 
 impl Membership {
-    pub fn new(own: SubnetKey) -> Membership {
+    /// `subnets` is `<prefix>/subnets/`.
+    pub fn new(own: SubnetKey, subnets: &str) -> Membership {
+        metrics::register_refusals(&Class::ALL.map(Class::label));
         Membership {
             own,
+            subnets: subnets.to_string(),
             known: BTreeMap::new(),
             revision: 0,
             refused: BTreeSet::new(),
+            junk: HashSet::new(),
+            lease_log: LogBudget::default(),
+            junk_log: LogBudget::default(),
         }
     }
 
@@ -49,34 +126,55 @@ impl Membership {
                 key: own_key.to_string(),
             });
         }
+        let mut listed = HashSet::with_capacity(snap.junk.len());
+        for junk in &snap.junk {
+            if !self.junk.contains(&junk.fingerprint) {
+                report_junk(&mut self.junk_log, junk);
+            }
+            listed.insert(junk.fingerprint);
+        }
+        self.junk_log.flush();
+        // Forget keys gone since.
+        self.junk = listed;
         self.known = snap.leases;
         self.revision = snap.revision;
         Ok(())
     }
 
-    /// Applies one event on key `name` at `mod_revision`. Returns whether the peer set may have
-    /// changed; our own lease disappearing is an error.
+    /// Applies one event on etcd key `name` at `mod_revision`. Returns whether the peer set
+    /// may have changed; our own lease disappearing is an error.
     pub fn apply(
         &mut self,
-        name: &str,
+        name: &[u8],
         event: Event<'_>,
         mod_revision: i64,
     ) -> Result<bool, AgentError> {
         self.revision = self.revision.max(mod_revision);
-        let Some(key) = SubnetKey::parse(name) else {
+        let Some(key) = lease_key_of(&self.subnets, name) else {
+            if let Event::Put { .. } = event {
+                let junk = JunkKey::new(name, mod_revision);
+                if self.junk.insert(junk.fingerprint) {
+                    report_junk(&mut self.junk_log, &junk);
+                }
+            }
             return Ok(false);
         };
         match event {
-            Event::Put { value, etcd_lease } => {
-                let lease = store::stored(name, value, etcd_lease, mod_revision);
+            Event::Put {
+                value,
+                etcd_lease,
+                create_revision,
+            } => {
+                let lease = StoredLease::decode(value, etcd_lease, create_revision, mod_revision);
                 // Renewals change the etcd lease only; our own updates are not membership.
                 let changed =
                     key != self.own && self.known.get(&key).map(|l| &l.attrs) != Some(&lease.attrs);
                 if changed {
-                    log!(
-                        "lease {key} added/changed: {}",
-                        String::from_utf8_lossy(value)
-                    );
+                    let shown = match &lease.attrs {
+                        Ok(attrs) => clip(&attrs.to_json(), VALUE_SHOWN_CHARS),
+                        Err(why) => format!("({why})"),
+                    };
+                    log!("lease {key} added/changed: {shown}");
                 }
                 self.known.insert(key, lease);
                 Ok(changed)
@@ -84,7 +182,7 @@ impl Membership {
             Event::Delete => {
                 if key == self.own {
                     return Err(AgentError::LeaseRevoked {
-                        key: name.to_string(),
+                        key: String::from_utf8_lossy(name).into_owned(),
                     });
                 }
                 let removed = self.known.remove(&key).is_some();
@@ -101,7 +199,6 @@ impl Membership {
         let mut changed = false;
         for ev in &resp.events {
             let Some(kv) = &ev.kv else { continue };
-            let name = String::from_utf8_lossy(&kv.key);
             metrics::WATCH_EVENTS.inc();
             let event = if ev.r#type == EventType::Delete as i32 {
                 Event::Delete
@@ -109,76 +206,142 @@ impl Membership {
                 Event::Put {
                     value: &kv.value,
                     etcd_lease: kv.lease,
+                    create_revision: kv.create_revision,
                 }
             };
             debug!(
                 1,
-                "watch: {} {name} at revision {}",
+                "watch: {} {} at revision {}",
                 match event {
                     Event::Delete => "DELETE",
                     Event::Put { .. } => "PUT",
                 },
+                shown_key(&kv.key),
                 kv.mod_revision
             );
-            changed |= self.apply(&name, event, kv.mod_revision)?;
+            changed |= self.apply(&kv.key, event, kv.mod_revision)?;
         }
         // Only event revisions advance ours: a response header may be ahead of events still
         // to come on this stream (a re-list always precedes a new watch anyway).
         Ok(changed)
     }
 
-    /// The peer leases a data plane programs: every readable lease but ours that `check`
-    /// accepts, in key order, and how many known leases (ours aside) are not among them.
-    /// A lease of the backend's type that it refuses is logged once per value.
+    /// The peer leases a data plane programs: every lease but ours that passes `rules`
+    /// (subnets and underlay addresses; of two leases claiming one, the older) and the
+    /// backend's `check`, in key order; and how many known leases (ours aside) are refused.
+    /// Each refusal is logged once per lease value and kind, and counted.
     pub fn peers(
         &mut self,
+        rules: &Rules,
         check: impl Fn(&LeaseAttrs) -> Result<(), Refusal>,
     ) -> (Vec<Peer>, usize) {
-        let mut peers = Vec::new();
-        let mut unusable = 0;
+        let mut refusals: Vec<(SubnetKey, Reason)> = Vec::new();
+        let mut claims = Vec::new();
         for (key, lease) in &self.known {
             if *key == self.own {
                 continue;
             }
-            let Some(attrs) = &lease.attrs else {
-                unusable += 1;
+            let checked = match &lease.attrs {
+                Ok(attrs) => rules
+                    .check_lease(key, attrs)
+                    .map(|()| Claim::new(rules, *key, lease.create_revision, attrs)),
+                Err(why) => Err(Reason::Unreadable(why.clone())),
+            };
+            match checked {
+                Ok(claim) => claims.push(claim),
+                Err(reason) => refusals.push((*key, reason)),
+            }
+        }
+        let lost = validate::settle_overlaps(&claims);
+        let losers: BTreeSet<SubnetKey> = lost.iter().map(|(k, _)| *k).collect();
+        refusals.extend(lost);
+        let mut peers = Vec::new();
+        for claim in claims.iter().filter(|c| !losers.contains(&c.key)) {
+            let Some(Ok(attrs)) = self.known.get(&claim.key).map(|l| &l.attrs) else {
                 continue;
             };
             match check(attrs) {
                 Ok(()) => peers.push(Peer {
-                    key: *key,
+                    key: claim.key,
                     attrs: attrs.clone(),
                 }),
-                Err(refusal) => {
-                    unusable += 1;
-                    if let Refusal::Invalid(reason) = refusal {
-                        if self.refused.insert((*key, lease.mod_revision)) {
-                            warn!("lease {key} is not programmed: {reason}");
-                        }
-                    }
-                }
+                Err(Refusal::OtherBackend) => refusals.push((
+                    claim.key,
+                    Reason::OtherBackend(clip(&attrs.backend_type, 40)),
+                )),
+                Err(Refusal::Invalid(why)) => refusals.push((claim.key, Reason::BackendData(why))),
             }
         }
-        // Forget refusals of leases gone or rewritten.
-        let known = &self.known;
-        self.refused
-            .retain(|(k, rev)| known.get(k).is_some_and(|l| l.mod_revision == *rev));
+        let unusable = refusals.len();
+        let mut current = BTreeSet::new();
+        for (key, reason) in &refusals {
+            let revision = self.known.get(key).map_or(0, |l| l.mod_revision);
+            let id = (*key, revision, reason.class());
+            if !self.refused.contains(&id) {
+                self.lease_log.report(reason.class(), || {
+                    format!("lease {key} is not programmed: {reason}")
+                });
+            }
+            current.insert(id);
+        }
+        self.lease_log.flush();
+        self.junk_log.flush();
+        // Refusals of leases gone, rewritten or now accepted are forgotten.
+        self.refused = current;
         (peers, unusable)
     }
+}
+
+fn report_junk(budget: &mut LogBudget, junk: &JunkKey) {
+    budget.report(Class::NotALeaseKey, || {
+        format!(
+            "ignoring key {}: not a flannel subnet lease key",
+            junk.shown
+        )
+    });
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::backend::overlay::{IpFamily, PeerEntry};
+    use crate::backend::registry;
     use crate::backend::vxlan::{lease_data, lease_v6_data};
+    use crate::etcd::proto;
+    use crate::ops::log::{take_lines, Level};
+    use crate::subnet::config::NetConfig;
+    use std::sync::Mutex;
+
+    /// The refusal counters are process-wide: tests reading them run one at a time.
+    static COUNTERS: Mutex<()> = Mutex::new(());
+
+    const SUBNETS: &str = "/coreos.com/network/subnets/";
+    const A: &str = "/coreos.com/network/subnets/10.244.1.0-24";
+    const B: &str = "/coreos.com/network/subnets/10.244.2.0-24";
+    const OWN: &str = "/coreos.com/network/subnets/10.244.9.0-24";
+    const OWN_IP: &str = "192.168.0.9";
+    const V4_NET: &str = r#"{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}"#;
+    const DUAL_NET: &str = r#"{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}"#;
+
+    fn net(json: &str) -> NetConfig {
+        NetConfig::parse("/coreos.com/network/config", json.as_bytes()).unwrap()
+    }
+
+    fn rules(m: &Membership, json: &str) -> Rules {
+        let ip6 = net(json).ipv6.map(|_| "fd00:9::9".parse().unwrap());
+        Rules::new(&net(json), m.own, OWN_IP.parse().unwrap(), ip6)
+    }
+
+    /// The peers the vxlan backend gets on `json`'s network.
+    fn vxlan_peers_on(m: &mut Membership, json: &str) -> (Vec<Peer>, usize) {
+        let n = net(json);
+        let r = rules(m, json);
+        m.peers(&r, |a| n.backend.check_peer(a))
+    }
 
     /// The vxlan peers of one family, as the vxlan backend reads them from the peer leases.
     fn vxlan_peers(m: &mut Membership, family: IpFamily) -> Vec<PeerEntry> {
-        let (peers, _) = m.peers(|a| match lease_data(a) {
-            Some(_) => Ok(()),
-            None => Err(Refusal::OtherBackend),
-        });
+        let (peers, _) = vxlan_peers_on(m, DUAL_NET);
         peers
             .iter()
             .filter_map(|p| {
@@ -201,28 +364,30 @@ mod tests {
             .collect()
     }
 
-    const A: &str = "/coreos.com/network/subnets/10.244.1.0-24";
-    const B: &str = "/coreos.com/network/subnets/10.244.2.0-24";
-    const OWN: &str = "/coreos.com/network/subnets/10.244.9.0-24";
-
     fn lease(ip: &str, mac: &str) -> String {
         format!(
             r#"{{"PublicIP":"{ip}","PublicIPv6":null,"BackendType":"vxlan","BackendData":{{"VNI":1,"VtepMAC":"{mac}"}}}}"#
         )
     }
 
-    fn members() -> Membership {
-        let mut m = Membership::new(SubnetKey::parse(OWN).unwrap());
-        let own = lease("192.168.0.9", "02:00:00:00:00:09");
+    fn put(m: &mut Membership, key: &str, value: &str, created: i64, revision: i64) -> bool {
         m.apply(
-            OWN,
+            key.as_bytes(),
             Event::Put {
-                value: own.as_bytes(),
-                etcd_lease: 1,
+                value: value.as_bytes(),
+                etcd_lease: 5,
+                create_revision: created,
             },
-            1,
+            revision,
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    fn members() -> Membership {
+        let mut m = Membership::new(SubnetKey::parse(OWN).unwrap(), SUBNETS);
+        let own = lease(OWN_IP, "02:00:00:00:00:09");
+        put(&mut m, OWN, &own, 1, 1);
+        take_lines(Level::Warn);
         m
     }
 
@@ -234,102 +399,46 @@ mod tests {
             "our own lease is never a peer"
         );
         let a = lease("192.168.0.1", "02:00:00:00:00:01");
-        assert!(m
-            .apply(
-                A,
-                Event::Put {
-                    value: a.as_bytes(),
-                    etcd_lease: 5
-                },
-                2
-            )
-            .unwrap());
+        assert!(put(&mut m, A, &a, 2, 2));
         // Renewal: same value, new etcd lease: not a change.
         assert!(!m
             .apply(
-                A,
+                A.as_bytes(),
                 Event::Put {
                     value: a.as_bytes(),
-                    etcd_lease: 6
+                    etcd_lease: 6,
+                    create_revision: 2,
                 },
                 3
             )
             .unwrap());
         let b = lease("192.168.0.2", "02:00:00:00:00:02");
-        assert!(m
-            .apply(
-                B,
-                Event::Put {
-                    value: b.as_bytes(),
-                    etcd_lease: 7
-                },
-                4
-            )
-            .unwrap());
+        assert!(put(&mut m, B, &b, 4, 4));
         let peers = vxlan_peers(&mut m, IpFamily::V4);
         assert_eq!(peers.len(), 2);
         assert!(vxlan_peers(&mut m, IpFamily::V6).is_empty());
         assert_eq!(peers[0].subnet.to_string(), "10.244.1.0/24");
         assert_eq!(peers[0].ip.to_string(), "192.168.0.1");
         assert_eq!(peers[0].vtep_mac.as_deref(), Some("02:00:00:00:00:01"));
-        assert!(m.apply(A, Event::Delete, 5).unwrap());
+        assert!(m.apply(A.as_bytes(), Event::Delete, 5).unwrap());
         assert!(
-            !m.apply(A, Event::Delete, 6).unwrap(),
+            !m.apply(A.as_bytes(), Event::Delete, 6).unwrap(),
             "deleting twice changes nothing"
         );
         assert_eq!(vxlan_peers(&mut m, IpFamily::V4).len(), 1);
         assert_eq!(m.revision, 6);
+        assert!(take_lines(Level::Warn).is_empty());
     }
 
     #[test]
     fn own_renewals_are_quiet_and_own_deletion_is_revocation() {
         let mut m = members();
-        let own = lease("192.168.0.9", "02:00:00:00:00:09");
-        assert!(!m
-            .apply(
-                OWN,
-                Event::Put {
-                    value: own.as_bytes(),
-                    etcd_lease: 2
-                },
-                2
-            )
-            .unwrap());
+        let own = lease(OWN_IP, "02:00:00:00:00:09");
+        assert!(!put(&mut m, OWN, &own, 1, 2));
         assert!(matches!(
-            m.apply(OWN, Event::Delete, 3),
+            m.apply(OWN.as_bytes(), Event::Delete, 3),
             Err(AgentError::LeaseRevoked { .. })
         ));
-    }
-
-    #[test]
-    fn foreign_and_broken_leases_are_not_programmed() {
-        let mut m = members();
-        let hostgw = r#"{"PublicIP":"192.168.0.3","BackendType":"host-gw"}"#;
-        assert!(m
-            .apply(
-                A,
-                Event::Put {
-                    value: hostgw.as_bytes(),
-                    etcd_lease: 0
-                },
-                2
-            )
-            .unwrap());
-        assert!(m
-            .apply(
-                B,
-                Event::Put {
-                    value: b"garbage",
-                    etcd_lease: 0
-                },
-                3
-            )
-            .unwrap());
-        assert!(!m
-            .apply("/coreos.com/network/subnets/bogus", Event::Delete, 4)
-            .unwrap());
-        assert!(vxlan_peers(&mut m, IpFamily::V4).is_empty());
-        assert_eq!(m.known.len(), 3, "they still occupy their subnets");
     }
 
     #[test]
@@ -337,25 +446,9 @@ mod tests {
         let mut m = members();
         let key = "/coreos.com/network/subnets/10.244.1.0-24&fd00:10:244:1::-64";
         let dual = r#"{"PublicIP":"192.168.0.1","PublicIPv6":"fd00:9::1","BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"02:00:00:00:00:01"},"BackendV6Data":{"VNI":1,"VtepMAC":"02:00:00:00:00:61"}}"#;
-        m.apply(
-            key,
-            Event::Put {
-                value: dual.as_bytes(),
-                etcd_lease: 5,
-            },
-            2,
-        )
-        .unwrap();
+        put(&mut m, key, dual, 2, 2);
         let v4only = lease("192.168.0.2", "02:00:00:00:00:02");
-        m.apply(
-            B,
-            Event::Put {
-                value: v4only.as_bytes(),
-                etcd_lease: 5,
-            },
-            3,
-        )
-        .unwrap();
+        put(&mut m, B, &v4only, 3, 3);
         assert_eq!(vxlan_peers(&mut m, IpFamily::V4).len(), 2);
         let v6 = vxlan_peers(&mut m, IpFamily::V6);
         assert_eq!(v6.len(), 1);
@@ -369,5 +462,364 @@ mod tests {
         let mut m = members();
         let err = m.replace(Snapshot::default(), OWN).unwrap_err();
         assert!(matches!(err, AgentError::LeaseRevoked { .. }));
+    }
+
+    /// Every kind of refusal: the lease alone is refused, named once in a WARN line with its
+    /// reason (never its value), counted once under its class, and the gauge's count is right.
+    #[test]
+    fn every_refusal_is_named_once_and_counted() {
+        let _serial = COUNTERS.lock().unwrap_or_else(|p| p.into_inner());
+        let good = |ip: &str| lease(ip, "02:00:00:00:00:42");
+        let mac = |m: &str| lease("192.168.0.50", m);
+        let dual_v6 = |ip6: &str| {
+            format!(
+                r#"{{"PublicIP":"192.168.0.60","PublicIPv6":"{ip6}","BackendType":"vxlan","BackendData":{{"VNI":1,"VtepMAC":"02:00:00:00:00:60"}},"BackendV6Data":{{"VNI":1,"VtepMAC":"02:00:00:00:00:61"}}}}"#
+            )
+        };
+        let big = format!(
+            r#"{{"PublicIP":"192.168.0.1","x":"{}"}}"#,
+            "y".repeat(70_000)
+        );
+        // (network config, key, value, class, words of the reason)
+        let cases: Vec<(&str, &str, String, Class, &str)> = vec![
+            (
+                V4_NET,
+                "10.244.20.0-25",
+                good("192.168.0.20"),
+                Class::Subnet,
+                "10.244.20.0/25 is not a /24",
+            ),
+            (
+                V4_NET,
+                "10.99.0.0-24",
+                good("192.168.0.21"),
+                Class::Subnet,
+                "outside the network 10.244.0.0/16",
+            ),
+            (
+                V4_NET,
+                "10.244.22.0-24&fd00:10:244:22::-64",
+                good("192.168.0.22"),
+                Class::Subnet,
+                "on an IPv4-only network",
+            ),
+            (
+                DUAL_NET,
+                "10.244.23.0-24&fd00:99::-64",
+                good("192.168.0.23"),
+                Class::Subnet,
+                "outside the network fd00:10:244::/56",
+            ),
+            (
+                DUAL_NET,
+                "10.244.24.0-24&fd00:10:244:24::-72",
+                good("192.168.0.24"),
+                Class::Subnet,
+                "is not a /64",
+            ),
+            (
+                V4_NET,
+                "10.244.25.0-24",
+                good("169.254.1.1"),
+                Class::PublicIp,
+                "PublicIP 169.254.1.1 is link-local",
+            ),
+            (
+                V4_NET,
+                "10.244.26.0-24",
+                good("10.244.3.5"),
+                Class::PublicIp,
+                "inside the pod network",
+            ),
+            (
+                V4_NET,
+                "10.244.27.0-24",
+                good("127.0.0.1"),
+                Class::PublicIp,
+                "loopback",
+            ),
+            (
+                V4_NET,
+                "10.244.28.0-24",
+                good("224.0.0.5"),
+                Class::PublicIp,
+                "multicast",
+            ),
+            (
+                V4_NET,
+                "10.244.29.0-24",
+                good("255.255.255.255"),
+                Class::PublicIp,
+                "broadcast",
+            ),
+            (
+                V4_NET,
+                "10.244.30.0-24",
+                good("0.0.0.0"),
+                Class::PublicIp,
+                "unspecified",
+            ),
+            (
+                V4_NET,
+                "10.244.31.0-24",
+                good(OWN_IP),
+                Class::PublicIp,
+                "this node's own",
+            ),
+            (
+                V4_NET,
+                "10.244.42.0-24",
+                good("192.168.0.1"),
+                Class::PublicIp,
+                "PublicIP 192.168.0.1 is already the address of the older lease 10.244.1.0-24",
+            ),
+            (
+                DUAL_NET,
+                "10.244.32.0-24&fd00:10:244:32::-64",
+                dual_v6("fe80::1"),
+                Class::PublicIp,
+                "PublicIPv6 fe80::1 is link-local",
+            ),
+            (
+                DUAL_NET,
+                "10.244.33.0-24&fd00:10:244:33::-64",
+                dual_v6("fd00:10:244:1::1"),
+                Class::PublicIp,
+                "inside the pod network fd00:10:244::/56",
+            ),
+            (
+                V4_NET,
+                "10.244.9.0-24&fd00:10:244:9::-64",
+                good("192.168.0.34"),
+                Class::Overlap,
+                "10.244.9.0/24 is this node's own",
+            ),
+            (
+                DUAL_NET,
+                "10.244.9.0-24&fd00:10:244:35::-64",
+                dual_v6("fd00:9::35"),
+                Class::Overlap,
+                "10.244.9.0/24 is this node's own",
+            ),
+            (
+                V4_NET,
+                "10.244.36.0-24",
+                mac("01:00:5e:00:00:01"),
+                Class::BackendData,
+                "multicast",
+            ),
+            (
+                V4_NET,
+                "10.244.37.0-24",
+                mac("not-a-mac"),
+                Class::BackendData,
+                "VtepMAC",
+            ),
+            (
+                V4_NET,
+                "10.244.38.0-24",
+                mac("00:00:00:00:00:00"),
+                Class::BackendData,
+                "VtepMAC",
+            ),
+            (
+                V4_NET,
+                "10.244.39.0-24",
+                r#"{"PublicIP":"192.168.0.39","BackendType":"host-gw"}"#.into(),
+                Class::OtherBackend,
+                "\"host-gw\"",
+            ),
+            (
+                V4_NET,
+                "10.244.40.0-24",
+                "not json".into(),
+                Class::Unreadable,
+                "not flannel lease JSON",
+            ),
+            (
+                V4_NET,
+                "10.244.41.0-24",
+                big.clone(),
+                Class::TooLarge,
+                "over the 65536 bytes",
+            ),
+        ];
+        for (network, key, value, class, words) in &cases {
+            let mut m = members();
+            let peer = lease("192.168.0.1", "02:00:00:00:00:01");
+            put(&mut m, A, &peer, 2, 2);
+            let full = format!("{SUBNETS}{key}");
+            put(&mut m, &full, value, 3, 3);
+            take_lines(Level::Warn);
+            let before = metrics::refusals(class.label());
+            for pass in 0..3 {
+                let (peers, unusable) = vxlan_peers_on(&mut m, network);
+                let keys: Vec<String> = peers.iter().map(|p| p.key.to_string()).collect();
+                assert_eq!(
+                    keys,
+                    ["10.244.1.0-24"],
+                    "{key}: only the sound peer is programmed"
+                );
+                assert_eq!(unusable, 1, "{key}");
+                let warned = take_lines(Level::Warn);
+                if pass > 0 {
+                    assert!(warned.is_empty(), "{key} logged again: {warned:?}");
+                    continue;
+                }
+                assert_eq!(warned.len(), 1, "{key}: {warned:?}");
+                let line = &warned[0];
+                let shown = SubnetKey::parse(key).unwrap().to_string();
+                assert!(
+                    line.starts_with(&format!("lease {shown} is not programmed: ")),
+                    "{line}"
+                );
+                assert!(line.contains(words), "{key}: {line}");
+                assert!(line.len() < 300, "the value is not dumped: {line}");
+            }
+            assert_eq!(
+                metrics::refusals(class.label()),
+                before + 1,
+                "{key}: counted once as {}",
+                class.label()
+            );
+            // A new value is judged (and logged) anew.
+            put(&mut m, &full, value, 3, 9);
+            vxlan_peers_on(&mut m, network);
+            assert_eq!(take_lines(Level::Warn).len(), 1, "{key} rewritten");
+        }
+    }
+
+    #[test]
+    fn the_older_lease_keeps_a_subnet_whatever_the_key_form() {
+        let _serial = COUNTERS.lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = members();
+        let peer = lease("192.168.0.1", "02:00:00:00:00:01");
+        put(&mut m, A, &peer, 10, 10);
+        // An attacker's newer dual-stack key for the peer's IPv4 subnet, pointing elsewhere.
+        let thief = "/coreos.com/network/subnets/10.244.1.0-24&fd00:10:244:7::-64";
+        let evil = r#"{"PublicIP":"192.168.0.66","PublicIPv6":"fd00:9::66","BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"02:00:00:00:00:66"},"BackendV6Data":{"VNI":1,"VtepMAC":"02:00:00:00:00:67"}}"#;
+        put(&mut m, thief, evil, 20, 20);
+        take_lines(Level::Warn);
+        let before = metrics::refusals("overlap");
+        let (peers, unusable) = vxlan_peers_on(&mut m, DUAL_NET);
+        assert_eq!(peers.len(), 1);
+        assert_eq!(peers[0].attrs.public_ip.to_string(), "192.168.0.1");
+        assert_eq!(unusable, 1);
+        let warned = take_lines(Level::Warn);
+        assert_eq!(
+            warned,
+            ["lease 10.244.1.0-24&fd00:10:244:7::-64 is not programmed: subnet 10.244.1.0/24 is already held by the older lease 10.244.1.0-24"]
+        );
+        assert_eq!(metrics::refusals("overlap"), before + 1);
+        // The peer leaves: the other claim is the only one now, and is programmed.
+        m.apply(A.as_bytes(), Event::Delete, 30).unwrap();
+        let (peers, unusable) = vxlan_peers_on(&mut m, DUAL_NET);
+        assert_eq!((peers.len(), unusable), (1, 0));
+        assert_eq!(peers[0].key.to_string(), "10.244.1.0-24&fd00:10:244:7::-64");
+        // An older dual-stack key beats a newer IPv4 one too.
+        put(&mut m, A, &peer, 40, 40);
+        let (peers, _) = vxlan_peers_on(&mut m, DUAL_NET);
+        assert_eq!(peers.len(), 1);
+        assert_eq!(peers[0].attrs.public_ip.to_string(), "192.168.0.66");
+    }
+
+    #[test]
+    fn junk_keys_are_named_once_and_shadow_keys_are_junk() {
+        let _serial = COUNTERS.lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = members();
+        let peer = lease("192.168.0.1", "02:00:00:00:00:01");
+        put(&mut m, A, &peer, 2, 2);
+        let before = metrics::refusals("not_a_lease_key");
+        // A key in a directory below subnets/ would otherwise shadow the real 10.244.1.0-24.
+        let shadow = "/coreos.com/network/subnets/x/10.244.1.0-24";
+        let evil = lease("192.168.0.66", "02:00:00:00:00:66");
+        assert!(!put(&mut m, shadow, &evil, 3, 3));
+        assert!(
+            !put(&mut m, shadow, &evil, 3, 3),
+            "the same key and value: said once"
+        );
+        let warned = take_lines(Level::Warn);
+        assert_eq!(warned.len(), 1, "{warned:?}");
+        assert!(warned[0].contains("ignoring key /coreos.com/network/subnets/x/10.244.1.0-24: not a flannel subnet lease key"));
+        let (peers, _) = vxlan_peers_on(&mut m, V4_NET);
+        assert_eq!(peers[0].attrs.public_ip.to_string(), "192.168.0.1");
+        // A newline in a key cannot end the log line and forge another.
+        let forged = format!("{SUBNETS}a\n2026-01-01T00:00:00.000Z ERROR ferrocni-agent: fake");
+        assert!(!put(&mut m, &forged, "x", 4, 4));
+        let warned = take_lines(Level::Warn);
+        assert_eq!(warned.len(), 1);
+        assert!(
+            !warned[0].contains('\n') && warned[0].contains("a\\n2026"),
+            "{warned:?}"
+        );
+        // A listing with the same key logs nothing new; a flood is named up to the budget and
+        // summed up in one line; a long name is clipped.
+        let mut snap = Snapshot {
+            revision: 50,
+            leases: m.known.clone(),
+            junk: vec![JunkKey::new(shadow.as_bytes(), 3)],
+        };
+        let long = format!("{SUBNETS}{}", "z".repeat(100_000));
+        snap.junk.push(JunkKey::new(long.as_bytes(), 4));
+        for i in 0..100 {
+            snap.junk
+                .push(JunkKey::new(format!("{SUBNETS}junk{i}").as_bytes(), 5));
+        }
+        m.replace(snap.clone(), OWN).unwrap();
+        let warned = take_lines(Level::Warn);
+        // Two keys were named already this minute: 18 more names, then the sum.
+        assert_eq!(warned.len(), NAMED_PER_WINDOW - 1, "{warned:?}");
+        assert!(warned.iter().all(|l| l.len() < 400), "{warned:?}");
+        assert!(
+            warned.last().unwrap().starts_with("83 more refused lease(s) or key(s) not named (over 20 a minute: not_a_lease_key 83)"),
+            "{warned:?}"
+        );
+        assert_eq!(metrics::refusals("not_a_lease_key"), before + 103);
+        m.replace(snap, OWN).unwrap();
+        assert!(
+            take_lines(Level::Warn).is_empty(),
+            "listed again: nothing new"
+        );
+    }
+
+    #[test]
+    fn watch_responses_carry_create_revisions() {
+        let mut m = members();
+        let value = lease("192.168.0.1", "02:00:00:00:00:01");
+        let resp = WatchResponse {
+            events: vec![proto::Event {
+                r#type: EventType::Put as i32,
+                kv: Some(proto::KeyValue {
+                    key: A.as_bytes().to_vec(),
+                    create_revision: 4,
+                    mod_revision: 6,
+                    value: value.into_bytes(),
+                    lease: 3,
+                }),
+            }],
+            ..WatchResponse::default()
+        };
+        assert!(m.apply_watch(&resp).unwrap());
+        let stored = &m.known[&SubnetKey::parse(A).unwrap()];
+        assert_eq!((stored.create_revision, stored.mod_revision), (4, 6));
+        assert_eq!(m.revision, 6);
+    }
+
+    #[test]
+    fn every_registered_backend_gets_the_same_checks() {
+        let _serial = COUNTERS.lock().unwrap_or_else(|p| p.into_inner());
+        // A lease that only the shared rules refuse reaches no backend's data plane.
+        for reg in registry::REGISTRY {
+            let name = reg.names[0];
+            let json = format!(r#"{{"Network":"10.244.0.0/16","Backend":{{"Type":"{name}"}}}}"#);
+            let n = net(&json);
+            let mut m = members();
+            let value = format!(r#"{{"PublicIP":"127.0.0.1","BackendType":"{name}"}}"#);
+            put(&mut m, A, &value, 2, 2);
+            let r = rules(&m, &json);
+            let (peers, unusable) = m.peers(&r, |a| n.backend.check_peer(a));
+            assert!(peers.is_empty(), "{name} got a loopback peer");
+            assert_eq!(unusable, 1);
+        }
     }
 }

@@ -1,41 +1,154 @@
 //! flannel's etcd layout: `<prefix>/config` and `<prefix>/subnets/<ip>-<len>` leases.
 //! Every unary request is bounded by a timeout, and fails over to the next endpoint when a
-//! member cannot serve, so one dead member never stalls the agent.
+//! member cannot serve, so one dead member never stalls the agent. Listings are read in
+//! pages of one snapshot ([`crate::subnet::listing`]), so no number or size of keys under the
+//! prefix makes a listing fail.
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 use crate::error::AgentError;
 use crate::etcd::proto::{
-    prefix_range_end, Compare, CompareResult, CompareTarget, DeleteRangeRequest, PutRequest,
-    RangeRequest, Request, RequestOp, TargetUnion, TxnRequest,
+    prefix_range_end, Compare, CompareResult, CompareTarget, DeleteRangeRequest, KeyValue,
+    PutRequest, RangeRequest, RangeResponse, Request, RequestOp, TargetUnion, TxnRequest,
 };
 use crate::etcd::{Client, EtcdError, Security, WatchStream};
+use crate::ops::log::{clip, escape_controls};
 use crate::ops::metrics;
 use crate::subnet::config::NetConfig;
 use crate::subnet::key::SubnetKey;
-use crate::subnet::lease::LeaseAttrs;
+use crate::subnet::lease::{LeaseAttrs, Unreadable};
+use crate::subnet::listing::{Memory, Walk};
 use crate::{debug, log, warn};
 
 /// Bound on one etcd request (a member that accepted the connection but stalls counts as down).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Listings started over when etcd compacted the revision they read mid-way.
+const LISTING_RESTARTS: u32 = 3;
+/// How many characters of a junk key name a log line shows.
+const KEY_SHOWN_CHARS: usize = 120;
 
 /// One lease as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredLease {
-    /// `None` when the value is not a lease we can read (logged, never programmed).
-    pub attrs: Option<LeaseAttrs>,
+    /// The value, or why it is not a lease the agent can read (never programmed, but its
+    /// subnet stays taken).
+    pub attrs: Result<LeaseAttrs, Unreadable>,
     /// The etcd lease the key is attached to; 0 = no TTL (a flannel reservation).
     pub etcd_lease: i64,
+    /// When the key was created: of two leases claiming a subnet, the older keeps it.
+    pub create_revision: i64,
     pub mod_revision: i64,
 }
 
-/// All leases at one store revision.
+impl StoredLease {
+    /// A stored value, decoded (values larger than any lease are not parsed).
+    pub fn decode(
+        value: &[u8],
+        etcd_lease: i64,
+        create_revision: i64,
+        mod_revision: i64,
+    ) -> StoredLease {
+        StoredLease {
+            attrs: LeaseAttrs::decode(value),
+            etcd_lease,
+            create_revision,
+            mod_revision,
+        }
+    }
+
+    /// A lease holding `json`, as unit tests of the backends build their peers.
+    #[cfg(test)]
+    pub fn from_json(json: &str) -> StoredLease {
+        StoredLease::decode(json.as_bytes(), 1, 1, 1)
+    }
+}
+
+/// A key under `<prefix>/subnets/` that is not a lease key: remembered by a fingerprint of its
+/// name and revision (to log it once), and shown clipped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JunkKey {
+    pub shown: String,
+    pub fingerprint: u64,
+}
+
+impl JunkKey {
+    pub fn new(name: &[u8], mod_revision: i64) -> JunkKey {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        name.hash(&mut h);
+        mod_revision.hash(&mut h);
+        JunkKey {
+            shown: shown_key(name),
+            fingerprint: h.finish(),
+        }
+    }
+}
+
+/// An etcd key as a log line shows it: text, clipped and with control characters escaped
+/// (anyone can write keys of a megabyte, or with a newline and a forged log line after it).
+pub fn shown_key(name: &[u8]) -> String {
+    // At most 4 bytes a character: decoding more than this is never shown.
+    let head = &name[..name.len().min(4 * KEY_SHOWN_CHARS + 4)];
+    escape_controls(&clip(&String::from_utf8_lossy(head), KEY_SHOWN_CHARS))
+}
+
+/// The lease key that etcd key `name` is: a lease key right under `subnets` (the directory
+/// `<prefix>/subnets/`), not in a directory below it, where a key could shadow a real lease.
+pub fn lease_key_of(subnets: &str, name: &[u8]) -> Option<SubnetKey> {
+    let rest = name.strip_prefix(subnets.as_bytes())?;
+    if rest.contains(&b'/') {
+        return None;
+    }
+    SubnetKey::parse(std::str::from_utf8(rest).ok()?)
+}
+
+/// Every key under `<prefix>/subnets/` at one store revision.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     pub revision: i64,
     pub leases: BTreeMap<SubnetKey, StoredLease>,
+    /// Keys that are not lease keys (their values are not kept).
+    pub junk: Vec<JunkKey>,
+}
+
+impl Snapshot {
+    /// Takes one listed key-value in (`unread`: why it was listed without its value).
+    fn add(&mut self, subnets: &str, kv: KeyValue, unread: Option<Unreadable>) {
+        match lease_key_of(subnets, &kv.key) {
+            Some(key) => {
+                let mut lease =
+                    StoredLease::decode(&kv.value, kv.lease, kv.create_revision, kv.mod_revision);
+                if let Some(why) = unread {
+                    lease.attrs = Err(why);
+                }
+                self.leases.insert(key, lease);
+            }
+            None => self.junk.push(JunkKey::new(&kv.key, kv.mod_revision)),
+        }
+    }
+}
+
+/// Why a listing page came back without keys.
+enum PageError {
+    /// The response is larger than the client decodes.
+    TooLarge,
+    /// The pinned revision was compacted away.
+    Compacted,
+}
+
+/// Why one listing attempt ended without a snapshot.
+enum ListError {
+    /// Start over at the latest revision.
+    Compacted,
+    Failed(AgentError),
+}
+
+impl From<AgentError> for ListError {
+    fn from(e: AgentError) -> ListError {
+        ListError::Failed(e)
+    }
 }
 
 /// How an updated key is tied to an etcd lease.
@@ -59,6 +172,8 @@ pub struct Store {
     client: Client,
     security: Security,
     prefix: String,
+    /// What listings learned: the page size, and the keys holding large values.
+    listing: Memory,
 }
 
 /// Why one request failed; `retry` marks failures another member may not have.
@@ -151,6 +266,7 @@ impl Store {
             client,
             security: security.clone(),
             prefix: prefix.trim_end_matches('/').to_string(),
+            listing: Memory::default(),
         })
     }
 
@@ -228,7 +344,7 @@ impl Store {
             .call(&format!("GET {key}"), |mut c| {
                 let req = RangeRequest {
                     key: key.as_bytes().to_vec(),
-                    range_end: Vec::new(),
+                    ..RangeRequest::default()
                 };
                 async move { c.range(req).await }
             })
@@ -240,30 +356,109 @@ impl Store {
         NetConfig::parse(&key, &kv.value)
     }
 
-    /// Range-reads every lease under `<prefix>/subnets/`.
+    /// Lists every key under `<prefix>/subnets/`: the leases, and the other keys apart.
     pub async fn list(&mut self) -> Result<Snapshot, AgentError> {
-        let prefix = self.subnets_prefix();
-        let resp = self
-            .call(&format!("GET {prefix}*"), |mut c| {
-                let req = RangeRequest {
-                    key: prefix.as_bytes().to_vec(),
-                    range_end: prefix_range_end(prefix.as_bytes()),
-                };
-                async move { c.range(req).await }
-            })
-            .await?;
-        let revision = resp.header.map(|h| h.revision).unwrap_or(0);
-        let mut leases = BTreeMap::new();
-        for kv in &resp.kvs {
-            let name = String::from_utf8_lossy(&kv.key);
-            match SubnetKey::parse(&name) {
-                Some(key) => {
-                    leases.insert(key, stored(&name, &kv.value, kv.lease, kv.mod_revision));
+        let mut restarts = 0;
+        loop {
+            match self.list_pages().await {
+                Ok(snap) => return Ok(snap),
+                Err(ListError::Failed(e)) => return Err(e),
+                Err(ListError::Compacted) if restarts < LISTING_RESTARTS => {
+                    restarts += 1;
+                    debug!(
+                        1,
+                        "the listing's revision was compacted meanwhile; listing again"
+                    );
                 }
-                None => warn!("ignoring key {name}: not a flannel subnet lease key"),
+                Err(ListError::Compacted) => {
+                    return Err(AgentError::etcd(
+                        format!("GET {}*", self.subnets_prefix()),
+                        format!("the revision read was compacted {restarts} times in a row"),
+                    ))
+                }
             }
         }
-        Ok(Snapshot { revision, leases })
+    }
+
+    /// One listing, request by request as [`Walk`] plans them (pages of one snapshot, sized
+    /// from the pages, around the keys known to hold large values); each page's values are
+    /// decoded (or dropped) before the next.
+    async fn list_pages(&mut self) -> Result<Snapshot, ListError> {
+        let subnets = self.subnets_prefix();
+        let range_end = prefix_range_end(subnets.as_bytes());
+        let mut memory = std::mem::take(&mut self.listing);
+        let mut walk = Walk::new(&mut memory, subnets.as_bytes(), &range_end);
+        let mut snap = Snapshot::default();
+        let mut requests = 0;
+        let outcome = loop {
+            let Some(step) = walk.next_step() else {
+                break Ok(());
+            };
+            requests += 1;
+            match self.range_page(&subnets, step.req.clone()).await {
+                Ok(Ok(resp)) => {
+                    for (kv, unread) in walk.took(&step, resp) {
+                        snap.add(&subnets, kv, unread);
+                    }
+                }
+                Ok(Err(PageError::TooLarge)) => {
+                    debug!(
+                        1,
+                        "a page of {} keys from {} was too large to decode; asking for less",
+                        step.req.limit,
+                        shown_key(&step.req.key)
+                    );
+                    if walk.too_large(&step).is_err() {
+                        break Err(ListError::Failed(AgentError::etcd(
+                            format!("GET {subnets}*"),
+                            "a key under the prefix is larger than a response may be",
+                        )));
+                    }
+                }
+                Ok(Err(PageError::Compacted)) => break Err(ListError::Compacted),
+                Err(e) => break Err(ListError::Failed(e)),
+            }
+        };
+        snap.revision = walk.revision();
+        let heavy = walk.read_heavy_pages();
+        if outcome.is_ok() {
+            walk.finish();
+        }
+        // What was learned about page sizes stays, even from an unfinished listing.
+        self.listing = memory;
+        outcome?;
+        debug!(
+            1,
+            "listed {subnets}* at revision {}: {} lease key(s), {} other key(s), {requests} request(s)",
+            snap.revision,
+            snap.leases.len(),
+            snap.junk.len()
+        );
+        if heavy {
+            release_free_memory();
+        }
+        Ok(snap)
+    }
+
+    /// One listing page; a response too large to decode and a compacted revision come back
+    /// as what they mean to the listing.
+    async fn range_page(
+        &mut self,
+        subnets: &str,
+        req: RangeRequest,
+    ) -> Result<Result<RangeResponse, PageError>, AgentError> {
+        self.call(&format!("GET {subnets}* (page)"), |mut c| {
+            let req = req.clone();
+            async move {
+                match c.range(req).await {
+                    Ok(resp) => Ok(Ok(resp)),
+                    Err(e) if e.is_too_large() => Ok(Err(PageError::TooLarge)),
+                    Err(e) if e.is_compacted() => Ok(Err(PageError::Compacted)),
+                    Err(e) => Err(e),
+                }
+            }
+        })
+        .await
     }
 
     async fn grant(&mut self, key: &str, ttl: i64) -> Result<i64, AgentError> {
@@ -383,20 +578,14 @@ impl Store {
     }
 }
 
-/// Decodes one stored value; unreadable values are kept as `attrs: None` so they still
-/// occupy their subnet.
-pub fn stored(key: &str, value: &[u8], etcd_lease: i64, mod_revision: i64) -> StoredLease {
-    let attrs = match LeaseAttrs::parse(value) {
-        Ok(a) => Some(a),
-        Err(e) => {
-            warn!("ignoring lease {key}: value is not flannel lease JSON: {e}");
-            None
-        }
-    };
-    StoredLease {
-        attrs,
-        etcd_lease,
-        mod_revision,
+/// Hands the allocator's free memory back to the kernel, after a listing (or the watch
+/// before it) decoded large values: glibc keeps freed large blocks in its heap (it raises its
+/// mmap threshold after freeing one), so a flood would otherwise stay in the agent's RSS.
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns the allocator's own free pages; no pointer is involved.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 

@@ -88,6 +88,7 @@ pub fn generate_private() -> Result<Key, std::io::Error> {
 pub fn load_or_create(path: &Path) -> Result<(KeyPair, bool), AgentError> {
     match fs::read_to_string(path) {
         Ok(text) => {
+            crate::ops::secrets::warn_if_exposed("WireGuard key file", path);
             let private = decode(&text).map_err(|msg| AgentError::KeyFile {
                 path: path.to_path_buf(),
                 msg: format!("does not hold a WireGuard private key ({msg})"),
@@ -212,6 +213,16 @@ mod tests {
         );
         let (again, created) = load_or_create(&path).unwrap();
         assert!(!created);
+        // The temporary file it was written through is gone, and the file is the owner's.
+        assert_eq!(fs::read_dir(path.parent().unwrap()).unwrap().count(), 1);
+        assert_eq!(
+            crate::ops::secrets::exposure("WireGuard key file", &path),
+            None
+        );
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(crate::ops::secrets::exposure("WireGuard key file", &path)
+            .unwrap()
+            .contains("mode 0644"));
         assert_eq!(again, first);
         assert!(!format!("{first:?}").contains(&encode(&first.private)));
 

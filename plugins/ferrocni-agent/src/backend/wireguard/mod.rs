@@ -143,12 +143,12 @@ impl Backend for WireguardOptions {
         if attrs.backend_type != "wireguard" {
             return Err(Refusal::OtherBackend);
         }
-        match lease_data(attrs.backend_data.as_ref()) {
-            Some(_) => Ok(()),
-            None => Err(Refusal::Invalid(
-                "BackendData has no valid WireGuard PublicKey".into(),
-            )),
+        check_data("BackendData", attrs.backend_data.as_ref()).map_err(Refusal::Invalid)?;
+        // The IPv6 half, when the lease has one.
+        if let Some(v6) = &attrs.backend_v6_data {
+            check_data("BackendV6Data", Some(v6)).map_err(Refusal::Invalid)?;
         }
+        Ok(())
     }
 
     /// The node's key is loaded (or created) here, before the lease that publishes it.
@@ -204,6 +204,16 @@ pub fn lease_attrs(
         backend_data: data(opts.listen_port),
         backend_v6_data: public_ipv6.and_then(|_| data(v6_port)),
     }
+}
+
+/// Why one family's backend data holds no usable WireGuard public key, if it does not.
+fn check_data(field: &str, v: Option<&serde_json::Value>) -> Result<(), String> {
+    let v = v.ok_or_else(|| format!("{field} is missing (a WireGuard PublicKey is needed)"))?;
+    let d: LeaseData = libcni::gojson::from_value(v)
+        .map_err(|_| format!("{field} is not wireguard's {{\"PublicKey\", \"Port\"}}"))?;
+    key::decode(&d.public_key)
+        .map(|_| ())
+        .map_err(|e| format!("{field}.PublicKey is not a WireGuard key: {e}"))
 }
 
 /// The public key and port of one family's backend data.
@@ -365,7 +375,7 @@ mod tests {
             .filter_map(|(key, l)| {
                 Some(Peer {
                     key: *key,
-                    attrs: l.attrs.clone()?,
+                    attrs: l.attrs.clone().ok()?,
                 })
             })
             .collect()
@@ -446,11 +456,36 @@ mod tests {
     }
 
     fn lease(json: &str) -> StoredLease {
-        StoredLease {
-            attrs: Some(LeaseAttrs::parse(json.as_bytes()).unwrap()),
-            etcd_lease: 1,
-            mod_revision: 1,
-        }
+        StoredLease::from_json(json)
+    }
+
+    #[test]
+    fn peers_need_a_whole_public_key() {
+        let n = net(r#"{"Network":"10.244.0.0/16","Backend":{"Type":"wireguard"}}"#);
+        let check = |data: &str| {
+            let json = format!(r#"{{"PublicIP":"192.168.1.5","BackendType":"wireguard",{data}}}"#);
+            n.backend
+                .check_peer(&LeaseAttrs::parse(json.as_bytes()).unwrap())
+        };
+        let good = format!(r#""BackendData":{{"PublicKey":"{PUB}","Port":51820}}"#);
+        assert_eq!(check(&good), Ok(()));
+        let refused = |data: &str| match check(data) {
+            Err(Refusal::Invalid(why)) => why,
+            other => panic!("{data}: {other:?}"),
+        };
+        // 16 bytes: base64 all right, but not a key.
+        let short = refused(r#""BackendData":{"PublicKey":"AQEBAQEBAQEBAQEBAQEBAQ==","Port":1}"#);
+        assert!(
+            short.contains("BackendData.PublicKey") && short.contains("32 bytes"),
+            "{short}"
+        );
+        assert!(refused(r#""BackendData":{"PublicKey":"%%%"}"#).contains("not base64"));
+        assert!(refused(r#""BackendData":{"PublicKey":7}"#).contains("not wireguard's"));
+        assert!(refused(r#""BackendData":null"#).contains("missing"));
+        let v6 = format!(
+            r#"{good},"BackendV6Data":{{"PublicKey":"AQEBAQEBAQEBAQEBAQEBAQ==","Port":51821}}"#
+        );
+        assert!(refused(&v6).starts_with("BackendV6Data.PublicKey"));
     }
 
     #[test]
