@@ -16,7 +16,6 @@ use crate::subnet::config::NetConfig;
 use crate::subnet::key::SubnetKey;
 use crate::subnet::lease::LeaseAttrs;
 use crate::subnet::membership::Membership;
-use crate::subnet::validate::Rules;
 use crate::{debug, log};
 
 /// Bound on one pass (a healthy one takes milliseconds).
@@ -75,7 +74,9 @@ impl Reconciler {
     ) -> Result<Pass, AgentError> {
         let started = Instant::now();
         let backend: &dyn Backend = input.net.backend.as_ref();
-        let rules = Rules::new(input.net, *input.own, input.public_ip, input.public_ipv6);
+        let rules = input
+            .net
+            .rules(*input.own, input.public_ip, input.public_ipv6);
         let (peers, unusable) = members.peers(&rules, |attrs| backend.check_peer(attrs));
         let plane = self.plane.clone();
         let own = *input.own;

@@ -3,12 +3,14 @@
 
 use ipnetwork::Ipv4Network;
 use serde::Deserialize;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crate::backend::{self, registry, Backend};
 use crate::error::AgentError;
 use crate::subnet::config_v6::Ipv6Config;
+use crate::subnet::key::SubnetKey;
 use crate::subnet::pick::pick_seeded;
+use crate::subnet::validate::{Rules, V6Rules};
 
 #[derive(Debug, Clone)]
 pub struct NetConfig {
@@ -177,6 +179,22 @@ impl NetConfig {
             ipv6,
             backend,
         })
+    }
+
+    /// The rules every other node's lease must follow on this network (`subnet::validate`),
+    /// for this node's lease `own` and underlay addresses.
+    pub fn rules(&self, own: SubnetKey, own_ip: Ipv4Addr, own_ipv6: Option<Ipv6Addr>) -> Rules {
+        Rules {
+            network: self.network,
+            subnet_len: self.subnet_len,
+            v6: self.ipv6.as_ref().map(|c| V6Rules {
+                network: c.network,
+                subnet_len: c.subnet_len,
+                own_ip: own_ipv6,
+            }),
+            own,
+            own_ip,
+        }
     }
 
     /// The cluster network the backend carries.

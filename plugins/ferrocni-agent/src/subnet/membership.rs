@@ -329,7 +329,7 @@ mod tests {
 
     fn rules(m: &Membership, json: &str) -> Rules {
         let ip6 = net(json).ipv6.map(|_| "fd00:9::9".parse().unwrap());
-        Rules::new(&net(json), m.own, OWN_IP.parse().unwrap(), ip6)
+        net(json).rules(m.own, OWN_IP.parse().unwrap(), ip6)
     }
 
     /// The peers the vxlan backend gets on `json`'s network.

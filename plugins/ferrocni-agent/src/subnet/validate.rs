@@ -24,7 +24,6 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnetwork::{IpNetwork, Ipv4Network, Ipv6Network};
 
-use crate::subnet::config::NetConfig;
 use crate::subnet::key::SubnetKey;
 use crate::subnet::lease::{LeaseAttrs, Unreadable};
 
@@ -162,25 +161,6 @@ pub struct Rules {
 }
 
 impl Rules {
-    pub fn new(
-        net: &NetConfig,
-        own: SubnetKey,
-        own_ip: Ipv4Addr,
-        own_ipv6: Option<Ipv6Addr>,
-    ) -> Rules {
-        Rules {
-            network: net.network,
-            subnet_len: net.subnet_len,
-            v6: net.ipv6.as_ref().map(|c| V6Rules {
-                network: c.network,
-                subnet_len: c.subnet_len,
-                own_ip: own_ipv6,
-            }),
-            own,
-            own_ip,
-        }
-    }
-
     /// Whether another node may hold pod prefix `prefix`: inside the network of its family,
     /// of the configured length, and not overlapping this node's subnet.
     pub fn check_prefix(&self, prefix: IpNetwork) -> Result<(), Reason> {
@@ -393,6 +373,7 @@ pub fn settle_overlaps(claims: &[Claim]) -> Vec<(SubnetKey, Reason)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::subnet::config::NetConfig;
 
     fn key(s: &str) -> SubnetKey {
         SubnetKey::parse(s).unwrap_or_else(|| panic!("{s} is not a key"))
@@ -408,17 +389,11 @@ mod tests {
     const OWN_IP6: &str = "fd00:9::9";
 
     fn v4_rules() -> Rules {
-        Rules::new(
-            &net(V4),
-            key("10.244.9.0-24"),
-            OWN_IP.parse().unwrap(),
-            None,
-        )
+        net(V4).rules(key("10.244.9.0-24"), OWN_IP.parse().unwrap(), None)
     }
 
     fn dual_rules() -> Rules {
-        Rules::new(
-            &net(DUAL),
+        net(DUAL).rules(
             key("10.244.9.0-24&fd00:10:244:9::-64"),
             OWN_IP.parse().unwrap(),
             Some(OWN_IP6.parse().unwrap()),
