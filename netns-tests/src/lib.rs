@@ -38,6 +38,7 @@ pub mod cri;
 pub mod exec_floor;
 pub mod netfilter;
 pub mod private_host;
+pub mod reboot;
 pub mod rng;
 
 use std::collections::HashMap;
