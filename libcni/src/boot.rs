@@ -25,7 +25,7 @@ use std::os::unix::fs::MetadataExt;
 use std::sync::OnceLock;
 
 /// The kernel's identity of the running boot (a UUID, new at every boot).
-pub const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
+pub const BOOT_ID_PATH: &CStr = c"/proc/sys/kernel/random/boot_id";
 /// Where the kernel tells when the running boot began (`btime <seconds since the epoch>`).
 pub const PROC_STAT_PATH: &str = "/proc/stat";
 /// The extended attribute holding the boot that wrote a file.
@@ -49,13 +49,11 @@ impl Boot {
     /// The running boot as the kernel tells it now; `None` without a readable boot_id.
     /// Long-running processes ask again; plugins use [`Boot::current`].
     pub fn read() -> Option<Boot> {
-        let mut text = String::new();
-        File::open(BOOT_ID_PATH)
-            .and_then(|f| f.take(MAX_BOOT_ID as u64 + 1).read_to_string(&mut text))
-            .ok()?;
-        let id = text.trim();
-        let valid =
-            !id.is_empty() && id.len() <= MAX_BOOT_ID && id.bytes().all(|b| b.is_ascii_graphic());
+        let mut buf = [0u8; MAX_BOOT_ID + 2];
+        let n = read_once(BOOT_ID_PATH, &mut buf)?;
+        let id = std::str::from_utf8(&buf[..n]).ok()?.trim();
+        // A read that filled the buffer was not a boot_id.
+        let valid = n < buf.len() && !id.is_empty() && id.bytes().all(|b| b.is_ascii_graphic());
         valid.then(|| Boot {
             id: id.to_string(),
             btime: OnceLock::new(),
@@ -166,6 +164,25 @@ fn dies_with_the_boot(file: &File) -> bool {
     #[allow(clippy::unnecessary_cast)]
     let kind = st.f_type as u32;
     kind == TMPFS_MAGIC || kind == RAMFS_MAGIC
+}
+
+/// One read of a small file into `buf` (the size read): open, read, close, and nothing more,
+/// as this runs on every ADD (`openat`, since musl's `open` adds an `fcntl` for O_CLOEXEC).
+fn read_once(path: &CStr, buf: &mut [u8]) -> Option<usize> {
+    // SAFETY: a NUL-terminated path; the descriptor returned is owned below.
+    let fd = unsafe {
+        libc::openat(
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a descriptor we just opened, owned (and closed) by the File from here on.
+    let mut file = unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    file.read(buf).ok()
 }
 
 fn read_btime() -> Option<i64> {
