@@ -24,6 +24,28 @@ impl Drop for Guard {
     }
 }
 
+/// A server netns and a pod netns joined by a veth: `srv0` (10.91.0.1/24, up) on the server's
+/// side, `eth0` (down, unaddressed) in the pod.
+fn server_and_pod(server: &str, pod: &str) -> (Netns, Netns) {
+    let (server, pod) = (Netns::new(server), Netns::new(pod));
+    server.exec_ok(&[
+        "ip",
+        "link",
+        "add",
+        "srv0",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        pod.name(),
+    ]);
+    server.exec_ok(&["ip", "addr", "add", "10.91.0.1/24", "dev", "srv0"]);
+    server.exec_ok(&["ip", "link", "set", "srv0", "up"]);
+    (server, pod)
+}
+
 fn dnsmasq_path() -> Option<PathBuf> {
     ["/usr/sbin/dnsmasq", "/usr/bin/dnsmasq"]
         .iter()
@@ -154,23 +176,7 @@ fn lease_renewal_restart_and_release_against_dnsmasq() {
     );
     let dhcp = our_binary("dhcp");
     let dir = TempDir::new("dhcp-test");
-    let server = Netns::new("dhcp-srv");
-    let pod = Netns::new("dhcp-pod");
-    server.exec_ok(&[
-        "ip",
-        "link",
-        "add",
-        "srv0",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "eth0",
-        "netns",
-        pod.name(),
-    ]);
-    server.exec_ok(&["ip", "addr", "add", "10.91.0.1/24", "dev", "srv0"]);
-    server.exec_ok(&["ip", "link", "set", "srv0", "up"]);
+    let (server, pod) = server_and_pod("dhcp-srv", "dhcp-pod");
     let mut server_proc = Some(dnsmasq(&dnsmasq_bin, &server, &dir));
 
     let (_daemon, socket) = daemon(&dhcp, &dir);
@@ -259,23 +265,7 @@ fn a_lease_of_an_earlier_boot_is_neither_renewed_nor_handed_out() {
     );
     let dhcp = our_binary("dhcp");
     let dir = TempDir::new("dhcp-boot");
-    let server = Netns::new("dhcpb-srv");
-    let pod = Netns::new("dhcpb-pod");
-    server.exec_ok(&[
-        "ip",
-        "link",
-        "add",
-        "srv0",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "eth0",
-        "netns",
-        pod.name(),
-    ]);
-    server.exec_ok(&["ip", "addr", "add", "10.91.0.1/24", "dev", "srv0"]);
-    server.exec_ok(&["ip", "link", "set", "srv0", "up"]);
+    let (server, pod) = server_and_pod("dhcpb-srv", "dhcpb-pod");
     let _server = dnsmasq(&dnsmasq_bin, &server, &dir);
     let mut boot = FakeBoot::new();
     let (_daemon, socket) = daemon_from(
@@ -526,23 +516,7 @@ fn concurrent_dels_of_one_attachment_return_promptly() {
     );
     let dhcp = our_binary("dhcp");
     let dir = TempDir::new("dhcp-dels");
-    let server = Netns::new("dhcpd-srv");
-    let pod = Netns::new("dhcpd-pod");
-    server.exec_ok(&[
-        "ip",
-        "link",
-        "add",
-        "srv0",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "eth0",
-        "netns",
-        pod.name(),
-    ]);
-    server.exec_ok(&["ip", "addr", "add", "10.91.0.1/24", "dev", "srv0"]);
-    server.exec_ok(&["ip", "link", "set", "srv0", "up"]);
+    let (server, pod) = server_and_pod("dhcpd-srv", "dhcpd-pod");
     pod.exec_ok(&["ip", "link", "set", "eth0", "up"]);
     let _server = dnsmasq(&dnsmasq_bin, &server, &dir);
     let (_daemon, socket) = daemon_with(&dhcp, &dir, &[]);
