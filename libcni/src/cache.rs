@@ -10,6 +10,12 @@
 //! files 0600. There is no fsync, as in the Go libcni: it would put the disk's flush latency on
 //! every ADD, and the cache need not survive a power loss. An entry emptied by one is treated as
 //! absent, and DEL goes on without a prevResult.
+//!
+//! Entries record the boot that wrote them ([`crate::boot`]). An entry of an earlier boot
+//! describes a container that died with it, whose addresses may belong to another one now:
+//! [`ResultCache::read`] treats it as absent (no stale prevResult reaches a DEL or CHECK), and
+//! [`ResultCache::list_attachments`] lists it without its netns (gone with the boot), so GC
+//! DELs it as a runtime DELs a container whose netns is gone.
 
 use std::fs;
 use std::io::Read;
@@ -157,7 +163,11 @@ impl ResultCache {
         ifname: &str,
     ) -> Result<Option<CachedRecord>, CacheError> {
         let path = self.file_path(network, container_id, ifname)?;
-        let Some(bytes) = read_bounded(&path)? else {
+        let Some(Entry {
+            bytes,
+            earlier_boot: false,
+        }) = read_bounded(&path)?
+        else {
             return Ok(None);
         };
         decode_record(&bytes)
@@ -232,12 +242,19 @@ impl ResultCache {
 
         let mut out = Vec::new();
         for name in names {
-            let Ok(Some(bytes)) = read_bounded(&dir.join(&name)) else {
+            let Ok(Some(Entry {
+                bytes,
+                earlier_boot,
+            })) = read_bounded(&dir.join(&name))
+            else {
                 continue;
             };
-            let Ok(CachedRecord::V1(entry)) = decode_record(&bytes) else {
+            let Ok(CachedRecord::V1(mut entry)) = decode_record(&bytes) else {
                 continue;
             };
+            if earlier_boot {
+                entry.netns.clear();
+            }
             if entry.ifname.is_empty() || entry.network.is_empty() {
                 continue;
             }
@@ -345,8 +362,14 @@ fn decode_v1(obj: &Map<String, Value>) -> Result<CacheEntry, String> {
     })
 }
 
+/// A cache file's bytes, and whether an earlier boot of the node wrote them.
+struct Entry {
+    bytes: Vec<u8>,
+    earlier_boot: bool,
+}
+
 /// Reads a file of at most [`MAX_CACHE_FILE_SIZE`] bytes; `Ok(None)` if it does not exist.
-fn read_bounded(path: &Path) -> Result<Option<Vec<u8>>, CacheError> {
+fn read_bounded(path: &Path) -> Result<Option<Entry>, CacheError> {
     let file = match fs::File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -358,6 +381,7 @@ fn read_bounded(path: &Path) -> Result<Option<Vec<u8>>, CacheError> {
             })
         }
     };
+    let earlier_boot = crate::boot::is_from_earlier_boot(&file);
     let mut bytes = Vec::new();
     file.take(MAX_CACHE_FILE_SIZE + 1)
         .read_to_end(&mut bytes)
@@ -372,7 +396,10 @@ fn read_bounded(path: &Path) -> Result<Option<Vec<u8>>, CacheError> {
             msg: format!("larger than {MAX_CACHE_FILE_SIZE} bytes"),
         });
     }
-    Ok(Some(bytes))
+    Ok(Some(Entry {
+        bytes,
+        earlier_boot,
+    }))
 }
 
 /// Temp file in the same directory + rename over `path`.

@@ -7,6 +7,7 @@
 //! This crate never touches netlink.
 
 pub mod args;
+pub mod boot;
 pub mod error;
 pub mod gojson;
 pub mod result;

@@ -1,6 +1,9 @@
 //! Small state files that plugins keep beside the kernel objects they create (what a DEL
 //! without prevResult, or a GC, needs to find those objects again). Written atomically: a
-//! reader sees the old file or the new one, never a partial one.
+//! reader sees the old file or the new one, never a partial one. Each file records the boot
+//! that wrote it ([`crate::boot`]): the objects it describes die with that boot, so
+//! [`read_this_boot`] reads the file of an earlier boot as absent and [`earlier_boots`]
+//! finds it for GC to remove.
 
 use std::fs;
 use std::io::{ErrorKind, Read, Write};
@@ -69,6 +72,7 @@ fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<bool> {
         // EOPNOTSUPP / EISDIR / EINVAL: no O_TMPFILE on this filesystem or kernel.
         Err(_) => return Ok(false),
     };
+    crate::boot::stamp(&file);
     file.write_all(bytes)?;
     let Ok(to) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
         return Ok(false);
@@ -132,6 +136,7 @@ fn replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
             .create_new(true)
             .mode(0o600)
             .open(&tmp)?;
+        crate::boot::stamp(&file);
         file.write_all(bytes)?;
         fs::rename(&tmp, path)
     })();
@@ -142,11 +147,30 @@ fn replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 /// Reads a file of at most `max` bytes; `Ok(None)` when it does not exist.
 pub fn read_bounded(path: &Path, max: u64) -> std::io::Result<Option<Vec<u8>>> {
-    let file = match fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
+    match open_if_exists(path)? {
+        Some(file) => read_open(file, max).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// [`read_bounded`] for state that cannot outlive its boot: a file written in an earlier boot
+/// of the node reads as `Ok(None)`, as if it did not exist.
+pub fn read_this_boot(path: &Path, max: u64) -> std::io::Result<Option<Vec<u8>>> {
+    match open_if_exists(path)? {
+        Some(file) if !crate::boot::is_from_earlier_boot(&file) => read_open(file, max).map(Some),
+        _ => Ok(None),
+    }
+}
+
+fn open_if_exists(path: &Path) -> std::io::Result<Option<fs::File>> {
+    match fs::File::open(path) {
+        Ok(f) => Ok(Some(f)),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn read_open(file: fs::File, max: u64) -> std::io::Result<Vec<u8>> {
     let mut bytes = Vec::new();
     file.take(max + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > max {
@@ -155,7 +179,38 @@ pub fn read_bounded(path: &Path, max: u64) -> std::io::Result<Option<Vec<u8>>> {
             format!("larger than {max} bytes"),
         ));
     }
-    Ok(Some(bytes))
+    Ok(bytes)
+}
+
+/// The state files of earlier boots in `dir`, for GC to remove: the regular files whose name
+/// `ours` accepts (never a dot-file) and that [`read_this_boot`] reads as absent. What they
+/// describe died with their boot, so removing them is all there is to do. A missing
+/// directory holds none; the error is the directory's listing failing.
+pub fn earlier_boots(
+    dir: &Path,
+    ours: impl Fn(&str) -> bool,
+) -> std::io::Result<Vec<std::path::PathBuf>> {
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut found = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let named_ours = name
+            .to_str()
+            .is_some_and(|n| !n.starts_with('.') && ours(n));
+        if !named_ours || !entry.file_type().is_ok_and(|t| t.is_file()) {
+            continue;
+        }
+        let path = entry.path();
+        if fs::File::open(&path).is_ok_and(|f| crate::boot::is_from_earlier_boot(&f)) {
+            found.push(path);
+        }
+    }
+    found.sort();
+    Ok(found)
 }
 
 /// Removes a file and what interrupted writes of it left; what is already gone is fine.
@@ -203,6 +258,47 @@ mod tests {
         assert!(!temps.exists());
         remove_if_exists(&path).unwrap();
         assert_eq!(read_bounded(&path, 10).unwrap(), None);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn state_of_an_earlier_boot_reads_as_absent_and_gc_finds_it() {
+        let Some(boot) = crate::boot::Boot::current() else {
+            return;
+        };
+        let dir =
+            std::env::temp_dir().join(format!("libcni-statefile-boot-{}", std::process::id()));
+        let (ours, old, theirs) = (dir.join("a:eth0"), dir.join("b:eth0"), dir.join("c:eth0"));
+        write_atomic(&ours, b"this boot").unwrap();
+        write_atomic(&old, b"earlier boot").unwrap();
+        fs::write(&theirs, b"unstamped, written now").unwrap();
+        fs::write(dir.join(".hidden"), b"").unwrap();
+        // Mark one as written by another boot: only where files keep user attributes (a tmpfs
+        // is never of an earlier boot, whatever it holds).
+        let marked = crate::boot::Boot::known("another-boot", None)
+            .stamp(&fs::File::open(&old).unwrap())
+            .is_ok()
+            && fs::File::open(&old).is_ok_and(|f| boot.predates(&f));
+        assert_eq!(
+            read_this_boot(&ours, 64).unwrap().as_deref(),
+            Some(&b"this boot"[..])
+        );
+        assert!(read_this_boot(&theirs, 64).unwrap().is_some());
+        assert_eq!(read_this_boot(&dir.join("none"), 64).unwrap(), None);
+        let found = earlier_boots(&dir, |n| n.contains(':')).unwrap();
+        if marked {
+            assert_eq!(read_this_boot(&old, 64).unwrap(), None);
+            assert!(read_bounded(&old, 64).unwrap().is_some(), "still there");
+            assert_eq!(found, vec![old.clone()]);
+        } else {
+            assert!(found.is_empty());
+        }
+        assert!(earlier_boots(&dir, |n| n.starts_with('x'))
+            .unwrap()
+            .is_empty());
+        assert!(earlier_boots(&dir.join("none"), |_| true)
+            .unwrap()
+            .is_empty());
         fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -260,3 +260,30 @@ fn list_attachments_filters_and_skips_junk() {
         .unwrap()
         .is_empty());
 }
+
+#[test]
+fn an_entry_of_an_earlier_boot_is_no_prev_result_and_lists_without_its_netns() {
+    let Some(boot) = libcni::boot::Boot::current() else {
+        return;
+    };
+    let dir = TempDir::new("cache-boot");
+    let cache = ResultCache::new(dir.path());
+    let path = cache.write(&sample_entry()).unwrap();
+    let file = std::fs::File::open(&path).unwrap();
+    assert!(!boot.predates(&file), "written in this boot");
+    // The node rebooted since: the entry carries another boot (where files keep user
+    // attributes and outlive a boot; elsewhere there is nothing to judge).
+    let other = libcni::boot::Boot::known("an-earlier-boot", None);
+    if other.stamp(&file).is_err() || !boot.predates(&file) {
+        return;
+    }
+    assert!(cache.read("mynet", "c1", "eth0").unwrap().is_none());
+    assert!(cache.read_result("mynet", "c1", "eth0").unwrap().is_none());
+    let listed = cache.list_attachments(Some("mynet"), None).unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].container_id, "c1");
+    assert_eq!(listed[0].netns, "", "the netns died with its boot");
+    // A new ADD of the same attachment replaces it with an entry of this boot.
+    cache.write(&sample_entry()).unwrap();
+    assert!(cache.read_result("mynet", "c1", "eth0").unwrap().is_some());
+}

@@ -40,6 +40,7 @@ pub mod exec_floor;
 pub mod frr;
 pub mod netfilter;
 pub mod private_host;
+pub mod reboot;
 pub mod rng;
 
 use std::collections::HashMap;

@@ -1,8 +1,10 @@
 //! dhcp against a real DHCP server: dnsmasq in a server netns on one end of a veth, the pod
 //! on the other, our daemon started by the test (and killed at the end). ADD gets a lease,
 //! the daemon renews it at T1 (seen in dnsmasq's log), survives a dnsmasq restart, CHECK
-//! and STATUS talk to it, and DEL releases the lease (dnsmasq's lease file empties).
+//! and STATUS talk to it, and DEL releases the lease (dnsmasq's lease file empties). After a
+//! (faked) reboot of the node, a lease of the earlier boot is neither renewed nor handed out.
 
+use netns_tests::reboot::FakeBoot;
 use netns_tests::{
     our_bin_dir, our_binary, require_root, skip_unless, Cnitool, ConfDir, Netns, PluginCall,
     TempDir,
@@ -20,6 +22,28 @@ impl Drop for Guard {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// A server netns and a pod netns joined by a veth: `srv0` (10.91.0.1/24, up) on the server's
+/// side, `eth0` (down, unaddressed) in the pod.
+fn server_and_pod(server: &str, pod: &str) -> (Netns, Netns) {
+    let (server, pod) = (Netns::new(server), Netns::new(pod));
+    server.exec_ok(&[
+        "ip",
+        "link",
+        "add",
+        "srv0",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        pod.name(),
+    ]);
+    server.exec_ok(&["ip", "addr", "add", "10.91.0.1/24", "dev", "srv0"]);
+    server.exec_ok(&["ip", "link", "set", "srv0", "up"]);
+    (server, pod)
 }
 
 fn dnsmasq_path() -> Option<PathBuf> {
@@ -72,11 +96,16 @@ fn daemon(dhcp: &Path, dir: &TempDir) -> (Guard, PathBuf) {
 
 /// Our DHCP daemon with the timing flags `timing`.
 fn daemon_with(dhcp: &Path, dir: &TempDir, timing: &[&str]) -> (Guard, PathBuf) {
+    daemon_from(Command::new(dhcp), dir, timing)
+}
+
+/// The DHCP daemon `dhcp` runs (the binary, or a command that executes it), with the timing
+/// flags `timing`.
+fn daemon_from(mut dhcp: Command, dir: &TempDir, timing: &[&str]) -> (Guard, PathBuf) {
     let socket = dir.join("dhcp.sock");
     let daemon_log = std::fs::File::create(dir.join("daemon.log")).unwrap();
     let guard = Guard(
-        Command::new(dhcp)
-            .args(["daemon", "-socketpath"])
+        dhcp.args(["daemon", "-socketpath"])
             .arg(&socket)
             .args(timing)
             .arg(format!("-pidfile={}", dir.join("daemon.pid").display()))
@@ -147,23 +176,7 @@ fn lease_renewal_restart_and_release_against_dnsmasq() {
     );
     let dhcp = our_binary("dhcp");
     let dir = TempDir::new("dhcp-test");
-    let server = Netns::new("dhcp-srv");
-    let pod = Netns::new("dhcp-pod");
-    server.exec_ok(&[
-        "ip",
-        "link",
-        "add",
-        "srv0",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "eth0",
-        "netns",
-        pod.name(),
-    ]);
-    server.exec_ok(&["ip", "addr", "add", "10.91.0.1/24", "dev", "srv0"]);
-    server.exec_ok(&["ip", "link", "set", "srv0", "up"]);
+    let (server, pod) = server_and_pod("dhcp-srv", "dhcp-pod");
     let mut server_proc = Some(dnsmasq(&dnsmasq_bin, &server, &dir));
 
     let (_daemon, socket) = daemon(&dhcp, &dir);
@@ -238,6 +251,92 @@ fn lease_renewal_restart_and_release_against_dnsmasq() {
     let out = call("CHECK").run(&check);
     assert!(!out.success, "CHECK after DEL: {}", out.stdout);
     drop(server_proc);
+}
+
+/// The node reboots under a running daemon (the boot faked in the daemon's mount namespace):
+/// the lease of the earlier boot is not renewed at its next T1, CHECK no longer finds it, and
+/// an ADD of the attachment acquires a lease anew instead of being handed the old one.
+#[test]
+fn a_lease_of_an_earlier_boot_is_neither_renewed_nor_handed_out() {
+    require_root!();
+    let dnsmasq_bin = skip_unless!(
+        dnsmasq_path(),
+        "dnsmasq not installed (apt-get install dnsmasq)"
+    );
+    let dhcp = our_binary("dhcp");
+    let dir = TempDir::new("dhcp-boot");
+    let (server, pod) = server_and_pod("dhcpb-srv", "dhcpb-pod");
+    let _server = dnsmasq(&dnsmasq_bin, &server, &dir);
+    let mut boot = FakeBoot::new();
+    let (_daemon, socket) = daemon_from(
+        boot.command(&[dhcp.to_str().unwrap()]),
+        &dir,
+        &["-timeout", "1s", "-resendmax", "2s", "-resendtimeout=20s"],
+    );
+    let conf = json!({"cniVersion": "1.1.0", "name": "dhcp-net", "type": "macvlan",
+        "ipam": {"type": "dhcp", "daemonSocketPath": socket}});
+    let call = |cmd: &str| PluginCall::new(&dhcp, cmd, "boot-cid", pod.path_str(), "eth0");
+    let result = call("ADD").run_ok(&conf);
+    let ip = result["ips"][0]["address"]
+        .as_str()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let (log, daemon_log) = (dir.join("log"), dir.join("daemon.log"));
+    let acks = || count(&log, &format!("DHCPACK(srv0) {ip}"));
+    let first = acks();
+    wait_for("a renewal", Duration::from_secs(8), || acks() > first);
+
+    boot.reboot();
+    // A renewal already under way may end; at the next T1 the daemon lets the lease go.
+    std::thread::sleep(Duration::from_secs(1));
+    let at_reboot = acks();
+    wait_for_or(
+        "the daemon to give up the lease of the earlier boot",
+        Duration::from_secs(10),
+        || {
+            count(
+                &daemon_log,
+                "lease of an earlier boot of the node, not renewed",
+            ) > 0
+        },
+        || std::fs::read_to_string(&daemon_log).unwrap_or_default(),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(acks(), at_reboot, "a lease of an earlier boot was renewed");
+    let mut check = conf.clone();
+    check["prevResult"] = result.clone();
+    assert!(
+        !call("CHECK").run(&check).success,
+        "CHECK trusted the old lease"
+    );
+
+    // The attachment again: a new acquisition (DISCOVER), kept alive (renewed) in this boot.
+    let discovers = count(&log, "DHCPDISCOVER(srv0)");
+    let again = call("ADD").run_ok(&conf);
+    assert!(
+        count(&log, "DHCPDISCOVER(srv0)") > discovers,
+        "no new acquisition"
+    );
+    assert!(count(&daemon_log, "not reusing the lease held") > 0);
+    let new_ip = again["ips"][0]["address"]
+        .as_str()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let renewed = count(&log, &format!("DHCPACK(srv0) {new_ip}"));
+    wait_for("a renewal in the new boot", Duration::from_secs(8), || {
+        count(&log, &format!("DHCPACK(srv0) {new_ip}")) > renewed
+    });
+    let mut check = conf.clone();
+    check["prevResult"] = again;
+    call("CHECK").run_ok(&check);
+    call("DEL").run_ok(&conf);
+    wait_for_release(&dir, &new_ip);
 }
 
 #[test]
@@ -417,23 +516,7 @@ fn concurrent_dels_of_one_attachment_return_promptly() {
     );
     let dhcp = our_binary("dhcp");
     let dir = TempDir::new("dhcp-dels");
-    let server = Netns::new("dhcpd-srv");
-    let pod = Netns::new("dhcpd-pod");
-    server.exec_ok(&[
-        "ip",
-        "link",
-        "add",
-        "srv0",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "eth0",
-        "netns",
-        pod.name(),
-    ]);
-    server.exec_ok(&["ip", "addr", "add", "10.91.0.1/24", "dev", "srv0"]);
-    server.exec_ok(&["ip", "link", "set", "srv0", "up"]);
+    let (server, pod) = server_and_pod("dhcpd-srv", "dhcpd-pod");
     pod.exec_ok(&["ip", "link", "set", "eth0", "up"]);
     let _server = dnsmasq(&dnsmasq_bin, &server, &dir);
     let (_daemon, socket) = daemon_with(&dhcp, &dir, &[]);

@@ -202,7 +202,10 @@ fn assert_node_clean(d: &Disk) {
         .into_iter()
         .filter(|f| {
             let name = f.rsplit('/').next().unwrap_or("");
-            name.starts_with('.') && !name.starts_with(".ferrocni-index") && name != ".filler"
+            name.starts_with('.')
+                && !name.starts_with(".ferrocni-index")
+                && name != ".ferrocni-boot"
+                && name != ".filler"
         })
         .collect::<Vec<_>>();
     assert!(

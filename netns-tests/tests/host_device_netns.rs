@@ -230,6 +230,42 @@ fn del_tolerates_a_vanished_netns_and_gc_recovers_a_returned_device() {
     assert!(std::fs::read_dir(st.path()).unwrap().next().is_none());
 }
 
+/// The pod's netns dies before its DEL (a crash, a reboot): our DEL still releases the lease,
+/// with the dead netns's path as with none (containerd's second DEL). The reference's fails
+/// while the path is given and skips IPAM without it: the lease leaks, on every reboot.
+#[test]
+fn del_with_the_netns_gone_releases_the_lease_unlike_the_reference() {
+    require_root!();
+    let reference = skip_unless!(
+        reference("host-device"),
+        "reference host-device not installed"
+    );
+    for plugin in [ours("host-device"), reference] {
+        let host = host_with_device("hd-gone-h");
+        let (ipam, st) = (TempDir::new("hd-gone-ipam"), TempDir::new("hd-gone-state"));
+        let c = hd_conf("1.0.0", Some(&ipam), &st, json!({"device": "hd0"}));
+        let pod = Netns::new("hd-gone-p");
+        let mut a = Attachment::new(&plugin, &host, "gonepod", &pod);
+        let r = a.add(&c);
+        drop(pod);
+        let with_path = a.call("DEL", &with_prev(&c, Some(&r)));
+        a.netns = String::new();
+        let without = a.call("DEL", &c);
+        let left = leases(&ipam);
+        if plugin.label == "ours" {
+            assert!(with_path.status.success() && without.status.success());
+            assert!(left.is_empty(), "ours leaked {left:?}");
+        } else {
+            eprintln!(
+                "the reference's DEL with the netns gone: {}; without a netns: {}; leases left: {left:?}",
+                text(&with_path.stdout).trim(),
+                if without.status.success() { "success" } else { "failure" },
+            );
+            assert!(!left.is_empty(), "the reference released the lease now");
+        }
+    }
+}
+
 /// The container already has a link with the device's host name (a second NIC named like the
 /// host's, or a pod that got a device of that name earlier): the device crosses under the
 /// temporary name `temp_<ifindex>` and is renamed inside, as the reference does; the pod's own

@@ -112,9 +112,22 @@ impl Daemon {
             "allocate" => {
                 let slot = self.slot(&attachment);
                 let mut held = slot.lock().unwrap_or_else(|e| e.into_inner());
-                let lease = match held.as_ref() {
-                    Some(l) => Arc::clone(l),
-                    None => {
+                let place = Place {
+                    netns: format!("{}{}", self.flags.host_prefix, req.netns),
+                    ifname: req.ifname.clone(),
+                };
+                let lease = match held.take() {
+                    Some(l) if l.serves(&place) => {
+                        *held = Some(Arc::clone(&l));
+                        l
+                    }
+                    stale => {
+                        if let Some(old) = stale {
+                            // Of an earlier boot, no longer maintained, or another netns: a
+                            // new container under the same ID, which must not get it.
+                            eprintln!("dhcp: {id}: not reusing the lease held, acquiring anew");
+                            old.stop();
+                        }
                         let mut client_id = vec![0u8];
                         client_id.extend(id.as_bytes());
                         let identity = Identity {
@@ -123,10 +136,6 @@ impl Daemon {
                             provide: conf.provide.clone(),
                             request_list: conf.request_list.clone(),
                             broadcast: false,
-                        };
-                        let place = Place {
-                            netns: format!("{}{}", self.flags.host_prefix, req.netns),
-                            ifname: req.ifname.clone(),
                         };
                         let l = Lease::acquire(
                             id.clone(),
@@ -158,8 +167,10 @@ impl Daemon {
                 let slot = self.slot(&attachment);
                 let held = slot.lock().unwrap_or_else(|e| e.into_inner());
                 match held.as_ref() {
-                    Some(l) => Ok(Some(Value::String(l.address().to_string()))),
-                    None => Err(DhcpError::NoLease(id)),
+                    Some(l) if l.is_of_this_boot() => {
+                        Ok(Some(Value::String(l.address().to_string())))
+                    }
+                    _ => Err(DhcpError::NoLease(id)),
                 }
             }
             "release" => {
@@ -203,9 +214,10 @@ impl Daemon {
                     let mut held = slot.lock().unwrap_or_else(|e| e.into_inner());
                     let stale = held.as_ref().is_some_and(|l| {
                         l.network == conf.network
-                            && !valid
-                                .iter()
-                                .any(|(c, i)| *c == l.container_id && *i == l.place.ifname)
+                            && (!l.is_of_this_boot()
+                                || !valid
+                                    .iter()
+                                    .any(|(c, i)| *c == l.container_id && *i == l.place.ifname))
                     });
                     if stale {
                         if let Some(l) = held.take() {

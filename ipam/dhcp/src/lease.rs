@@ -2,6 +2,8 @@
 //! down at expiry, released when stopped. Every exchange opens its packet socket inside the
 //! container netns (entered by path on this dedicated thread, then left again), so the
 //! daemon never holds a netns open between exchanges and a deleted pod ends its lease.
+//! A lease belongs to the boot of the node it was acquired in: one of an earlier boot is
+//! neither renewed nor handed to a new container (`libcni::boot`).
 
 use std::io;
 use std::net::Ipv4Addr;
@@ -243,6 +245,8 @@ pub struct Lease {
     stop: Mutex<Option<mpsc::Sender<()>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
     priority: u32,
+    /// The boot_id of the boot the lease was acquired in (`None`: unknown).
+    boot: Option<String>,
 }
 
 impl Lease {
@@ -275,6 +279,7 @@ impl Lease {
             stop: Mutex::new(Some(stop_tx)),
             thread: Mutex::new(None),
             priority,
+            boot: libcni::boot::Boot::read().map(|b| b.id().to_string()),
         });
         let worker = Arc::clone(&lease);
         let handle = std::thread::Builder::new()
@@ -295,6 +300,13 @@ impl Lease {
             match stop.recv_timeout(wait) {
                 Err(RecvTimeoutError::Timeout) => {}
                 _ => return self.release(),
+            }
+            if !self.is_of_this_boot() {
+                eprintln!(
+                    "dhcp: {}: lease of an earlier boot of the node, not renewed",
+                    self.client_id
+                );
+                return;
             }
             if !still_there(&self.place) {
                 eprintln!(
@@ -370,6 +382,31 @@ impl Lease {
         if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
             let _ = t.join();
         }
+    }
+
+    /// Whether the lease was acquired in the running boot of the node (asked anew each time;
+    /// an unknown boot does not count against it).
+    pub fn is_of_this_boot(&self) -> bool {
+        match (&self.boot, libcni::boot::Boot::read()) {
+            (Some(then), Some(now)) => then == now.id(),
+            _ => true,
+        }
+    }
+
+    /// Whether the lease may answer an ADD for `place`: acquired in this boot, still kept
+    /// alive, and for the same container netns and interface (a container re-created under
+    /// the same ID gets a lease of its own).
+    pub fn serves(&self, place: &Place) -> bool {
+        let maintained = self
+            .thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(|t| !t.is_finished());
+        maintained
+            && self.place.netns == place.netns
+            && self.place.ifname == place.ifname
+            && self.is_of_this_boot()
     }
 
     /// The address the lease holds.

@@ -28,8 +28,19 @@ fn validate_attachment(cid: &str, ifname: &str) -> Result<(), IpamError> {
 }
 
 fn open(cfg: &IpamConfig) -> Result<Store, IpamError> {
-    Store::open(&cfg.data_dir, &cfg.name, true, cfg.ranges.len())?
-        .ok_or_else(|| IpamError::StoreMissing(cfg.data_dir.join(&cfg.name)))
+    open_existing(cfg, true)?.ok_or_else(|| IpamError::StoreMissing(cfg.data_dir.join(&cfg.name)))
+}
+
+/// Opens the store (`None` when it does not exist and `create` is false); the first call of a
+/// boot of the node frees the leases of earlier boots first, unless the network keeps them.
+fn open_existing(cfg: &IpamConfig, create: bool) -> Result<Option<Store>, IpamError> {
+    let mut store = Store::open(&cfg.data_dir, &cfg.name, create, cfg.ranges.len())?;
+    if let (Some(store), false) = (store.as_mut(), cfg.keep_leases_across_reboots) {
+        if let Some(boot) = libcni::boot::Boot::current() {
+            store.forget_earlier_boots(boot);
+        }
+    }
+    Ok(store)
 }
 
 fn alloc_err(index: usize, reason: AllocFailure) -> IpamError {
@@ -230,7 +241,7 @@ pub fn gc_victims(index: &Index, valid: &[(String, String)]) -> Vec<String> {
 /// GC: rescans the store (never trusting the cache) and releases every victim, continuing
 /// past errors and reporting them all. `lock` and `last_reserved_ip.*` are never touched.
 pub fn gc(cfg: &IpamConfig, valid: &[(String, String)]) -> Result<(), IpamError> {
-    let Some(mut store) = Store::open(&cfg.data_dir, &cfg.name, false, cfg.ranges.len())? else {
+    let Some(mut store) = open_existing(cfg, false)? else {
         return Ok(()); // no store: nothing was ever reserved
     };
     store.rescan()?;
@@ -272,7 +283,7 @@ pub fn exhausted_sets<'a>(ranges: &'a [RangeSet], index: Option<&Index>) -> Vec<
 /// STATUS: not available (code 50) when a range set is exhausted. The index can only
 /// over-count (an entry whose file is gone), so exhaustion is confirmed by a rescan.
 pub fn status(cfg: &IpamConfig) -> Result<(), IpamError> {
-    let mut store = Store::open(&cfg.data_dir, &cfg.name, false, cfg.ranges.len())?;
+    let mut store = open_existing(cfg, false)?;
     let mut exhausted: Option<RangeSet> = None;
     if let Some(s) = store.as_mut() {
         if !exhausted_sets(&cfg.ranges, Some(s.leases())).is_empty() {
@@ -299,6 +310,7 @@ pub fn status(cfg: &IpamConfig) -> Result<(), IpamError> {
 mod tests {
     use super::*;
     use crate::config;
+    use libcni::boot::Boot;
     use serde_json::json;
     use std::path::PathBuf;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -390,7 +402,7 @@ mod tests {
         assert_eq!(err.to_string(), "failed to allocate for range 1: no IP addresses available in range set: 10.0.0.10-10.0.0.11");
         // the v6 address taken for c3 was released
         let files = std::fs::read_dir(d.0.join("net1")).unwrap().count();
-        assert_eq!(files, 4 + 3 + 1); // 4 leases, lock, last_reserved x2, index
+        assert_eq!(files, 4 + 3 + 2); // 4 leases, lock, last_reserved x2, index, boot marker
         let st = status(&c).unwrap_err();
         assert_eq!(libcni::CniError::from(st).code, 50);
         del(&c, "c1", "eth0").unwrap();
@@ -611,6 +623,73 @@ mod tests {
             })
             .count();
         assert_eq!(leases, 0);
+    }
+
+    #[test]
+    fn the_first_call_of_a_boot_frees_the_leases_of_earlier_boots() {
+        let d = TempDir::new();
+        let c = cfg(
+            &d,
+            json!({"ranges":[[{"subnet":"10.0.0.0/24"}]]}),
+            json!({}),
+        );
+        add(&c, "c1", "eth0").unwrap();
+        add(&c, "c2", "eth0").unwrap();
+        let store_dir = d.0.join("net1");
+        // The reference's leases (no recorded boot), a directory under an address name.
+        std::fs::write(store_dir.join("10.0.0.50"), "ref1\r\neth0").unwrap();
+        std::fs::create_dir(store_dir.join("10.0.0.60")).unwrap();
+        let lease = |ip: &str| store_dir.join(ip).exists();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        let open = || Store::open(&d.0, "net1", false, 1).unwrap().unwrap();
+        let probe = std::fs::File::open(store_dir.join("10.0.0.50")).unwrap();
+        if !Boot::known("x", Some(i64::MAX)).predates(&probe) {
+            eprintln!("{} dies with the boot: nothing to free", d.0.display());
+            return;
+        }
+        let stamped = std::fs::File::open(store_dir.join("10.0.0.2"))
+            .is_ok_and(|f| Boot::known("x", Some(0)).predates(&f));
+
+        // This boot began an hour ago: its first call (the ADDs above) freed nothing, and
+        // nothing is freed again.
+        if let Some(this) = Boot::current() {
+            assert_eq!(open().forget_earlier_boots(this), 0);
+        }
+        // A boot that began an hour ago under another id: the reference's lease, written since,
+        // is of it; ours are of the boot they record (where files keep a record).
+        let mut store = open();
+        let freed = store.forget_earlier_boots(&Boot::known("boot-b", Some(now - 3600)));
+        store.commit();
+        assert!(lease("10.0.0.50") && lease("10.0.0.60"));
+        assert_eq!(freed, if stamped { 2 } else { 0 });
+        assert_eq!(lease("10.0.0.2"), !stamped);
+        // The marker names that boot: the next call reads it and goes on.
+        assert_eq!(
+            std::fs::read_to_string(store_dir.join(".ferrocni-boot")).unwrap(),
+            "ferrocni-boot boot-b\n"
+        );
+        assert_eq!(
+            open().forget_earlier_boots(&Boot::known("boot-b", Some(now + 60))),
+            0
+        );
+
+        // A reboot: everything written before it goes, the directory stays.
+        let mut store = open();
+        let freed = store.forget_earlier_boots(&Boot::known("boot-c", Some(now + 60)));
+        store.commit();
+        assert_eq!(freed, if stamped { 1 } else { 3 });
+        assert!(!lease("10.0.0.2") && !lease("10.0.0.3") && !lease("10.0.0.50"));
+        assert!(store_dir.join("10.0.0.60").is_dir());
+        // The index agrees: the freed containers may allocate again.
+        let mut store = open();
+        assert!(store.index_was_valid());
+        assert!(store.leases().leases.keys().all(|n| n == "10.0.0.60"));
+        drop(store);
+        add(&c, "c1", "eth0").unwrap();
+        add(&c, "ref1", "eth0").unwrap();
     }
 
     #[test]

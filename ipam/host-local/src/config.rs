@@ -13,6 +13,8 @@ use crate::ip::{canonical, parse_ip_maybe_prefix, Family};
 use crate::range::{RangeSet, RangeSpec};
 
 pub const DEFAULT_DATA_DIR: &str = "/var/lib/cni/networks";
+/// The `ipam` key that keeps leases across reboots of the node.
+const KEEP_ACROSS_REBOOTS: &str = "keepLeasesAcrossReboots";
 
 /// A route of the `routes` list, returned verbatim in the result.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +34,9 @@ pub struct IpamConfig {
     pub resolv_conf: Option<String>,
     /// CNI_ARGS `IP`, then `args.cni.ips`, then `runtimeConfig.ips`, duplicates removed.
     pub requested_ips: Vec<IpAddr>,
+    /// `keepLeasesAcrossReboots`: the leases of an earlier boot of the node are kept (as the
+    /// reference keeps them) instead of being freed by the first call of a new boot.
+    pub keep_leases_across_reboots: bool,
 }
 
 /// Go-style key lookup (exact or case-folded, last wins); `null` counts as absent.
@@ -250,6 +255,13 @@ pub fn load(conf: &Map<String, Value>, env_ip: Option<&str>) -> Result<IpamConfi
         .map(routes)
         .transpose()?
         .unwrap_or_default();
+    let keep_leases_across_reboots = field(ipam, KEEP_ACROSS_REBOOTS)
+        .map(|v| {
+            v.as_bool()
+                .ok_or_else(|| wrong_type(KEEP_ACROSS_REBOOTS, "a boolean", v))
+        })
+        .transpose()?
+        .unwrap_or(false);
 
     Ok(IpamConfig {
         name,
@@ -259,6 +271,7 @@ pub fn load(conf: &Map<String, Value>, env_ip: Option<&str>) -> Result<IpamConfi
         data_dir,
         resolv_conf: resolv_conf.map(str::to_string),
         requested_ips,
+        keep_leases_across_reboots,
     })
 }
 
@@ -361,6 +374,36 @@ mod tests {
         );
         // v4 + v6 with 0.2.0 is fine
         load_json(json!({"cniVersion":"0.2.0","name":"n","ipam":{"ranges":[[{"subnet":"10.2.0.0/24"}],[{"subnet":"fd00::/64"}]]}}), None).unwrap();
+    }
+
+    #[test]
+    fn keep_leases_across_reboots_decodes_like_the_other_fields() {
+        let keep = |ipam: Value| {
+            let mut ipam = ipam;
+            ipam["subnet"] = json!("10.1.0.0/24");
+            load_json(json!({"name": "n", "ipam": ipam}), None)
+                .map(|c| c.keep_leases_across_reboots)
+        };
+        assert!(!keep(json!({})).unwrap());
+        assert!(keep(json!({"keepLeasesAcrossReboots": true})).unwrap());
+        assert!(keep(json!({"KeepLeasesAcrossReboots": true})).unwrap());
+        assert!(!keep(json!({"keepLeasesAcrossReboots": null})).unwrap());
+        // A repeated key: the last one wins, as Go decodes it.
+        let repeated = libcni::gojson::parse(
+            br#"{"name":"n","ipam":{"subnet":"10.1.0.0/24","keepLeasesAcrossReboots":false,"keepLeasesAcrossReboots":true}}"#,
+        )
+        .unwrap();
+        assert!(
+            load_json(repeated, None)
+                .unwrap()
+                .keep_leases_across_reboots
+        );
+        assert_eq!(
+            keep(json!({"keepLeasesAcrossReboots": "yes"}))
+                .unwrap_err()
+                .to_string(),
+            "keepLeasesAcrossReboots: expected a boolean, got \"yes\""
+        );
     }
 
     #[test]

@@ -92,6 +92,7 @@ fn reference_reserves_ours_releases_and_does_not_double_book() {
     assert_eq!(
         rest,
         [
+            ".ferrocni-boot",
             ".ferrocni-index",
             "last_reserved_ip.0",
             "last_reserved_ip.1",

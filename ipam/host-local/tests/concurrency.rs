@@ -53,7 +53,10 @@ fn check_distinct_then_release(bin_for: impl Fn(usize) -> &'static str + Copy) {
     assert!(leases(&store).is_empty(), "{:?}", leases(&store));
     for e in entries(&store) {
         assert!(
-            e == "lock" || e.starts_with("last_reserved_ip.") || e == ".ferrocni-index",
+            e == "lock"
+                || e.starts_with("last_reserved_ip.")
+                || e == ".ferrocni-index"
+                || e == ".ferrocni-boot",
             "left behind: {e}"
         );
     }

@@ -60,6 +60,7 @@ fn gc_releases_only_invalid_attachments() {
     assert_eq!(
         rest,
         [
+            ".ferrocni-boot",
             ".ferrocni-index",
             "last_reserved_ip.0",
             "last_reserved_ip.1",

@@ -84,13 +84,14 @@ fn planted_symlinks_and_special_files_are_never_followed() {
     let outside = root.path().join("outside");
     std::fs::create_dir_all(&store).unwrap();
     std::fs::create_dir_all(&outside).unwrap();
-    for f in ["victim", "last", "index", "tmp"] {
+    for f in ["victim", "last", "index", "tmp", "boot"] {
         std::fs::write(outside.join(f), "precious").unwrap();
     }
     symlink(outside.join("victim"), store.join("10.70.0.2")).unwrap();
     symlink(outside.join("last"), store.join("last_reserved_ip.0")).unwrap();
     symlink(outside.join("index"), store.join(".ferrocni-index")).unwrap();
     symlink(outside.join("tmp"), store.join(".ferrocni-tmp")).unwrap();
+    symlink(outside.join("boot"), store.join(".ferrocni-boot")).unwrap();
     let fifo = std::ffi::CString::new(store.join("10.70.0.3").to_str().unwrap()).unwrap();
     // SAFETY: valid NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
@@ -105,14 +106,14 @@ fn planted_symlinks_and_special_files_are_never_followed() {
     gc["cniVersion"] = "1.1.0".into();
     gc["cni.dev/valid-attachments"] = json!([]);
     assert!(run_bounded("", &gc, "GC").ok());
-    for f in ["victim", "last", "index", "tmp"] {
+    for f in ["victim", "last", "index", "tmp", "boot"] {
         assert_eq!(
             std::fs::read_to_string(outside.join(f)).unwrap(),
             "precious",
             "{f} was modified"
         );
     }
-    assert_eq!(tree(&outside).len(), 4, "{:?}", tree(&outside));
+    assert_eq!(tree(&outside).len(), 5, "{:?}", tree(&outside));
     // the planted lease symlink, FIFO and directory still block their addresses
     assert!(std::fs::symlink_metadata(store.join("10.70.0.2"))
         .unwrap()

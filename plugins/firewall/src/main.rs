@@ -150,18 +150,22 @@ fn status(args: &CmdArgs) -> Result<(), FirewallError> {
 
 /// Removes the rules of this network's recorded attachments that are not in
 /// `cni.dev/valid-attachments` (pods whose DEL never came). An address still recorded by
-/// a valid attachment keeps its rules.
+/// a valid attachment keeps its rules. Records of an earlier boot only go: their rules died
+/// with it, and their addresses may be this boot's pods'.
 fn gc(args: &CmdArgs) -> Result<(), FirewallError> {
     let conf = config::parse(&args.config)?;
     let valid = args.valid_attachments()?;
     let records = Records::new(&conf.data_dir, &args.network_name);
+    let mut failures = Vec::new();
+    if let Err(e) = records.forget_earlier_boots() {
+        failures.push(e.to_string());
+    }
     let (live, stale): (Vec<Record>, Vec<Record>) = records.list()?.into_iter().partition(|r| {
         valid
             .iter()
             .any(|(cid, ifname)| *cid == r.container_id && *ifname == r.ifname)
     });
     let in_use: Vec<IpAddr> = live.iter().flat_map(|r| r.ips.iter().copied()).collect();
-    let mut failures = Vec::new();
     for r in stale {
         let ips: Vec<IpAddr> = r
             .ips

@@ -6,7 +6,9 @@
 //! One file per attachment, `<dataDir>/<network>/<containerID>:<ifname>` (neither a container
 //! ID nor an interface name may contain `:`), written atomically before the first rule is
 //! added and removed after the last one is gone. The default dataDir is under /run: the rules
-//! do not survive a reboot and neither do the records.
+//! do not survive a reboot and neither do the records. In a dataDir that outlives a boot, a
+//! record of an earlier boot is read as absent (its addresses may be another pod's now) and
+//! GC removes it without touching any rule (`libcni::statefile`).
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -91,7 +93,28 @@ impl Records {
             .map_err(|source| FirewallError::RemoveRecord { path, source })
     }
 
-    /// Every readable record of the network stored under its own attachment's name.
+    /// Removes the records of earlier boots (their rules died with that boot); goes on past a
+    /// failure and returns the first.
+    pub fn forget_earlier_boots(&self) -> Result<(), FirewallError> {
+        let stale =
+            statefile::earlier_boots(&self.dir, |name| name.contains(':')).map_err(|source| {
+                FirewallError::ListRecords {
+                    dir: self.dir.clone(),
+                    source,
+                }
+            })?;
+        let mut first_failure = Ok(());
+        for path in stale {
+            if let Err(source) = statefile::remove_if_exists(&path) {
+                first_failure =
+                    first_failure.and(Err(FirewallError::RemoveRecord { path, source }));
+            }
+        }
+        first_failure
+    }
+
+    /// Every readable record of this boot of the network stored under its own attachment's
+    /// name.
     pub fn list(&self) -> Result<Vec<Record>, FirewallError> {
         let entries = match std::fs::read_dir(&self.dir) {
             Ok(e) => e,
@@ -115,7 +138,7 @@ impl Records {
 }
 
 fn read(path: &Path) -> Option<Record> {
-    let bytes = match statefile::read_bounded(path, MAX_RECORD_BYTES) {
+    let bytes = match statefile::read_this_boot(path, MAX_RECORD_BYTES) {
         Ok(b) => b?,
         Err(e) => {
             eprintln!(

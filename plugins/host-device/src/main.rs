@@ -269,7 +269,7 @@ fn check<K: Kernel, I: Ipam>(
 
 /// GC: IPAM GC, then the devices of attachments that are gone without a DEL: found on the host
 /// (the kernel returned them when their netns died) by their alias, renamed back and given
-/// their state; the state files go.
+/// their state; the state files go, and so do those of earlier boots.
 fn gc<K: Kernel, I: Ipam>(
     kernel: &K,
     ipam: &I,
@@ -279,6 +279,9 @@ fn gc<K: Kernel, I: Ipam>(
     let valid = args.valid_attachments()?;
     let mut failures = Failures::default();
     failures.note(ipam.call_if_set(args, &conf.ipam_type, "GC"));
+    for file in state::earlier_boots(&conf.data_dir) {
+        failures.note(state::remove(&file).map_err(CniError::from));
+    }
     for (file, backup) in state::stale(&conf.data_dir, &conf.network, &valid) {
         // The netns is gone: only the host side is looked at.
         let given_back = give_back(kernel, "", &backup.owner.ifname, &backup);

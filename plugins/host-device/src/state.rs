@@ -1,6 +1,8 @@
 //! The original state of a moved device, kept in `<dataDir>/<containerID>_<ifname>.json` from
 //! ADD to DEL: its name and alias, whether it was up, its addresses and the routes through it.
 //! Moving a device into another netns drops its addresses and routes; DEL puts them back.
+//! A backup of an earlier boot of the node is read as absent (the move it recorded was undone
+//! by the reboot) and GC removes it.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -113,9 +115,10 @@ pub fn save(file: &Path, backup: &Backup) -> Result<(), HostDeviceError> {
     })
 }
 
-/// The backup at `file`; `None` when there is none or it is not one of ours.
+/// The backup at `file`; `None` when there is none, it is of an earlier boot or it is not
+/// one of ours.
 pub fn load(file: &Path) -> Option<Backup> {
-    let bytes = statefile::read_bounded(file, MAX_BACKUP_BYTES).ok()??;
+    let bytes = statefile::read_this_boot(file, MAX_BACKUP_BYTES).ok()??;
     serde_json::from_slice(&bytes).ok()
 }
 
@@ -175,6 +178,13 @@ pub fn restore<S: Netlink>(sock: &mut S, backup: &Backup) -> Result<(), HostDevi
         }
     }
     Ok(())
+}
+
+/// The backups in `data_dir` of earlier boots, of any network: the moves they recorded were
+/// undone by the reboot, so removing them is all GC has to do (an unreadable directory, as in
+/// [`stale`], has none).
+pub fn earlier_boots(data_dir: &str) -> Vec<PathBuf> {
+    statefile::earlier_boots(Path::new(data_dir), |n| n.ends_with(".json")).unwrap_or_default()
 }
 
 /// The backups in `data_dir` of `network` whose attachment is not in `valid`, stored under

@@ -3,7 +3,9 @@
 //! (`{"mac":..,"promisc":..,"mtu":..,"allmulti":..,"txQLen":..}`, configured fields only),
 //! so a DEL by either implementation restores an ADD by the other. Ours also name their
 //! attachment (`"owner"`, which the reference ignores), so GC can find the backups of
-//! attachments that never saw a DEL.
+//! attachments that never saw a DEL. A backup of an earlier boot of the node (in a dataDir
+//! that outlives a boot) is read as absent: the link it describes died with that boot, and an
+//! ADD with the same container ID records this boot's originals. GC removes such backups.
 
 use std::path::{Path, PathBuf};
 
@@ -59,25 +61,29 @@ impl Backup {
     }
 }
 
-/// GC: removes our backups of `network` whose attachment is not in `valid`. Backups without an
-/// owner (the reference's) or of other networks are left alone; so is anything that is not a
-/// readable backup stored under its owner's own file name. Returns the files removed.
+/// GC: removes our backups of `network` whose attachment is not in `valid`, and every backup
+/// of an earlier boot. Backups of this boot without an owner (the reference's) or of other
+/// networks are left alone; so is anything that is not a readable backup stored under its
+/// owner's own file name. Returns the files removed.
 pub fn gc(
     data_dir: &str,
     network: &str,
     valid: &[(String, String)],
 ) -> Result<Vec<PathBuf>, TuningError> {
+    let list_error = |source| TuningError::ListBackups {
+        dir: data_dir.to_string(),
+        source,
+    };
+    let mut removed = statefile::earlier_boots(Path::new(data_dir), |n| n.ends_with(".json"))
+        .map_err(list_error)?;
+    for file in &removed {
+        remove(file)?;
+    }
     let entries = match std::fs::read_dir(data_dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => {
-            return Err(TuningError::ListBackups {
-                dir: data_dir.to_string(),
-                source,
-            })
-        }
+        Err(source) => return Err(list_error(source)),
     };
-    let mut removed = Vec::new();
     for entry in entries.flatten() {
         let file = entry.path();
         if file.extension().and_then(|e| e.to_str()) != Some("json") {
@@ -107,11 +113,14 @@ pub fn path(data_dir: &str, container_id: &str, ifname: &str) -> PathBuf {
     Path::new(data_dir).join(format!("{container_id}_{ifname}.json"))
 }
 
-/// Reads a backup; `Ok(None)` when there is none.
+/// A backup is a few fields; anything much larger is not one.
+const MAX_BACKUP_BYTES: u64 = 64 * 1024;
+
+/// Reads a backup; `Ok(None)` when there is none, or only one of an earlier boot.
 pub fn load(path: &Path) -> Result<Option<Backup>, TuningError> {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+    let bytes = match statefile::read_this_boot(path, MAX_BACKUP_BYTES) {
+        Ok(Some(b)) => b,
+        Ok(None) => return Ok(None),
         Err(source) => {
             return Err(TuningError::ReadBackup {
                 path: path.to_path_buf(),
@@ -210,6 +219,38 @@ mod tests {
         }
         assert!(gc(dir_s, "n9", &[]).unwrap().is_empty());
         assert!(gc("/nonexistent-tuning-dir", "n1", &[]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_backup_of_an_earlier_boot_is_absent_and_gc_removes_it() {
+        let Some(boot) = libcni::boot::Boot::current() else {
+            return;
+        };
+        let scratch = Scratch::new("boot-test");
+        let dir_s = scratch.0.to_str().unwrap();
+        let p = path(dir_s, "valid", "eth0");
+        let b = Backup {
+            mtu: Some(1450),
+            owner: Some(Owner {
+                network: "n1".into(),
+                container_id: "valid".into(),
+                ifname: "eth0".into(),
+            }),
+            ..Default::default()
+        };
+        store(&p, &b).unwrap();
+        assert_eq!(load(&p).unwrap(), Some(b));
+        // The node rebooted since (where files keep a record and outlive a boot).
+        let file = std::fs::File::open(&p).unwrap();
+        let other = libcni::boot::Boot::known("an-earlier-boot", None);
+        if other.stamp(&file).is_err() || !boot.predates(&file) {
+            return;
+        }
+        assert_eq!(load(&p).unwrap(), None);
+        // Even listed as valid (the runtime's view is of this boot), it goes.
+        let valid = vec![("valid".to_string(), "eth0".to_string())];
+        assert_eq!(gc(dir_s, "n9", &valid).unwrap(), vec![p.clone()]);
+        assert!(!p.exists());
     }
 
     #[test]

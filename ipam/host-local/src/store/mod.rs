@@ -1,9 +1,10 @@
 //! The reference-compatible disk store: `<dataDir>/<network>/` holding one file per reserved
 //! address (`<containerID>\r\n<ifname>`), `last_reserved_ip.<set>` and `lock`, plus dot-files
 //! of ours whose names the reference never parses as addresses: `.ferrocni-index` (see
-//! [`index`]; its content never equals a lease's), `.ferrocni-index.new` (during its rewrite)
-//! and `.ferrocni-tmp` (a lease being written; a crashed writer's leftover is at worst
-//! released by the reference's DEL of that container, which is harmless).
+//! [`index`]; its content never equals a lease's), `.ferrocni-index.new` (during its rewrite),
+//! `.ferrocni-tmp` (a lease being written; a crashed writer's leftover is at worst
+//! released by the reference's DEL of that container, which is harmless) and `.ferrocni-boot`
+//! (`ferrocni-boot <boot_id>`, which no lease content equals either).
 //!
 //! A [`Store`] holds the exclusive flock on `lock` (the same lock the reference takes) from
 //! open until it is dropped, so a whole ADD/DEL/CHECK/GC is one critical section.
@@ -14,6 +15,10 @@
 //! which serialises concurrent ADDs on the disk. A power loss can at worst leave a lease file
 //! empty; no container of before the reboot survives it, and an empty lease is reclaimed. `.ferrocni-tmp` only exists while its writer holds
 //! the lock, so whoever takes the lock next removes a crashed writer's leftover.
+//!
+//! Leases belong to a boot of the node: ours carry the boot that wrote them (the temp file is
+//! stamped before it is linked, see `libcni::boot`), and `.ferrocni-boot` names the boot whose
+//! first call has already freed the leases of earlier boots ([`Store::forget_earlier_boots`]).
 
 pub mod fs;
 pub mod index;
@@ -28,12 +33,14 @@ use crate::error::IpamError;
 use fs::{Dir, EntryRead, FileLock};
 use index::{Fingerprint, Index};
 pub use lease::Owner;
+use libcni::boot::Boot;
 
 pub const LOCK_FILE: &str = "lock";
 pub const LAST_RESERVED_PREFIX: &str = "last_reserved_ip.";
 pub const INDEX_FILE: &str = ".ferrocni-index";
 pub const INDEX_NEW_FILE: &str = ".ferrocni-index.new";
 pub const TEMP_FILE: &str = ".ferrocni-tmp";
+pub const BOOT_FILE: &str = ".ferrocni-boot";
 
 /// Names that can be leases: they parse as an IP address (what the reference writes).
 pub fn is_lease_name(name: &str) -> bool {
@@ -365,6 +372,8 @@ impl Store {
                 0o600,
             )
             .map_err(|e| io_err("create", &path, e))?;
+        // Every lease linked to this inode is of this boot.
+        libcni::boot::stamp(&f);
         f.write_all(content.as_bytes())
             .map_err(|e| io_err("write", &path, e))?;
         self.temp_content = Some(content.to_string());
@@ -383,6 +392,7 @@ impl Store {
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
                 Err(e) => return Err(io_err("create lease", &path, e)),
             };
+        libcni::boot::stamp(&f);
         let written = f.write_all(content.as_bytes());
         if let Err(e) = written {
             let _ = self.dir.remove(name);
@@ -484,6 +494,92 @@ impl Store {
             }
         }
         Ok(held)
+    }
+
+    /// Frees the leases of earlier boots of the node, once per boot: the first call of a boot
+    /// (`.ferrocni-boot` names another boot, or none) removes every lease file `boot`
+    /// [predates](Boot::predates), then names `boot` in `.ferrocni-boot`; later calls read
+    /// that small file and go on. Leases of this boot, ours or the reference's written since
+    /// the boot began, are kept; non-files are never touched. Runs under the store lock, so
+    /// no call of this boot can be reserving meanwhile. Housekeeping: what fails is reported
+    /// on stderr (and retried by the next call), never failing the call. Returns the number
+    /// of leases freed.
+    pub fn forget_earlier_boots(&mut self, boot: &Boot) -> usize {
+        let marker = format!("ferrocni-boot {}\n", boot.id());
+        // The path of every call of the boot after its first: one small read. Anything but
+        // the marker (a short read, a planted non-file) only means looking again.
+        let mut buf = [0u8; 128];
+        let read = self
+            .dir
+            .open_file(BOOT_FILE, libc::O_RDONLY | libc::O_NONBLOCK, 0)
+            .and_then(|mut f| f.read(&mut buf));
+        if read.is_ok_and(|n| buf[..n] == *marker.as_bytes()) {
+            return 0;
+        }
+        let names = match self.dir.list() {
+            Ok(names) => names,
+            Err(e) => {
+                eprintln!("host-local: listing {}: {e}", self.dir.path().display());
+                return 0;
+            }
+        };
+        let mut freed = 0;
+        let mut complete = true;
+        for name in names.into_iter().filter(|n| is_lease_name(n)) {
+            let Ok(file) = self
+                .dir
+                .open_file(&name, libc::O_RDONLY | libc::O_NONBLOCK, 0)
+            else {
+                continue; // gone meanwhile, or a symlink: never a lease to free
+            };
+            if !file.metadata().is_ok_and(|m| m.file_type().is_file()) || !boot.predates(&file) {
+                continue;
+            }
+            match self.dir.remove(&name) {
+                Ok(()) => {
+                    self.record(&name, None);
+                    freed += 1;
+                }
+                Err(e) => {
+                    complete = false;
+                    eprintln!(
+                        "host-local: freeing the lease of an earlier boot {}: {e}",
+                        self.dir.path().join(&name).display()
+                    );
+                }
+            }
+        }
+        if complete {
+            self.write_boot_marker(&marker);
+        }
+        freed
+    }
+
+    /// Names the boot whose leases of earlier boots are freed. Rewritten in place, as the
+    /// round-robin hints are; a torn write only makes the next call look again.
+    fn write_boot_marker(&mut self, marker: &str) {
+        let written = self
+            .dir
+            .open_file(
+                BOOT_FILE,
+                libc::O_WRONLY | libc::O_CREAT | libc::O_NONBLOCK,
+                0o644,
+            )
+            .and_then(|f| {
+                if !f.metadata()?.file_type().is_file() {
+                    return Err(io::Error::other("not a regular file"));
+                }
+                f.write_all_at(marker.as_bytes(), 0)?;
+                f.set_len(marker.len() as u64)
+            });
+        // A new file changes the directory: the journal's next marker must say so.
+        self.changed = true;
+        if let Err(e) = written {
+            eprintln!(
+                "host-local: writing {}: {e}",
+                self.dir.path().join(BOOT_FILE).display()
+            );
+        }
     }
 
     /// Removes a lease file whatever it holds (GC of a verified victim); never non-files.
