@@ -263,7 +263,12 @@ test-release: dist
 	echo "== the node image (podman, FROM scratch) from the tarball's binaries"; \
 	FERROCNI_BIN_DIR=$$tmp/tgz $(CARGO) test -q -p netns-tests --test container_image; \
 	echo "== the README's quick start, as written (private mount and network namespace)"; \
-	FERROCNI_QUICKSTART=1 $(CARGO) test -q -p netns-tests --test readme_quickstart
+	FERROCNI_QUICKSTART=1 $(CARGO) test -q -p netns-tests --test readme_quickstart; \
+	echo "== make demo and make demo-cluster, as a newcomer runs them"; \
+	for demo in demo demo-cluster; do \
+	    $(MAKE) --no-print-directory $$demo >$$tmp/$$demo.out 2>&1 || { cat $$tmp/$$demo.out; exit 1; }; \
+	    tail -n 1 $$tmp/$$demo.out; \
+	done
 
 # Unit tests only (no root needed).
 test-unit:
