@@ -79,7 +79,8 @@ DIST_NAME := ferrocni-linux-$(DEB_ARCH)-v$(VERSION)
 DEB_NAME  := ferrocni_$(VERSION)_$(DEB_ARCH)
 
 .PHONY: all build static-target install install-units image test test-deps test-release test-dist \
-        test-unit test-kernel test-kernel-run lint bench layout-profile dist clean fuzz fuzz-check
+        test-unit test-kernel test-kernel-run lint bench layout-profile dist clean fuzz fuzz-check \
+        demo demo-cluster
 
 all: build
 
@@ -123,6 +124,18 @@ install: $(if $(shell command -v $(CARGO) 2>/dev/null),build)
 	install -m 0755 $(RELEASE)/$(AGENT) $(DESTDIR)$(BINDIR)/$(AGENT)
 	@# cnitool is a command for people too: on PATH, beside the plugins it runs.
 	if [ "$(PREFIX)" != "$(BINDIR)" ]; then ln -sf $(PREFIX)/cnitool $(DESTDIR)$(BINDIR)/cnitool; fi
+
+# The suite at work, in throw-away namespaces that leave the host as it was (tools/demo/): one
+# node's chain through cnitool (`demo`), or etcd and three nodes running the agent with BACKEND
+# (`demo-cluster`). Root. Like `install`, they build first when cargo is on PATH.
+BACKEND ?= vxlan
+demo: $(if $(shell command -v $(CARGO) 2>/dev/null),build)
+	@test -f $(TARGET_FILE) || { echo "nothing built yet: run make build first"; exit 1; }
+	@tools/demo/demo.sh --bin-dir $(STATIC)
+
+demo-cluster: $(if $(shell command -v $(CARGO) 2>/dev/null),build)
+	@test -f $(TARGET_FILE) || { echo "nothing built yet: run make build first"; exit 1; }
+	@tools/demo/demo-cluster.sh --backend $(BACKEND) --bin-dir $(STATIC) --agent $(RELEASE)/$(AGENT)
 
 # The systemd units (agent, dhcp daemon and its socket) and the agent's FLANNELD_* environment
 # file, which an existing one is never replaced by. Then: systemctl daemon-reload.
@@ -252,7 +265,12 @@ test-release: dist
 	echo "== the node image (podman, FROM scratch) from the tarball's binaries"; \
 	FERROCNI_BIN_DIR=$$tmp/tgz $(CARGO) test -q -p netns-tests --test container_image; \
 	echo "== the README's quick start, as written (private mount and network namespace)"; \
-	FERROCNI_QUICKSTART=1 $(CARGO) test -q -p netns-tests --test readme_quickstart
+	FERROCNI_QUICKSTART=1 $(CARGO) test -q -p netns-tests --test readme_quickstart; \
+	echo "== make demo and make demo-cluster, as a newcomer runs them"; \
+	for demo in demo demo-cluster; do \
+	    $(MAKE) --no-print-directory $$demo >$$tmp/$$demo.out 2>&1 || { cat $$tmp/$$demo.out; exit 1; }; \
+	    tail -n 1 $$tmp/$$demo.out; \
+	done
 
 # Unit tests only (no root needed).
 test-unit:

@@ -121,7 +121,7 @@ macro_rules! require_driver {
 
 /// Whether this kernel can make what the driver-dependent tests need, probed once per process
 /// in a scratch netns (the answer is cached). `kind` is a link kind `ip link add ... type <kind>`
-/// takes (`dummy`, `vrf`, `ipip`, `wireguard`, ...; `vlan`, `macvlan`, `ipvlan`, `macvtap` on a
+/// takes (`dummy`, `vrf`, `ipip`, `vxlan`, `wireguard`, ...; `vlan`, `macvlan`, `ipvlan`, `macvtap` on a
 /// veth parent), or one of: `bridge_vlan_filtering` (CONFIG_BRIDGE_VLAN_FILTERING), `tap`
 /// (`/dev/net/tun`). Use it with [`require_driver!`]:
 /// `require_driver!(kernel_has("vrf"), "vrf driver")`.
@@ -173,6 +173,26 @@ fn probe_kernel(kind: &str) -> bool {
             .success(),
         "vrf" => ns
             .exec(&["ip", "link", "add", "k0", "type", "vrf", "table", "7"])
+            .status
+            .success(),
+        "vxlan" => ns
+            .exec(&[
+                "ip", "link", "add", "k0", "type", "vxlan", "id", "1", "dstport", "8472",
+            ])
+            .status
+            .success(),
+        // Without a local address an ipip link collides with the netns's fallback `tunl0`.
+        "ipip" => ns
+            .exec(&[
+                "ip",
+                "link",
+                "add",
+                "k0",
+                "type",
+                "ipip",
+                "local",
+                "192.0.2.1",
+            ])
             .status
             .success(),
         other => ns
