@@ -51,8 +51,15 @@ fn value<'a>(contents: &'a str, key: &str) -> Option<&'a str> {
 /// matches its PublicIP; so do we.
 pub fn previous_subnet(contents: &str) -> Option<SubnetKey> {
     let v4: Ipv4Network = value(contents, "FLANNEL_SUBNET")?.parse().ok()?;
+    // No lease is longer than /30 (flannel's SubnetLen limit): a /31 or /32 there (a hand
+    // edit, `10.244.1.1` without its length) names no subnet to ask for again.
+    if v4.prefix() > 30 {
+        return None;
+    }
     let v6 = value(contents, "FLANNEL_IPV6_SUBNET")
         .and_then(|v| v.parse::<Ipv6Network>().ok())
+        // Nor longer than /126 for IPv6 (flannel's IPv6SubnetLen limit).
+        .filter(|n| n.prefix() <= 126)
         .and_then(|n| Ipv6Network::new(n.network(), n.prefix()).ok());
     Some(SubnetKey {
         v4: Ipv4Network::new(v4.network(), v4.prefix()).ok()?,
@@ -63,6 +70,16 @@ pub fn previous_subnet(contents: &str) -> Option<SubnetKey> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_host_address_is_no_previous_subnet() {
+        // Found by the agent_subnet_env fuzz target: read back as 10.244.1.2/32.
+        assert_eq!(previous_subnet("FLANNEL_SUBNET=10.244.1.1\n"), None);
+        assert_eq!(previous_subnet("FLANNEL_SUBNET=10.244.1.1/31\n"), None);
+        assert!(previous_subnet("FLANNEL_SUBNET=10.244.1.1/30\n").is_some());
+        let key = previous_subnet("FLANNEL_SUBNET=10.244.1.1/24\nFLANNEL_IPV6_SUBNET=fd00::1\n");
+        assert_eq!(key.and_then(|k| k.v6), None);
+    }
 
     #[test]
     fn renders_flannel_format() {

@@ -17,10 +17,11 @@ use crate::{debug, log};
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_REQUEST: usize = 8192;
 
+/// Which paths a listener answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Routes {
-    healthz: bool,
-    metrics: bool,
+pub struct Routes {
+    pub healthz: bool,
+    pub metrics: bool,
 }
 
 /// Binds the configured listeners (a port in use fails the start, naming the address) and
@@ -105,8 +106,9 @@ async fn handle(mut conn: TcpStream, routes: Routes) -> std::io::Result<()> {
     conn.shutdown().await
 }
 
-/// The answer to one raw request: status line, content type and body.
-fn respond(request: &[u8], routes: Routes) -> (&'static str, &'static str, String) {
+/// The answer to one raw request: status line, content type and body. Public for the fuzz
+/// target of the request parser.
+pub fn respond(request: &[u8], routes: Routes) -> (&'static str, &'static str, String) {
     const TEXT: &str = "text/plain; charset=utf-8";
     let line = request
         .split(|b| *b == b'\n')
