@@ -13,6 +13,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::Netns;
@@ -283,6 +285,72 @@ pub fn udp_source_seen(receiver: &Netns, sender: &Netns, to: &str) -> Option<IpA
     let _ = child.kill();
     let _ = child.wait();
     seen
+}
+
+/// IPv4 headers of the frames seen in `ns` while `during` runs: `(src, dst, protocol,
+/// header length, packet)`. An AF_PACKET socket on a thread inside `ns`, so it sees every
+/// frame crossing the switch's bridge and ports.
+pub fn capture(ns: &Netns, during: impl FnOnce()) -> Vec<(Ipv4Addr, Ipv4Addr, u8, usize, Vec<u8>)> {
+    let ns_file = std::fs::File::open(ns.path()).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        // SAFETY: setns(2) on a namespace fd we own, on this thread only; socket(2) and
+        // setsockopt(2) on a descriptor we own; recv(2) into our own buffer.
+        let fd = unsafe {
+            assert_eq!(libc::setns(ns_file.as_raw_fd(), libc::CLONE_NEWNET), 0);
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW,
+                i32::from((libc::ETH_P_ALL as u16).to_be()),
+            )
+        };
+        assert!(
+            fd >= 0,
+            "AF_PACKET socket: {}",
+            std::io::Error::last_os_error()
+        );
+        let tv = libc::timeval {
+            tv_sec: 0,
+            tv_usec: 200_000,
+        };
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&tv as *const libc::timeval).cast(),
+                std::mem::size_of::<libc::timeval>() as u32,
+            )
+        };
+        ready_tx.send(()).unwrap();
+        let mut frames = Vec::new();
+        let mut buf = vec![0u8; 65536];
+        while !stop2.load(Ordering::Relaxed) {
+            let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+            if n > 0 {
+                frames.push(buf[..n as usize].to_vec());
+            }
+        }
+        unsafe { libc::close(fd) };
+        frames
+    });
+    ready_rx.recv().unwrap();
+    during();
+    stop.store(true, Ordering::Relaxed);
+    let frames = reader.join().unwrap();
+    frames
+        .into_iter()
+        .filter(|f| f.len() >= 34 && f[12..14] == [0x08, 0x00])
+        .map(|f| {
+            let ip = f[14..].to_vec();
+            let ihl = usize::from(ip[0] & 0x0f) * 4;
+            let src = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
+            let dst = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
+            (src, dst, ip[9], ihl, ip)
+        })
+        .collect()
 }
 
 /// One ICMP echo from `from` to `ip`, waiting at most a second.

@@ -1,0 +1,314 @@
+//! flannel's `udp` backend without the agent, on a simulated cluster ([`crate::cluster`]):
+//! each node runs `udp-proxy-node` (the packet engine standalone, `src/bin/udp-proxy-node.rs`)
+//! with flannel0 set up as flanneld sets it, and a static route table. The end-to-end tests
+//! (`tests/udp_proxy.rs`) and the bench's `udp` section use it.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Duration;
+
+use crate::cluster::{Node, Pod, Underlay};
+use crate::Netns;
+
+/// The cluster network and the backend's port (flanneld's defaults).
+pub const NETWORK: &str = "10.244.0.0/16";
+pub const PORT: u16 = 8285;
+/// flannel0's MTU on the 1500-byte underlay (minus the outer IPv4 and UDP headers), which
+/// the pods get too, as flannel's CNI config passes `FLANNEL_MTU` on.
+pub const MTU: u32 = 1500 - 28;
+
+/// Node `index`'s lease.
+pub fn subnet(index: u8) -> String {
+    format!("10.244.{index}.0/24")
+}
+
+/// Makes `dev` (an underlay veth) segment and coalesce as a NIC's driver does: UDP and UDP
+/// tunnel segmentation done at transmit (in software: `tx-udp-segmentation`,
+/// `tx-udp_tnl-segmentation` off), so one big GSO packet does not cross the "wire" unsplit,
+/// and GRO at receive. veth only runs its NAPI GRO for packets from a peer without TSO (or for
+/// local UDP with `rx-udp-gro-forwarding`), so TSO is turned off too: every packet then goes
+/// through GRO, as on a NIC. Needs `ethtool`; false (after saying why) when it failed.
+pub fn wire_like_a_nic(ns: &Netns, dev: &str) -> bool {
+    let out = ns
+        .command(&[
+            "ethtool",
+            "-K",
+            dev,
+            "tso",
+            "off",
+            "tx-udp-segmentation",
+            "off",
+            "tx-udp_tnl-segmentation",
+            "off",
+            "tx-udp_tnl-csum-segmentation",
+            "off",
+            "gro",
+            "on",
+        ])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => true,
+        Ok(o) => {
+            eprintln!(
+                "ethtool -K {dev} failed: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            false
+        }
+        Err(e) => {
+            eprintln!("ethtool not runnable ({e}): the underlay keeps veth's defaults");
+            false
+        }
+    }
+}
+
+/// Sets the MTU of a pod's link, both ends (`port` is its end in the node, `veth1` for the
+/// node's first pod) and of `cni0`.
+pub fn set_pod_mtu(node: &Node, pod: &Pod, port: &str, mtu: u32) {
+    let mtu = mtu.to_string();
+    node.ns.exec_ok(&["ip", "link", "set", port, "mtu", &mtu]);
+    node.ns.exec_ok(&["ip", "link", "set", "cni0", "mtu", &mtu]);
+    pod.ns.exec_ok(&["ip", "link", "set", "eth0", "mtu", &mtu]);
+}
+
+/// A running `udp-proxy-node`, stopped (and killed if need be) on drop.
+pub struct ProxyNode {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+    /// What the engine said runs (`Stats::datapath` as text).
+    pub datapath: String,
+}
+
+impl ProxyNode {
+    /// Starts the engine in `node`'s netns on flannel0, bound to the node's underlay address,
+    /// with the node's lease ([`subnet`]); returns once it is ready.
+    pub fn start(driver: &Path, node: &Node, per_packet: bool) -> ProxyNode {
+        let mut argv = vec![
+            driver.to_str().unwrap_or_default().to_string(),
+            "--tun".into(),
+            "flannel0".into(),
+            "--mtu".into(),
+            MTU.to_string(),
+            "--port".into(),
+            PORT.to_string(),
+            "--bind".into(),
+            node.ip.clone(),
+            "--subnet".into(),
+            subnet(node.index),
+            "--network".into(),
+            NETWORK.into(),
+        ];
+        if per_packet {
+            argv.push("--per-packet".into());
+        }
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let mut child = node
+            .ns
+            .command(&argv)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", driver.display()));
+        let stdin = child.stdin.take();
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let mut line = String::new();
+        let _ = stdout.read_line(&mut line);
+        let Some(datapath) = line.trim_end().strip_prefix("ready ") else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "udp-proxy-node in {} did not start: {line:?}",
+                node.ns.name()
+            );
+        };
+        ProxyNode {
+            datapath: datapath.to_string(),
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    fn command(&mut self, line: &str) -> String {
+        let stdin = self.stdin.as_mut().expect("the engine's stdin");
+        writeln!(stdin, "{line}").expect("write to udp-proxy-node");
+        stdin.flush().expect("write to udp-proxy-node");
+        let mut reply = String::new();
+        self.stdout
+            .read_line(&mut reply)
+            .expect("read from udp-proxy-node");
+        reply.trim_end().to_string()
+    }
+
+    /// Replaces the route table: `(subnet, "ip:port")` pairs.
+    pub fn set_routes(&mut self, routes: &[(String, String)]) {
+        let mut line = String::from("routes");
+        for (subnet, hop) in routes {
+            line.push_str(&format!(" {subnet}={hop}"));
+        }
+        let reply = self.command(&line);
+        assert_eq!(reply, "ok", "routes refused: {reply}");
+    }
+
+    /// The engine's counters (see the driver's `stats_json`).
+    pub fn stats(&mut self) -> serde_json::Value {
+        let reply = self.command("stats");
+        serde_json::from_str(&reply).unwrap_or_else(|e| panic!("stats {reply:?}: {e}"))
+    }
+
+    /// The engine's process (for its CPU time).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Stops the engine and waits for it.
+    pub fn stop(mut self) {
+        self.shut_down();
+    }
+
+    fn shut_down(&mut self) {
+        if let Some(mut stdin) = self.stdin.take() {
+            let _ = writeln!(stdin, "stop");
+        }
+        for _ in 0..50 {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for ProxyNode {
+    fn drop(&mut self) {
+        self.shut_down();
+    }
+}
+
+/// Routes of every node but `me` among `nodes`: `(lease, "underlay ip:PORT")`.
+pub fn peer_routes(nodes: &[Node], me: usize) -> Vec<(String, String)> {
+    nodes
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != me)
+        .map(|(_, n)| (subnet(n.index), format!("{}:{PORT}", n.ip)))
+        .collect()
+}
+
+/// A cluster of nodes on one underlay, each with one pod and a running engine. Dropped in
+/// field order: pods, engines, nodes (their flannel0 goes with their netns), the switch.
+pub struct UdpCluster {
+    pub pods: Vec<Pod>,
+    pub proxies: Vec<ProxyNode>,
+    pub nodes: Vec<Node>,
+    pub underlay: Underlay,
+}
+
+impl UdpCluster {
+    /// `per_packet[i]` chooses node `i + 1`'s data path; every node knows every other.
+    pub fn start(driver: &Path, tag: &str, per_packet: &[bool]) -> UdpCluster {
+        let underlay = Underlay::new(tag);
+        let mut nodes = Vec::new();
+        let mut pods = Vec::new();
+        for i in 0..per_packet.len() {
+            let mut node = underlay.add_node(i as u8 + 1);
+            wire_like_a_nic(&node.ns, "eth0");
+            let pod = node.add_pod(&subnet(node.index));
+            set_pod_mtu(&node, &pod, "veth1", MTU);
+            pods.push(pod);
+            nodes.push(node);
+        }
+        let mut proxies: Vec<ProxyNode> = nodes
+            .iter()
+            .zip(per_packet)
+            .map(|(n, &pp)| ProxyNode::start(driver, n, pp))
+            .collect();
+        for (i, p) in proxies.iter_mut().enumerate() {
+            p.set_routes(&peer_routes(&nodes, i));
+        }
+        UdpCluster {
+            pods,
+            proxies,
+            nodes,
+            underlay,
+        }
+    }
+}
+
+/// What one iperf3 run measured (the client's `-J` report).
+#[derive(Debug, Clone, Copy)]
+pub struct Iperf {
+    pub bits_per_second: f64,
+    pub bytes: f64,
+    pub retransmits: u64,
+}
+
+/// A single TCP stream from `client` to `server` for `seconds` (iperf3, server started and
+/// stopped here); `None` (after printing iperf3's words) when it could not run.
+pub fn iperf(server: &Pod, client: &Pod, seconds: u32) -> Option<Iperf> {
+    let mut srv = server
+        .ns
+        .command(&["iperf3", "-s", "-1", "-B", &server.ip])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let mut result = None;
+    let mut last = String::new();
+    // iperf3 -J exits 0 even when it could not connect: the JSON says so.
+    for _ in 0..20 {
+        let o = client.ns.exec(&[
+            "iperf3",
+            "-c",
+            &server.ip,
+            "-t",
+            &seconds.to_string(),
+            "-J",
+            "--connect-timeout",
+            "3000",
+        ]);
+        last = String::from_utf8_lossy(&o.stdout).into_owned();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        if v.get("error").is_none() && v.get("end").is_some() {
+            let end = &v["end"];
+            result = Some(Iperf {
+                bits_per_second: end["sum_received"]["bits_per_second"]
+                    .as_f64()
+                    .unwrap_or(0.0),
+                bytes: end["sum_received"]["bytes"].as_f64().unwrap_or(0.0),
+                retransmits: end["sum_sent"]["retransmits"].as_u64().unwrap_or(0),
+            });
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = srv.kill();
+    let _ = srv.wait();
+    if result.is_none() {
+        eprintln!("iperf3 said: {last}");
+    }
+    result
+}
+
+/// Whether the tools these runs need are here (`iperf3`, `ethtool`), naming what is missing.
+pub fn missing_tools() -> Option<String> {
+    let missing: Vec<&str> = [("iperf3", "--version"), ("ethtool", "--version")]
+        .into_iter()
+        .filter(|(bin, arg)| {
+            !Command::new(bin)
+                .arg(arg)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+        .map(|(bin, _)| bin)
+        .collect();
+    (!missing.is_empty())
+        .then(|| format!("{} not installed (.ci/packages.txt)", missing.join(", ")))
+}
