@@ -47,6 +47,10 @@ pub struct EngineConfig {
     /// The cluster network (the route through the TUN device, see [`crate::device`]).
     pub network: Ipv4Network,
     pub datapath: DataPathMode,
+    /// What the fast path may use where the kernel has it (all by default); turning one off
+    /// works around a kernel or driver that gets it wrong, and lets the tests run each
+    /// fallback.
+    pub offloads: Offloads,
     /// `None`: lines go to stderr, prefixed `udp-proxy:`.
     pub log: Option<LogFn>,
 }
@@ -61,7 +65,32 @@ impl fmt::Debug for EngineConfig {
             .field("local_subnet", &self.local_subnet)
             .field("network", &self.network)
             .field("datapath", &self.datapath)
+            .field("offloads", &self.offloads)
             .finish_non_exhaustive()
+    }
+}
+
+/// The fast path's features, each used only where allowed here and granted by the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Offloads {
+    /// Virtio-net headers on TUN: super-packets read (TSO, USO) and written (coalesced TCP).
+    pub tun_vnet_hdr: bool,
+    /// `UDP_SEGMENT` sends.
+    pub udp_gso: bool,
+    /// `UDP_GRO` receives.
+    pub udp_gro: bool,
+    /// `sendmmsg` and `recvmmsg`.
+    pub mmsg: bool,
+}
+
+impl Default for Offloads {
+    fn default() -> Offloads {
+        Offloads {
+            tun_vnet_hdr: true,
+            udp_gso: true,
+            udp_gro: true,
+            mmsg: true,
+        }
     }
 }
 
@@ -146,7 +175,7 @@ impl Ctx {
     /// Whether a TUN read error leaves the loop running: false (recorded as the engine's
     /// failure) when the device is gone.
     pub fn read_error_is_transient(&self, e: &io::Error) -> bool {
-        if matches!(e.raw_os_error(), Some(libc::EBADFD) | Some(libc::EBADF)) {
+        if device_gone(e) {
             self.shared.fail(format!(
                 "reading from TUN device {} failed: {e}: the device is gone, the engine stops sending",
                 self.tun.name()
@@ -161,6 +190,25 @@ impl Ctx {
         std::thread::sleep(Duration::from_millis(1));
         true
     }
+
+    /// Logs a failed TUN write (recording the engine's failure when the device is gone: every
+    /// later write fails too, and only a restart on a new device helps).
+    pub fn tun_write_failed(&self, e: &io::Error) {
+        if device_gone(e) {
+            self.shared.fail(format!(
+                "writing to TUN device {} failed: {e}: the device is gone",
+                self.tun.name()
+            ));
+        } else {
+            self.shared
+                .note_error(format_args!("writing to TUN device {}", self.tun.name()), e);
+        }
+    }
+}
+
+/// A TUN descriptor whose device was deleted answers EBADFD.
+fn device_gone(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EBADFD) | Some(libc::EBADF))
 }
 
 /// A running engine. Dropping it stops it.
@@ -189,19 +237,19 @@ impl Engine {
             .clone()
             .unwrap_or_else(|| Arc::new(|line: &str| eprintln!("udp-proxy: {line}")));
         let fast = config.datapath == DataPathMode::Fast;
-        let tun = Tun::open(&config.tun_name, fast)?;
+        let allowed = config.offloads;
+        let tun = Tun::open(&config.tun_name, fast && allowed.tun_vnet_hdr)?;
         accept_local_source(&config.tun_name, &log);
         let sock = UdpSocket::bind(SocketAddrV4::new(config.bind_ip, config.port))?;
         let datapath = if fast {
-            let mmsg = sock.has_mmsg();
             DataPath {
                 mode: DataPathMode::Fast,
                 vnet_hdr: tun.vnet_hdr,
                 tun_tso: tun.tso,
                 tun_uso: tun.uso,
-                mmsg,
-                udp_gso: sock.has_gso(),
-                udp_gro: sock.enable_gro(),
+                mmsg: allowed.mmsg && sock.has_mmsg(),
+                udp_gso: allowed.udp_gso && sock.has_gso(),
+                udp_gro: allowed.udp_gro && sock.enable_gro(),
             }
         } else {
             DataPath::per_packet()

@@ -51,7 +51,8 @@
 //! packets, no coalescing), no USO or TSO (smaller packets from TUN), no `UDP_SEGMENT` (one
 //! datagram per message), no `UDP_GRO` (one datagram per buffer), no `sendmmsg`/`recvmmsg`
 //! (one message per call). A `UDP_SEGMENT` send the kernel refuses at run time turns GSO off
-//! for good. [`Stats::datapath`] says what runs.
+//! for good. Each can also be turned off in [`EngineConfig::offloads`]. [`Stats::datapath`]
+//! says what runs.
 //!
 //! # The per-packet path ([`DataPathMode::PerPacket`])
 //!
@@ -97,7 +98,7 @@ pub mod tun;
 mod tx;
 mod vnet;
 
-pub use engine::{Engine, EngineConfig, LogFn, DEFAULT_PORT, ENCAP_OVERHEAD};
+pub use engine::{Engine, EngineConfig, LogFn, Offloads, DEFAULT_PORT, ENCAP_OVERHEAD};
 pub use error::UdpProxyError;
 pub use routes::RouteTable;
 pub use stats::{DataPath, DataPathMode, Drops, Stats, Syscalls, Traffic};

@@ -197,7 +197,7 @@ fn write_plain(ctx: &Ctx, pkt: &[u8], local: &mut Local) {
         }
         Err(e) => {
             local.inc(Counter::TunWriteFailed);
-            ctx.shared.note_error(format_args!("writing to TUN"), &e);
+            ctx.tun_write_failed(&e);
         }
     }
 }
@@ -218,7 +218,7 @@ fn write_vnet(ctx: &Ctx, slices: &[IoSlice<'_>], count: u32, local: &mut Local) 
         }
         Err(e) => {
             local.add(Counter::TunWriteFailed, u64::from(count));
-            ctx.shared.note_error(format_args!("writing to TUN"), &e);
+            ctx.tun_write_failed(&e);
             false
         }
     }
