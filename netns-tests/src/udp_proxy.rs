@@ -26,28 +26,28 @@ pub fn subnet(index: u8) -> String {
 /// Makes `dev` (an underlay veth) segment and coalesce as a NIC's driver does: UDP and UDP
 /// tunnel segmentation done at transmit (in software: `tx-udp-segmentation`,
 /// `tx-udp_tnl-segmentation` off), so one big GSO packet does not cross the "wire" unsplit,
-/// and GRO at receive. veth only runs its NAPI GRO for packets from a peer without TSO (or for
-/// local UDP with `rx-udp-gro-forwarding`), so TSO is turned off too: every packet then goes
-/// through GRO, as on a NIC. Needs `ethtool`; false (after saying why) when it failed.
-pub fn wire_like_a_nic(ns: &Netns, dev: &str) -> bool {
-    let out = ns
-        .command(&[
-            "ethtool",
-            "-K",
-            dev,
-            "tso",
-            "off",
-            "tx-udp-segmentation",
-            "off",
-            "tx-udp_tnl-segmentation",
-            "off",
-            "tx-udp_tnl-csum-segmentation",
-            "off",
-            "gro",
-            "on",
-        ])
-        .output();
-    match out {
+/// and (with `gro`) GRO at receive. veth runs its NAPI GRO only for packets from a peer
+/// without TSO (or for local UDP with `rx-udp-gro-forwarding`), so TSO is turned off too: every
+/// packet then goes through the receiving end's GRO, as on a NIC. Needs `ethtool`; false
+/// (after saying why) when it failed.
+pub fn wire_like_a_nic(ns: &Netns, dev: &str, gro: bool) -> bool {
+    let mut argv = vec![
+        "ethtool",
+        "-K",
+        dev,
+        "tso",
+        "off",
+        "tx-udp-segmentation",
+        "off",
+        "tx-udp_tnl-segmentation",
+        "off",
+        "tx-udp_tnl-csum-segmentation",
+        "off",
+    ];
+    if gro {
+        argv.extend(["gro", "on"]);
+    }
+    match ns.command(&argv).output() {
         Ok(o) if o.status.success() => true,
         Ok(o) => {
             eprintln!(
@@ -72,6 +72,26 @@ pub fn set_pod_mtu(node: &Node, pod: &Pod, port: &str, mtu: u32) {
     pod.ns.exec_ok(&["ip", "link", "set", "eth0", "mtu", &mtu]);
 }
 
+/// How a node's engine runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Fast,
+    PerPacket,
+    /// The fast path with features turned off (`--without`: `vnet-hdr,udp-gso,udp-gro,mmsg`),
+    /// as on a kernel without them.
+    FastWithout(&'static str),
+}
+
+impl Mode {
+    fn args(self) -> Vec<&'static str> {
+        match self {
+            Mode::Fast => Vec::new(),
+            Mode::PerPacket => vec!["--per-packet"],
+            Mode::FastWithout(features) => vec!["--without", features],
+        }
+    }
+}
+
 /// A running `udp-proxy-node`, stopped (and killed if need be) on drop.
 pub struct ProxyNode {
     child: Child,
@@ -84,7 +104,7 @@ pub struct ProxyNode {
 impl ProxyNode {
     /// Starts the engine in `node`'s netns on flannel0, bound to the node's underlay address,
     /// with the node's lease ([`subnet`]); returns once it is ready.
-    pub fn start(driver: &Path, node: &Node, per_packet: bool) -> ProxyNode {
+    pub fn start(driver: &Path, node: &Node, mode: Mode) -> ProxyNode {
         let mut argv = vec![
             driver.to_str().unwrap_or_default().to_string(),
             "--tun".into(),
@@ -100,9 +120,7 @@ impl ProxyNode {
             "--network".into(),
             NETWORK.into(),
         ];
-        if per_packet {
-            argv.push("--per-packet".into());
-        }
+        argv.extend(mode.args().into_iter().map(String::from));
         let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
         let mut child = node
             .ns
@@ -200,7 +218,7 @@ pub fn peer_routes(nodes: &[Node], me: usize) -> Vec<(String, String)> {
         .collect()
 }
 
-/// A cluster of nodes on one underlay, each with one pod and a running engine. Dropped in
+/// A cluster of nodes on one underlay, each with one pod, and their engines. Dropped in
 /// field order: pods, engines, nodes (their flannel0 goes with their netns), the switch.
 pub struct UdpCluster {
     pub pods: Vec<Pod>,
@@ -210,32 +228,57 @@ pub struct UdpCluster {
 }
 
 impl UdpCluster {
-    /// `per_packet[i]` chooses node `i + 1`'s data path; every node knows every other.
-    pub fn start(driver: &Path, tag: &str, per_packet: &[bool]) -> UdpCluster {
+    /// `nodes` nodes with a pod each (MTU [`MTU`]), no engine yet. Each node's underlay link
+    /// segments and coalesces as a NIC does ([`wire_like_a_nic`]); the switch's ports pass
+    /// frames on as they come (no GRO there, so a capture on the switch sees every datagram
+    /// on its own) but without TSO, so the node behind each port coalesces what it receives.
+    pub fn new(tag: &str, nodes: usize) -> UdpCluster {
         let underlay = Underlay::new(tag);
-        let mut nodes = Vec::new();
+        let mut all = Vec::new();
         let mut pods = Vec::new();
-        for i in 0..per_packet.len() {
+        for i in 0..nodes {
             let mut node = underlay.add_node(i as u8 + 1);
-            wire_like_a_nic(&node.ns, "eth0");
+            wire_like_a_nic(&node.ns, "eth0", true);
+            wire_like_a_nic(&underlay.ns, &format!("n{}", node.index), false);
             let pod = node.add_pod(&subnet(node.index));
             set_pod_mtu(&node, &pod, "veth1", MTU);
             pods.push(pod);
-            nodes.push(node);
-        }
-        let mut proxies: Vec<ProxyNode> = nodes
-            .iter()
-            .zip(per_packet)
-            .map(|(n, &pp)| ProxyNode::start(driver, n, pp))
-            .collect();
-        for (i, p) in proxies.iter_mut().enumerate() {
-            p.set_routes(&peer_routes(&nodes, i));
+            all.push(node);
         }
         UdpCluster {
             pods,
-            proxies,
-            nodes,
+            proxies: Vec::new(),
+            nodes: all,
             underlay,
+        }
+    }
+
+    /// A cluster whose node `i + 1` runs its engine in `modes[i]`.
+    pub fn start(driver: &Path, tag: &str, modes: &[Mode]) -> UdpCluster {
+        let mut c = UdpCluster::new(tag, modes.len());
+        c.start_engines(driver, modes);
+        c
+    }
+
+    /// Starts one engine per node (stopping any running first) and gives each the routes to
+    /// every other node.
+    pub fn start_engines(&mut self, driver: &Path, modes: &[Mode]) {
+        self.stop_engines();
+        self.proxies = self
+            .nodes
+            .iter()
+            .zip(modes)
+            .map(|(n, &mode)| ProxyNode::start(driver, n, mode))
+            .collect();
+        for (i, p) in self.proxies.iter_mut().enumerate() {
+            p.set_routes(&peer_routes(&self.nodes, i));
+        }
+    }
+
+    /// Stops the engines (flannel0 stays: it is persistent).
+    pub fn stop_engines(&mut self) {
+        for p in self.proxies.drain(..) {
+            p.stop();
         }
     }
 }
@@ -273,16 +316,8 @@ pub fn iperf(server: &Pod, client: &Pod, seconds: u32) -> Option<Iperf> {
             "3000",
         ]);
         last = String::from_utf8_lossy(&o.stdout).into_owned();
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
-        if v.get("error").is_none() && v.get("end").is_some() {
-            let end = &v["end"];
-            result = Some(Iperf {
-                bits_per_second: end["sum_received"]["bits_per_second"]
-                    .as_f64()
-                    .unwrap_or(0.0),
-                bytes: end["sum_received"]["bytes"].as_f64().unwrap_or(0.0),
-                retransmits: end["sum_sent"]["retransmits"].as_u64().unwrap_or(0),
-            });
+        result = parse_iperf(&o.stdout);
+        if result.is_some() {
             break;
         }
         std::thread::sleep(Duration::from_millis(200));
@@ -293,6 +328,20 @@ pub fn iperf(server: &Pod, client: &Pod, seconds: u32) -> Option<Iperf> {
         eprintln!("iperf3 said: {last}");
     }
     result
+}
+
+/// The figures of an `iperf3 -J` client report; `None` when it says the run failed.
+pub fn parse_iperf(json: &[u8]) -> Option<Iperf> {
+    let v: serde_json::Value = serde_json::from_slice(json).ok()?;
+    if v.get("error").is_some() {
+        return None;
+    }
+    let end = v.get("end")?;
+    Some(Iperf {
+        bits_per_second: end["sum_received"]["bits_per_second"].as_f64()?,
+        bytes: end["sum_received"]["bytes"].as_f64()?,
+        retransmits: end["sum_sent"]["retransmits"].as_u64().unwrap_or(0),
+    })
 }
 
 /// Whether the tools these runs need are here (`iperf3`, `ethtool`), naming what is missing.

@@ -17,7 +17,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use netns_tests::cluster::{capture, ping, udp_source_seen, wait_until, Pod, Underlay};
-use netns_tests::udp_proxy::{iperf, missing_tools, peer_routes, ProxyNode, UdpCluster, MTU, PORT};
+use netns_tests::udp_proxy::Mode::{Fast, FastWithout, PerPacket};
+use netns_tests::udp_proxy::{iperf, missing_tools, peer_routes, UdpCluster, MTU, PORT};
 use netns_tests::{kernel_has, require_driver, require_root, Netns};
 
 fn driver() -> &'static Path {
@@ -180,7 +181,7 @@ fn inner_packets(frames: &[(Ipv4Addr, Ipv4Addr, u8, usize, Vec<u8>)]) -> Vec<Vec
 #[test]
 fn pods_talk_across_nodes_in_flanneld_wire_format() {
     require_udp_backend!();
-    let c = UdpCluster::start(driver(), "udpw", &[false, false, false]);
+    let c = UdpCluster::start(driver(), "udpw", &[Fast, Fast, Fast]);
     assert!(
         c.proxies[0].datapath.starts_with("fast"),
         "{}",
@@ -253,7 +254,7 @@ fn pods_talk_across_nodes_in_flanneld_wire_format() {
 #[test]
 fn unknown_destinations_get_net_unreachable_at_once_and_routes_change_at_run_time() {
     require_udp_backend!();
-    let mut c = UdpCluster::start(driver(), "udpi", &[false, false]);
+    let mut c = UdpCluster::start(driver(), "udpi", &[Fast, Fast]);
     // Strict reverse-path filtering everywhere: accept_local on flannel0 must still do.
     for ns in [&c.nodes[0].ns, &c.pods[0].ns] {
         for key in [
@@ -318,7 +319,7 @@ fn unknown_destinations_get_net_unreachable_at_once_and_routes_change_at_run_tim
 #[test]
 fn tcp_through_the_fast_path_moves_data_without_a_retransmission_storm() {
     require_udp_backend!();
-    let mut c = UdpCluster::start(driver(), "udpt", &[false, false]);
+    let mut c = UdpCluster::start(driver(), "udpt", &[Fast, Fast]);
     assert_ping(&c.pods[0], &c.pods[1]);
     let run = iperf(&c.pods[1], &c.pods[0], 3).expect("iperf3 through the fast path");
     eprintln!(
@@ -340,6 +341,16 @@ fn tcp_through_the_fast_path_moves_data_without_a_retransmission_storm() {
             "TSO super-packets were cut: {sender}"
         );
     }
+    if receiver["datapath"]["udp_gro"] == true {
+        // recvmmsg takes at most 8 messages a call: more packets a call than that means the
+        // kernel coalesced datagrams (UDP GRO) and the engine split them.
+        let per_call = receiver["received"]["packets"].as_f64().unwrap()
+            / receiver["syscalls"]["udp_recvs"].as_f64().unwrap().max(1.0);
+        assert!(
+            per_call > 8.0,
+            "{per_call:.1} packets per recvmmsg: {receiver}"
+        );
+    }
     if receiver["datapath"]["vnet_hdr"] == true {
         assert!(
             receiver["segments_coalesced"].as_u64() > Some(0),
@@ -358,7 +369,7 @@ fn tcp_through_the_fast_path_moves_data_without_a_retransmission_storm() {
 #[test]
 fn per_packet_path_carries_the_same_traffic_one_packet_per_call() {
     require_udp_backend!();
-    let mut c = UdpCluster::start(driver(), "udpp", &[true, true]);
+    let mut c = UdpCluster::start(driver(), "udpp", &[PerPacket, PerPacket]);
     assert!(c.proxies[0].datapath.starts_with("per-packet"));
     assert_ping(&c.pods[0], &c.pods[1]);
     let out = c.pods[0]
@@ -403,7 +414,7 @@ fn fast_and_per_packet_nodes_interoperate_and_share_a_device_across_restarts() {
     require_udp_backend!();
     // Node 2 plays flanneld's proxy: plain TUN writes, so its kernel checks every checksum
     // the fast node computed while cutting super-packets.
-    let mut c = UdpCluster::start(driver(), "udpx", &[false, true]);
+    let mut c = UdpCluster::start(driver(), "udpx", &[Fast, PerPacket]);
     let (a, b) = (&c.pods[0], &c.pods[1]);
     assert_ping(a, b);
     let data = patterned(4 << 20, 3);
@@ -418,23 +429,14 @@ fn fast_and_per_packet_nodes_interoperate_and_share_a_device_across_restarts() {
 
     // Swap the paths on the same (persistent) flannel0 devices: the per-packet engine must
     // turn off the offloads the fast one left.
-    for proxy in c.proxies.drain(..) {
-        proxy.stop();
-    }
+    c.stop_engines();
     for n in &c.nodes {
         assert!(
             n.ns.link("flannel0").is_some(),
             "flannel0 outlives its engine"
         );
     }
-    c.proxies = vec![
-        ProxyNode::start(driver(), &c.nodes[0], true),
-        ProxyNode::start(driver(), &c.nodes[1], false),
-    ];
-    for i in 0..2 {
-        let routes = peer_routes(&c.nodes, i);
-        c.proxies[i].set_routes(&routes);
-    }
+    c.start_engines(driver(), &[PerPacket, Fast]);
     let (a, b) = (&c.pods[0], &c.pods[1]);
     assert_ping(a, b);
     assert!(
@@ -452,6 +454,35 @@ fn fast_and_per_packet_nodes_interoperate_and_share_a_device_across_restarts() {
     );
     assert_eq!(stats["drops"]["malformed"], 0, "{stats}");
     assert_eq!(stats["drops"]["oversize"], 0, "{stats}");
+}
+
+#[test]
+fn each_fallback_of_the_fast_path_carries_the_traffic() {
+    require_udp_backend!();
+    let mut c = UdpCluster::new("udpb", 2);
+    let data = patterned(2 << 20, 5);
+    for (without, says) in [
+        ("vnet-hdr", "virtio-net header off, TSO off, USO off"),
+        ("udp-gso,udp-gro", "UDP GSO off, UDP GRO off"),
+        ("mmsg", "sendmmsg/recvmmsg off"),
+        (
+            "vnet-hdr,udp-gso,udp-gro,mmsg",
+            "header off, TSO off, USO off, TCP coalescing to TUN off; sendmmsg/recvmmsg off, UDP GSO off, UDP GRO off",
+        ),
+    ] {
+        // Node 1 without the features, node 2 with all: both directions meet each fallback.
+        c.start_engines(driver(), &[FastWithout(without), Fast]);
+        let datapath = c.proxies[0].datapath.clone();
+        assert!(datapath.contains(says), "without {without}: {datapath}");
+        let (a, b) = (&c.pods[0], &c.pods[1]);
+        assert_ping(a, b);
+        assert!(tcp_transfer(a, b, data.clone()) == data, "without {without}: out");
+        assert!(tcp_transfer(b, a, data.clone()) == data, "without {without}: in");
+        let stats = c.proxies[0].stats();
+        for why in ["malformed", "oversize", "send_failed", "tun_write_failed"] {
+            assert_eq!(stats["drops"][why], 0, "without {without}: {stats}");
+        }
+    }
 }
 
 /// A datagram sent to node 1's engine from the switch's address.
@@ -491,7 +522,7 @@ fn udp_packet(src: Ipv4Addr, dst: Ipv4Addr, port: u16, ttl: u8, payload: &[u8]) 
 #[test]
 fn hand_made_datagrams_are_delivered_or_dropped_as_they_deserve() {
     require_udp_backend!();
-    let mut c = UdpCluster::start(driver(), "udpd", &[false]);
+    let mut c = UdpCluster::start(driver(), "udpd", &[Fast]);
     let pod_ip: Ipv4Addr = c.pods[0].ip.parse().unwrap();
     let remote: Ipv4Addr = "10.244.7.7".parse().unwrap();
     // A datagram as flanneld's proxy sends it reaches the pod, TTL decremented twice more
@@ -537,4 +568,16 @@ fn hand_made_datagrams_are_delivered_or_dropped_as_they_deserve() {
         "each counted once: before {before}, after {after}"
     );
     assert_eq!(after["received"]["packets"], before["received"]["packets"]);
+
+    // The device deleted under the engine: it says so instead of spinning.
+    c.nodes[0].ns.exec_ok(&["ip", "link", "del", "flannel0"]);
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            after = c.proxies[0].stats();
+            after["failure"]
+                .as_str()
+                .is_some_and(|f| f.contains("the device is gone"))
+        }),
+        "no failure reported: {after}"
+    );
 }

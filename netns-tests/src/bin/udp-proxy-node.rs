@@ -10,7 +10,7 @@
 //! ```
 //!
 //! Options: `--tun NAME --mtu N --port N --bind IP --subnet CIDR --network CIDR`
-//! `[--per-packet]`.
+//! `[--per-packet] [--without vnet-hdr,udp-gso,udp-gro,mmsg]` (the fast path's fallbacks).
 
 use std::io::{BufRead, Write};
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use ipnetwork::Ipv4Network;
 use serde_json::json;
-use udp_proxy::{DataPathMode, Engine, EngineConfig, Stats};
+use udp_proxy::{DataPathMode, Engine, EngineConfig, Offloads, Stats};
 
 fn main() -> ExitCode {
     let config = match parse_args(std::env::args().skip(1)) {
@@ -28,7 +28,7 @@ fn main() -> ExitCode {
             eprintln!("udp-proxy-node: {e}");
             eprintln!(
                 "usage: udp-proxy-node --tun NAME --mtu N --port N --bind IP --subnet CIDR \
-                 --network CIDR [--per-packet]"
+                 --network CIDR [--per-packet] [--without vnet-hdr,udp-gso,udp-gro,mmsg]"
             );
             return ExitCode::from(2);
         }
@@ -87,6 +87,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<EngineConfig, St
             .map_err(|e| e.to_string())?,
         network: Ipv4Network::new(Ipv4Addr::new(10, 244, 0, 0), 16).map_err(|e| e.to_string())?,
         datapath: DataPathMode::Fast,
+        offloads: Offloads::default(),
         log: Some(Arc::new(|line: &str| eprintln!("udp-proxy-node: {line}"))),
     };
     while let Some(flag) = args.next() {
@@ -103,6 +104,17 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<EngineConfig, St
             "--bind" => config.bind_ip = value.parse().map_err(|e| bad(&e))?,
             "--subnet" => config.local_subnet = value.parse().map_err(|e| bad(&e))?,
             "--network" => config.network = value.parse().map_err(|e| bad(&e))?,
+            "--without" => {
+                for feature in value.split(',') {
+                    match feature {
+                        "vnet-hdr" => config.offloads.tun_vnet_hdr = false,
+                        "udp-gso" => config.offloads.udp_gso = false,
+                        "udp-gro" => config.offloads.udp_gro = false,
+                        "mmsg" => config.offloads.mmsg = false,
+                        other => return Err(format!("--without: unknown feature {other}")),
+                    }
+                }
+            }
             other => return Err(format!("unknown option {other}")),
         }
     }
