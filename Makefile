@@ -263,7 +263,7 @@ lint:
 
 # Side-by-side benchmarks against the reference Go plugins (root; reference in /usr/lib/cni).
 bench: test-deps build
-	$(CARGO) build --release -p netns-tests --bin ferrocni-bench
+	$(CARGO) build --release -p netns-tests --bin ferrocni-bench --bin udp-proxy-node
 	@$(call static_cargo,-p vxlan --example reconcile_bench)
 	$(RELEASE)/ferrocni-bench --ours $(STATIC) --reference /usr/lib/cni \
 	    $$([ "$$(cat $(TRIM_FILE))" = 1 ] && echo --trimmed)

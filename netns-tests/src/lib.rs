@@ -39,6 +39,7 @@ pub mod exec_floor;
 pub mod netfilter;
 pub mod private_host;
 pub mod rng;
+pub mod udp_bench;
 pub mod udp_proxy;
 
 use std::collections::HashMap;
