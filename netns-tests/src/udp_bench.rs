@@ -23,9 +23,9 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use crate::cluster::{ping, wait_until};
+use crate::cluster::{iperf_client_argv, parse_iperf, ping, wait_until};
 use crate::kernel_has;
-use crate::udp_proxy::{missing_tools, parse_iperf, set_pod_mtu, Mode, UdpCluster, MTU};
+use crate::udp_proxy::{missing_tools, set_pod_mtu, Mode, UdpCluster, MTU};
 
 /// flannel's vxlan backend: VNI 1, port 8472, MTU = underlay − 50.
 const VXLAN_MTU: u32 = 1500 - 50;
@@ -343,18 +343,11 @@ fn transfer(c: &UdpCluster, seconds: u32) -> Result<Run, String> {
     let own_before: f64 = engines.iter().chain(&softirqd).map(|&p| task_cpu(p)).sum();
     let machine_before = machine_busy();
     let started = Instant::now();
+    let argv = iperf_client_argv(&server.ip, seconds);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
     let mut cli = client
         .ns
-        .command(&[
-            "iperf3",
-            "-c",
-            &server.ip,
-            "-t",
-            &seconds.to_string(),
-            "-J",
-            "--connect-timeout",
-            "3000",
-        ])
+        .command(&argv)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

@@ -283,67 +283,6 @@ impl UdpCluster {
     }
 }
 
-/// What one iperf3 run measured (the client's `-J` report).
-#[derive(Debug, Clone, Copy)]
-pub struct Iperf {
-    pub bits_per_second: f64,
-    pub bytes: f64,
-    pub retransmits: u64,
-}
-
-/// A single TCP stream from `client` to `server` for `seconds` (iperf3, server started and
-/// stopped here); `None` (after printing iperf3's words) when it could not run.
-pub fn iperf(server: &Pod, client: &Pod, seconds: u32) -> Option<Iperf> {
-    let mut srv = server
-        .ns
-        .command(&["iperf3", "-s", "-1", "-B", &server.ip])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
-    let mut result = None;
-    let mut last = String::new();
-    // iperf3 -J exits 0 even when it could not connect: the JSON says so.
-    for _ in 0..20 {
-        let o = client.ns.exec(&[
-            "iperf3",
-            "-c",
-            &server.ip,
-            "-t",
-            &seconds.to_string(),
-            "-J",
-            "--connect-timeout",
-            "3000",
-        ]);
-        last = String::from_utf8_lossy(&o.stdout).into_owned();
-        result = parse_iperf(&o.stdout);
-        if result.is_some() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let _ = srv.kill();
-    let _ = srv.wait();
-    if result.is_none() {
-        eprintln!("iperf3 said: {last}");
-    }
-    result
-}
-
-/// The figures of an `iperf3 -J` client report; `None` when it says the run failed.
-pub fn parse_iperf(json: &[u8]) -> Option<Iperf> {
-    let v: serde_json::Value = serde_json::from_slice(json).ok()?;
-    if v.get("error").is_some() {
-        return None;
-    }
-    let end = v.get("end")?;
-    Some(Iperf {
-        bits_per_second: end["sum_received"]["bits_per_second"].as_f64()?,
-        bytes: end["sum_received"]["bytes"].as_f64()?,
-        retransmits: end["sum_sent"]["retransmits"].as_u64().unwrap_or(0),
-    })
-}
-
 /// Whether the tools these runs need are here (`iperf3`, `ethtool`), naming what is missing.
 pub fn missing_tools() -> Option<String> {
     let missing: Vec<&str> = [("iperf3", "--version"), ("ethtool", "--version")]

@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
-use netns_tests::cluster::{capture, nth, ping, udp_source_seen, wait_until, Node, Pod, Underlay};
+use netns_tests::cluster::{
+    capture, iperf, nth, ping, udp_source_seen, wait_until, Node, Pod, Underlay,
+};
 use netns_tests::{our_binary, require_driver, require_root, Netns, TempDir};
 
 const PREFIX: &str = "/coreos.com/network";
@@ -295,43 +297,7 @@ fn is_node(ip: Ipv4Addr) -> bool {
 
 /// iperf3 from `client` to `server` for two seconds: received bits per second.
 fn iperf_rate(server: &Pod, client: &Pod) -> f64 {
-    let mut srv = server
-        .ns
-        .command(&["iperf3", "-s", "-1", "-B", &server.ip])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start iperf3 server");
-    // iperf3 -J exits 0 even when it could not connect: the JSON says so.
-    let mut last = String::new();
-    let mut rate = 0.0;
-    for _ in 0..30 {
-        let o = client.ns.exec(&[
-            "iperf3",
-            "-c",
-            &server.ip,
-            "-t",
-            "2",
-            "-J",
-            "--connect-timeout",
-            "3000",
-        ]);
-        last = String::from_utf8_lossy(&o.stdout).into_owned();
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
-        if v.get("error").is_none() {
-            rate = v["end"]["sum_received"]["bits_per_second"]
-                .as_f64()
-                .unwrap_or(0.0);
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let _ = srv.kill();
-    let _ = srv.wait();
-    if rate == 0.0 {
-        eprintln!("iperf3 said: {last}");
-    }
-    rate
+    iperf(server, client, 2).map_or(0.0, |r| r.bits_per_second)
 }
 
 /// What both backends share: etcd, three nodes with agents and one pod each.

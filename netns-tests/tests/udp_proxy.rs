@@ -16,9 +16,9 @@ use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use netns_tests::cluster::{capture, ping, udp_source_seen, wait_until, Pod, Underlay};
+use netns_tests::cluster::{capture, iperf, ping, udp_source_seen, wait_until, Pod, Underlay};
 use netns_tests::udp_proxy::Mode::{Fast, FastWithout, PerPacket};
-use netns_tests::udp_proxy::{iperf, missing_tools, peer_routes, UdpCluster, MTU, PORT};
+use netns_tests::udp_proxy::{missing_tools, peer_routes, UdpCluster, MTU, PORT};
 use netns_tests::{kernel_has, require_driver, require_root, Netns};
 
 fn driver() -> &'static Path {

@@ -74,25 +74,11 @@ pub fn tcp(
         return Err(Malformed);
     }
     let thl = tcp_header_len(pkt, ihl)?;
-    let hdr_len = ihl + thl;
-    let payload = pkt.len() - hdr_len;
-    let count = segment_count(payload, mss)?;
     let (src, dst) = (ipv4::src_bytes(pkt), ipv4::dst_bytes(pkt));
-    let id = ipv4::id(pkt);
     let th = &pkt[ihl..];
     let seq = u32::from_be_bytes([th[4], th[5], th[6], th[7]]);
     let flags = th[13];
-    for i in 0..count {
-        let start = hdr_len + i * mss;
-        let end = (start + mss).min(pkt.len());
-        let seg_payload = &pkt[start..end];
-        let head_at = arena.len();
-        arena.extend_from_slice(&pkt[..hdr_len]);
-        let head = &mut arena[head_at..];
-        ipv4::set_total_len(head, (hdr_len + seg_payload.len()) as u16);
-        ipv4::set_id(head, id.wrapping_add(i as u16));
-        ipv4::fill_header_checksum(head);
-        let th = &mut head[ihl..hdr_len];
+    cut(pkt, ihl + thl, mss, arena, out, |i, count, th, payload| {
         th[4..8].copy_from_slice(&seq.wrapping_add((i * mss) as u32).to_be_bytes());
         let mut f = flags;
         if i + 1 < count {
@@ -103,17 +89,12 @@ pub fn tcp(
         }
         th[13] = f;
         th[TCP_CHECK..TCP_CHECK + 2].copy_from_slice(&[0, 0]);
-        let check = Sum::pseudo_header(src, dst, ipv4::PROTO_TCP, (thl + seg_payload.len()) as u16)
+        let check = Sum::pseudo_header(src, dst, ipv4::PROTO_TCP, (thl + payload.len()) as u16)
             .add_bytes(th)
-            .add_bytes(seg_payload)
+            .add_bytes(payload)
             .checksum();
         th[TCP_CHECK..TCP_CHECK + 2].copy_from_slice(&check.to_be_bytes());
-        out.push(Piece {
-            head: head_at..arena.len(),
-            payload: start..end,
-        });
-    }
-    Ok(())
+    })
 }
 
 /// Splits the UDP/IPv4 super-packet `pkt` (UDP segmentation offload: one UDP header for
@@ -132,31 +113,53 @@ pub fn udp(
     {
         return Err(Malformed);
     }
-    let hdr_len = ihl + UDP_HEADER;
-    let count = segment_count(pkt.len() - hdr_len, size)?;
     let (src, dst) = (ipv4::src_bytes(pkt), ipv4::dst_bytes(pkt));
+    cut(
+        pkt,
+        ihl + UDP_HEADER,
+        size,
+        arena,
+        out,
+        |_, _, uh, payload| {
+            let udp_len = (UDP_HEADER + payload.len()) as u16;
+            uh[4..6].copy_from_slice(&udp_len.to_be_bytes());
+            uh[UDP_CHECK..UDP_CHECK + 2].copy_from_slice(&[0, 0]);
+            let check = Sum::pseudo_header(src, dst, ipv4::PROTO_UDP, udp_len)
+                .add_bytes(uh)
+                .add_bytes(payload)
+                .checksum();
+            // A computed 0 goes out as all ones: 0 means "no checksum" in UDP.
+            let check = if check == 0 { 0xffff } else { check };
+            uh[UDP_CHECK..UDP_CHECK + 2].copy_from_slice(&check.to_be_bytes());
+        },
+    )
+}
+
+/// Cuts the payload of `pkt` (after `hdr_len` bytes of IPv4 and transport headers) into
+/// segments of `size` bytes. Each segment's headers are a copy in the arena with its own IPv4
+/// total length, ID (counting up from the super-packet's) and header checksum; then
+/// `finish(i, count, transport header, payload)` makes segment `i`'s transport header its own.
+fn cut(
+    pkt: &[u8],
+    hdr_len: usize,
+    size: usize,
+    arena: &mut Vec<u8>,
+    out: &mut Vec<Piece>,
+    mut finish: impl FnMut(usize, usize, &mut [u8], &[u8]),
+) -> Result<(), Malformed> {
+    let ihl = ipv4::header_len(pkt);
+    let count = segment_count(pkt.len() - hdr_len, size)?;
     let id = ipv4::id(pkt);
     for i in 0..count {
         let start = hdr_len + i * size;
         let end = (start + size).min(pkt.len());
-        let seg_payload = &pkt[start..end];
-        let udp_len = (UDP_HEADER + seg_payload.len()) as u16;
         let head_at = arena.len();
         arena.extend_from_slice(&pkt[..hdr_len]);
         let head = &mut arena[head_at..];
-        ipv4::set_total_len(head, (hdr_len + seg_payload.len()) as u16);
+        ipv4::set_total_len(head, (hdr_len + end - start) as u16);
         ipv4::set_id(head, id.wrapping_add(i as u16));
         ipv4::fill_header_checksum(head);
-        let uh = &mut head[ihl..hdr_len];
-        uh[4..6].copy_from_slice(&udp_len.to_be_bytes());
-        uh[UDP_CHECK..UDP_CHECK + 2].copy_from_slice(&[0, 0]);
-        let check = Sum::pseudo_header(src, dst, ipv4::PROTO_UDP, udp_len)
-            .add_bytes(uh)
-            .add_bytes(seg_payload)
-            .checksum();
-        // A computed 0 goes out as all ones: 0 means "no checksum" in UDP.
-        let check = if check == 0 { 0xffff } else { check };
-        uh[UDP_CHECK..UDP_CHECK + 2].copy_from_slice(&check.to_be_bytes());
+        finish(i, count, &mut head[ihl..hdr_len], &pkt[start..end]);
         out.push(Piece {
             head: head_at..arena.len(),
             payload: start..end,
@@ -221,14 +224,26 @@ pub(crate) mod tests {
         tcp[14..16].copy_from_slice(&502u16.to_be_bytes());
         tcp[20..].copy_from_slice(tcp_options);
         tcp.extend_from_slice(payload);
-        let pseudo = Sum::pseudo_header(A, B, ipv4::PROTO_TCP, tcp.len() as u16);
+        transport_packet(ipv4::PROTO_TCP, tcp, TCP_CHECK, ip_options, partial)
+    }
+
+    /// `l4` (a TCP or UDP header and its payload) in an IPv4 packet from A to B, TTL 63, its
+    /// checksum at `check_at` filled in (or left partial, as offloads hand it over).
+    fn transport_packet(
+        proto: u8,
+        mut l4: Vec<u8>,
+        check_at: usize,
+        ip_options: &[u8],
+        partial: bool,
+    ) -> Vec<u8> {
+        let pseudo = Sum::pseudo_header(A, B, proto, l4.len() as u16);
         let check = if partial {
             pseudo.fold()
         } else {
-            pseudo.add_bytes(&tcp).checksum()
+            pseudo.add_bytes(&l4).checksum()
         };
-        tcp[16..18].copy_from_slice(&check.to_be_bytes());
-        packet(ipv4::PROTO_TCP, A, B, 63, ip_options, &tcp)
+        l4[check_at..check_at + 2].copy_from_slice(&check.to_be_bytes());
+        packet(proto, A, B, 63, ip_options, &l4)
     }
 
     pub(crate) fn payload(len: usize) -> Vec<u8> {
@@ -362,14 +377,7 @@ pub(crate) mod tests {
         udp[2..4].copy_from_slice(&443u16.to_be_bytes());
         udp[4..6].copy_from_slice(&((UDP_HEADER + data.len()) as u16).to_be_bytes());
         udp.extend_from_slice(data);
-        let pseudo = Sum::pseudo_header(A, B, ipv4::PROTO_UDP, udp.len() as u16);
-        let check = if partial {
-            pseudo.fold()
-        } else {
-            pseudo.add_bytes(&udp).checksum()
-        };
-        udp[6..8].copy_from_slice(&check.to_be_bytes());
-        packet(ipv4::PROTO_UDP, A, B, 63, &[], &udp)
+        transport_packet(ipv4::PROTO_UDP, udp, UDP_CHECK, &[], partial)
     }
 
     #[test]
