@@ -79,11 +79,7 @@ impl Underlay {
     /// Adds node `index` (1..=250): its netns gets `eth0` with [`Underlay::node_ip`] and
     /// [`Underlay::node_ip6`], `lo` up and IPv4 and IPv6 forwarding on (it routes for its pods).
     pub fn add_node(&self, index: u8) -> Node {
-        assert!(
-            (1..=250).contains(&index),
-            "node index {index} out of 1..=250"
-        );
-        let ns = Netns::new(&format!("node{index}"));
+        let ns = node_netns(index);
         let port = format!("n{index}");
         self.ns.exec_ok(&[
             "ip",
@@ -100,37 +96,38 @@ impl Underlay {
         ]);
         self.ns
             .exec_ok(&["ip", "link", "set", &port, "master", "br0", "up"]);
-        let ip = Underlay::node_ip(index);
-        ns.exec_ok(&["ip", "link", "set", "lo", "up"]);
-        ns.exec_ok(&[
-            "ip",
-            "addr",
-            "add",
-            &format!("{ip}/{UNDERLAY_LEN}"),
-            "dev",
-            "eth0",
-        ]);
-        ns.exec_ok(&[
-            "ip",
-            "-6",
-            "addr",
-            "add",
-            &format!("{}/{UNDERLAY6_LEN}", Underlay::node_ip6(index)),
-            "dev",
-            "eth0",
-            "nodad",
-        ]);
-        ns.exec_ok(&["ip", "link", "set", "eth0", "up"]);
-        ns.exec_ok(&["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"]);
-        ns.exec_ok(&["sysctl", "-q", "-w", "net.ipv6.conf.all.forwarding=1"]);
-        Node {
-            ns,
-            index,
-            ip,
-            ip6: Underlay::node_ip6(index),
-            pods: 0,
-        }
+        Node::on_eth0(ns, index)
     }
+}
+
+/// Node `index`'s netns (without its underlay link yet).
+fn node_netns(index: u8) -> Netns {
+    assert!(
+        (1..=250).contains(&index),
+        "node index {index} out of 1..=250"
+    );
+    Netns::new(&format!("node{index}"))
+}
+
+/// Nodes 1 and 2 joined by one veth pair (`eth0` at both ends, their underlay addresses as
+/// [`Underlay::add_node`] gives them): a wire with no switch, whose only cost is the nodes'
+/// own, as between two machines.
+pub fn node_pair() -> [Node; 2] {
+    let (a, b) = (node_netns(1), node_netns(2));
+    a.exec_ok(&[
+        "ip",
+        "link",
+        "add",
+        "eth0",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        b.name(),
+    ]);
+    [Node::on_eth0(a, 1), Node::on_eth0(b, 2)]
 }
 
 /// One node of the cluster.
@@ -172,6 +169,41 @@ pub fn nth(cidr: &str, n: u32) -> Ipv4Addr {
 }
 
 impl Node {
+    /// Node `index` in `ns`, whose `eth0` is there: its underlay addresses on `eth0`, `lo` and
+    /// `eth0` up, IPv4 and IPv6 forwarding on (it routes for its pods).
+    fn on_eth0(ns: Netns, index: u8) -> Node {
+        let ip = Underlay::node_ip(index);
+        ns.exec_ok(&["ip", "link", "set", "lo", "up"]);
+        ns.exec_ok(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{ip}/{UNDERLAY_LEN}"),
+            "dev",
+            "eth0",
+        ]);
+        ns.exec_ok(&[
+            "ip",
+            "-6",
+            "addr",
+            "add",
+            &format!("{}/{UNDERLAY6_LEN}", Underlay::node_ip6(index)),
+            "dev",
+            "eth0",
+            "nodad",
+        ]);
+        ns.exec_ok(&["ip", "link", "set", "eth0", "up"]);
+        ns.exec_ok(&["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"]);
+        ns.exec_ok(&["sysctl", "-q", "-w", "net.ipv6.conf.all.forwarding=1"]);
+        Node {
+            ns,
+            index,
+            ip,
+            ip6: Underlay::node_ip6(index),
+            pods: 0,
+        }
+    }
+
     /// Adds a pod with an address from `subnet` (the node's pod subnet): the node gets `cni0`
     /// with the first address as gateway (on the first call), the pod the next free one and a
     /// default route via the gateway.

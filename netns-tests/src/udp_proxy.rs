@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
-use crate::cluster::{Node, Pod, Underlay};
+use crate::cluster::{node_pair, Node, Pod, Underlay};
 use crate::Netns;
 
 /// The cluster network and the backend's port (flanneld's defaults).
@@ -218,13 +218,14 @@ pub fn peer_routes(nodes: &[Node], me: usize) -> Vec<(String, String)> {
         .collect()
 }
 
-/// A cluster of nodes on one underlay, each with one pod, and their engines. Dropped in
-/// field order: pods, engines, nodes (their flannel0 goes with their netns), the switch.
+/// Nodes each with one pod, and their engines: on one underlay switch ([`UdpCluster::new`]),
+/// or two joined by a bare wire ([`UdpCluster::pair`]). Dropped in field order: pods, engines,
+/// nodes (their flannel0 goes with their netns), the switch.
 pub struct UdpCluster {
     pub pods: Vec<Pod>,
     pub proxies: Vec<ProxyNode>,
     pub nodes: Vec<Node>,
-    pub underlay: Underlay,
+    pub underlay: Option<Underlay>,
 }
 
 impl UdpCluster {
@@ -234,23 +235,47 @@ impl UdpCluster {
     /// on its own) but without TSO, so the node behind each port coalesces what it receives.
     pub fn new(tag: &str, nodes: usize) -> UdpCluster {
         let underlay = Underlay::new(tag);
-        let mut all = Vec::new();
-        let mut pods = Vec::new();
-        for i in 0..nodes {
-            let mut node = underlay.add_node(i as u8 + 1);
-            wire_like_a_nic(&node.ns, "eth0", true);
-            wire_like_a_nic(&underlay.ns, &format!("n{}", node.index), false);
-            let pod = node.add_pod(&subnet(node.index));
-            set_pod_mtu(&node, &pod, "veth1", MTU);
-            pods.push(pod);
-            all.push(node);
-        }
+        let nodes: Vec<Node> = (0..nodes)
+            .map(|i| {
+                let node = underlay.add_node(i as u8 + 1);
+                wire_like_a_nic(&underlay.ns, &format!("n{}", node.index), false);
+                node
+            })
+            .collect();
+        UdpCluster::with_pods(nodes, Some(underlay))
+    }
+
+    /// Two nodes joined by one veth pair, both ends segmenting and coalescing as NICs do: the
+    /// bench's wire (a switch netns would add its own per-frame work to every path).
+    pub fn pair() -> UdpCluster {
+        UdpCluster::with_pods(node_pair().into(), None)
+    }
+
+    fn with_pods(mut nodes: Vec<Node>, underlay: Option<Underlay>) -> UdpCluster {
+        let pods = nodes
+            .iter_mut()
+            .map(|node| {
+                wire_like_a_nic(&node.ns, "eth0", true);
+                let pod = node.add_pod(&subnet(node.index));
+                set_pod_mtu(node, &pod, "veth1", MTU);
+                pod
+            })
+            .collect();
         UdpCluster {
             pods,
             proxies: Vec::new(),
-            nodes: all,
+            nodes,
             underlay,
         }
+    }
+
+    /// The switch's netns (clusters made by [`UdpCluster::new`]).
+    pub fn switch(&self) -> &Netns {
+        &self
+            .underlay
+            .as_ref()
+            .expect("a cluster on a switch (UdpCluster::new)")
+            .ns
     }
 
     /// A cluster whose node `i + 1` runs its engine in `modes[i]`.

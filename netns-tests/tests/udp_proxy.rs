@@ -207,7 +207,7 @@ fn pods_talk_across_nodes_in_flanneld_wire_format() {
     let data = patterned(1 << 20, 7);
     let mut from_pod = Vec::new();
     let mut received = Vec::new();
-    let wire = capture(&c.underlay.ns, || {
+    let wire = capture(c.switch(), || {
         from_pod = capture(&p[0].ns, || {
             p[0].ns.exec_ok(&[
                 "ping", "-n", "-c", "2", "-i", "0.2", "-s", "1000", "-p", "5a5b5c5d", &p[1].ip,
@@ -381,7 +381,7 @@ fn per_packet_path_carries_the_same_traffic_one_packet_per_call() {
         Some(c.pods[0].ip.parse().unwrap())
     );
     let data = patterned(1 << 20, 11);
-    let wire = capture(&c.underlay.ns, || {
+    let wire = capture(c.switch(), || {
         assert!(tcp_transfer(&c.pods[0], &c.pods[1], data.clone()) == data);
     });
     assert!(inner_packets(&wire).iter().filter(|i| i[9] == 6).count() > 100);
@@ -488,7 +488,7 @@ fn each_fallback_of_the_fast_path_carries_the_traffic() {
 /// A datagram sent to node 1's engine from the switch's address.
 fn send_to_engine(c: &UdpCluster, payload: Vec<u8>) {
     let to: SocketAddr = format!("{}:{PORT}", c.nodes[0].ip).parse().unwrap();
-    in_netns(&c.underlay.ns, move || {
+    in_netns(c.switch(), move || {
         let sock = UdpSocket::bind("0.0.0.0:0").unwrap();
         sock.send_to(&payload, to).unwrap();
     })

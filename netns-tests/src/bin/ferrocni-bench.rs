@@ -44,7 +44,7 @@ fn parse_opts() -> Opts {
         scale_pods: 1000,
         cri_pods: 20,
         udp_seconds: 10,
-        udp_rounds: 2,
+        udp_rounds: 3,
         agent: PathBuf::from("target/release/ferrocni-agent"),
         sections: Vec::new(),
         trimmed: false,
