@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use ipnetwork::Ipv4Network;
 use serde_json::json;
-use udp_proxy::{DataPathMode, Engine, EngineConfig, Offloads, Stats};
+use udp_proxy::{DataPathMode, Engine, EngineConfig, Stats};
 
 fn main() -> ExitCode {
     let config = match parse_args(std::env::args().skip(1)) {
@@ -78,18 +78,14 @@ fn main() -> ExitCode {
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<EngineConfig, String> {
-    let mut config = EngineConfig {
-        tun_name: "flannel0".into(),
-        mtu: 1472,
-        port: udp_proxy::DEFAULT_PORT,
-        bind_ip: Ipv4Addr::UNSPECIFIED,
-        local_subnet: Ipv4Network::new(Ipv4Addr::new(10, 244, 1, 0), 24)
-            .map_err(|e| e.to_string())?,
-        network: Ipv4Network::new(Ipv4Addr::new(10, 244, 0, 0), 16).map_err(|e| e.to_string())?,
-        datapath: DataPathMode::Fast,
-        offloads: Offloads::default(),
-        log: Some(Arc::new(|line: &str| eprintln!("udp-proxy-node: {line}"))),
-    };
+    let net = |s: &str| s.parse::<Ipv4Network>().map_err(|e| e.to_string());
+    let mut config = EngineConfig::new(
+        Ipv4Addr::UNSPECIFIED,
+        1500,
+        net("10.244.1.0/24")?,
+        net("10.244.0.0/16")?,
+    );
+    config.log = Some(Arc::new(|line: &str| eprintln!("udp-proxy-node: {line}")));
     while let Some(flag) = args.next() {
         if flag == "--per-packet" {
             config.datapath = DataPathMode::PerPacket;

@@ -95,6 +95,28 @@ impl Default for Offloads {
 }
 
 impl EngineConfig {
+    /// flanneld's settings for a node whose underlay address is `bind_ip` on a link of
+    /// `underlay_mtu`: flannel0, port 8285, MTU the underlay's minus the encapsulation, the
+    /// fast path with every offload the kernel has.
+    pub fn new(
+        bind_ip: Ipv4Addr,
+        underlay_mtu: u32,
+        local_subnet: Ipv4Network,
+        network: Ipv4Network,
+    ) -> EngineConfig {
+        EngineConfig {
+            tun_name: "flannel0".into(),
+            mtu: underlay_mtu.saturating_sub(ENCAP_OVERHEAD),
+            port: DEFAULT_PORT,
+            bind_ip,
+            local_subnet,
+            network,
+            datapath: DataPathMode::Fast,
+            offloads: Offloads::default(),
+            log: None,
+        }
+    }
+
     /// The TUN device's own address: the lease's network address (`10.244.5.0` for
     /// `10.244.5.0/24`), as flanneld configures it (as a /32).
     pub fn tun_address(&self) -> Ipv4Addr {
