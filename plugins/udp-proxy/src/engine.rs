@@ -151,7 +151,7 @@ impl Shared {
         self.udp_gso.load(Ordering::Relaxed)
     }
 
-    /// The kernel refused a `UDP_SEGMENT` send (a device or path without segmentation
+    /// The kernel keeps refusing `UDP_SEGMENT` sends (a device or kernel without segmentation
     /// support): datagrams go one per message from now on.
     pub fn disable_udp_gso(&self, e: &io::Error) {
         if self.udp_gso.swap(false, Ordering::Relaxed) {

@@ -118,14 +118,16 @@ impl RouteView {
         }
     }
 
-    /// Takes up a replaced table (one atomic load when nothing changed).
+    /// Takes up a replaced table (one atomic load when nothing changed); whether it was.
     #[inline]
-    pub fn refresh(&mut self) {
+    pub fn refresh(&mut self) -> bool {
         let generation = self.shared.generation.load(Ordering::Acquire);
-        if generation != self.generation {
-            self.generation = generation;
-            self.table = self.shared.current();
+        if generation == self.generation {
+            return false;
         }
+        self.generation = generation;
+        self.table = self.shared.current();
+        true
     }
 
     #[inline]
@@ -196,7 +198,8 @@ mod tests {
             hop("172.31.0.2:8285"),
         )]));
         assert_eq!(view.lookup(dst), None, "not before the refresh");
-        view.refresh();
+        assert!(view.refresh());
+        assert!(!view.refresh(), "nothing new");
         assert_eq!(view.lookup(dst), Some(hop("172.31.0.2:8285")));
         shared.replace(RouteTable::default());
         view.refresh();

@@ -184,6 +184,7 @@ pub(crate) fn run_fast(ctx: &Ctx, inbound: Inbound) {
                 write_vnet(ctx, slices, count, &mut local)
             });
         }
+        local.publish(&ctx.shared.rx);
     }
     local.publish(&ctx.shared.rx);
 }

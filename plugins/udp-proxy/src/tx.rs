@@ -7,6 +7,7 @@
 //! message with `UDP_SEGMENT` (the kernel, or the NIC, splits them). Per-packet path: one
 //! `read` and one `sendto` per packet.
 
+use std::collections::HashSet;
 use std::io;
 use std::net::SocketAddrV4;
 use std::ops::Range;
@@ -180,6 +181,9 @@ struct Group {
 /// The arrays one `sendmmsg` reads; rebuilt at each send, their capacity kept.
 #[derive(Default)]
 struct Sender {
+    /// Peers whose route refused a `UDP_SEGMENT` send (its MTU is below the segments'), sent
+    /// one datagram per message until the route table changes.
+    no_gso_peers: HashSet<SocketAddrV4>,
     groups: Vec<Group>,
     iovs: Vec<libc::iovec>,
     addrs: Vec<libc::sockaddr_in>,
@@ -188,12 +192,16 @@ struct Sender {
 }
 
 impl Sender {
-    /// Sends every queued datagram, then empties the queue.
+    /// Sends every queued datagram, then empties the queue. A `UDP_SEGMENT` send the kernel
+    /// refuses goes again one datagram per message: EMSGSIZE (EINVAL before Linux 6.x) is the
+    /// peer's route, its MTU below the segments' (the kernel then fragments each datagram, as
+    /// it does flanneld's), and that peer gets no segmentation until the route table changes;
+    /// EIO or EOPNOTSUPP is the kernel or the device, and segmentation goes off for good.
     fn flush(&mut self, q: &mut Queue, ctx: &Ctx, local: &mut Local) {
         let mut from = 0;
         while from < q.datagrams.len() {
             let gso = ctx.shared.udp_gso();
-            self.build(q, from, gso);
+            self.build(q, from, q.datagrams.len(), gso);
             match send(ctx, &mut self.msgs, ctx.shared.datapath.mmsg) {
                 Ok(sent) => {
                     local.inc(Counter::UdpSends);
@@ -201,7 +209,7 @@ impl Sender {
                         local.add(Counter::SentPackets, g.count as u64);
                         local.add(Counter::SentBytes, g.bytes as u64);
                     }
-                    from = self.next_after(sent, q);
+                    from = self.next_after(sent, q.datagrams.len());
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
@@ -212,42 +220,55 @@ impl Sender {
                 Err(e) => {
                     local.inc(Counter::UdpSends);
                     let failed = &self.groups[0];
-                    let gso_refused = matches!(
-                        e.raw_os_error(),
-                        Some(libc::EIO) | Some(libc::EINVAL) | Some(libc::EOPNOTSUPP)
-                    );
-                    if gso && failed.count > 1 && gso_refused {
-                        ctx.shared.disable_udp_gso(&e);
-                        continue;
+                    let peer = q.datagrams[failed.first].peer;
+                    if gso && failed.count > 1 {
+                        match e.raw_os_error() {
+                            Some(libc::EMSGSIZE) | Some(libc::EINVAL) => {
+                                ctx.shared.note_error(
+                                    format_args!("segmented sending to {peer} (sent unsegmented)"),
+                                    &e,
+                                );
+                                self.no_gso_peers.insert(peer);
+                                continue;
+                            }
+                            Some(libc::EIO) | Some(libc::EOPNOTSUPP) => {
+                                ctx.shared.disable_udp_gso(&e);
+                                continue;
+                            }
+                            _ => {}
+                        }
                     }
                     local.add(Counter::SendFailed, failed.count as u64);
-                    ctx.shared
-                        .note_error(format_args!("sending to {}", q.datagrams[from].peer), &e);
-                    from = self.next_after(1, q);
+                    ctx.shared.note_error(format_args!("sending to {peer}"), &e);
+                    from = self.next_after(1, q.datagrams.len());
                 }
             }
         }
         q.clear();
     }
 
-    /// The first datagram after the first `groups` groups built.
-    fn next_after(&self, groups: usize, q: &Queue) -> usize {
-        self.groups
-            .get(groups)
-            .map_or(q.datagrams.len(), |g| g.first)
+    /// The route table changed: peers whose route refused segmentation get another chance.
+    fn routes_changed(&mut self) {
+        self.no_gso_peers.clear();
     }
 
-    /// Groups `q.datagrams[from..]` into messages (runs to one peer whose datagrams all have
+    /// The first datagram after the first `groups` groups built (`until` after them all).
+    fn next_after(&self, groups: usize, until: usize) -> usize {
+        self.groups.get(groups).map_or(until, |g| g.first)
+    }
+
+    /// Groups `q.datagrams[from..until]` into messages (runs to one peer whose datagrams all have
     /// the first one's size but the last, which may be shorter, within the GSO limits; one
     /// datagram per message without GSO) and fills the arrays `sendmmsg` reads.
-    fn build(&mut self, q: &Queue, from: usize, gso: bool) {
+    fn build(&mut self, q: &Queue, from: usize, until: usize, gso: bool) {
         self.groups.clear();
-        for (i, d) in q.datagrams.iter().enumerate().skip(from) {
+        for (i, d) in q.datagrams.iter().enumerate().take(until).skip(from) {
             let len = d.len();
             if let Some(g) = self.groups.last_mut() {
                 let last = &q.datagrams[g.first + g.count - 1];
                 let joins = gso
                     && last.peer == d.peer
+                    && !self.no_gso_peers.contains(&d.peer)
                     && last.len() == g.segment
                     && len <= g.segment
                     && g.count < GSO_MAX_SEGMENTS
@@ -365,7 +386,9 @@ pub(crate) fn run_fast(ctx: &Ctx, mut out: Outbound) {
                 if q.used == READ_BUFFERS || q.bytes >= FLUSH_BYTES {
                     sender.flush(&mut q, ctx, &mut local);
                     local.publish(&ctx.shared.tx);
-                    out.routes.refresh();
+                    if out.routes.refresh() {
+                        sender.routes_changed();
+                    }
                 }
             }
             Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
@@ -375,7 +398,9 @@ pub(crate) fn run_fast(ctx: &Ctx, mut out: Outbound) {
                     break;
                 }
                 // Routes replaced while idle apply to the packets that woke us.
-                out.routes.refresh();
+                if out.routes.refresh() {
+                    sender.routes_changed();
+                }
             }
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
             Err(e) => {
@@ -496,7 +521,7 @@ mod tests {
             (52, P2),
         ]);
         let mut s = Sender::default();
-        s.build(&q, 0, true);
+        s.build(&q, 0, q.datagrams.len(), true);
         assert_eq!(shapes(&s), [(3, 1400), (1, 1400), (2, 1400), (2, 52)]);
         assert_eq!(s.msgs.len(), 4);
         assert_eq!(s.msgs[0].msg_hdr.msg_iovlen, 3);
@@ -505,10 +530,29 @@ mod tests {
             s.msgs[1].msg_hdr.msg_control.is_null(),
             "one datagram: no GSO"
         );
-        s.build(&q, 0, false);
+        s.build(&q, 0, q.datagrams.len(), false);
         assert!(shapes(&s).iter().all(|&(count, _)| count == 1));
-        s.build(&q, 5, true);
+        s.build(&q, 5, q.datagrams.len(), true);
         assert_eq!(shapes(&s), [(3, 52)]);
+        s.build(&q, 1, 3, true);
+        assert_eq!(shapes(&s), [(2, 1400)], "only up to `until`");
+        // A peer whose route refused segmentation: one datagram per message, to it alone.
+        s.no_gso_peers.insert(P1.parse().unwrap());
+        s.build(&q, 0, q.datagrams.len(), true);
+        assert_eq!(
+            shapes(&s),
+            [
+                (1, 1400),
+                (1, 1400),
+                (1, 900),
+                (1, 1400),
+                (2, 1400),
+                (2, 52)
+            ]
+        );
+        s.routes_changed();
+        s.build(&q, 0, q.datagrams.len(), true);
+        assert_eq!(shapes(&s)[0], (3, 1400));
     }
 
     #[test]
@@ -516,11 +560,11 @@ mod tests {
         let many: Vec<(usize, &str)> = (0..100).map(|_| (100, P1)).collect();
         let q = queue_of(&many);
         let mut s = Sender::default();
-        s.build(&q, 0, true);
+        s.build(&q, 0, q.datagrams.len(), true);
         assert_eq!(shapes(&s), [(64, 100), (36, 100)]);
         let big: Vec<(usize, &str)> = (0..50).map(|_| (1472, P1)).collect();
         let q = queue_of(&big);
-        s.build(&q, 0, true);
+        s.build(&q, 0, q.datagrams.len(), true);
         assert_eq!(
             shapes(&s),
             [(44, 1472), (6, 1472)],
@@ -542,7 +586,7 @@ mod tests {
             });
         }
         let mut s = Sender::default();
-        s.build(&q, 0, true);
+        s.build(&q, 0, q.datagrams.len(), true);
         assert_eq!(shapes(&s), [(2, 1040)]);
         assert_eq!(s.msgs[0].msg_hdr.msg_iovlen, 4);
         let lens: Vec<usize> = s.iovs.iter().map(|v| v.iov_len).collect();
