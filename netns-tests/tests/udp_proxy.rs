@@ -81,6 +81,9 @@ fn tcp_transfer(client: &Pod, server: &Pod, data: Vec<u8>) -> Vec<u8> {
     ready_rx.recv().unwrap();
     in_netns(&client.ns, move || {
         let mut conn = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).expect("connect");
+        // A stalled path fails the test in seconds, not after TCP's own timeouts.
+        conn.set_write_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
         conn.write_all(&data).expect("send the transfer");
     })
     .join()
