@@ -50,9 +50,11 @@
 //! Fallbacks, each probed once at start and logged: no virtio-net header on TUN (plain
 //! packets, no coalescing), no USO or TSO (smaller packets from TUN), no `UDP_SEGMENT` (one
 //! datagram per message), no `UDP_GRO` (one datagram per buffer), no `sendmmsg`/`recvmmsg`
-//! (one message per call). A `UDP_SEGMENT` send the kernel refuses at run time turns GSO off
-//! for good. Each can also be turned off in [`EngineConfig::offloads`]. [`Stats::datapath`]
-//! says what runs.
+//! (one message per call). A `UDP_SEGMENT` send the kernel refuses at run time goes again one
+//! datagram per message: when the peer's route is the reason (its MTU below the segments', so
+//! the kernel fragments each datagram, as it does flanneld's) for that peer until the routes
+//! change, when the kernel or the device is (EIO, EOPNOTSUPP) for good. Each feature can also
+//! be turned off in [`EngineConfig::offloads`]. [`Stats::datapath`] says what runs.
 //!
 //! # The per-packet path ([`DataPathMode::PerPacket`])
 //!
