@@ -66,10 +66,10 @@ static_cargo = t=$$(cat $(TARGET_FILE)); \
 # The agent is a daemon, not exec'd per pod: it stays dynamic (it resolves host names via NSS).
 RELEASE   := target/release
 AGENT     := ferrocni-agent
-# Every binary the suite ships (plugin binaries are named exactly as their CNI `type`; netkit and
-# attach are libraries).
+# Every binary the suite ships (plugin binaries are named exactly as their CNI `type`; netkit,
+# attach and udp-proxy are libraries).
 PLUGINS   := $(shell awk -F'"' '/^name = /{print $$2; nextfile}' plugins/*/Cargo.toml ipam/*/Cargo.toml \
-	       | grep -v -e '^netkit$$' -e '^attach$$' -e '^$(AGENT)$$')
+	       | grep -v -e '^netkit$$' -e '^attach$$' -e '^udp-proxy$$' -e '^$(AGENT)$$')
 BINS      := $(PLUGINS) cnitool
 # The Debian packages the tests use (one list, shared with .ci/run and the README).
 TEST_PACKAGES := $(shell sed 's/\#.*//' .ci/packages.txt)
@@ -297,7 +297,7 @@ lint:
 
 # Side-by-side benchmarks against the reference Go plugins (root; reference in /usr/lib/cni).
 bench: test-deps build
-	$(CARGO) build --release -p netns-tests --bin ferrocni-bench
+	$(CARGO) build --release -p netns-tests --bin ferrocni-bench --bin udp-proxy-node
 	@$(call static_cargo,-p vxlan --example reconcile_bench)
 	$(RELEASE)/ferrocni-bench --ours $(STATIC) --reference /usr/lib/cni \
 	    $$([ "$$(cat $(TRIM_FILE))" = 1 ] && echo --trimmed)

@@ -13,6 +13,9 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::Netns;
@@ -76,11 +79,7 @@ impl Underlay {
     /// Adds node `index` (1..=250): its netns gets `eth0` with [`Underlay::node_ip`] and
     /// [`Underlay::node_ip6`], `lo` up and IPv4 and IPv6 forwarding on (it routes for its pods).
     pub fn add_node(&self, index: u8) -> Node {
-        assert!(
-            (1..=250).contains(&index),
-            "node index {index} out of 1..=250"
-        );
-        let ns = Netns::new(&format!("node{index}"));
+        let ns = node_netns(index);
         let port = format!("n{index}");
         self.ns.exec_ok(&[
             "ip",
@@ -97,37 +96,38 @@ impl Underlay {
         ]);
         self.ns
             .exec_ok(&["ip", "link", "set", &port, "master", "br0", "up"]);
-        let ip = Underlay::node_ip(index);
-        ns.exec_ok(&["ip", "link", "set", "lo", "up"]);
-        ns.exec_ok(&[
-            "ip",
-            "addr",
-            "add",
-            &format!("{ip}/{UNDERLAY_LEN}"),
-            "dev",
-            "eth0",
-        ]);
-        ns.exec_ok(&[
-            "ip",
-            "-6",
-            "addr",
-            "add",
-            &format!("{}/{UNDERLAY6_LEN}", Underlay::node_ip6(index)),
-            "dev",
-            "eth0",
-            "nodad",
-        ]);
-        ns.exec_ok(&["ip", "link", "set", "eth0", "up"]);
-        ns.exec_ok(&["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"]);
-        ns.exec_ok(&["sysctl", "-q", "-w", "net.ipv6.conf.all.forwarding=1"]);
-        Node {
-            ns,
-            index,
-            ip,
-            ip6: Underlay::node_ip6(index),
-            pods: 0,
-        }
+        Node::on_eth0(ns, index)
     }
+}
+
+/// Node `index`'s netns (without its underlay link yet).
+fn node_netns(index: u8) -> Netns {
+    assert!(
+        (1..=250).contains(&index),
+        "node index {index} out of 1..=250"
+    );
+    Netns::new(&format!("node{index}"))
+}
+
+/// Nodes 1 and 2 joined by one veth pair (`eth0` at both ends, their underlay addresses as
+/// [`Underlay::add_node`] gives them): a wire with no switch, whose only cost is the nodes'
+/// own, as between two machines.
+pub fn node_pair() -> [Node; 2] {
+    let (a, b) = (node_netns(1), node_netns(2));
+    a.exec_ok(&[
+        "ip",
+        "link",
+        "add",
+        "eth0",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        b.name(),
+    ]);
+    [Node::on_eth0(a, 1), Node::on_eth0(b, 2)]
 }
 
 /// One node of the cluster.
@@ -169,6 +169,41 @@ pub fn nth(cidr: &str, n: u32) -> Ipv4Addr {
 }
 
 impl Node {
+    /// Node `index` in `ns`, whose `eth0` is there: its underlay addresses on `eth0`, `lo` and
+    /// `eth0` up, IPv4 and IPv6 forwarding on (it routes for its pods).
+    fn on_eth0(ns: Netns, index: u8) -> Node {
+        let ip = Underlay::node_ip(index);
+        ns.exec_ok(&["ip", "link", "set", "lo", "up"]);
+        ns.exec_ok(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{ip}/{UNDERLAY_LEN}"),
+            "dev",
+            "eth0",
+        ]);
+        ns.exec_ok(&[
+            "ip",
+            "-6",
+            "addr",
+            "add",
+            &format!("{}/{UNDERLAY6_LEN}", Underlay::node_ip6(index)),
+            "dev",
+            "eth0",
+            "nodad",
+        ]);
+        ns.exec_ok(&["ip", "link", "set", "eth0", "up"]);
+        ns.exec_ok(&["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"]);
+        ns.exec_ok(&["sysctl", "-q", "-w", "net.ipv6.conf.all.forwarding=1"]);
+        Node {
+            ns,
+            index,
+            ip,
+            ip6: Underlay::node_ip6(index),
+            pods: 0,
+        }
+    }
+
     /// Adds a pod with an address from `subnet` (the node's pod subnet): the node gets `cni0`
     /// with the first address as gateway (on the first call), the pod the next free one and a
     /// default route via the gateway.
@@ -302,6 +337,142 @@ pub fn http_get(ns: &Netns, port: u16, path: &str) -> Option<String> {
 pub fn sample(page: &str, name: &str) -> Option<f64> {
     page.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// IPv4 headers of the frames seen in `ns` while `during` runs: `(src, dst, protocol,
+/// header length, packet)`. An AF_PACKET socket on a thread inside `ns`, so it sees every
+/// frame crossing the switch's bridge and ports.
+pub fn capture(ns: &Netns, during: impl FnOnce()) -> Vec<(Ipv4Addr, Ipv4Addr, u8, usize, Vec<u8>)> {
+    let ns_file = std::fs::File::open(ns.path()).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        // SAFETY: setns(2) on a namespace fd we own, on this thread only; socket(2) and
+        // setsockopt(2) on a descriptor we own; recv(2) into our own buffer.
+        let fd = unsafe {
+            assert_eq!(libc::setns(ns_file.as_raw_fd(), libc::CLONE_NEWNET), 0);
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW,
+                i32::from((libc::ETH_P_ALL as u16).to_be()),
+            )
+        };
+        assert!(
+            fd >= 0,
+            "AF_PACKET socket: {}",
+            std::io::Error::last_os_error()
+        );
+        let tv = libc::timeval {
+            tv_sec: 0,
+            tv_usec: 200_000,
+        };
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&tv as *const libc::timeval).cast(),
+                std::mem::size_of::<libc::timeval>() as u32,
+            )
+        };
+        ready_tx.send(()).unwrap();
+        let mut frames = Vec::new();
+        let mut buf = vec![0u8; 65536];
+        while !stop2.load(Ordering::Relaxed) {
+            let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+            if n > 0 {
+                frames.push(buf[..n as usize].to_vec());
+            }
+        }
+        unsafe { libc::close(fd) };
+        frames
+    });
+    ready_rx.recv().unwrap();
+    during();
+    stop.store(true, Ordering::Relaxed);
+    let frames = reader.join().unwrap();
+    frames
+        .into_iter()
+        .filter(|f| f.len() >= 34 && f[12..14] == [0x08, 0x00])
+        .map(|f| {
+            let ip = f[14..].to_vec();
+            let ihl = usize::from(ip[0] & 0x0f) * 4;
+            let src = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
+            let dst = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
+            (src, dst, ip[9], ihl, ip)
+        })
+        .collect()
+}
+
+/// What one iperf3 run measured (the client's `-J` report).
+#[derive(Debug, Clone, Copy)]
+pub struct Iperf {
+    pub bits_per_second: f64,
+    pub bytes: f64,
+    pub retransmits: u64,
+}
+
+/// A single TCP stream from `client` to `server` for `seconds` (iperf3, server started and
+/// stopped here); `None` (after printing iperf3's words) when it could not run.
+pub fn iperf(server: &Pod, client: &Pod, seconds: u32) -> Option<Iperf> {
+    let mut srv = server
+        .ns
+        .command(&["iperf3", "-s", "-1", "-B", &server.ip])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let mut result = None;
+    let mut last = String::new();
+    let argv = iperf_client_argv(&server.ip, seconds);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    for _ in 0..20 {
+        let o = client.ns.exec(&argv);
+        last = String::from_utf8_lossy(&o.stdout).into_owned();
+        result = parse_iperf(&o.stdout);
+        if result.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = srv.kill();
+    let _ = srv.wait();
+    if result.is_none() {
+        eprintln!("iperf3 said: {last}");
+    }
+    result
+}
+
+/// An iperf3 client's command line: one TCP stream to `server` for `seconds`, reported as JSON
+/// (`-J`, which exits 0 even when it could not connect: the JSON says so).
+pub fn iperf_client_argv(server: &str, seconds: u32) -> Vec<String> {
+    [
+        "iperf3",
+        "-c",
+        server,
+        "-t",
+        &seconds.to_string(),
+        "-J",
+        "--connect-timeout",
+        "3000",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// The figures of an `iperf3 -J` client report; `None` when it says the run failed.
+pub fn parse_iperf(json: &[u8]) -> Option<Iperf> {
+    let v: serde_json::Value = serde_json::from_slice(json).ok()?;
+    if v.get("error").is_some() {
+        return None;
+    }
+    let end = v.get("end")?;
+    Some(Iperf {
+        bits_per_second: end["sum_received"]["bits_per_second"].as_f64()?,
+        bytes: end["sum_received"]["bytes"].as_f64()?,
+        retransmits: end["sum_sent"]["retransmits"].as_u64().unwrap_or(0),
+    })
 }
 
 /// One ICMP echo from `from` to `ip`, waiting at most a second.

@@ -42,6 +42,8 @@ pub mod netfilter;
 pub mod private_host;
 pub mod reboot;
 pub mod rng;
+pub mod udp_bench;
+pub mod udp_proxy;
 
 use std::collections::HashMap;
 use std::fs;

@@ -11,16 +11,15 @@
 
 use std::fs;
 use std::net::Ipv4Addr;
-use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
-use netns_tests::cluster::{nth, ping, udp_source_seen, wait_until, Node, Pod, Underlay};
+use netns_tests::cluster::{
+    capture, iperf, nth, ping, udp_source_seen, wait_until, Node, Pod, Underlay,
+};
 use netns_tests::{our_binary, require_driver, require_root, Netns, TempDir};
 
 const PREFIX: &str = "/coreos.com/network";
@@ -289,72 +288,6 @@ fn assert_ping(from: &Pod, to: &Pod) {
     );
 }
 
-/// IPv4 headers of the frames seen in `ns` while `during` runs: `(src, dst, protocol,
-/// header length, packet)`. An AF_PACKET socket on a thread inside `ns`, so it sees every
-/// frame crossing the switch's bridge and ports.
-fn capture(ns: &Netns, during: impl FnOnce()) -> Vec<(Ipv4Addr, Ipv4Addr, u8, usize, Vec<u8>)> {
-    let ns_file = fs::File::open(ns.path()).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let stop2 = stop.clone();
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        // SAFETY: setns(2) on a namespace fd we own, on this thread only; socket(2) and
-        // setsockopt(2) on a descriptor we own; recv(2) into our own buffer.
-        let fd = unsafe {
-            assert_eq!(libc::setns(ns_file.as_raw_fd(), libc::CLONE_NEWNET), 0);
-            libc::socket(
-                libc::AF_PACKET,
-                libc::SOCK_RAW,
-                i32::from((libc::ETH_P_ALL as u16).to_be()),
-            )
-        };
-        assert!(
-            fd >= 0,
-            "AF_PACKET socket: {}",
-            std::io::Error::last_os_error()
-        );
-        let tv = libc::timeval {
-            tv_sec: 0,
-            tv_usec: 200_000,
-        };
-        unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                (&tv as *const libc::timeval).cast(),
-                std::mem::size_of::<libc::timeval>() as u32,
-            )
-        };
-        ready_tx.send(()).unwrap();
-        let mut frames = Vec::new();
-        let mut buf = vec![0u8; 65536];
-        while !stop2.load(Ordering::Relaxed) {
-            let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
-            if n > 0 {
-                frames.push(buf[..n as usize].to_vec());
-            }
-        }
-        unsafe { libc::close(fd) };
-        frames
-    });
-    ready_rx.recv().unwrap();
-    during();
-    stop.store(true, Ordering::Relaxed);
-    let frames = reader.join().unwrap();
-    frames
-        .into_iter()
-        .filter(|f| f.len() >= 34 && f[12..14] == [0x08, 0x00])
-        .map(|f| {
-            let ip = f[14..].to_vec();
-            let ihl = usize::from(ip[0] & 0x0f) * 4;
-            let src = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
-            let dst = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
-            (src, dst, ip[9], ihl, ip)
-        })
-        .collect()
-}
-
 fn in_pod_network(ip: Ipv4Addr) -> bool {
     ip.octets()[0] == 10 && ip.octets()[1] == 244
 }
@@ -365,43 +298,7 @@ fn is_node(ip: Ipv4Addr) -> bool {
 
 /// iperf3 from `client` to `server` for two seconds: received bits per second.
 fn iperf_rate(server: &Pod, client: &Pod) -> f64 {
-    let mut srv = server
-        .ns
-        .command(&["iperf3", "-s", "-1", "-B", &server.ip])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start iperf3 server");
-    // iperf3 -J exits 0 even when it could not connect: the JSON says so.
-    let mut last = String::new();
-    let mut rate = 0.0;
-    for _ in 0..30 {
-        let o = client.ns.exec(&[
-            "iperf3",
-            "-c",
-            &server.ip,
-            "-t",
-            "2",
-            "-J",
-            "--connect-timeout",
-            "3000",
-        ]);
-        last = String::from_utf8_lossy(&o.stdout).into_owned();
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
-        if v.get("error").is_none() {
-            rate = v["end"]["sum_received"]["bits_per_second"]
-                .as_f64()
-                .unwrap_or(0.0);
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let _ = srv.kill();
-    let _ = srv.wait();
-    if rate == 0.0 {
-        eprintln!("iperf3 said: {last}");
-    }
-    rate
+    iperf(server, client, 2).map_or(0.0, |r| r.bits_per_second)
 }
 
 /// What both backends share: etcd, three nodes with agents and one pod each.

@@ -21,6 +21,9 @@ struct Opts {
     concurrent: usize,
     scale_pods: usize,
     cri_pods: usize,
+    /// The udp section: seconds per transfer, rounds of the three paths.
+    udp_seconds: u32,
+    udp_rounds: u32,
     /// The agent binary (dynamic, so not beside the static plugins in `--ours`).
     agent: PathBuf,
     sections: Vec<String>,
@@ -40,6 +43,8 @@ fn parse_opts() -> Opts {
         concurrent: 50,
         scale_pods: 1000,
         cri_pods: 20,
+        udp_seconds: 10,
+        udp_rounds: 3,
         agent: PathBuf::from("target/release/ferrocni-agent"),
         sections: Vec::new(),
         trimmed: false,
@@ -73,6 +78,16 @@ fn parse_opts() -> Opts {
                     .parse()
                     .unwrap_or_else(|_| usage("--cri-pods needs a number"))
             }
+            "--udp-seconds" => {
+                o.udp_seconds = val()
+                    .parse()
+                    .unwrap_or_else(|_| usage("--udp-seconds needs a number"))
+            }
+            "--udp-rounds" => {
+                o.udp_rounds = val()
+                    .parse()
+                    .unwrap_or_else(|_| usage("--udp-rounds needs a number"))
+            }
             "--agent" => o.agent = PathBuf::from(val()),
             "--only" => o.sections = val().split(',').map(str::to_string).collect(),
             "--trimmed" => o.trimmed = true,
@@ -90,8 +105,8 @@ fn usage(msg: &str) -> ! {
     }
     eprintln!(
         "usage: ferrocni-bench [--ours DIR] [--reference DIR] [--pods N] [--concurrent N] [--scale-pods N]\n\
-         \x20                     [--cri-pods N] [--trimmed] [--on-disk]\n\
-         \x20                     [--only sizes,exec,loopback,bridge,rss,concurrent,bandwidth,ptp,macvlan,ipvlan,hostlocal,scale,vxlan,wireguard,netfilter,latency,cri,agent]\n\
+         \x20                     [--cri-pods N] [--udp-seconds N] [--udp-rounds N] [--trimmed] [--on-disk]\n\
+         \x20                     [--only sizes,exec,loopback,bridge,rss,concurrent,bandwidth,ptp,macvlan,ipvlan,hostlocal,scale,vxlan,wireguard,netfilter,latency,cri,agent,udp]\n\
          \x20                     [--agent PATH (default target/release/ferrocni-agent)]"
     );
     std::process::exit(2)
@@ -2069,6 +2084,13 @@ fn main() {
     }
     if want("agent") {
         netns_tests::agent_scale::run(&o.agent);
+    }
+    if want("udp") {
+        // The engine's standalone driver is built beside the bench (make bench).
+        let driver = std::env::current_exe()
+            .map(|e| e.with_file_name("udp-proxy-node"))
+            .unwrap_or_default();
+        netns_tests::udp_bench::run(&driver, o.udp_seconds, o.udp_rounds);
     }
     goals.print();
 }
