@@ -1240,18 +1240,20 @@ fn udp_beside_flanneld_nodes_mtu_and_a_lost_device() {
     let Some(mut c) = udp_cluster("udpf") else {
         return;
     };
-    c.underlay
-        .ns
-        .exec_ok(&["ip", "link", "set", "n3", "mtu", "1400"]);
-    c.nodes[2]
-        .ns
-        .exec_ok(&["ip", "link", "set", "eth0", "mtu", "1400"]);
+    // An underlay of 1400 bytes (a cloud network's, say).
+    for node in &c.nodes {
+        let port = format!("n{}", node.index);
+        c.underlay
+            .ns
+            .exec_ok(&["ip", "link", "set", &port, "mtu", "1400"]);
+        node.ns
+            .exec_ok(&["ip", "link", "set", "eth0", "mtu", "1400"]);
+    }
     c.start_agents();
-    assert_eq!(
-        c.agents[2].env_value("FLANNEL_MTU").as_deref(),
-        Some("1372")
-    );
-    assert_flannel0(&c.nodes[2], &c.subnets[2], 1372);
+    for (i, agent) in c.agents.iter().enumerate() {
+        assert_eq!(agent.env_value("FLANNEL_MTU").as_deref(), Some("1372"));
+        assert_flannel0(&c.nodes[i], &c.subnets[i], 1372);
+    }
     c.assert_full_mesh();
 
     let driver = std::path::Path::new(env!("CARGO_BIN_EXE_udp-proxy-node"));
@@ -1295,7 +1297,7 @@ fn udp_beside_flanneld_nodes_mtu_and_a_lost_device() {
         .ns
         .link("flannel0")
         .is_some()));
-    assert_flannel0(&c.nodes[0], &c.subnets[0], 1472);
+    assert_flannel0(&c.nodes[0], &c.subnets[0], 1372);
     c.assert_full_mesh();
     assert_eq!(
         agent_sample(&c.nodes[0], "ferrocni_agent_udp_engine_restarts_total"),

@@ -248,3 +248,40 @@ impl DataPlane for UdpPlane {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn underlay(has_public_ip: bool, addresses: &[&str]) -> Underlay {
+        Underlay {
+            index: 2,
+            name: "eth0".into(),
+            mtu: 1500,
+            networks: Vec::new(),
+            addresses: addresses.iter().map(|a| a.parse().unwrap()).collect(),
+            has_public_ip,
+        }
+    }
+
+    #[test]
+    fn the_socket_binds_the_public_address_or_the_interface_s_own() {
+        let public: Ipv4Addr = "203.0.113.7".parse().unwrap();
+        assert_eq!(
+            bind_address(&underlay(true, &["10.0.0.5", "203.0.113.7"]), public),
+            Ok(public)
+        );
+        // Behind NAT: the interface's own (first) address, as flanneld binds it.
+        assert_eq!(
+            bind_address(&underlay(false, &["10.0.0.5", "10.0.1.5"]), public),
+            Ok("10.0.0.5".parse().unwrap())
+        );
+        assert_eq!(
+            bind_address(&underlay(false, &[]), public),
+            Err(
+                "the underlay interface eth0 has no IPv4 address for the udp backend's socket"
+                    .into()
+            )
+        );
+    }
+}
