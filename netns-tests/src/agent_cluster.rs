@@ -314,10 +314,13 @@ pub fn assert_ping(from: &Pod, to: &Pod) {
     );
 }
 
+/// An IPv4 packet seen on the wire: source, destination, protocol, header length, the packet.
+pub type Frame = (Ipv4Addr, Ipv4Addr, u8, usize, Vec<u8>);
+
 /// IPv4 headers of the frames seen in `ns` while `during` runs: `(src, dst, protocol,
 /// header length, packet)`. An AF_PACKET socket on a thread inside `ns`, so it sees every
 /// frame crossing the switch's bridge and ports.
-pub fn capture(ns: &Netns, during: impl FnOnce()) -> Vec<(Ipv4Addr, Ipv4Addr, u8, usize, Vec<u8>)> {
+pub fn capture(ns: &Netns, during: impl FnOnce()) -> Vec<Frame> {
     let ns_file = fs::File::open(ns.path()).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
@@ -538,6 +541,34 @@ impl Cluster {
                 }
             }
         }
+    }
+
+    /// The frames the switch sees while pod 1 pings pod 2 three times.
+    pub fn capture_pod_pings(&self) -> Vec<Frame> {
+        let (pod0, pod1) = (&self.pods[0], &self.pods[1]);
+        capture(&self.underlay.ns, || {
+            for _ in 0..3 {
+                ping(&pod0.ns, &pod1.ip);
+            }
+        })
+    }
+
+    /// Routed without encapsulation: pod 1's own packets to pod 2 cross the underlay, and
+    /// nothing between the nodes is encapsulated (no IP-in-IP, no UDP: VXLAN, WireGuard).
+    pub fn assert_routed_unencapsulated(&self) {
+        let (pod0, pod1) = (&self.pods[0], &self.pods[1]);
+        let seen = self.capture_pod_pings();
+        assert!(
+            seen.iter()
+                .any(|(s, d, ..)| s.to_string() == pod0.ip && d.to_string() == pod1.ip),
+            "pod 1's packets were not seen routed on the underlay"
+        );
+        assert!(
+            !seen.iter().any(|(s, d, proto, ..)| is_node(*s)
+                && is_node(*d)
+                && (*proto == 4 || *proto == 17)),
+            "encapsulated traffic between the nodes"
+        );
     }
 
     pub fn assert_source_preserved(&self) {

@@ -14,7 +14,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use netns_tests::agent_cluster::{capture, lease_key, Cluster, Etcd, CONVERGE, PREFIX};
+use netns_tests::agent_cluster::{lease_key, Cluster, Etcd, CONVERGE, PREFIX};
 use netns_tests::bgp::{
     kernel_routes, outside_host, reflector_conf, router_conf, KernelRoute, OUTSIDE_HOST,
 };
@@ -196,29 +196,9 @@ fn bgp_mesh_with_router_on_etcd() {
     c.assert_full_mesh();
     c.assert_source_preserved();
 
-    // On the underlay: the pods' own packets between the nodes, no VXLAN (UDP 8472), no
-    // IP-in-IP.
-    let (pod0, pod1) = (&c.pods[0], &c.pods[1]);
-    let seen = capture(&c.underlay.ns, || {
-        for _ in 0..3 {
-            ping(&pod0.ns, &pod1.ip);
-        }
-    });
-    assert!(
-        seen.iter()
-            .any(|(s, d, ..)| s.to_string() == pod0.ip && d.to_string() == pod1.ip),
-        "pod 1's packets were not seen routed on the underlay"
-    );
-    for (s, d, proto, ihl, pkt) in &seen {
-        assert!(
-            *proto != 4,
-            "IP-in-IP on the underlay: {s} -> {d} ({} bytes)",
-            pkt.len()
-        );
-        let dport = (*proto == 17 && pkt.len() >= ihl + 4)
-            .then(|| u16::from_be_bytes([pkt[ihl + 2], pkt[ihl + 3]]));
-        assert_ne!(dport, Some(8472), "VXLAN on the underlay: {s} -> {d}");
-    }
+    // On the underlay: the pods' own packets between the nodes, nothing encapsulated (no
+    // VXLAN, no IP-in-IP).
+    c.assert_routed_unencapsulated();
 
     // The router learned every subnet from its own node and routes it; a host behind the
     // router reaches pods, which see its own address (no NAT, no tunnel).

@@ -15,10 +15,9 @@ use std::net::Ipv4Addr;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use netns_tests::agent_cluster::{
-    capture, have_tools, in_pod_network, iperf_rate, is_node, lease_key, Cluster, CONVERGE,
-    FLANNELD_SUBNET,
+    have_tools, in_pod_network, iperf_rate, is_node, lease_key, Cluster, CONVERGE, FLANNELD_SUBNET,
 };
-use netns_tests::cluster::{nth, ping, wait_until, Node};
+use netns_tests::cluster::{nth, wait_until, Node};
 use netns_tests::{require_driver, require_root, Netns};
 
 /// Whether this kernel can make a link of `kind` (tried in a scratch netns; an ipip
@@ -164,12 +163,8 @@ fn wireguard_cluster_on_etcd() {
     .is_some_and(|d| d.peers.len() == 2)));
 
     // On the underlay: only WireGuard's UDP between the nodes, no pod address in clear.
-    let (pod0, pod1) = (&c.pods[0], &c.pods[1]);
-    let seen = capture(&c.underlay.ns, || {
-        for _ in 0..3 {
-            ping(&pod0.ns, &pod1.ip);
-        }
-    });
+    let pod0 = &c.pods[0];
+    let seen = c.capture_pod_pings();
     let between_nodes: Vec<_> = seen
         .iter()
         .filter(|(s, d, ..)| is_node(*s) && is_node(*d))
@@ -323,12 +318,8 @@ fn ipip_cluster_on_etcd() {
         .any(|d| d == FLANNELD_SUBNET)));
 
     // On the underlay: IP-in-IP (protocol 4) between the nodes, the pod addresses inside.
-    let (pod0, pod1) = (&c.pods[0], &c.pods[1]);
-    let seen = capture(&c.underlay.ns, || {
-        for _ in 0..3 {
-            ping(&pod0.ns, &pod1.ip);
-        }
-    });
+    let pod0 = &c.pods[0];
+    let seen = c.capture_pod_pings();
     let between_nodes: Vec<_> = seen
         .iter()
         .filter(|(s, d, ..)| is_node(*s) && is_node(*d))
@@ -399,21 +390,7 @@ fn ipip_direct_routing_on_etcd() {
     c.assert_source_preserved();
 
     // On the underlay: the pods' own packets, never IP-in-IP.
-    let (pod0, pod1) = (&c.pods[0], &c.pods[1]);
-    let seen = capture(&c.underlay.ns, || {
-        for _ in 0..3 {
-            ping(&pod0.ns, &pod1.ip);
-        }
-    });
-    assert!(
-        !seen.iter().any(|(_, _, proto, ..)| *proto == 4),
-        "IP-in-IP on the underlay with DirectRouting"
-    );
-    assert!(
-        seen.iter()
-            .any(|(s, d, ..)| s.to_string() == pod0.ip && d.to_string() == pod1.ip),
-        "pod 1's packets were not seen routed directly on the underlay"
-    );
+    c.assert_routed_unencapsulated();
 
     c.remove_node3(|n, subnet| !n.routes(&[subnet]).iter().any(|r| r["dev"] == "eth0"));
 }
@@ -466,23 +443,7 @@ fn host_gw_cluster_on_etcd() {
     c.assert_source_preserved();
 
     // On the underlay: the pods' own packets, nothing encapsulated.
-    let (pod0, pod1) = (&c.pods[0], &c.pods[1]);
-    let seen = capture(&c.underlay.ns, || {
-        for _ in 0..3 {
-            ping(&pod0.ns, &pod1.ip);
-        }
-    });
-    assert!(
-        seen.iter()
-            .any(|(s, d, ..)| s.to_string() == pod0.ip && d.to_string() == pod1.ip),
-        "pod 1's packets were not seen routed on the underlay"
-    );
-    assert!(
-        !seen
-            .iter()
-            .any(|(s, d, proto, ..)| is_node(*s) && is_node(*d) && (*proto == 4 || *proto == 17)),
-        "encapsulated traffic between the nodes"
-    );
+    c.assert_routed_unencapsulated();
 
     c.assert_restart_keeps_lease();
     c.remove_node3(|n, subnet| n.routes(&[subnet]).is_empty());
