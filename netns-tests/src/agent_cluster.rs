@@ -148,6 +148,8 @@ pub struct Agent {
     pub dual: bool,
     /// More arguments for the next [`Agent::start`] (`--bgp-peers ...`, `--metrics-port ...`).
     pub extra: Vec<String>,
+    /// The agent binary; the workspace's debug build when `None`.
+    pub binary: Option<PathBuf>,
     child: Option<Child>,
 }
 
@@ -162,6 +164,7 @@ impl Agent {
             ip6: node.ip6.clone(),
             dual: false,
             extra: Vec::new(),
+            binary: None,
             child: None,
         }
     }
@@ -193,7 +196,11 @@ impl Agent {
             .unwrap();
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", &self.ns])
-            .arg(our_binary("ferrocni-agent"))
+            .arg(
+                self.binary
+                    .clone()
+                    .unwrap_or_else(|| our_binary("ferrocni-agent")),
+            )
             .arg(format!(
                 "--etcd-endpoints=http://{}:2379",
                 Underlay::switch_ip()

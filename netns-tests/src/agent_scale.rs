@@ -89,7 +89,7 @@ fn etcdctl(ns: &Netns, args: &[&str], stdin: Option<&str>) -> bool {
 
 /// One transaction of puts and deletes (etcdctl txn's stdin format: a value with spaces or
 /// quotes is a Go-quoted string).
-fn txn(ns: &Netns, puts: &[(String, String)], deletes: &[String]) -> bool {
+pub fn txn(ns: &Netns, puts: &[(String, String)], deletes: &[String]) -> bool {
     let mut text = String::from("\n");
     for (k, v) in puts {
         text.push_str(&format!(
@@ -134,7 +134,7 @@ fn neighbour_is(ns: &Netns, ip: &str, mac: &str) -> bool {
 }
 
 /// (RSS now, peak RSS) in KiB and CPU seconds (user + system) of `pid`.
-fn usage(pid: u32) -> (u64, u64, f64) {
+pub fn usage(pid: u32) -> (u64, u64, f64) {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let kib = |key: &str| {
         status
@@ -160,7 +160,7 @@ fn etcd_sent_bytes(ns: &Netns) -> f64 {
         .unwrap_or(0.0)
 }
 
-fn verdict(ok: bool) -> &'static str {
+pub fn verdict(ok: bool) -> &'static str {
     if ok {
         "met"
     } else {

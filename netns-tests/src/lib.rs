@@ -33,6 +33,7 @@
 pub mod agent_cluster;
 pub mod agent_scale;
 pub mod bgp;
+pub mod bgp_scale;
 pub mod chain;
 pub mod cluster;
 pub mod containerd;
@@ -42,6 +43,7 @@ pub mod frr;
 pub mod netfilter;
 pub mod private_host;
 pub mod rng;
+pub mod route_watch;
 
 use std::collections::HashMap;
 use std::fs;
