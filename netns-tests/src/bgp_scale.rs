@@ -211,14 +211,10 @@ impl Lab {
         self.agents[i] = Some(a);
     }
 
-    /// The pids of the agents and BIRDs running (and of the stand-in speakers), but node
-    /// `except`'s.
-    fn pids(&self, except: Option<usize>) -> Vec<u32> {
+    /// The pids of the agents and BIRDs running (and of the stand-in speakers).
+    fn pids(&self) -> Vec<u32> {
         let mut pids = Vec::new();
-        for (i, a) in self.agents.iter().enumerate() {
-            let Some(a) = a.as_ref().filter(|_| Some(i) != except) else {
-                continue;
-            };
+        for a in self.agents.iter().flatten() {
             pids.extend(a.pid());
             pids.extend(bird_pid(&a.bgp_dir()).and_then(|p| u32::try_from(p).ok()));
         }
@@ -282,7 +278,7 @@ impl Lab {
 
     /// The CPU the nodes use per second while nothing changes.
     fn idle_rate(&self) -> f64 {
-        let pids = self.pids(None);
+        let pids = self.pids();
         let (before, t) = (Cpu::read(&pids), Instant::now());
         std::thread::sleep(Duration::from_secs(5));
         let rate = Cpu::read(&pids).since(&before) / t.elapsed().as_secs_f64();
@@ -297,7 +293,7 @@ impl Lab {
     /// Node `i`'s agent starts (its namespace is ready and watched): the times from its lease
     /// to its subnet on every other node of `members` and to theirs on it, and the CPU.
     fn join(&mut self, i: usize, members: &[usize], idle: f64) -> Option<Duration> {
-        let before = self.pids(None);
+        let before = self.pids();
         let router = self.frr.as_ref().map(Frr::pids).unwrap_or_default();
         let (cpu_before, started) = (Cpu::read(&before), Instant::now());
         let router_before = Cpu::read(&router);
@@ -661,7 +657,10 @@ fn leave(lab: &mut Lab, i: usize, others: &[usize]) {
     agent.stop();
     let key = format!("{PREFIX}/subnets/{ip}-{len}");
     let deleted = SystemTime::now();
-    lab.etcd.ctl_ok(&["del", &key]);
+    if !lab.etcd.ctl(&["del", &key]).status.success() {
+        println!("  deleting the lease {key} failed");
+        return;
+    }
     let Some(w) = &lab.watch else { return };
     let gone = |w: &RouteWatch| {
         others
