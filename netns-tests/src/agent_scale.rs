@@ -89,7 +89,7 @@ fn etcdctl(ns: &Netns, args: &[&str], stdin: Option<&str>) -> bool {
 
 /// One transaction of puts and deletes (etcdctl txn's stdin format: a value with spaces or
 /// quotes is a Go-quoted string).
-fn txn(ns: &Netns, puts: &[(String, String)], deletes: &[String]) -> bool {
+pub fn txn(ns: &Netns, puts: &[(String, String)], deletes: &[String]) -> bool {
     let mut text = String::from("\n");
     for (k, v) in puts {
         text.push_str(&format!(
@@ -160,7 +160,7 @@ fn etcd_sent_bytes(ns: &Netns) -> f64 {
         .unwrap_or(0.0)
 }
 
-fn verdict(ok: bool) -> &'static str {
+pub fn verdict(ok: bool) -> &'static str {
     if ok {
         "met"
     } else {

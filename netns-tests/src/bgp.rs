@@ -1,6 +1,9 @@
 //! The BGP test bed's node side: [`BgpNode`] runs the agent's bgp backend (the `bgp-node`
 //! driver binary) inside a node's network namespace, its BIRD files in a directory of the
-//! test's; [`kernel_routes`] reads a namespace's routes of one protocol (`bird`, `bgp`).
+//! test's; [`kernel_routes`] reads a namespace's routes of one protocol (`bird`, `bgp`). And the
+//! router's side, for FRR in the switch namespace of a [`cluster`](crate::cluster): its bgpd
+//! configurations ([`router_conf`], [`reflector_conf`]) and a host behind it
+//! ([`outside_host`]).
 //! Dropping a [`BgpNode`] kills the driver and its BIRD (SIGKILL, so nothing is withdrawn on
 //! the way out: the namespaces go next).
 
@@ -12,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::cluster::Underlay;
 use crate::{wait_or_kill, Netns};
 
 /// Bound on one driver command (a BIRD start waits up to 10 s for its socket).
@@ -315,4 +319,89 @@ fn birdc_path() -> PathBuf {
         .map(|d| d.join("birdc"))
         .find(|p| p.is_file())
         .unwrap_or_else(|| PathBuf::from("birdc"))
+}
+
+/// The network behind the router (the switch namespace), and the host there.
+pub const OUTSIDE_GATEWAY: &str = "192.168.77.1";
+pub const OUTSIDE_HOST: &str = "192.168.77.2";
+
+/// A host on its own network behind the router: a veth from the switch namespace, the host's
+/// default route via the switch.
+pub fn outside_host(underlay: &Underlay) -> Netns {
+    let host = Netns::new("outside");
+    underlay.ns.exec_ok(&[
+        "ip",
+        "link",
+        "add",
+        "out0",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        host.name(),
+    ]);
+    underlay.ns.exec_ok(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("{OUTSIDE_GATEWAY}/24"),
+        "dev",
+        "out0",
+    ]);
+    underlay.ns.exec_ok(&["ip", "link", "set", "out0", "up"]);
+    host.exec_ok(&["ip", "link", "set", "lo", "up"]);
+    host.exec_ok(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("{OUTSIDE_HOST}/24"),
+        "dev",
+        "eth0",
+    ]);
+    host.exec_ok(&["ip", "link", "set", "eth0", "up"]);
+    host.exec_ok(&["ip", "route", "add", "default", "via", OUTSIDE_GATEWAY]);
+    host
+}
+
+/// bgpd as the datacenter's router in AS `router_as`: eBGP to each of `nodes` (AS 64512, TCP
+/// MD5 with `password`), announcing `networks` on top of what it relays.
+pub fn router_conf(nodes: &[&str], router_as: u32, password: &str, networks: &[&str]) -> String {
+    let mut c = format!(
+        "router bgp {router_as}\n bgp router-id {sw}\n no bgp ebgp-requires-policy\n \
+         no bgp network import-check\n bgp graceful-restart\n",
+        sw = Underlay::switch_ip()
+    );
+    for ip in nodes {
+        c.push_str(&format!(
+            " neighbor {ip} remote-as 64512\n neighbor {ip} password {password}\n"
+        ));
+    }
+    c.push_str(" address-family ipv4 unicast\n");
+    for p in networks {
+        c.push_str(&format!("  network {p}\n"));
+    }
+    c.push_str(" exit-address-family\n");
+    c
+}
+
+/// bgpd as a route reflector in AS `as_number`: every address of the underlay may connect
+/// (`bgp listen range`) and is a reflector client. `coalesce-time`: bgpd holds a new client's
+/// first table back for 1 s + 50 ms per known peer (10 s from 180 peers on) by default, to
+/// share the work between clients starting together; 200 ms keeps a joining node's wait short.
+pub fn reflector_conf(as_number: u32) -> String {
+    let sw = Underlay::switch_ip();
+    let range = format!(
+        "{}.0/{}",
+        crate::cluster::UNDERLAY_PREFIX,
+        crate::cluster::UNDERLAY_LEN
+    );
+    format!(
+        "router bgp {as_number}\n bgp router-id {sw}\n bgp cluster-id {sw}\n \
+         no bgp network import-check\n bgp listen limit 1000\n coalesce-time 200\n \
+         neighbor nodes peer-group\n neighbor nodes remote-as {as_number}\n \
+         bgp listen range {range} peer-group nodes\n \
+         address-family ipv4 unicast\n  neighbor nodes route-reflector-client\n exit-address-family\n"
+    )
 }

@@ -495,3 +495,63 @@ pub fn wait_until(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// Pings every 50 ms from a namespace for a while (`ping -w`), counting what comes back: how
+/// much traffic a restart or a reconfiguration loses while it runs.
+pub struct Pinger {
+    child: Option<std::process::Child>,
+}
+
+impl Pinger {
+    /// Pings `to` from `from` for `secs` seconds.
+    pub fn start(from: &Netns, to: &str, secs: u32) -> Pinger {
+        let child = from
+            .command(&[
+                "ping",
+                "-n",
+                "-q",
+                "-i",
+                "0.05",
+                "-W",
+                "1",
+                "-w",
+                &secs.to_string(),
+                to,
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start ping");
+        Pinger { child: Some(child) }
+    }
+
+    /// Waits for the end: (sent, received).
+    pub fn finish(mut self) -> (u64, u64) {
+        let Some(child) = self.child.take() else {
+            return (0, 0);
+        };
+        let out = child.wait_with_output().expect("ping");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text
+            .lines()
+            .find(|l| l.contains("packets transmitted"))
+            .unwrap_or_default();
+        let num = |word: &str| -> u64 {
+            line.split(',')
+                .find(|p| p.contains(word))
+                .and_then(|p| p.split_whitespace().next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0)
+        };
+        (num("transmitted"), num("received"))
+    }
+}
+
+impl Drop for Pinger {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

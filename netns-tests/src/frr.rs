@@ -132,6 +132,15 @@ impl Frr {
         }
     }
 
+    /// The daemons' pids (zebra, bgpd).
+    pub fn pids(&self) -> Vec<u32> {
+        [&self.zebra, &self.bgpd]
+            .into_iter()
+            .flatten()
+            .map(Child::id)
+            .collect()
+    }
+
     /// The directory holding the vty sockets (`vtysh --vty_socket <it>`).
     pub fn dir(&self) -> &Path {
         self.dir.path()

@@ -30,8 +30,10 @@
 //! * Isolation: the "host" side of a plugin runs in a [`Netns`] too (run cnitool through
 //!   [`Cnitool::in_netns`]); caches, IPAM data dirs and configs live in [`TempDir`]s.
 
+pub mod agent_cluster;
 pub mod agent_scale;
 pub mod bgp;
+pub mod bgp_scale;
 pub mod chain;
 pub mod cluster;
 pub mod containerd;
@@ -42,6 +44,7 @@ pub mod netfilter;
 pub mod private_host;
 pub mod reboot;
 pub mod rng;
+pub mod route_watch;
 pub mod udp_bench;
 pub mod udp_proxy;
 

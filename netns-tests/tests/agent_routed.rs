@@ -11,43 +11,15 @@
 
 use std::fs;
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
-use netns_tests::cluster::{
-    self, capture, iperf, nth, ping, udp_source_seen, wait_until, Node, Pod, Underlay,
+use netns_tests::agent_cluster::{
+    have_tools, in_pod_network, iperf_rate, is_node, lease_key, Cluster, CONVERGE, FLANNELD_SUBNET,
 };
+use netns_tests::cluster::{self, capture, iperf, nth, wait_until, Node};
 use netns_tests::udp_proxy;
-use netns_tests::{our_binary, require_driver, require_root, Netns, TempDir};
-
-const PREFIX: &str = "/coreos.com/network";
-const CONVERGE: Duration = Duration::from_secs(20);
-/// The subnet of the node programmed by hand as flanneld would (outside the agents' range).
-const FLANNELD_SUBNET: &str = "10.244.30.0/24";
-
-fn have_tools() -> bool {
-    let found = [
-        ("etcd", "--version"),
-        ("etcdctl", "version"),
-        ("iperf3", "--version"),
-    ]
-    .iter()
-    .all(|(bin, arg)| {
-        Command::new(bin)
-            .arg(arg)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    });
-    if !found {
-        eprintln!("skipping: etcd, etcdctl or iperf3 not installed (.ci/packages.txt)");
-    }
-    found
-}
+use netns_tests::{require_driver, require_root, Netns};
 
 /// Whether this kernel can make a link of `kind` (tried in a scratch netns; an ipip
 /// tunnel needs a local address, or it collides with the netns's fallback `tunl0`).
@@ -58,411 +30,6 @@ fn kernel_has(kind: &str) -> bool {
         argv.extend(["local", "172.31.250.99"]);
     }
     ns.exec(&argv).status.success()
-}
-
-/// A one-member etcd in the switch netns, killed on drop.
-struct Etcd {
-    ns: String,
-    child: Option<Child>,
-    dir: TempDir,
-}
-
-impl Etcd {
-    fn start(underlay: &Underlay) -> Etcd {
-        let dir = TempDir::new("etcd");
-        let ns = underlay.ns.name().to_string();
-        let client = format!("http://{}:2379", Underlay::switch_ip());
-        let log = fs::File::create(dir.join("etcd.log")).unwrap();
-        let child = Command::new("ip")
-            .args(["netns", "exec", &ns, "etcd"])
-            .args(["--name", "m0", "--data-dir"])
-            .arg(dir.join("m0"))
-            .args(["--listen-peer-urls", "http://127.0.0.1:2380"])
-            .args(["--initial-advertise-peer-urls", "http://127.0.0.1:2380"])
-            .args(["--initial-cluster", "m0=http://127.0.0.1:2380"])
-            .arg(format!(
-                "--listen-client-urls={client},http://127.0.0.1:2379"
-            ))
-            .arg(format!("--advertise-client-urls={client}"))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("start etcd");
-        let etcd = Etcd {
-            ns,
-            child: Some(child),
-            dir,
-        };
-        assert!(
-            wait_until(Duration::from_secs(20), || etcd
-                .ctl(&["endpoint", "health"])
-                .status
-                .success()),
-            "etcd did not become healthy"
-        );
-        etcd
-    }
-
-    fn ctl(&self, args: &[&str]) -> Output {
-        Command::new("ip")
-            .args(["netns", "exec", &self.ns, "etcdctl", "--command-timeout=5s"])
-            .arg("--endpoints=http://127.0.0.1:2379")
-            .args(args)
-            .env("ETCDCTL_API", "3")
-            .output()
-            .expect("run etcdctl")
-    }
-
-    fn ctl_ok(&self, args: &[&str]) -> String {
-        let out = self.ctl(args);
-        assert!(
-            out.status.success(),
-            "etcdctl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn get(&self, key: &str) -> Option<String> {
-        let out = self.ctl_ok(&["get", key, "--print-value-only"]);
-        let v = out.trim_end();
-        (!v.is_empty()).then(|| v.to_string())
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            let log = fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(10).collect();
-            eprintln!(
-                "--- etcd (last lines, newest first) ---\n{}",
-                tail.join("\n")
-            );
-        }
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// One long-running agent inside a node's netns, its files (and WireGuard key) in `dir`.
-struct Agent {
-    ns: String,
-    dir: PathBuf,
-    ip: String,
-    ip6: String,
-    /// Whether the network is dual-stack (the agent then gets `--public-ipv6`).
-    dual: bool,
-    /// More arguments for the next [`Agent::start`] (`--udp-datapath ...`, `--metrics-port ...`).
-    extra: Vec<String>,
-    child: Option<Child>,
-}
-
-impl Agent {
-    fn new(node: &Node, root: &TempDir) -> Agent {
-        let dir = root.join(format!("node{}", node.index));
-        fs::create_dir_all(&dir).unwrap();
-        Agent {
-            ns: node.ns.name().to_string(),
-            dir,
-            ip: node.ip.clone(),
-            ip6: node.ip6.clone(),
-            dual: false,
-            extra: Vec::new(),
-            child: None,
-        }
-    }
-
-    fn key_file(&self) -> PathBuf {
-        self.dir.join("wgkey")
-    }
-
-    fn running(&self) -> bool {
-        self.child.is_some()
-    }
-
-    fn start(&mut self) {
-        assert!(self.child.is_none());
-        let log = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join("agent.log"))
-            .unwrap();
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.ns])
-            .arg(our_binary("ferrocni-agent"))
-            .arg(format!(
-                "--etcd-endpoints=http://{}:2379",
-                Underlay::switch_ip()
-            ))
-            .arg(format!("--public-ip={}", self.ip))
-            .arg("--iface=eth0")
-            .arg(format!(
-                "--subnet-file={}",
-                self.dir.join("subnet.env").display()
-            ))
-            .arg(format!("--state-dir={}", self.dir.join("state").display()))
-            .arg("--subnet-lease-ttl=60")
-            .arg("--resync-interval=3")
-            // flanneld's variable: each node its own key file.
-            .env("WIREGUARD_KEY_FILE", self.key_file());
-        if self.dual {
-            cmd.arg(format!("--public-ipv6={}", self.ip6));
-        }
-        cmd.args(&self.extra);
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start ferrocni-agent");
-        self.child = Some(child);
-    }
-
-    fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-
-    fn log(&self) -> String {
-        fs::read_to_string(self.dir.join("agent.log")).unwrap_or_default()
-    }
-
-    fn subnet_env(&self) -> Option<String> {
-        fs::read_to_string(self.dir.join("subnet.env")).ok()
-    }
-
-    fn env_value(&self, key: &str) -> Option<String> {
-        let env = self.subnet_env()?;
-        env.lines()
-            .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
-            .map(String::from)
-    }
-
-    /// The leased subnet (`10.244.3.0/24`) from subnet.env.
-    fn wait_for_subnet(&self) -> String {
-        let mut subnet = None;
-        let ok = wait_until(CONVERGE, || {
-            subnet = self.env_value("FLANNEL_SUBNET").and_then(|first| {
-                let (ip, len) = first.split_once('/')?;
-                let ip: Ipv4Addr = ip.parse().ok()?;
-                Some(format!("{}/{len}", Ipv4Addr::from(u32::from(ip) - 1)))
-            });
-            subnet.is_some()
-        });
-        assert!(
-            ok,
-            "agent in {} wrote no subnet.env:\n{}",
-            self.ns,
-            self.log()
-        );
-        subnet.unwrap()
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("--- agent log ({}) ---\n{}", self.ns, self.log());
-        }
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn lease_key(subnet: &str) -> String {
-    format!("{PREFIX}/subnets/{}", subnet.replace('/', "-"))
-}
-
-fn assert_ping(from: &Pod, to: &Pod) {
-    assert!(
-        wait_until(CONVERGE, || ping(&from.ns, &to.ip)),
-        "{} cannot reach {}",
-        from.ip,
-        to.ip
-    );
-}
-
-fn in_pod_network(ip: Ipv4Addr) -> bool {
-    ip.octets()[0] == 10 && ip.octets()[1] == 244
-}
-
-fn is_node(ip: Ipv4Addr) -> bool {
-    ip.to_string().starts_with("172.31.250.") && ip.octets()[3] != 254
-}
-
-/// iperf3 from `client` to `server` for two seconds: received bits per second.
-fn iperf_rate(server: &Pod, client: &Pod) -> f64 {
-    iperf(server, client, 2).map_or(0.0, |r| r.bits_per_second)
-}
-
-/// What every backend's test shares: etcd, three nodes with agents and one pod each.
-struct Cluster {
-    pods: Vec<Pod>,
-    agents: Vec<Agent>,
-    /// Each node's leased subnet (`10.244.3.0/24`), in node order.
-    subnets: Vec<String>,
-    nodes: Vec<Node>,
-    etcd: Etcd,
-    underlay: Underlay,
-    _files: TempDir,
-}
-
-impl Cluster {
-    /// [`Cluster::new`] and [`Cluster::start_agents`].
-    fn start(tag: &str, config: &str) -> Cluster {
-        let mut c = Cluster::new(tag, config);
-        c.start_agents();
-        c
-    }
-
-    /// The switch with etcd holding `config`, three nodes and their agents, none started yet
-    /// (set [`Agent::extra`] first).
-    fn new(tag: &str, config: &str) -> Cluster {
-        eprintln!("{tag}: starting etcd");
-        let underlay = Underlay::new(tag);
-        let etcd = Etcd::start(&underlay);
-        etcd.ctl_ok(&["put", &format!("{PREFIX}/config"), config]);
-        let files = TempDir::new(tag);
-        let nodes: Vec<Node> = (1..=3).map(|i| underlay.add_node(i)).collect();
-        let mut agents: Vec<Agent> = nodes.iter().map(|n| Agent::new(n, &files)).collect();
-        for a in &mut agents {
-            a.dual = config.contains(r#""EnableIPv6":true"#);
-        }
-        Cluster {
-            pods: Vec::new(),
-            agents,
-            subnets: Vec::new(),
-            nodes,
-            etcd,
-            underlay,
-            _files: files,
-        }
-    }
-
-    /// Starts every agent not running yet, waits for each node's lease and gives each node a
-    /// pod in it.
-    fn start_agents(&mut self) {
-        eprintln!("starting the agents");
-        for a in self.agents.iter_mut().filter(|a| !a.running()) {
-            a.start();
-        }
-        self.subnets = self.agents.iter().map(Agent::wait_for_subnet).collect();
-        self.pods = self
-            .nodes
-            .iter_mut()
-            .zip(&self.subnets)
-            .map(|(n, s)| n.add_pod(s))
-            .collect();
-    }
-
-    /// Adds node 4 programmed by hand exactly as flanneld programs its node (`program`
-    /// gets the node and the agents' subnets and public addresses), with a pod on
-    /// `FLANNELD_SUBNET` and `lease` stored under it as flanneld stores it; then pods reach
-    /// each other both ways between it and the agents' nodes.
-    fn assert_flanneld_node(
-        &mut self,
-        lease: impl FnOnce(&Node) -> String,
-        program: impl FnOnce(&Node, &[(String, String)]),
-    ) {
-        let mut node = self.underlay.add_node(4);
-        let peers: Vec<(String, String)> = self
-            .subnets
-            .iter()
-            .cloned()
-            .zip(self.nodes.iter().map(|n| n.ip.clone()))
-            .collect();
-        eprintln!("programming node 4 as flanneld would");
-        program(&node, &peers);
-        let value = lease(&node);
-        self.etcd
-            .ctl_ok(&["put", &lease_key(FLANNELD_SUBNET), &value]);
-        let pod = node.add_pod(FLANNELD_SUBNET);
-        eprintln!("node 4's pod: {}", pod.ip);
-        for p in &self.pods {
-            assert_ping(p, &pod);
-            assert_ping(&pod, p);
-        }
-        self.etcd.ctl_ok(&["del", &lease_key(FLANNELD_SUBNET)]);
-        drop(pod);
-        drop(node);
-    }
-
-    fn assert_full_mesh(&self) {
-        eprintln!(
-            "pods: {:?}",
-            self.pods.iter().map(|p| &p.ip).collect::<Vec<_>>()
-        );
-        for (i, from) in self.pods.iter().enumerate() {
-            for (j, to) in self.pods.iter().enumerate() {
-                if i != j {
-                    assert_ping(from, to);
-                }
-            }
-        }
-    }
-
-    fn assert_source_preserved(&self) {
-        let seen = udp_source_seen(&self.pods[1].ns, &self.pods[0].ns, &self.pods[1].ip);
-        assert_eq!(
-            seen.map(|ip| ip.to_string()),
-            Some(self.pods[0].ip.clone()),
-            "the pod's source address must survive the tunnel"
-        );
-    }
-
-    /// Stops node 1's agent and starts it again: same lease value, same subnet, pods still
-    /// reach each other.
-    fn assert_restart_keeps_lease(&mut self) -> String {
-        let key = lease_key(&self.subnets[0]);
-        let before = self.etcd.get(&key).expect("node 1's lease");
-        self.agents[0].stop();
-        self.agents[0].start();
-        assert_eq!(self.agents[0].wait_for_subnet(), self.subnets[0]);
-        assert!(
-            wait_until(CONVERGE, || self.agents[0]
-                .log()
-                .matches("reconciled")
-                .count()
-                >= 2),
-            "the restarted agent did not reconcile:\n{}",
-            self.agents[0].log()
-        );
-        assert_eq!(self.etcd.get(&key).as_deref(), Some(before.as_str()));
-        assert_ping(&self.pods[0], &self.pods[1]);
-        assert_ping(&self.pods[1], &self.pods[0]);
-        before
-    }
-
-    /// Node 3 leaves (agent stopped, lease deleted): `gone(node)` must come true on the others.
-    fn remove_node3(&mut self, gone: impl Fn(&Node, &str) -> bool) {
-        self.agents[2].stop();
-        self.etcd.ctl_ok(&["del", &lease_key(&self.subnets[2])]);
-        for n in &self.nodes[..2] {
-            assert!(
-                wait_until(CONVERGE, || gone(n, &self.subnets[2])),
-                "{} still has node 3 ({})",
-                n.ns.name(),
-                self.subnets[2]
-            );
-        }
-        assert!(!ping(&self.pods[0].ns, &self.pods[2].ip));
-        assert_ping(&self.pods[0], &self.pods[1]);
-    }
 }
 
 fn wg_device(node: &Node, dev: &str) -> Option<netkit::wireguard::Device> {
@@ -597,12 +164,8 @@ fn wireguard_cluster_on_etcd() {
     .is_some_and(|d| d.peers.len() == 2)));
 
     // On the underlay: only WireGuard's UDP between the nodes, no pod address in clear.
-    let (pod0, pod1) = (&c.pods[0], &c.pods[1]);
-    let seen = capture(&c.underlay.ns, || {
-        for _ in 0..3 {
-            ping(&pod0.ns, &pod1.ip);
-        }
-    });
+    let pod0 = &c.pods[0];
+    let seen = c.capture_pod_pings();
     let between_nodes: Vec<_> = seen
         .iter()
         .filter(|(s, d, ..)| is_node(*s) && is_node(*d))
@@ -756,12 +319,8 @@ fn ipip_cluster_on_etcd() {
         .any(|d| d == FLANNELD_SUBNET)));
 
     // On the underlay: IP-in-IP (protocol 4) between the nodes, the pod addresses inside.
-    let (pod0, pod1) = (&c.pods[0], &c.pods[1]);
-    let seen = capture(&c.underlay.ns, || {
-        for _ in 0..3 {
-            ping(&pod0.ns, &pod1.ip);
-        }
-    });
+    let pod0 = &c.pods[0];
+    let seen = c.capture_pod_pings();
     let between_nodes: Vec<_> = seen
         .iter()
         .filter(|(s, d, ..)| is_node(*s) && is_node(*d))
@@ -832,21 +391,7 @@ fn ipip_direct_routing_on_etcd() {
     c.assert_source_preserved();
 
     // On the underlay: the pods' own packets, never IP-in-IP.
-    let (pod0, pod1) = (&c.pods[0], &c.pods[1]);
-    let seen = capture(&c.underlay.ns, || {
-        for _ in 0..3 {
-            ping(&pod0.ns, &pod1.ip);
-        }
-    });
-    assert!(
-        !seen.iter().any(|(_, _, proto, ..)| *proto == 4),
-        "IP-in-IP on the underlay with DirectRouting"
-    );
-    assert!(
-        seen.iter()
-            .any(|(s, d, ..)| s.to_string() == pod0.ip && d.to_string() == pod1.ip),
-        "pod 1's packets were not seen routed directly on the underlay"
-    );
+    c.assert_routed_unencapsulated();
 
     c.remove_node3(|n, subnet| !n.routes(&[subnet]).iter().any(|r| r["dev"] == "eth0"));
 }
@@ -899,23 +444,7 @@ fn host_gw_cluster_on_etcd() {
     c.assert_source_preserved();
 
     // On the underlay: the pods' own packets, nothing encapsulated.
-    let (pod0, pod1) = (&c.pods[0], &c.pods[1]);
-    let seen = capture(&c.underlay.ns, || {
-        for _ in 0..3 {
-            ping(&pod0.ns, &pod1.ip);
-        }
-    });
-    assert!(
-        seen.iter()
-            .any(|(s, d, ..)| s.to_string() == pod0.ip && d.to_string() == pod1.ip),
-        "pod 1's packets were not seen routed on the underlay"
-    );
-    assert!(
-        !seen
-            .iter()
-            .any(|(s, d, proto, ..)| is_node(*s) && is_node(*d) && (*proto == 4 || *proto == 17)),
-        "encapsulated traffic between the nodes"
-    );
+    c.assert_routed_unencapsulated();
 
     c.assert_restart_keeps_lease();
     c.remove_node3(|n, subnet| n.routes(&[subnet]).is_empty());

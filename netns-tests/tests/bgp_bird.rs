@@ -9,14 +9,16 @@
 //! the mesh. Needs `bird2` (bird, birdc) and `frr`.
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use netns_tests::bgp::{kernel_routes, BgpNode, KernelRoute, NodeSpec};
-use netns_tests::cluster::{ping, udp_source_seen, wait_until, Node, Pod, Underlay};
+use netns_tests::bgp::{
+    kernel_routes, outside_host, reflector_conf, router_conf, BgpNode, KernelRoute, NodeSpec,
+    OUTSIDE_HOST,
+};
+use netns_tests::cluster::{ping, udp_source_seen, wait_until, Node, Pinger, Pod, Underlay};
 use netns_tests::frr::Frr;
 use netns_tests::private_host::missing_tools;
-use netns_tests::{require_root, Netns, TempDir};
+use netns_tests::{require_root, TempDir};
 
 const NETWORK: &str = "10.244.0.0/16";
 const ROUTER_AS: u32 = 64513;
@@ -33,9 +35,6 @@ const BOGUS: &[&str] = &[
     "10.244.2.128/25",
     "192.168.99.0/24",
 ];
-/// The network behind the router, and the host there.
-const OUTSIDE_GATEWAY: &str = "192.168.77.1";
-const OUTSIDE_HOST: &str = "192.168.77.2";
 
 fn have_bird() -> bool {
     match missing_tools(&["bird", "birdc"]) {
@@ -201,64 +200,10 @@ impl Cluster {
     }
 }
 
-/// A host on its own network behind the router (the switch namespace).
-fn outside_host(underlay: &Underlay) -> Netns {
-    let host = Netns::new("outside");
-    underlay.ns.exec_ok(&[
-        "ip",
-        "link",
-        "add",
-        "out0",
-        "type",
-        "veth",
-        "peer",
-        "name",
-        "eth0",
-        "netns",
-        host.name(),
-    ]);
-    underlay.ns.exec_ok(&[
-        "ip",
-        "addr",
-        "add",
-        &format!("{OUTSIDE_GATEWAY}/24"),
-        "dev",
-        "out0",
-    ]);
-    underlay.ns.exec_ok(&["ip", "link", "set", "out0", "up"]);
-    host.exec_ok(&["ip", "link", "set", "lo", "up"]);
-    host.exec_ok(&[
-        "ip",
-        "addr",
-        "add",
-        &format!("{OUTSIDE_HOST}/24"),
-        "dev",
-        "eth0",
-    ]);
-    host.exec_ok(&["ip", "link", "set", "eth0", "up"]);
-    host.exec_ok(&["ip", "route", "add", "default", "via", OUTSIDE_GATEWAY]);
-    host
-}
-
 /// The router's bgpd configuration: eBGP to every node (TCP MD5), announcing [`BOGUS`].
 fn ebgp_router_conf(nodes: &[Node]) -> String {
-    let mut c = format!(
-        "router bgp {ROUTER_AS}\n bgp router-id {sw}\n no bgp ebgp-requires-policy\n \
-         no bgp network import-check\n bgp graceful-restart\n",
-        sw = Underlay::switch_ip()
-    );
-    for n in nodes {
-        c.push_str(&format!(
-            " neighbor {ip} remote-as 64512\n neighbor {ip} password {PASSWORD}\n",
-            ip = n.ip
-        ));
-    }
-    c.push_str(" address-family ipv4 unicast\n");
-    for p in BOGUS {
-        c.push_str(&format!("  network {p}\n"));
-    }
-    c.push_str(" exit-address-family\n");
-    c
+    let ips: Vec<&str> = nodes.iter().map(|n| n.ip.as_str()).collect();
+    router_conf(&ips, ROUTER_AS, PASSWORD, BOGUS)
 }
 
 #[test]
@@ -482,53 +427,6 @@ fn removed_member_withdrawn_at_once_others_undisturbed() {
     assert_eq!(c.bird_routes(3), vec![]);
 }
 
-/// A flood ping from pod 1 to pod 2 for `secs`, running while the test does its worst.
-struct Pinger {
-    child: std::process::Child,
-}
-
-impl Pinger {
-    fn start(from: &Pod, to: &str, secs: u32) -> Pinger {
-        let child = from
-            .ns
-            .command(&[
-                "ping",
-                "-n",
-                "-q",
-                "-i",
-                "0.05",
-                "-W",
-                "1",
-                "-w",
-                &secs.to_string(),
-                to,
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start ping");
-        Pinger { child }
-    }
-
-    /// (sent, received).
-    fn finish(self) -> (u64, u64) {
-        let out = self.child.wait_with_output().expect("ping");
-        let text = String::from_utf8_lossy(&out.stdout);
-        let line = text
-            .lines()
-            .find(|l| l.contains("packets transmitted"))
-            .unwrap_or_default();
-        let num = |word: &str| -> u64 {
-            line.split(',')
-                .find(|p| p.contains(word))
-                .and_then(|p| p.split_whitespace().next())
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(0)
-        };
-        (num("transmitted"), num("received"))
-    }
-}
-
 /// Waits until node `restarted` is out of graceful recovery and node `helper` holds none of
 /// its routes as stale.
 fn wait_restart_over(c: &Cluster, restarted: u8, helper: u8) {
@@ -557,7 +455,7 @@ fn restarts_keep_pod_traffic() {
     c.start(r#"{"Type":"bgp","GracefulRestartTime":60}"#);
     c.converge(&[1, 2]);
     c.assert_pods_ping();
-    let pinger = Pinger::start(&c.pods[0], c.pod_ip(2), 14);
+    let pinger = Pinger::start(&c.pods[0].ns, c.pod_ip(2), 14);
     let established =
         |b: &BgpNode| b.sessions().iter().all(|s| s.1 == "Established") && !b.sessions().is_empty();
 
@@ -645,13 +543,7 @@ fn route_reflector_instead_of_mesh() {
         return;
     };
     let sw = Underlay::switch_ip();
-    let conf = format!(
-        "router bgp 64512\n bgp router-id {sw}\n bgp cluster-id {sw}\n no bgp network import-check\n \
-         neighbor nodes peer-group\n neighbor nodes remote-as 64512\n \
-         bgp listen range 172.31.250.0/24 peer-group nodes\n \
-         address-family ipv4 unicast\n  neighbor nodes route-reflector-client\n exit-address-family\n"
-    );
-    let Some(frr) = Frr::start(&c.underlay.ns, &conf) else {
+    let Some(frr) = Frr::start(&c.underlay.ns, &reflector_conf(64512)) else {
         return;
     };
     // Nodes 1 and 2 have the reflector in the network's Peers; node 3 only by its flag.

@@ -18,6 +18,7 @@ use std::net::Ipv4Addr;
 use std::process::ExitCode;
 
 use ferrocni_agent::backend::bgp::{self, Action, Bgp, BgpOptions, NodeInfo, NodeSettings};
+use ferrocni_agent::backend::Backend;
 use ferrocni_agent::log;
 
 fn main() -> ExitCode {

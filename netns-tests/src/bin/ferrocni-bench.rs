@@ -106,7 +106,7 @@ fn usage(msg: &str) -> ! {
     eprintln!(
         "usage: ferrocni-bench [--ours DIR] [--reference DIR] [--pods N] [--concurrent N] [--scale-pods N]\n\
          \x20                     [--cri-pods N] [--udp-seconds N] [--udp-rounds N] [--trimmed] [--on-disk]\n\
-         \x20                     [--only sizes,exec,loopback,bridge,rss,concurrent,bandwidth,ptp,macvlan,ipvlan,hostlocal,scale,vxlan,wireguard,netfilter,latency,cri,agent,udp]\n\
+         \x20                     [--only sizes,exec,loopback,bridge,rss,concurrent,bandwidth,ptp,macvlan,ipvlan,hostlocal,scale,vxlan,wireguard,netfilter,latency,cri,agent,bgp,udp]\n\
          \x20                     [--agent PATH (default target/release/ferrocni-agent)]"
     );
     std::process::exit(2)
@@ -1980,8 +1980,11 @@ fn main() {
         eprintln!("ferrocni-bench needs root (network namespaces)");
         std::process::exit(1);
     }
+    // The agent's sections run the agent alone.
+    let plugins_needed =
+        o.sections.is_empty() || o.sections.iter().any(|s| s != "agent" && s != "bgp");
     for (what, p) in [("ours", &o.ours), ("reference", &o.reference)] {
-        if !p.join("bridge").exists() {
+        if plugins_needed && !p.join("bridge").exists() {
             eprintln!("no {what} plugins in {}", p.display());
             std::process::exit(1);
         }
@@ -2091,6 +2094,9 @@ fn main() {
             .map(|e| e.with_file_name("udp-proxy-node"))
             .unwrap_or_default();
         netns_tests::udp_bench::run(&driver, o.udp_seconds, o.udp_rounds);
+    }
+    if want("bgp") {
+        netns_tests::bgp_scale::run(&o.agent);
     }
     goals.print();
 }

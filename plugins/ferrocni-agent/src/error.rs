@@ -54,6 +54,9 @@ pub enum AgentError {
     Reconcile(String),
     #[error("masquerade rules (--ip-masq): {0}")]
     Masquerade(String),
+    /// The bgp backend: its node flags, BIRD, its files or its control socket.
+    #[error("bgp backend: {0}")]
+    Bgp(#[from] crate::backend::bgp::BgpError),
 }
 
 impl AgentError {

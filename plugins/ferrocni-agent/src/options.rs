@@ -40,6 +40,12 @@ Options:
   --vxlan-lock-file PATH         the lock serialising passes with the CNI plugin's; set it to the
                                  conflist's vxlan `lockFile` when that is set (default: the
                                  plugin's default, /run/ferrocni/vxlan-<device>.lock)
+  --bird-binary PATH             the bgp backend's BIRD 2 (default: bird on PATH or in /usr/sbin;
+                                 birdc is not needed)
+  --bgp-dir DIR                  the bgp backend's BIRD configuration, control socket bird.ctl,
+                                 pid file and log (default /run/ferrocni/bgp)
+  --bgp-peers IP:AS[,IP:AS...]   BGP peers of this node only, on top of the network's Peers (a
+                                 rack's top-of-rack router)
   --subnet-lease-ttl SECONDS     (default 86400)
   --subnet-lease-renew-margin MINUTES  renew the lease this long before it expires, in minutes
                                  as flanneld (1 to 1439, default 60); `<N>s` gives seconds
@@ -86,6 +92,13 @@ pub struct Options {
     pub state_dir: PathBuf,
     pub vxlan_bin: Option<PathBuf>,
     pub vxlan_lock_file: Option<PathBuf>,
+    /// The bgp backend's BIRD (a path, or a name looked up on PATH); its default when unset.
+    pub bird_binary: Option<PathBuf>,
+    /// The bgp backend's directory (BIRD's configuration, control socket, pid file, log); its
+    /// default when unset.
+    pub bgp_dir: Option<PathBuf>,
+    /// `--bgp-peers` as given (the bgp backend parses it when it starts).
+    pub bgp_peers: String,
     pub lease_ttl: i64,
     pub renew_margin: i64,
     pub resync_interval: Duration,
@@ -116,6 +129,9 @@ impl Default for Options {
             state_dir: "/run/ferrocni/agent".into(),
             vxlan_bin: None,
             vxlan_lock_file: None,
+            bird_binary: None,
+            bgp_dir: None,
+            bgp_peers: String::new(),
             lease_ttl: 86_400,
             renew_margin: 3_600,
             resync_interval: Duration::from_secs(60),
@@ -157,6 +173,9 @@ const VALUED: &[&str] = &[
     "--state-dir",
     "--vxlan-bin",
     "--vxlan-lock-file",
+    "--bird-binary",
+    "--bgp-dir",
+    "--bgp-peers",
     "--subnet-lease-ttl",
     "--subnet-lease-renew-margin",
     "--resync-interval",
@@ -363,6 +382,9 @@ fn apply(
         "--state-dir" => o.state_dir = need()?.into(),
         "--vxlan-bin" => o.vxlan_bin = path(need()?),
         "--vxlan-lock-file" => o.vxlan_lock_file = path(need()?),
+        "--bird-binary" => o.bird_binary = path(need()?),
+        "--bgp-dir" => o.bgp_dir = path(need()?),
+        "--bgp-peers" => o.bgp_peers = need()?,
         "--subnet-lease-ttl" => o.lease_ttl = secs(need()?)?,
         "--subnet-lease-renew-margin" => o.renew_margin = renew_margin(&need()?, source)?,
         "--resync-interval" => o.resync_interval = Duration::from_secs(secs(need()?)? as u64),
@@ -558,6 +580,31 @@ mod tests {
                 .unwrap()
                 .ip_masq
         );
+    }
+
+    #[test]
+    fn bgp_flags() {
+        let o = run(&[], &[]).unwrap();
+        assert_eq!(
+            (o.bird_binary, o.bgp_dir, o.bgp_peers.as_str()),
+            (None, None, "")
+        );
+        let o = run(
+            &[
+                "--bird-binary=/opt/bird/sbin/bird",
+                "--bgp-peers",
+                "192.0.2.1:64512,198.51.100.1:65000",
+            ],
+            &[
+                ("FLANNELD_BGP_DIR", "/run/node7/bgp"),
+                ("FLANNELD_BGP_PEERS", "x"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(o.bird_binary, Some(PathBuf::from("/opt/bird/sbin/bird")));
+        assert_eq!(o.bgp_dir, Some(PathBuf::from("/run/node7/bgp")));
+        // The backend parses the value (and names the flag in its errors).
+        assert_eq!(o.bgp_peers, "192.0.2.1:64512,198.51.100.1:65000");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Every backend the agent runs, found by `Backend.Type`. Adding a backend adds a line here.
 
-use crate::backend::{hostgw, ipip, udp, vxlan, wireguard, Registration};
+use crate::backend::{bgp, hostgw, ipip, udp, vxlan, wireguard, Registration};
 
 /// In the order errors list them.
 pub const REGISTRY: &[Registration] = &[
@@ -9,6 +9,7 @@ pub const REGISTRY: &[Registration] = &[
     wireguard::REGISTRATION,
     ipip::REGISTRATION,
     udp::REGISTRATION,
+    bgp::REGISTRATION,
 ];
 
 /// The registration answering to `type_name`.

@@ -403,6 +403,9 @@ impl Shared {
             .mode(0o600)
             .open(&p.candidate)
             .map_err(|e| BgpError::io("creating", &p.candidate, e))?;
+        // `mode` applies only to a file created now: one left by anything else is narrowed.
+        f.set_permissions(fs::Permissions::from_mode(0o600))
+            .map_err(|e| BgpError::io("restricting", &p.candidate, e))?;
         f.write_all(text.as_bytes())
             .and_then(|()| f.sync_all())
             .map_err(|e| BgpError::io("writing", &p.candidate, e))?;
@@ -638,5 +641,34 @@ mod tests {
             );
         }
         assert!(!dir.exists());
+    }
+
+    /// The configuration holds peer passwords: owner-only, whatever was there before.
+    #[test]
+    fn configuration_is_owner_only() {
+        let dir = std::env::temp_dir().join(format!("bgp-driver-mode-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+        let candidate = dir.join("bird.conf.new");
+        fs::write(&candidate, "old").unwrap();
+        fs::set_permissions(&candidate, fs::Permissions::from_mode(0o644)).unwrap();
+        let settings = NodeSettings {
+            // `bird -p -c` stands in: any configuration passes.
+            bird_binary: "/bin/true".into(),
+            dir: dir.clone(),
+            peers: vec![],
+        };
+        let node = NodeInfo {
+            public_ip: ip("172.31.250.1"),
+            network: "10.244.0.0/16".parse().unwrap(),
+        };
+        let bgp = Bgp::new(BgpOptions::default(), settings, node).unwrap();
+        bgp.shared.install("password \"s3cret\";\n").unwrap();
+        let mode = |p: &std::path::Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dir.join("bird.conf")), 0o600);
+        assert_eq!(mode(&dir), 0o700);
+        assert!(!candidate.exists());
+        fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -13,21 +13,15 @@
 //! - [`bird`]: BIRD's files, `bird -p -c`, starting, adopting, watching and stopping BIRD;
 //! - [`control`]: BIRD's control socket (`birdc`'s protocol);
 //! - [`status`], [`metrics`]: the sessions' state, its log lines and metric families;
-//! - [`driver`]: [`Bgp`], the API the agent calls.
+//! - [`driver`]: [`Bgp`], BIRD driven for one node: `apply` (render, check, start or
+//!   reconfigure), `stop` (graceful restart), `shutdown` (withdraw), metrics;
+//! - [`plane`]: the agent's side: the options as a `Backend` ([`REGISTRATION`]) and
+//!   [`BgpPlane`], the `DataPlane` whose passes call [`Bgp::apply`] with this node's subnet and
+//!   the `PublicIP` of every other `"BackendType":"bgp"` lease.
 //!
-//! Use from the agent, in order:
-//! 1. at config parse: [`BgpOptions::parse`] (errors name the option), and at start-up
-//!    [`parse_peers_flag`] for `--bgp-peers`;
-//! 2. once the lease is known: [`Bgp::new`] with the options, [`NodeSettings`] and
-//!    [`NodeInfo`] (`PublicIP`, `Network`, `SubnetLen`); this node's lease is
-//!    `{"PublicIP": …, "BackendType": "bgp"}` ([`BACKEND_TYPE`], no backend data);
-//! 3. at every reconcile (blocking thread): [`Bgp::apply`] with the node's subnet and the
-//!    `PublicIP` of every other `"BackendType":"bgp"` lease; its [`Report::log_line`] says
-//!    what changed; pods' MTU is the underlay's ([`MTU_OVERHEAD`] = 0);
-//! 4. for `/metrics`: [`Bgp::metrics_reader`], a `Send + Sync` handle whose
-//!    [`MetricsReader::families`] gives the watcher's latest reading (no I/O at scrape time);
-//! 5. on SIGTERM: [`Bgp::stop`] (graceful restart: routes stay, the next agent's BIRD takes
-//!    over); [`Bgp::shutdown`] to withdraw everything (leaving the backend for another).
+//! This node's lease is `{"PublicIP": …, "PublicIPv6": null, "BackendType": "bgp"}`
+//! ([`BACKEND_TYPE`], no backend data); pods' MTU is the underlay's ([`MTU_OVERHEAD`] = 0). On
+//! SIGTERM BIRD stops for a graceful restart: routes stay, the next agent's BIRD takes over.
 
 pub mod bird;
 pub mod control;
@@ -35,6 +29,7 @@ pub mod driver;
 pub mod error;
 pub mod metrics;
 pub mod options;
+pub mod plane;
 pub mod render;
 pub mod sessions;
 pub mod status;
@@ -42,37 +37,17 @@ pub mod status;
 pub use driver::{Action, Bgp, MetricsReader, NodeInfo, Report};
 pub use error::BgpError;
 pub use options::{parse_peers_flag, BgpOptions, NodeSettings, Peer};
+pub use plane::{BgpPlane, REGISTRATION};
 
 /// flannel's `Backend.Type`, and this node's lease `BackendType`.
 pub const BACKEND_TYPE: &str = "bgp";
 /// Pod packets travel as they are: no encapsulation.
 pub const MTU_OVERHEAD: u32 = 0;
 
-impl BgpOptions {
-    /// One line for the start-up log.
-    pub fn describe(&self) -> String {
-        let mesh = if self.node_to_node_mesh {
-            "node-to-node mesh"
-        } else {
-            "no node mesh"
-        };
-        let gr = if self.graceful_restart {
-            format!("graceful restart {} s", self.graceful_restart_time)
-        } else {
-            "no graceful restart".into()
-        };
-        format!(
-            "bgp AS {}, {mesh}, {} configured peer{}, {gr}",
-            self.as_number,
-            self.peers.len(),
-            if self.peers.len() == 1 { "" } else { "s" }
-        )
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::Backend;
 
     #[test]
     fn describes_itself() {

@@ -1,0 +1,344 @@
+//! The bgp backend in the agent: its options as a [`Backend`] (registered as `"bgp"`) and
+//! [`BgpPlane`], the [`DataPlane`] the agent's passes drive. Each pass hands BIRD this node's
+//! subnet and the other bgp leases' `PublicIP`s ([`Bgp::apply`]); BIRD does the rest (sessions,
+//! routes in the kernel) between passes.
+
+use std::any::Any;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+
+use super::driver::{Bgp, NodeInfo};
+use super::options::{parse_peers_flag, BgpOptions, NodeSettings};
+use super::{BACKEND_TYPE, MTU_OVERHEAD};
+use crate::backend::underlay::Underlay;
+use crate::backend::{
+    same, Backend, BackendObject, DataPlane, Network, Node, Pass, Peer, Refusal, Registration,
+};
+use crate::error::AgentError;
+use crate::ops::metrics::{Samples, Source};
+use crate::subnet::key::SubnetKey;
+use crate::subnet::lease::LeaseAttrs;
+use crate::{log, warn};
+
+pub const REGISTRATION: Registration = Registration {
+    names: &[BACKEND_TYPE],
+    parse: parse_backend,
+};
+
+/// The `Backend` object of a `"Type":"bgp"` config (errors name the option).
+fn parse_backend(map: &BackendObject, net: &Network) -> Result<Box<dyn Backend>, String> {
+    match BgpOptions::parse(map, net.dual_stack()) {
+        Ok(opts) => Ok(Box::new(opts)),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+impl Backend for BgpOptions {
+    fn type_name(&self) -> &'static str {
+        BACKEND_TYPE
+    }
+
+    fn describe(&self) -> String {
+        let mesh = if self.node_to_node_mesh {
+            "node-to-node mesh"
+        } else {
+            "no node mesh"
+        };
+        let gr = if self.graceful_restart {
+            format!("graceful restart {} s", self.graceful_restart_time)
+        } else {
+            "no graceful restart".into()
+        };
+        format!(
+            "bgp AS {}, {mesh}, {} configured peer{}, {gr}",
+            self.as_number,
+            self.peers.len(),
+            if self.peers.len() == 1 { "" } else { "s" }
+        )
+    }
+
+    fn mtu_overhead(&self) -> u32 {
+        MTU_OVERHEAD
+    }
+
+    /// Another bgp lease; its `PublicIP` becomes a BGP neighbour, so it must be one.
+    fn check_peer(&self, attrs: &LeaseAttrs) -> Result<(), Refusal> {
+        if attrs.backend_type != BACKEND_TYPE {
+            return Err(Refusal::OtherBackend);
+        }
+        let ip = attrs.public_ip;
+        if ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() || ip.is_loopback() {
+            return Err(Refusal::Invalid(format!(
+                "PublicIP {ip} cannot be a BGP neighbour"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Checks the node's flags and BIRD (found, directory usable); BIRD starts at the first
+    /// pass, with the peers known by then.
+    fn start(&self, node: &Node<'_>) -> Result<Box<dyn DataPlane>, AgentError> {
+        let defaults = NodeSettings::default();
+        let settings = NodeSettings {
+            bird_binary: node
+                .opts
+                .bird_binary
+                .clone()
+                .unwrap_or(defaults.bird_binary),
+            dir: node.opts.bgp_dir.clone().unwrap_or(defaults.dir),
+            peers: parse_peers_flag(&node.opts.bgp_peers)?,
+        };
+        let learns = self.node_to_node_mesh || !self.peers.is_empty() || !settings.peers.is_empty();
+        if !learns {
+            warn!("bgp: NodeToNodeMesh is off and no Peers nor --bgp-peers are given: this node announces its subnet to nobody and learns no route");
+        }
+        let info = NodeInfo {
+            public_ip: node.public_ip,
+            network: node.network.v4,
+        };
+        let bgp = Bgp::new(self.clone(), settings, info)?;
+        log!(
+            "bgp: BIRD {}, control socket {} (birdc -s {} show protocols)",
+            bgp.bird_binary().display(),
+            bgp.control_socket().display(),
+            bgp.control_socket().display()
+        );
+        Ok(Box::new(BgpPlane {
+            bgp,
+            learns,
+            public_ip: node.public_ip,
+            iface: node.opts.iface.clone(),
+        }))
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn same_options(&self, other: &dyn Backend) -> bool {
+        same(self, other)
+    }
+
+    fn clone_box(&self) -> Box<dyn Backend> {
+        Box::new(self.clone())
+    }
+}
+
+/// This node's lease value: no backend data (the `PublicIP` is the next hop).
+pub fn lease_attrs(public_ip: Ipv4Addr) -> LeaseAttrs {
+    LeaseAttrs {
+        public_ip,
+        public_ipv6: None,
+        backend_type: BACKEND_TYPE.into(),
+        backend_data: None,
+        backend_v6_data: None,
+    }
+}
+
+/// The other nodes' addresses among the peer leases (each once, never ours): the mesh.
+pub fn mesh_members(own: &SubnetKey, own_ip: Ipv4Addr, peers: &[Peer]) -> Vec<Ipv4Addr> {
+    let mut ips: Vec<Ipv4Addr> = peers
+        .iter()
+        .filter(|p| p.key != *own && p.attrs.public_ip != own_ip)
+        .map(|p| p.attrs.public_ip)
+        .collect();
+    ips.sort_unstable();
+    ips.dedup();
+    ips
+}
+
+/// The bgp backend on this node.
+pub struct BgpPlane {
+    bgp: Bgp,
+    /// Whether the node has anyone to learn routes from (the mesh, or configured peers).
+    learns: bool,
+    public_ip: Ipv4Addr,
+    iface: Option<String>,
+}
+
+impl DataPlane for BgpPlane {
+    fn lease_attrs(&self, _key: &SubnetKey) -> LeaseAttrs {
+        lease_attrs(self.public_ip)
+    }
+
+    fn reconcile(&mut self, own: &SubnetKey, peers: &[Peer]) -> Result<Pass, AgentError> {
+        let underlay =
+            Underlay::find(self.iface.as_deref(), self.public_ip).map_err(AgentError::Reconcile)?;
+        if !underlay.has_public_ip && !is_local(self.public_ip)? {
+            return Err(AgentError::Reconcile(format!(
+                "the bgp backend needs this node's public address {} on one of its interfaces: it is the BGP sessions' source address and the next hop of this node's subnet (a node behind NAT cannot peer)",
+                self.public_ip
+            )));
+        }
+        let members = mesh_members(own, self.public_ip, peers);
+        let report = self.bgp.apply(own.v4, &members)?;
+        Ok(Pass {
+            mtu: underlay.mtu,
+            // Reached through their mesh session, or through the configured routers.
+            programmed: if self.learns { members.len() } else { 0 },
+            log: report.log_line().into_iter().collect(),
+            lease_attrs: None,
+        })
+    }
+
+    fn metrics_source(&self) -> Option<Source> {
+        let reader = self.bgp.metrics_reader();
+        Some(Arc::new(move |samples: &mut Samples| {
+            for f in reader.families() {
+                samples.family(f.name, f.kind, f.help, &f.samples);
+            }
+        }))
+    }
+
+    /// BIRD stops for a graceful restart: its routes stay in the kernel, peers keep this
+    /// node's for the restart time, and the next agent's BIRD takes over.
+    fn stop(&mut self) {
+        log!("bgp: {}", self.bgp.stop());
+    }
+}
+
+/// Whether `ip` is an address of an interface of this node.
+fn is_local(ip: Ipv4Addr) -> Result<bool, AgentError> {
+    let mut sock = netkit::Socket::new().map_err(|e| AgentError::Reconcile(e.to_string()))?;
+    let addrs = sock
+        .addresses(None, netkit::Family::V4)
+        .map_err(|e| AgentError::Reconcile(e.to_string()))?;
+    Ok(addrs.iter().any(|a| a.ip() == IpAddr::V4(ip)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::subnet::config::NetConfig;
+
+    fn peer(key: &str, json: &str) -> Peer {
+        Peer {
+            key: SubnetKey::parse(key).unwrap(),
+            attrs: LeaseAttrs::parse(json.as_bytes()).unwrap(),
+        }
+    }
+
+    #[test]
+    fn config_and_lease() {
+        let n = NetConfig::parse(
+            "/k",
+            br#"{"Network":"10.244.0.0/16","Backend":{"Type":"bgp","ASNumber":65001,"NodeToNodeMesh":false,"Peers":[{"PeerIP":"192.0.2.1","Password":"x"}]}}"#,
+        )
+        .unwrap();
+        assert_eq!(n.backend.type_name(), "bgp");
+        assert_eq!(n.backend.mtu_overhead(), 0);
+        assert_eq!(
+            n.backend.describe(),
+            "bgp AS 65001, no node mesh, 1 configured peer, graceful restart 120 s"
+        );
+        let opts = n.backend.as_any().downcast_ref::<BgpOptions>().unwrap();
+        assert_eq!(opts.peers[0].as_number, 65001);
+        assert_eq!(
+            lease_attrs("192.168.1.5".parse().unwrap()).to_json(),
+            r#"{"PublicIP":"192.168.1.5","PublicIPv6":null,"BackendType":"bgp"}"#
+        );
+        // The same options compare equal (a resync notices no change), others do not.
+        let again = NetConfig::parse(
+            "/k",
+            br#"{"network":"10.244.0.0/16","backend":{"type":"bgp","asnumber":65001,"nodetonodemesh":false,"peers":[{"peerip":"192.0.2.1","password":"x"}]}}"#,
+        )
+        .unwrap();
+        assert!(n.backend.same_options(again.backend.as_ref()));
+        let other = NetConfig::parse(
+            "/k",
+            br#"{"Network":"10.244.0.0/16","Backend":{"Type":"bgp"}}"#,
+        )
+        .unwrap();
+        assert!(!n.backend.same_options(other.backend.as_ref()));
+    }
+
+    #[test]
+    fn bad_options_name_the_option_and_the_key() {
+        for (json, needle) in [
+            (
+                r#"{"Network":"10.244.0.0/16","Backend":{"Type":"bgp","ASNumber":0}}"#,
+                "bad network config at /k: \"Backend.ASNumber\" 0 is outside 1..4294967295",
+            ),
+            (
+                r#"{"Network":"10.244.0.0/16","Backend":{"Type":"bgp","NodeMesh":true}}"#,
+                "\"Backend.NodeMesh\" is not an option of the bgp backend",
+            ),
+            (
+                r#"{"Network":"10.244.0.0/16","Backend":{"Type":"bgp","Peers":[{"PeerIP":"nope"}]}}"#,
+                "\"Backend.Peers[0].PeerIP\" \"nope\" is not an IPv4 address",
+            ),
+            (
+                r#"{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00::/56","Backend":{"Type":"bgp"}}"#,
+                "IPv4 pod subnets only",
+            ),
+        ] {
+            let e = NetConfig::parse("/k", json.as_bytes())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(needle), "{json}: {e}");
+        }
+    }
+
+    #[test]
+    fn peers_are_bgp_leases_with_a_usable_address() {
+        let n = NetConfig::parse(
+            "/k",
+            br#"{"Network":"10.244.0.0/16","Backend":{"Type":"bgp"}}"#,
+        )
+        .unwrap();
+        let b = n.backend.as_ref();
+        let attrs = |json: &str| LeaseAttrs::parse(json.as_bytes()).unwrap();
+        assert_eq!(
+            b.check_peer(&attrs(r#"{"PublicIP":"192.168.1.6","BackendType":"bgp"}"#)),
+            Ok(())
+        );
+        assert_eq!(
+            b.check_peer(&attrs(
+                r#"{"PublicIP":"192.168.1.6","BackendType":"host-gw"}"#
+            )),
+            Err(Refusal::OtherBackend)
+        );
+        assert_eq!(
+            b.check_peer(&attrs(r#"{"PublicIP":"0.0.0.0","BackendType":"bgp"}"#)),
+            Err(Refusal::Invalid(
+                "PublicIP 0.0.0.0 cannot be a BGP neighbour".into()
+            ))
+        );
+    }
+
+    #[test]
+    fn mesh_is_every_other_address_once() {
+        let own = SubnetKey::parse("10.244.1.0-24").unwrap();
+        let own_ip: Ipv4Addr = "192.168.1.1".parse().unwrap();
+        let peers = [
+            peer(
+                "10.244.1.0-24",
+                r#"{"PublicIP":"192.168.1.1","BackendType":"bgp"}"#,
+            ),
+            peer(
+                "10.244.3.0-24",
+                r#"{"PublicIP":"192.168.1.3","BackendType":"bgp"}"#,
+            ),
+            peer(
+                "10.244.2.0-24",
+                r#"{"PublicIP":"192.168.1.2","BackendType":"bgp"}"#,
+            ),
+            // A stale lease of node 3, and one claiming our address.
+            peer(
+                "10.244.9.0-24",
+                r#"{"PublicIP":"192.168.1.3","BackendType":"bgp"}"#,
+            ),
+            peer(
+                "10.244.8.0-24",
+                r#"{"PublicIP":"192.168.1.1","BackendType":"bgp"}"#,
+            ),
+        ];
+        assert_eq!(
+            mesh_members(&own, own_ip, &peers),
+            vec![
+                "192.168.1.2".parse::<Ipv4Addr>().unwrap(),
+                "192.168.1.3".parse().unwrap()
+            ]
+        );
+    }
+}
