@@ -1,12 +1,15 @@
 //! flannel's `udp` backend without the agent, on a simulated cluster ([`crate::cluster`]):
 //! each node runs `udp-proxy-node` (the packet engine standalone, `src/bin/udp-proxy-node.rs`)
 //! with flannel0 set up as flanneld sets it, and a static route table. The end-to-end tests
-//! (`tests/udp_proxy.rs`) and the bench's `udp` section use it.
+//! (`tests/udp_proxy.rs`) and the bench's `udp` section use it; the agent's udp backend test
+//! (`tests/agent_routed.rs`) uses its checks of the wire and of the ICMP answers.
 
 use std::io::{BufRead, BufReader, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::cluster::{node_pair, Node, Pod, Underlay};
 use crate::Netns;
@@ -105,6 +108,11 @@ impl ProxyNode {
     /// Starts the engine in `node`'s netns on flannel0, bound to the node's underlay address,
     /// with the node's lease ([`subnet`]); returns once it is ready.
     pub fn start(driver: &Path, node: &Node, mode: Mode) -> ProxyNode {
+        ProxyNode::start_with_lease(driver, node, &subnet(node.index), mode)
+    }
+
+    /// [`ProxyNode::start`] with the lease `lease` (`10.244.30.0/24`).
+    pub fn start_with_lease(driver: &Path, node: &Node, lease: &str, mode: Mode) -> ProxyNode {
         let mut argv = vec![
             driver.to_str().unwrap_or_default().to_string(),
             "--tun".into(),
@@ -116,7 +124,7 @@ impl ProxyNode {
             "--bind".into(),
             node.ip.clone(),
             "--subnet".into(),
-            subnet(node.index),
+            lease.to_string(),
             "--network".into(),
             NETWORK.into(),
         ];
@@ -324,4 +332,164 @@ pub fn missing_tools() -> Option<String> {
         .collect();
     (!missing.is_empty())
         .then(|| format!("{} not installed (.ci/packages.txt)", missing.join(", ")))
+}
+
+/// Runs `f` on a thread of its own inside `ns` (setns affects that thread only).
+pub fn in_netns<T: Send + 'static>(
+    ns: &Netns,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    let file = std::fs::File::open(ns.path()).expect("open the netns");
+    std::thread::spawn(move || {
+        // SAFETY: setns(2) on a namespace descriptor we own, on this thread only.
+        assert_eq!(
+            unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) },
+            0,
+            "setns"
+        );
+        f()
+    })
+}
+
+/// RFC 1071, word by word (independent of the engine's own checksum code).
+pub fn internet_sum(parts: &[&[u8]]) -> u16 {
+    let mut sum: u32 = 0;
+    for part in parts {
+        for pair in part.chunks(2) {
+            sum += u32::from(u16::from_be_bytes([pair[0], *pair.get(1).unwrap_or(&0)]));
+        }
+    }
+    while sum >> 16 != 0 {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum as u16
+}
+
+/// Whether an IPv4 packet's header and TCP/UDP/ICMP checksums hold.
+pub fn checksums_hold(pkt: &[u8]) -> bool {
+    let ihl = usize::from(pkt[0] & 0x0f) * 4;
+    if internet_sum(&[&pkt[..ihl]]) != 0xffff {
+        return false;
+    }
+    let l4 = &pkt[ihl..];
+    match pkt[9] {
+        1 => internet_sum(&[l4]) == 0xffff,
+        6 | 17 => {
+            let len = (l4.len() as u16).to_be_bytes();
+            let pseudo = [&pkt[12..20], &[0, pkt[9]], &len[..]].concat();
+            pkt[9] == 17 && l4[6..8] == [0, 0] || internet_sum(&[&pseudo, l4]) == 0xffff
+        }
+        _ => true,
+    }
+}
+
+/// The UDP payloads of the IPv4 frames captured on the underlay, checked to be flanneld's
+/// encapsulation: UDP from PORT to PORT between node addresses, the payload one complete IPv4
+/// packet of the pod network within the MTU, its checksums right. Link-local multicast
+/// (IGMP reports of the bridge and the nodes' interfaces) is no pod traffic and is left out,
+/// and so is what goes to or from the switch's own address (etcd, for the agents).
+pub fn inner_packets(frames: &[(Ipv4Addr, Ipv4Addr, u8, usize, Vec<u8>)]) -> Vec<Vec<u8>> {
+    let link_local_multicast = |ip: &Ipv4Addr| ip.octets()[..3] == [224, 0, 0];
+    let is_node = |ip: &Ipv4Addr| {
+        ip.to_string() != Underlay::switch_ip() && ip.to_string().starts_with("172.31.250.")
+    };
+    let in_pods = |ip: &[u8]| ip[0] == 10 && ip[1] == 244;
+    frames
+        .iter()
+        .filter(|(src, dst, ..)| {
+            let switch = Underlay::switch_ip();
+            !link_local_multicast(dst) && src.to_string() != switch && dst.to_string() != switch
+        })
+        .map(|(src, dst, proto, ihl, ip)| {
+            assert_eq!(
+                *proto, 17,
+                "not UDP on the underlay: {src} -> {dst} proto {proto}"
+            );
+            assert!(
+                is_node(src) && is_node(dst),
+                "{src} -> {dst} is not node to node"
+            );
+            let udp = &ip[*ihl..];
+            let ports = (
+                u16::from_be_bytes([udp[0], udp[1]]),
+                u16::from_be_bytes([udp[2], udp[3]]),
+            );
+            assert_eq!(ports, (PORT, PORT), "{src} -> {dst}: UDP ports");
+            let inner = &udp[8..usize::from(u16::from_be_bytes([udp[4], udp[5]]))];
+            assert!(inner.len() <= MTU as usize, "a datagram past the MTU");
+            assert_eq!(inner[0] >> 4, 4, "the payload is an IPv4 packet");
+            assert_eq!(
+                usize::from(u16::from_be_bytes([inner[2], inner[3]])),
+                inner.len(),
+                "the payload is exactly one packet"
+            );
+            assert!(
+                in_pods(&inner[12..16]) && in_pods(&inner[16..20]),
+                "inner addresses outside the pod network"
+            );
+            assert!(checksums_hold(inner), "inner checksums of {inner:02x?}");
+            inner.to_vec()
+        })
+        .collect()
+}
+
+/// The packets `pod_ip` sent (frames captured in its netns) that are ICMP echo requests,
+/// each checked to be on the wire among `inner` (the underlay's payloads, [`inner_packets`])
+/// byte for byte but for the TTL, 64 in the pod and 62 on the wire (its node's kernel and the
+/// sending engine took one each), and the header checksum; returns how many there were.
+pub fn echo_requests_carried_byte_for_byte(
+    from_pod: &[(Ipv4Addr, Ipv4Addr, u8, usize, Vec<u8>)],
+    pod_ip: &str,
+    inner: &[Vec<u8>],
+) -> usize {
+    let requests: Vec<&Vec<u8>> = from_pod
+        .iter()
+        .filter(|(src, _, proto, ihl, ip)| {
+            src.to_string() == pod_ip && *proto == 1 && ip[*ihl] == 8
+        })
+        .map(|f| &f.4)
+        .collect();
+    for sent in &requests {
+        assert_eq!(sent[8], 64, "the pod's TTL");
+        let on_wire = inner.iter().find(|i| {
+            i.len() == sent.len()
+                && i[..8] == sent[..8]
+                && i[9..10] == sent[9..10]
+                && i[12..] == sent[12..]
+        });
+        let on_wire = on_wire.expect("the echo request, byte for byte, on the wire");
+        assert_eq!(on_wire[8], 62, "wire TTL");
+    }
+    requests.len()
+}
+
+/// A destination of the cluster network that no node holds, from `pod`: `ping` prints
+/// "Destination Net Unreachable" from `answered_by` (its node's flannel0 address) at once,
+/// and a TCP connect fails at once with ENETUNREACH (not after a timeout).
+pub fn assert_net_unreachable_at_once(pod: &Pod, dst: &str, answered_by: &str) {
+    let started = Instant::now();
+    let out = pod.ns.exec(&["ping", "-n", "-c", "1", "-W", "5", dst]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("From {answered_by}"))
+            && text.contains("Destination Net Unreachable"),
+        "ping {dst}: {text}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "answered at once"
+    );
+    let started = Instant::now();
+    let to: SocketAddr = format!("{dst}:80").parse().expect("an IPv4 address");
+    let connect = in_netns(&pod.ns, move || {
+        TcpStream::connect_timeout(&to, Duration::from_secs(5)).map(|_| ())
+    })
+    .join()
+    .expect("the connecting thread");
+    let err = connect.expect_err("a connect to nowhere fails");
+    assert_eq!(err.raw_os_error(), Some(libc::ENETUNREACH), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "failed at once: {err}"
+    );
 }

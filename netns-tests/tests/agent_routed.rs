@@ -1,13 +1,13 @@
-//! `ferrocni-agent` with flannel's routed backends, `host-gw`, `wireguard` and `ipip`: three simulated
-//! nodes (namespaces on one underlay bridge) and a one-member etcd in the switch netns, all
+//! `ferrocni-agent` with flannel's routed backends, `host-gw`, `wireguard` and `ipip`, and its
+//! `udp` backend: three simulated nodes (namespaces on one underlay bridge) and a one-member etcd in the switch netns, all
 //! made here. Each test checks what a cluster operator would: pods ping across nodes with
 //! their own source address, the underlay carries only the backend's encapsulation (captured
 //! on the switch), a node whose lease goes is dropped by the others, a restarted agent keeps
 //! its key and lease, and iperf3 through the tunnel moves data at a sane rate.
 //!
 //! The kernel must have the driver (`wireguard`, `ipip`): without it the tests skip, and fail
-//! under `FERROCNI_REQUIRE_DRIVERS=1` (the full-kernel run). host-gw needs none: it runs
-//! everywhere.
+//! under `FERROCNI_REQUIRE_DRIVERS=1` (the full-kernel run). host-gw needs none and udp only
+//! TUN: they run everywhere.
 
 use std::fs;
 use std::net::Ipv4Addr;
@@ -17,7 +17,8 @@ use base64::Engine;
 use netns_tests::agent_cluster::{
     have_tools, in_pod_network, iperf_rate, is_node, lease_key, Cluster, CONVERGE, FLANNELD_SUBNET,
 };
-use netns_tests::cluster::{nth, wait_until, Node};
+use netns_tests::cluster::{self, capture, iperf, nth, wait_until, Node};
+use netns_tests::udp_proxy;
 use netns_tests::{require_driver, require_root, Netns};
 
 /// Whether this kernel can make a link of `kind` (tried in a scratch netns; an ipip
@@ -573,5 +574,262 @@ fn wireguard_dual_stack_on_etcd() {
     assert!(
         rx_bytes(&c.nodes[1], "flannel-wg-v6") > before,
         "IPv6 pod traffic did not come in through flannel-wg-v6"
+    );
+}
+
+/// The agents' metrics port in the udp tests (each node is a netns of its own).
+const METRICS_PORT: u16 = 9471;
+
+/// A udp network: flannel's `udp` backend (port 8285 by default) on the agents' subnets.
+const UDP_CONFIG: &str = r#"{"Network":"10.244.0.0/16","SubnetMin":"10.244.1.0","SubnetMax":"10.244.20.0","Backend":{"Type":"udp"}}"#;
+
+/// A udp cluster (agents not started yet, each with its metrics on [`METRICS_PORT`]), or
+/// `None` (after saying why) when the tools the udp tests need are missing.
+fn udp_cluster(tag: &str) -> Option<Cluster> {
+    if !have_tools() {
+        return None;
+    }
+    if let Some(why) = udp_proxy::missing_tools() {
+        eprintln!("skipping: {why}");
+        return None;
+    }
+    let mut c = Cluster::new(tag, UDP_CONFIG);
+    for a in &mut c.agents {
+        a.extra.push(format!("--metrics-port={METRICS_PORT}"));
+    }
+    Some(c)
+}
+
+/// The value of `sample` (name and labels) on `node`'s agent's /metrics, once it is there.
+fn agent_sample(node: &Node, sample: &str) -> Option<f64> {
+    cluster::sample(
+        &cluster::http_get(&node.ns, METRICS_PORT, "/metrics")?,
+        sample,
+    )
+}
+
+/// flannel0 on `node` as flanneld sets it up for `lease`, with our transmit queue.
+fn assert_flannel0(node: &Node, lease: &str, mtu: u32) {
+    let link = node.ns.link("flannel0").expect("flannel0");
+    assert_eq!(link["mtu"], mtu, "{link}");
+    assert_eq!(link["txqlen"], 2000, "{link}");
+    let v4: Vec<String> = node
+        .ns
+        .addresses("flannel0")
+        .into_iter()
+        .filter(|a| !a.contains(':'))
+        .collect();
+    assert_eq!(v4, [format!("{}/32", nth(lease, 0))]);
+    assert_eq!(node.route_dsts("flannel0"), ["10.244.0.0/16"]);
+}
+
+/// Gives every node's underlay link NIC-like segmentation and coalescing (a veth passes one
+/// 64 KiB GSO datagram unsplit, which no wire does) and every pod flannel0's MTU, as the
+/// CNI config would from FLANNEL_MTU.
+fn udp_wire_and_pod_mtu(c: &Cluster, mtus: &[u32]) {
+    for (i, node) in c.nodes.iter().enumerate() {
+        udp_proxy::wire_like_a_nic(&c.underlay.ns, &format!("n{}", node.index), false);
+        udp_proxy::wire_like_a_nic(&node.ns, "eth0", true);
+        udp_proxy::set_pod_mtu(node, &c.pods[i], "veth1", mtus[i]);
+    }
+}
+
+/// flannel's udp backend on three agents, nodes 1 and 2 on the fast path, node 3 on the
+/// per-packet path: flanneld's lease and device, pods reaching each other with their own
+/// address across both paths, only flanneld's datagrams on the underlay (the pods' packets
+/// byte for byte inside), ICMP net unreachable at once for a subnet nobody holds, TCP at a
+/// sane rate, the engine's metrics, a restart keeping the lease and the path, a node leaving.
+#[test]
+fn udp_cluster_on_etcd() {
+    require_root!();
+    require_driver!(netns_tests::kernel_has("tap"), "TUN/TAP driver");
+    let Some(mut c) = udp_cluster("udp") else {
+        return;
+    };
+    c.agents[2].extra.push("--udp-datapath=per-packet".into());
+    c.start_agents();
+    for (i, subnet) in c.subnets.iter().enumerate() {
+        assert_eq!(
+            c.etcd.get(&lease_key(subnet)).as_deref(),
+            Some(format!(r#"{{"PublicIP":"{}","PublicIPv6":null}}"#, c.nodes[i].ip).as_str()),
+            "flanneld's udp lease, byte for byte"
+        );
+        assert_eq!(
+            c.agents[i].env_value("FLANNEL_MTU").as_deref(),
+            Some("1472")
+        );
+        assert_flannel0(&c.nodes[i], subnet, 1472);
+    }
+    let mode = |i: usize| {
+        let page = cluster::http_get(&c.nodes[i].ns, METRICS_PORT, "/metrics").unwrap_or_default();
+        page.lines()
+            .find(|l| l.starts_with("ferrocni_agent_udp_datapath_info{"))
+            .map(String::from)
+            .unwrap_or_default()
+    };
+    assert!(
+        wait_until(CONVERGE, || mode(0).contains(r#"mode="fast""#)),
+        "{}",
+        mode(0)
+    );
+    assert!(mode(2).contains(r#"mode="per-packet""#), "{}", mode(2));
+    assert!(c.agents[2]
+        .log()
+        .contains("per-packet: one read and sendto per packet"));
+    udp_wire_and_pod_mtu(&c, &[1472; 3]);
+    c.assert_full_mesh();
+    c.assert_source_preserved();
+    let (pod0, pod1, pod2) = (&c.pods[0], &c.pods[1], &c.pods[2]);
+    let out = pod0
+        .ns
+        .exec_ok(&["ping", "-n", "-c", "1", "-W", "2", &pod2.ip]);
+    assert!(out.contains("ttl=60"), "TTL 64 arrives as 60: {out}");
+
+    // On the underlay: UDP 8285 -> 8285 between the nodes, each payload one pod packet, the
+    // pod's own echo requests byte for byte (to the fast and to the per-packet node).
+    let mut from_pod = Vec::new();
+    let wire = capture(&c.underlay.ns, || {
+        from_pod = capture(&pod0.ns, || {
+            for to in [pod1, pod2] {
+                pod0.ns.exec_ok(&[
+                    "ping", "-n", "-c", "2", "-i", "0.2", "-s", "1000", "-p", "5a5b5c5d", &to.ip,
+                ]);
+            }
+        });
+    });
+    let inner = udp_proxy::inner_packets(&wire);
+    assert!(inner.iter().any(|i| i[9] == 1), "no echo on the wire");
+    assert_eq!(
+        udp_proxy::echo_requests_carried_byte_for_byte(&from_pod, &pod0.ip, &inner),
+        4
+    );
+
+    // A subnet of the network that no node holds: answered at once, by node 1's flannel0.
+    let flannel0 = nth(&c.subnets[0], 0).to_string();
+    udp_proxy::assert_net_unreachable_at_once(pod0, "10.244.99.9", &flannel0);
+
+    // TCP through the fast path both ways, and from the per-packet node.
+    for (server, client, what) in [(pod1, pod0, "fast"), (pod0, pod2, "per-packet")] {
+        let run = iperf(server, client, 3).expect("iperf3 through flannel0");
+        eprintln!(
+            "iperf3 from the {what} path: {:.2} Gbit/s, {} retransmits",
+            run.bits_per_second / 1e9,
+            run.retransmits
+        );
+        assert!(run.bits_per_second > 100e6, "{what}: {run:?}");
+        assert!(
+            (run.retransmits as f64) < run.bytes / 1400.0 / 100.0,
+            "{what}: retransmits under 1% of the segments: {run:?}"
+        );
+    }
+    let sample = |i: usize, s: &str| agent_sample(&c.nodes[i], s).unwrap_or(-1.0);
+    assert_eq!(sample(0, "ferrocni_agent_udp_engine_up"), 1.0);
+    assert_eq!(sample(0, "ferrocni_agent_udp_routes"), 2.0);
+    assert!(sample(0, "ferrocni_agent_udp_packets_total{direction=\"sent\"}") > 1000.0);
+    assert!(sample(0, "ferrocni_agent_udp_bytes_total{direction=\"received\"}") > 1e6);
+    assert!(sample(0, "ferrocni_agent_udp_drops_total{reason=\"no_route\"}") >= 2.0);
+    assert!(
+        sample(
+            0,
+            "ferrocni_agent_udp_icmp_unreachable_total{outcome=\"sent\"}"
+        ) >= 2.0
+    );
+    let sends = sample(2, "ferrocni_agent_udp_syscalls_total{call=\"udp_send\"}");
+    assert_eq!(
+        sends,
+        sample(2, "ferrocni_agent_udp_packets_total{direction=\"sent\"}"),
+        "the per-packet node sends one datagram per call"
+    );
+
+    // A restart: the engine stops, flannel0 stays, the same lease and path come back.
+    c.assert_restart_keeps_lease();
+    assert!(
+        c.agents[0]
+            .log()
+            .contains("udp packet engine stopped; flannel0 stays"),
+        "{}",
+        c.agents[0].log()
+    );
+    assert_flannel0(&c.nodes[0], &c.subnets[0], 1472);
+    c.assert_full_mesh();
+
+    // Node 3 leaves: the others' engines forget its subnet, and answer for it at once.
+    c.remove_node3(|n, _| agent_sample(n, "ferrocni_agent_udp_routes") == Some(1.0));
+    udp_proxy::assert_net_unreachable_at_once(&c.pods[0], &c.pods[2].ip, &flannel0);
+}
+
+/// A node set up as flanneld sets up its own (its lease without BackendType, flannel0 and a
+/// per-packet engine run by `udp-proxy-node`) reaches the agents' pods and is reached; once
+/// its lease goes the agents answer for its subnet with ICMP. An underlay MTU of 1400 gives
+/// FLANNEL_MTU 1372. flannel0 deleted under a running engine is made again by the next pass.
+#[test]
+fn udp_beside_flanneld_nodes_mtu_and_a_lost_device() {
+    require_root!();
+    require_driver!(netns_tests::kernel_has("tap"), "TUN/TAP driver");
+    let Some(mut c) = udp_cluster("udpf") else {
+        return;
+    };
+    // An underlay of 1400 bytes (a cloud network's, say).
+    for node in &c.nodes {
+        let port = format!("n{}", node.index);
+        c.underlay
+            .ns
+            .exec_ok(&["ip", "link", "set", &port, "mtu", "1400"]);
+        node.ns
+            .exec_ok(&["ip", "link", "set", "eth0", "mtu", "1400"]);
+    }
+    c.start_agents();
+    for (i, agent) in c.agents.iter().enumerate() {
+        assert_eq!(agent.env_value("FLANNEL_MTU").as_deref(), Some("1372"));
+        assert_flannel0(&c.nodes[i], &c.subnets[i], 1372);
+    }
+    c.assert_full_mesh();
+
+    let driver = std::path::Path::new(env!("CARGO_BIN_EXE_udp-proxy-node"));
+    let flanneld = std::cell::RefCell::new(None);
+    c.assert_flanneld_node(
+        |node| format!(r#"{{"PublicIP":"{}","PublicIPv6":null}}"#, node.ip),
+        |node, peers| {
+            let mut proxy = udp_proxy::ProxyNode::start_with_lease(
+                driver,
+                node,
+                FLANNELD_SUBNET,
+                udp_proxy::Mode::PerPacket,
+            );
+            let routes: Vec<(String, String)> = peers
+                .iter()
+                .map(|(subnet, ip)| (subnet.clone(), format!("{ip}:8285")))
+                .collect();
+            proxy.set_routes(&routes);
+            *flanneld.borrow_mut() = Some(proxy);
+        },
+    );
+    drop(flanneld);
+    let flannel0 = nth(&c.subnets[0], 0).to_string();
+    let gone = nth(FLANNELD_SUBNET, 2).to_string();
+    assert!(wait_until(CONVERGE, || agent_sample(
+        &c.nodes[0],
+        "ferrocni_agent_udp_routes"
+    ) == Some(2.0)));
+    udp_proxy::assert_net_unreachable_at_once(&c.pods[0], &gone, &flannel0);
+
+    // flannel0 deleted: the engine's thread stops; the next pass starts one on a new device.
+    c.nodes[0].ns.exec_ok(&["ip", "link", "del", "flannel0"]);
+    assert!(
+        wait_until(CONVERGE, || c.agents[0]
+            .log()
+            .contains("restarting the udp packet engine on flannel0")),
+        "{}",
+        c.agents[0].log()
+    );
+    assert!(wait_until(CONVERGE, || c.nodes[0]
+        .ns
+        .link("flannel0")
+        .is_some()));
+    assert_flannel0(&c.nodes[0], &c.subnets[0], 1372);
+    c.assert_full_mesh();
+    assert_eq!(
+        agent_sample(&c.nodes[0], "ferrocni_agent_udp_engine_restarts_total"),
+        Some(1.0)
     );
 }

@@ -12,14 +12,16 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use netns_tests::cluster::{capture, iperf, ping, udp_source_seen, wait_until, Pod, Underlay};
+use netns_tests::cluster::{capture, iperf, ping, udp_source_seen, wait_until, Pod};
 use netns_tests::udp_proxy::Mode::{Fast, FastWithout, PerPacket};
-use netns_tests::udp_proxy::{missing_tools, peer_routes, UdpCluster, MTU, PORT};
-use netns_tests::{kernel_has, require_driver, require_root, Netns};
+use netns_tests::udp_proxy::{
+    assert_net_unreachable_at_once, echo_requests_carried_byte_for_byte, in_netns, inner_packets,
+    internet_sum, missing_tools, peer_routes, UdpCluster, MTU, PORT,
+};
+use netns_tests::{kernel_has, require_driver, require_root};
 
 fn driver() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_udp-proxy-node"))
@@ -44,23 +46,6 @@ fn assert_ping(from: &Pod, to: &Pod) {
         from.ip,
         to.ip
     );
-}
-
-/// Runs `f` on a thread of its own inside `ns` (setns affects that thread only).
-fn in_netns<T: Send + 'static>(
-    ns: &Netns,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> std::thread::JoinHandle<T> {
-    let file = std::fs::File::open(ns.path()).expect("open the netns");
-    std::thread::spawn(move || {
-        // SAFETY: setns(2) on a namespace descriptor we own, on this thread only.
-        assert_eq!(
-            unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) },
-            0,
-            "setns"
-        );
-        f()
-    })
 }
 
 /// Sends `data` over one TCP connection from `client` to `server` (port 5001); returns what
@@ -99,84 +84,6 @@ fn patterned(len: usize, seed: u32) -> Vec<u8> {
             x ^= x >> 17;
             x ^= x << 5;
             x as u8
-        })
-        .collect()
-}
-
-/// RFC 1071, word by word (independent of the engine's own checksum code).
-fn internet_sum(parts: &[&[u8]]) -> u16 {
-    let mut sum: u32 = 0;
-    for part in parts {
-        for pair in part.chunks(2) {
-            sum += u32::from(u16::from_be_bytes([pair[0], *pair.get(1).unwrap_or(&0)]));
-        }
-    }
-    while sum >> 16 != 0 {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    sum as u16
-}
-
-/// Whether an IPv4 packet's header and TCP/UDP/ICMP checksums hold.
-fn checksums_hold(pkt: &[u8]) -> bool {
-    let ihl = usize::from(pkt[0] & 0x0f) * 4;
-    if internet_sum(&[&pkt[..ihl]]) != 0xffff {
-        return false;
-    }
-    let l4 = &pkt[ihl..];
-    match pkt[9] {
-        1 => internet_sum(&[l4]) == 0xffff,
-        6 | 17 => {
-            let len = (l4.len() as u16).to_be_bytes();
-            let pseudo = [&pkt[12..20], &[0, pkt[9]], &len[..]].concat();
-            pkt[9] == 17 && l4[6..8] == [0, 0] || internet_sum(&[&pseudo, l4]) == 0xffff
-        }
-        _ => true,
-    }
-}
-
-/// The UDP payloads of the IPv4 frames captured on the underlay, checked to be flanneld's
-/// encapsulation: UDP from PORT to PORT between node addresses, the payload one complete IPv4
-/// packet of the pod network within the MTU, its checksums right. Link-local multicast
-/// (IGMP reports of the bridge and the nodes' interfaces) is no pod traffic and is left out.
-fn inner_packets(frames: &[(Ipv4Addr, Ipv4Addr, u8, usize, Vec<u8>)]) -> Vec<Vec<u8>> {
-    let link_local_multicast = |ip: &Ipv4Addr| ip.octets()[..3] == [224, 0, 0];
-    let is_node = |ip: &Ipv4Addr| {
-        ip.to_string() != Underlay::switch_ip() && ip.to_string().starts_with("172.31.250.")
-    };
-    let in_pods = |ip: &[u8]| ip[0] == 10 && ip[1] == 244;
-    frames
-        .iter()
-        .filter(|(_, dst, ..)| !link_local_multicast(dst))
-        .map(|(src, dst, proto, ihl, ip)| {
-            assert_eq!(
-                *proto, 17,
-                "not UDP on the underlay: {src} -> {dst} proto {proto}"
-            );
-            assert!(
-                is_node(src) && is_node(dst),
-                "{src} -> {dst} is not node to node"
-            );
-            let udp = &ip[*ihl..];
-            let ports = (
-                u16::from_be_bytes([udp[0], udp[1]]),
-                u16::from_be_bytes([udp[2], udp[3]]),
-            );
-            assert_eq!(ports, (PORT, PORT), "{src} -> {dst}: UDP ports");
-            let inner = &udp[8..usize::from(u16::from_be_bytes([udp[4], udp[5]]))];
-            assert!(inner.len() <= MTU as usize, "a datagram past the MTU");
-            assert_eq!(inner[0] >> 4, 4, "the payload is an IPv4 packet");
-            assert_eq!(
-                usize::from(u16::from_be_bytes([inner[2], inner[3]])),
-                inner.len(),
-                "the payload is exactly one packet"
-            );
-            assert!(
-                in_pods(&inner[12..16]) && in_pods(&inner[16..20]),
-                "inner addresses outside the pod network"
-            );
-            assert!(checksums_hold(inner), "inner checksums of {inner:02x?}");
-            inner.to_vec()
         })
         .collect()
 }
@@ -233,25 +140,11 @@ fn pods_talk_across_nodes_in_flanneld_wire_format() {
         "inner TTLs are the pods' 64 less two (their node's kernel, the engine)"
     );
     // Byte for byte: each echo request the pod sent is on the wire, TTL and checksum aside.
-    let requests: Vec<Vec<u8>> = from_pod
-        .iter()
-        .filter(|(src, _, proto, ihl, ip)| {
-            src.to_string() == p[0].ip && *proto == 1 && ip[*ihl] == 8
-        })
-        .map(|f| f.4.clone())
-        .collect();
-    assert_eq!(requests.len(), 2, "the pod's two echo requests");
-    for sent in &requests {
-        assert_eq!(sent[8], 64);
-        let on_wire = inner.iter().find(|i| {
-            i.len() == sent.len()
-                && i[..8] == sent[..8]
-                && i[9..10] == sent[9..10]
-                && i[12..] == sent[12..]
-        });
-        let on_wire = on_wire.expect("the echo request, byte for byte, on the wire");
-        assert_eq!(on_wire[8], 62, "wire TTL");
-    }
+    assert_eq!(
+        echo_requests_carried_byte_for_byte(&from_pod, &p[0].ip, &inner),
+        2,
+        "the pod's two echo requests"
+    );
 }
 
 #[test]
@@ -273,33 +166,7 @@ fn unknown_destinations_get_net_unreachable_at_once_and_routes_change_at_run_tim
     let (pod, other) = (&c.pods[0], &c.pods[1]);
     assert_ping(pod, other);
 
-    let started = Instant::now();
-    let out = pod
-        .ns
-        .exec(&["ping", "-n", "-c", "1", "-W", "5", "10.244.99.9"]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.contains("From 10.244.1.0") && text.contains("Destination Net Unreachable"),
-        "ping: {text}"
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "answered at once"
-    );
-
-    let started = Instant::now();
-    let connect = in_netns(&pod.ns, || {
-        let to: SocketAddr = "10.244.99.9:80".parse().unwrap();
-        TcpStream::connect_timeout(&to, Duration::from_secs(5)).map(|_| ())
-    })
-    .join()
-    .unwrap();
-    let err = connect.expect_err("a connect to nowhere fails");
-    assert_eq!(err.raw_os_error(), Some(libc::ENETUNREACH), "{err}");
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "failed at once: {err}"
-    );
+    assert_net_unreachable_at_once(pod, "10.244.99.9", "10.244.1.0");
 
     let stats = c.proxies[0].stats();
     assert!(stats["drops"]["no_route"].as_u64() >= Some(2), "{stats}");

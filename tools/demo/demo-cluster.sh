@@ -16,7 +16,7 @@
 # (tools/demo/lib.sh says how). Needs root, etcd and etcdctl (Debian: etcd-server, etcd-client),
 # ip, ping, curl and busybox (each pod's web server answers with its caller's address).
 # Exit status: 0 done, 1 a step failed or something was left, 2 bad usage, 3 this machine cannot
-# run the backend (its kernel driver or a tool is missing, or this agent refuses the backend).
+# run the backend (its kernel driver or a tool it needs is missing).
 set -euo pipefail
 demo_args=("$@")
 demo_tools=(ping curl busybox etcd etcdctl)
@@ -175,13 +175,6 @@ if [ -n "$backend_needs" ] && ! command -v "${backend_needs%%:*}" >/dev/null; th
     say "The $demo_backend backend needs ${backend_needs%%:*}, which is not installed here (Debian: apt-get install ${backend_needs#*:})."
     exit "$DEMO_UNAVAILABLE"
 fi
-for flag in $backend_flags; do
-    if ! "$demo_agent" --help 2>&1 | grep -q -- "${flag%%=*}"; then
-        say "This ferrocni-agent ($("$demo_agent" --version)) has no ${flag%%=*} option, which the"
-        say "$demo_backend backend needs: it does not run $demo_backend yet (the demo will, once it does)."
-        exit "$DEMO_UNAVAILABLE"
-    fi
-done
 if [ "$backend_probe" = - ]; then
     say "kernel $(uname -r): no driver needed"
 else
@@ -219,11 +212,6 @@ for n in "${nodes[@]}"; do
     refused=$(agent_error "$n")
     if [ -n "$refused" ]; then
         say "node$n: $refused"
-        if grep -q -e 'not supported' -e 'unknown option' <<<"$refused"; then
-            say "This ferrocni-agent ($("$demo_agent" --version)) refuses the $demo_backend backend (above);"
-            say "the demo runs it as soon as the agent supports it."
-            exit "$DEMO_UNAVAILABLE"
-        fi
         die "the agent on node$n stopped (its log is below)"
     fi
     say "node$n: $(grep FLANNEL_SUBNET= "$(node_file "$n" /run/flannel/subnet.env)")"

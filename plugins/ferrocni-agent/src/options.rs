@@ -4,6 +4,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use udp_proxy::DataPathMode;
+
 use crate::error::AgentError;
 use crate::etcd::{Credentials, TlsFiles};
 
@@ -53,6 +55,10 @@ Options:
   --healthz-port PORT            serve GET /healthz on this port (default 0: off)
   --metrics-port PORT            serve GET /metrics (Prometheus text format) on this port, on
                                  --healthz-ip (default 0: off)
+  --udp-datapath MODE            the udp backend's packet engine: fast (batched system calls
+                                 and offloads where the kernel has them; default) or
+                                 per-packet (one read and one sendto per packet, as flanneld's
+                                 proxy)
   -v, --v LEVEL                  log verbosity: 0 events and errors (default), 1 also each
                                  watch event and reconcile pass, 2 also each etcd request
   --once                         acquire, write files, reconcile once, exit
@@ -100,6 +106,8 @@ pub struct Options {
     pub healthz_ip: IpAddr,
     pub healthz_port: u16,
     pub metrics_port: u16,
+    /// The udp backend's data path.
+    pub udp_datapath: DataPathMode,
     pub verbosity: u8,
     pub once: bool,
 }
@@ -131,6 +139,7 @@ impl Default for Options {
             healthz_ip: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             healthz_port: 0,
             metrics_port: 0,
+            udp_datapath: DataPathMode::Fast,
             verbosity: 0,
             once: false,
         }
@@ -174,6 +183,7 @@ const VALUED: &[&str] = &[
     "--healthz-ip",
     "--healthz-port",
     "--metrics-port",
+    "--udp-datapath",
     "--v",
 ];
 
@@ -387,6 +397,18 @@ fn apply(
         }
         "--healthz-port" => o.healthz_port = port(need()?)?,
         "--metrics-port" => o.metrics_port = port(need()?)?,
+        "--udp-datapath" => {
+            let v = need()?;
+            o.udp_datapath = match v.as_str() {
+                "fast" => DataPathMode::Fast,
+                "per-packet" => DataPathMode::PerPacket,
+                _ => {
+                    return Err(AgentError::Usage(format!(
+                        "{source} {v:?} is not a udp data path (fast or per-packet)"
+                    )))
+                }
+            };
+        }
         "--v" => {
             let v = need()?;
             o.verbosity = v.parse::<u8>().map_err(|_| {
@@ -597,5 +619,25 @@ mod tests {
         let o = run(&["--healthz-ip=127.0.0.1", "--metrics-port", "9100"], &[]).unwrap();
         assert_eq!(o.healthz_ip, "127.0.0.1".parse::<IpAddr>().unwrap());
         assert_eq!(o.metrics_port, 9100);
+    }
+
+    #[test]
+    fn udp_datapath_flag() {
+        assert_eq!(run(&[], &[]).unwrap().udp_datapath, DataPathMode::Fast);
+        let o = run(&["--udp-datapath=per-packet"], &[]).unwrap();
+        assert_eq!(o.udp_datapath, DataPathMode::PerPacket);
+        let o = run(&[], &[("FLANNELD_UDP_DATAPATH", "per-packet")]).unwrap();
+        assert_eq!(o.udp_datapath, DataPathMode::PerPacket);
+        let o = run(
+            &["--udp-datapath", "fast"],
+            &[("FLANNELD_UDP_DATAPATH", "per-packet")],
+        )
+        .unwrap();
+        assert_eq!(o.udp_datapath, DataPathMode::Fast);
+        let e = run(&[], &[("FLANNELD_UDP_DATAPATH", "turbo")]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "usage: FLANNELD_UDP_DATAPATH \"turbo\" is not a udp data path (fast or per-packet)"
+        );
     }
 }

@@ -16,6 +16,7 @@ pub mod hostgw;
 pub mod ipip;
 pub mod overlay;
 pub mod registry;
+pub mod udp;
 pub mod underlay;
 pub mod vxlan;
 pub mod wireguard;
@@ -66,7 +67,8 @@ impl Network {
 
 /// A backend's options: flannel's `Backend` for one type.
 pub trait Backend: fmt::Debug + Send + Sync + 'static {
-    /// The canonical `Backend.Type` (what this node's lease carries as `BackendType`).
+    /// The canonical `Backend.Type`: what this node's lease carries as `BackendType`, but for
+    /// `udp`, whose leases carry none (as flanneld writes them).
     fn type_name(&self) -> &'static str;
 
     /// One line for the start-up log (`vxlan VNI 1 port 8472`).

@@ -1,6 +1,6 @@
 //! Every backend the agent runs, found by `Backend.Type`. Adding a backend adds a line here.
 
-use crate::backend::{bgp, hostgw, ipip, vxlan, wireguard, Registration};
+use crate::backend::{bgp, hostgw, ipip, udp, vxlan, wireguard, Registration};
 
 /// In the order errors list them.
 pub const REGISTRY: &[Registration] = &[
@@ -8,6 +8,7 @@ pub const REGISTRY: &[Registration] = &[
     hostgw::REGISTRATION,
     wireguard::REGISTRATION,
     ipip::REGISTRATION,
+    udp::REGISTRATION,
     bgp::REGISTRATION,
 ];
 

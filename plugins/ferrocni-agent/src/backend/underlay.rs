@@ -15,6 +15,9 @@ pub struct Underlay {
     pub mtu: u32,
     /// Its IPv4 networks (for DirectRouting: which peers are on-link).
     pub networks: Vec<Ipv4Network>,
+    /// Its IPv4 addresses, in the kernel's order (the udp backend binds the first, as
+    /// flanneld binds the interface's address).
+    pub addresses: Vec<Ipv4Addr>,
     /// Whether it holds the node's public address (not when the node is behind NAT).
     pub has_public_ip: bool,
 }
@@ -38,14 +41,19 @@ impl Underlay {
                 sock.link_by_index(index).map_err(|e| e.to_string())?
             }
         };
-        let networks = addrs
-            .iter()
-            .filter(|a| a.index == link.index)
-            .filter_map(|a| match a.address {
-                IpNetwork::V4(n) => Ipv4Network::new(n.network(), n.prefix()).ok(),
-                IpNetwork::V6(_) => None,
-            })
+        let own_v4 = || {
+            addrs
+                .iter()
+                .filter(|a| a.index == link.index)
+                .filter_map(|a| match a.address {
+                    IpNetwork::V4(n) => Some(n),
+                    IpNetwork::V6(_) => None,
+                })
+        };
+        let networks = own_v4()
+            .filter_map(|n| Ipv4Network::new(n.network(), n.prefix()).ok())
             .collect();
+        let addresses = own_v4().map(|n| n.ip()).collect();
         let has_public_ip = addrs
             .iter()
             .any(|a| a.index == link.index && a.ip() == IpAddr::V4(public_ip));
@@ -55,6 +63,7 @@ impl Underlay {
             name: link.name,
             mtu: link.mtu,
             networks,
+            addresses,
         })
     }
 

@@ -256,9 +256,8 @@ fn parse_backend(
     backend: Option<serde_json::Map<String, serde_json::Value>>,
     net: &backend::Network,
 ) -> Result<Box<dyn Backend>, AgentError> {
-    let Some(map) = backend else {
-        return Err(bad(key, "\"Backend\" is missing (flannel's default \"udp\" is not supported; use {\"Type\":\"vxlan\"})"));
-    };
+    // As flanneld: a config without a Backend runs udp with its defaults.
+    let map = backend.unwrap_or_default();
     let ty = match libcni::gojson::get(&map, "Type") {
         Some(serde_json::Value::String(s)) => s.clone(),
         Some(_) => return Err(bad(key, "\"Backend.Type\" must be a string")),
@@ -421,7 +420,6 @@ mod tests {
                 r#"{"Network":"10.0.0.0/16","SubnetMin":"10.0.9.0","SubnetMax":"10.0.2.0","Backend":{"Type":"vxlan"}}"#,
                 "above",
             ),
-            (r#"{"Network":"10.0.0.0/16"}"#, "\"Backend\" is missing"),
             (
                 r#"{"Network":"10.0.0.0/16","Backend":{"Type":"alloc"}}"#,
                 "not supported",

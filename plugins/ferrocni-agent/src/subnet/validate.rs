@@ -131,6 +131,10 @@ impl fmt::Display for Reason {
                 )
             }
             Reason::Underlay { field, ip, what } => write!(f, "{field} {ip} is {what}"),
+            // flanneld's udp backend writes no BackendType.
+            Reason::OtherBackend(ty) if ty.is_empty() => {
+                f.write_str("it has no BackendType (a udp lease): not this network's backend")
+            }
             Reason::OtherBackend(ty) => {
                 write!(f, "its BackendType {ty:?} is not this network's backend")
             }
@@ -659,5 +663,17 @@ mod tests {
         labels.sort();
         labels.dedup();
         assert_eq!(labels.len(), Class::ALL.len());
+    }
+
+    #[test]
+    fn a_lease_of_another_backend_says_which() {
+        assert_eq!(
+            Reason::OtherBackend("host-gw".into()).to_string(),
+            "its BackendType \"host-gw\" is not this network's backend"
+        );
+        assert_eq!(
+            Reason::OtherBackend(String::new()).to_string(),
+            "it has no BackendType (a udp lease): not this network's backend"
+        );
     }
 }
