@@ -26,7 +26,7 @@ fuzz_target!(|data: &[u8]| {
     )
     .expect("config");
     let rules = net.rules(own, "192.168.0.9".parse().expect("ip"), None);
-    let (peers, _) = members.peers(&rules, |a| net.backend.check_peer(a));
+    let (peers, _) = members.peers(&rules, net.backend.as_ref());
     for p in &peers {
         assert_ne!(p.key, own, "our own lease as a peer");
         assert!(rules.check_lease(&p.key, &p.attrs).is_ok(), "{}", p.key);

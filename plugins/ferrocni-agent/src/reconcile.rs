@@ -77,7 +77,7 @@ impl Reconciler {
         let rules = input
             .net
             .rules(*input.own, input.public_ip, input.public_ipv6);
-        let (peers, unusable) = members.peers(&rules, |attrs| backend.check_peer(attrs));
+        let (peers, unusable) = members.peers(&rules, backend);
         let plane = self.plane.clone();
         let own = *input.own;
         let run = tokio::task::spawn_blocking(move || {

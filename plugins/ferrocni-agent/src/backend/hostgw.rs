@@ -8,7 +8,6 @@
 //! `{"PublicIP":…,"PublicIPv6":…,"BackendType":"host-gw"}`; on a dual-stack network IPv6 pod
 //! subnets are routed via the peers' `PublicIPv6`.
 
-use std::any::Any;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde::Deserialize;
@@ -16,7 +15,7 @@ use serde::Deserialize;
 use crate::backend::overlay::{IpFamily, OverlayParams, Overlays};
 use crate::backend::underlay::Underlay;
 use crate::backend::{
-    same, Backend, BackendObject, DataPlane, Network, Node, Pass, Peer, Refusal, Registration,
+    Backend, BackendObject, DataPlane, Network, Node, Pass, Peer, Refusal, Registration,
     TemplateValues,
 };
 use crate::error::AgentError;
@@ -79,18 +78,6 @@ impl Backend for HostGw {
             iface: node.opts.iface.clone(),
             overlays: Overlays::new(node, params.clone(), params),
         }))
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn same_options(&self, other: &dyn Backend) -> bool {
-        same(self, other)
-    }
-
-    fn clone_box(&self) -> Box<dyn Backend> {
-        Box::new(self.clone())
     }
 }
 

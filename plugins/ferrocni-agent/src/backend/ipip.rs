@@ -5,7 +5,6 @@
 //! without the tunnel (`via <PublicIP> dev <underlay>`), as flannel's host-gw does.
 //! MTU = underlay − 20. The lease is `{"PublicIP":…,"PublicIPv6":null,"BackendType":"ipip"}`.
 
-use std::any::Any;
 use std::net::{IpAddr, Ipv4Addr};
 
 use ipnetwork::{IpNetwork, Ipv4Network};
@@ -15,7 +14,7 @@ use serde::Deserialize;
 
 use crate::backend::underlay::{ensure_addresses, Underlay};
 use crate::backend::{
-    same, Backend, BackendObject, DataPlane, Network, Node, Pass, Peer, Refusal, Registration,
+    Backend, BackendObject, DataPlane, Network, Node, Pass, Peer, Refusal, Registration,
 };
 use crate::error::AgentError;
 use crate::log;
@@ -94,18 +93,6 @@ impl Backend for Ipip {
             public_ip: node.public_ip,
             last_report: None,
         }))
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn same_options(&self, other: &dyn Backend) -> bool {
-        same(self, other)
-    }
-
-    fn clone_box(&self) -> Box<dyn Backend> {
-        Box::new(self.clone())
     }
 }
 

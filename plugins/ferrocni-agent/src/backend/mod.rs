@@ -66,7 +66,7 @@ impl Network {
 }
 
 /// A backend's options: flannel's `Backend` for one type.
-pub trait Backend: fmt::Debug + Send + Sync + 'static {
+pub trait Backend: BackendOptions + fmt::Debug + Send + Sync + 'static {
     /// The canonical `Backend.Type`: what this node's lease carries as `BackendType`, but for
     /// `udp`, whose leases carry none (as flanneld writes them).
     fn type_name(&self) -> &'static str;
@@ -84,8 +84,12 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
 
     /// Starts the data plane on this node (loads keys, starts what runs beside the agent).
     fn start(&self, node: &Node<'_>) -> Result<Box<dyn DataPlane>, AgentError>;
+}
 
-    /// For [`Backend::same_options`].
+/// What every backend's options are, whatever the backend: written once, for every options
+/// type that can be cloned and compared (each backend's is).
+pub trait BackendOptions {
+    /// For [`BackendOptions::same_options`].
     fn as_any(&self) -> &dyn Any;
 
     /// Whether `other` holds the same options (a config change is noticed by comparing).
@@ -95,9 +99,18 @@ pub trait Backend: fmt::Debug + Send + Sync + 'static {
     fn clone_box(&self) -> Box<dyn Backend>;
 }
 
-/// `same_options` for a backend whose options are one comparable type.
-pub fn same<T: PartialEq + 'static>(this: &T, other: &dyn Backend) -> bool {
-    other.as_any().downcast_ref::<T>() == Some(this)
+impl<T: Backend + Clone + PartialEq> BackendOptions for T {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn same_options(&self, other: &dyn Backend) -> bool {
+        other.as_any().downcast_ref::<T>() == Some(self)
+    }
+
+    fn clone_box(&self) -> Box<dyn Backend> {
+        Box::new(self.clone())
+    }
 }
 
 impl Clone for Box<dyn Backend> {

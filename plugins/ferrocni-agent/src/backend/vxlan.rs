@@ -12,7 +12,6 @@
 //! from the VTEP addresses, so they are right from the first write, and corrected from the
 //! kernel after each pass).
 
-use std::any::Any;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnetwork::IpNetwork;
@@ -20,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::overlay::{IpFamily, OverlayParams, Overlays};
 use crate::backend::{
-    same, Backend, BackendObject, DataPlane, LeaseValue, Network, Node, Pass, Peer, Refusal,
+    Backend, BackendObject, DataPlane, LeaseValue, Network, Node, Pass, Peer, Refusal,
     Registration, TemplateValues,
 };
 use crate::error::AgentError;
@@ -175,18 +174,6 @@ impl Backend for Vxlan {
             public_ipv6: node.public_ipv6,
             overlays: Overlays::new(node, self.overlay_params(false), self.overlay_params(true)),
         }))
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn same_options(&self, other: &dyn Backend) -> bool {
-        same(self, other)
-    }
-
-    fn clone_box(&self) -> Box<dyn Backend> {
-        Box::new(self.clone())
     }
 }
 

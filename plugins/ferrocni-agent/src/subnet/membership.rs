@@ -3,16 +3,16 @@
 //! pass the checks of [`validate`] and the backend's own. A refused lease is logged once per
 //! value and counted by reason; so are keys under the subnets prefix that are not leases.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use crate::backend::{Peer, Refusal};
+use crate::backend::{Backend, Peer, Refusal};
 use crate::error::AgentError;
 use crate::etcd::proto::{EventType, WatchResponse};
 use crate::ops::log::clip;
 use crate::ops::metrics;
 use crate::subnet::key::SubnetKey;
-use crate::subnet::lease::LeaseAttrs;
 use crate::subnet::store::{lease_key_of, shown_key, JunkKey, Snapshot, StoredLease};
 use crate::subnet::validate::{self, Claim, Class, Reason, Rules};
 use crate::{debug, log, warn};
@@ -48,11 +48,74 @@ pub struct Membership {
     pub revision: i64,
     /// Refusals logged, by key, value revision and kind (each logged once).
     refused: BTreeSet<(SubnetKey, i64, Class)>,
+    /// Each lease's own checks, kept while its value and the rules stay the same.
+    verdicts: Verdicts,
     /// Keys that are not lease keys, logged (fingerprints of name and revision).
     junk: HashSet<u64>,
     /// Apart, so a flood of junk keys never silences a lease refusal.
     lease_log: LogBudget,
     junk_log: LogBudget,
+}
+
+/// What [`Membership::peers`] found of each lease on its own (the shared rules, then the
+/// backend's check), by key, for the value revision it was found for. A pass of a large
+/// cluster changes a few leases: the others' checks (a JSON decode of the backend data among
+/// them) are not run again. What depends on the other leases (who holds a subnet or an
+/// address) is settled in every pass.
+#[derive(Debug, Clone, Default)]
+struct Verdicts {
+    /// The rules and backend the verdicts were reached under; others start afresh.
+    under: Option<(Rules, Box<dyn Backend>)>,
+    by_key: HashMap<SubnetKey, Verdict>,
+}
+
+#[derive(Debug, Clone)]
+struct Verdict {
+    mod_revision: i64,
+    rules: Result<(), Reason>,
+    /// Asked only of leases that passed the rules and hold their subnet and address.
+    backend: Option<Result<(), Refusal>>,
+}
+
+impl Verdicts {
+    /// Forgets every verdict unless they were reached under `rules` and `backend`.
+    fn keep_if_under(&mut self, rules: &Rules, backend: &dyn Backend) {
+        let same = self.under.as_ref().is_some_and(|(r, b)| {
+            r == rules && b.type_name() == backend.type_name() && b.same_options(backend)
+        });
+        if !same {
+            self.under = Some((*rules, backend.clone_box()));
+            self.by_key.clear();
+        }
+    }
+
+    /// The verdict for `key` at `mod_revision`, with the rules' check run when there is none.
+    fn of(
+        &mut self,
+        key: SubnetKey,
+        mod_revision: i64,
+        rules: impl FnOnce() -> Result<(), Reason>,
+    ) -> &mut Verdict {
+        let fresh = |rules: Result<(), Reason>| Verdict {
+            mod_revision,
+            rules,
+            backend: None,
+        };
+        match self.by_key.entry(key) {
+            Entry::Occupied(mut held) => {
+                if held.get().mod_revision != mod_revision {
+                    held.insert(fresh(rules()));
+                }
+                held.into_mut()
+            }
+            Entry::Vacant(empty) => empty.insert(fresh(rules())),
+        }
+    }
+
+    /// Drops the verdicts of keys no longer known.
+    fn retain_known(&mut self, known: &BTreeMap<SubnetKey, StoredLease>) {
+        self.by_key.retain(|key, _| known.contains_key(key));
+    }
 }
 
 /// How many refusals were named lately, and those left unnamed since the last summary.
@@ -112,6 +175,7 @@ impl Membership {
             known: BTreeMap::new(),
             revision: 0,
             refused: BTreeSet::new(),
+            verdicts: Verdicts::default(),
             junk: HashSet::new(),
             lease_log: LogBudget::default(),
             junk_log: LogBudget::default(),
@@ -227,14 +291,12 @@ impl Membership {
     }
 
     /// The peer leases a data plane programs: every lease but ours that passes `rules`
-    /// (subnets and underlay addresses; of two leases claiming one, the older) and the
-    /// backend's `check`, in key order; and how many known leases (ours aside) are refused.
+    /// (subnets and underlay addresses; of two leases claiming one, the older) and
+    /// `backend`'s own check, in key order; and how many known leases (ours aside) are refused.
     /// Each refusal is logged once per lease value and kind, and counted.
-    pub fn peers(
-        &mut self,
-        rules: &Rules,
-        check: impl Fn(&LeaseAttrs) -> Result<(), Refusal>,
-    ) -> (Vec<Peer>, usize) {
+    pub fn peers(&mut self, rules: &Rules, backend: &dyn Backend) -> (Vec<Peer>, usize) {
+        self.verdicts.keep_if_under(rules, backend);
+        self.verdicts.retain_known(&self.known);
         let mut refusals: Vec<(SubnetKey, Reason)> = Vec::new();
         let mut claims = Vec::new();
         for (key, lease) in &self.known {
@@ -242,8 +304,11 @@ impl Membership {
                 continue;
             }
             let checked = match &lease.attrs {
-                Ok(attrs) => rules
-                    .check_lease(key, attrs)
+                Ok(attrs) => self
+                    .verdicts
+                    .of(*key, lease.mod_revision, || rules.check_lease(key, attrs))
+                    .rules
+                    .clone()
                     .map(|()| Claim::new(rules, *key, lease.create_revision, attrs)),
                 Err(why) => Err(Reason::Unreadable(why.clone())),
             };
@@ -257,10 +322,19 @@ impl Membership {
         refusals.extend(lost);
         let mut peers = Vec::new();
         for claim in claims.iter().filter(|c| !losers.contains(&c.key)) {
-            let Some(Ok(attrs)) = self.known.get(&claim.key).map(|l| &l.attrs) else {
+            let Some(lease) = self.known.get(&claim.key) else {
                 continue;
             };
-            match check(attrs) {
+            let Ok(attrs) = &lease.attrs else {
+                continue;
+            };
+            // The loop above found this one's verdict (it passed the rules).
+            let verdict = self.verdicts.of(claim.key, lease.mod_revision, || Ok(()));
+            let checked = verdict
+                .backend
+                .get_or_insert_with(|| backend.check_peer(attrs))
+                .clone();
+            match checked {
                 Ok(()) => peers.push(Peer {
                     key: claim.key,
                     attrs: attrs.clone(),
@@ -336,7 +410,7 @@ mod tests {
     fn vxlan_peers_on(m: &mut Membership, json: &str) -> (Vec<Peer>, usize) {
         let n = net(json);
         let r = rules(m, json);
-        m.peers(&r, |a| n.backend.check_peer(a))
+        m.peers(&r, n.backend.as_ref())
     }
 
     /// The vxlan peers of one family, as the vxlan backend reads them from the peer leases.
@@ -389,6 +463,39 @@ mod tests {
         put(&mut m, OWN, &own, 1, 1);
         take_lines(Level::Warn);
         m
+    }
+
+    /// Verdicts are kept per lease value: a rewritten lease, other rules or another backend
+    /// are checked afresh, and a deleted key's verdict goes with it.
+    #[test]
+    fn verdicts_follow_values_rules_and_backend() {
+        let _serial = COUNTERS.lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = members();
+        let peer_keys = |m: &mut Membership, json: &str| -> Vec<String> {
+            let n = net(json);
+            let r = rules(m, json);
+            let (peers, _) = m.peers(&r, n.backend.as_ref());
+            peers.iter().map(|p| p.key.to_string()).collect()
+        };
+        put(&mut m, A, &lease("192.168.0.1", "02:00:00:00:00:01"), 2, 2);
+        assert_eq!(peer_keys(&mut m, V4_NET), ["10.244.1.0-24"]);
+        assert_eq!(m.verdicts.by_key.len(), 1);
+        // Rewritten with a multicast VTEP MAC: the backend's check runs again and refuses it.
+        put(&mut m, A, &lease("192.168.0.1", "01:00:5e:00:00:01"), 2, 3);
+        assert!(peer_keys(&mut m, V4_NET).is_empty());
+        put(&mut m, A, &lease("192.168.0.1", "02:00:00:00:00:01"), 2, 4);
+        assert_eq!(peer_keys(&mut m, V4_NET), ["10.244.1.0-24"]);
+        // Another backend: the same value is another backend's lease.
+        let host_gw = r#"{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw"}}"#;
+        assert!(peer_keys(&mut m, host_gw).is_empty());
+        // Other rules: the subnet is outside this network.
+        let elsewhere = r#"{"Network":"10.245.0.0/16","Backend":{"Type":"vxlan"}}"#;
+        assert!(peer_keys(&mut m, elsewhere).is_empty());
+        assert_eq!(peer_keys(&mut m, V4_NET), ["10.244.1.0-24"]);
+        m.apply(A.as_bytes(), Event::Delete, 5).unwrap();
+        assert!(peer_keys(&mut m, V4_NET).is_empty());
+        assert!(m.verdicts.by_key.is_empty());
+        take_lines(Level::Warn);
     }
 
     #[test]
@@ -817,7 +924,7 @@ mod tests {
             let value = format!(r#"{{"PublicIP":"127.0.0.1","BackendType":"{name}"}}"#);
             put(&mut m, A, &value, 2, 2);
             let r = rules(&m, &json);
-            let (peers, unusable) = m.peers(&r, |a| n.backend.check_peer(a));
+            let (peers, unusable) = m.peers(&r, n.backend.as_ref());
             assert!(peers.is_empty(), "{name} got a loopback peer");
             assert_eq!(unusable, 1);
         }

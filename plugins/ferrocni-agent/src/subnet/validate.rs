@@ -18,7 +18,7 @@
 //! address rules are public ([`Rules::check_prefix`], [`Rules::check_underlay`]) so routes
 //! learned another way (BGP) are held to the same rules.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -317,7 +317,7 @@ impl Claim {
 }
 
 /// One thing a lease holds alone.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Held {
     Subnet(IpNetwork),
     Underlay(&'static str, IpAddr),
@@ -332,7 +332,7 @@ enum Held {
 pub fn settle_overlaps(claims: &[Claim]) -> Vec<(SubnetKey, Reason)> {
     let mut order: Vec<&Claim> = claims.iter().collect();
     order.sort_by_key(|c| (c.created, c.key));
-    let mut held: BTreeMap<Held, SubnetKey> = BTreeMap::new();
+    let mut held: HashMap<Held, SubnetKey> = HashMap::with_capacity(claims.len() * 2);
     let mut losers = Vec::new();
     for claim in order {
         let wants = [

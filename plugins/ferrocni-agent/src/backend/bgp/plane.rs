@@ -3,7 +3,6 @@
 //! subnet and the other bgp leases' `PublicIP`s ([`Bgp::apply`]); BIRD does the rest (sessions,
 //! routes in the kernel) between passes.
 
-use std::any::Any;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
@@ -12,7 +11,7 @@ use super::options::{parse_peers_flag, BgpOptions, NodeSettings};
 use super::{BACKEND_TYPE, MTU_OVERHEAD};
 use crate::backend::underlay::Underlay;
 use crate::backend::{
-    same, Backend, BackendObject, DataPlane, Network, Node, Pass, Peer, Refusal, Registration,
+    Backend, BackendObject, DataPlane, Network, Node, Pass, Peer, Refusal, Registration,
 };
 use crate::error::AgentError;
 use crate::ops::metrics::{Samples, Source};
@@ -109,18 +108,6 @@ impl Backend for BgpOptions {
             public_ip: node.public_ip,
             iface: node.opts.iface.clone(),
         }))
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn same_options(&self, other: &dyn Backend) -> bool {
-        same(self, other)
-    }
-
-    fn clone_box(&self) -> Box<dyn Backend> {
-        Box::new(self.clone())
     }
 }
 

@@ -20,14 +20,13 @@
 mod metrics;
 mod plane;
 
-use std::any::Any;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 use ipnetwork::Ipv4Network;
 use serde::Deserialize;
 
 use crate::backend::{
-    same, Backend, BackendObject, DataPlane, Network, Node, Peer, Refusal, Registration,
+    Backend, BackendObject, DataPlane, Network, Node, Peer, Refusal, Registration,
 };
 use crate::error::AgentError;
 use crate::subnet::key::SubnetKey;
@@ -105,18 +104,6 @@ impl Backend for Udp {
 
     fn start(&self, node: &Node<'_>) -> Result<Box<dyn DataPlane>, AgentError> {
         Ok(Box::new(plane::UdpPlane::new(self, node)))
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn same_options(&self, other: &dyn Backend) -> bool {
-        same(self, other)
-    }
-
-    fn clone_box(&self) -> Box<dyn Backend> {
-        Box::new(self.clone())
     }
 }
 

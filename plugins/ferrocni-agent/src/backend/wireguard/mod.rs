@@ -17,14 +17,13 @@
 mod apply;
 pub mod key;
 
-use std::any::Any;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use ipnetwork::IpNetwork;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{
-    same, Backend, BackendObject, DataPlane, Network, Node, Peer, Refusal, Registration,
+    Backend, BackendObject, DataPlane, Network, Node, Peer, Refusal, Registration,
 };
 use crate::error::AgentError;
 use crate::subnet::key::SubnetKey;
@@ -154,18 +153,6 @@ impl Backend for WireguardOptions {
     /// The node's key is loaded (or created) here, before the lease that publishes it.
     fn start(&self, node: &Node<'_>) -> Result<Box<dyn DataPlane>, AgentError> {
         apply::WireguardPlane::start(self.clone(), node)
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn same_options(&self, other: &dyn Backend) -> bool {
-        same(self, other)
-    }
-
-    fn clone_box(&self) -> Box<dyn Backend> {
-        Box::new(self.clone())
     }
 }
 
