@@ -98,6 +98,7 @@ pub mod device;
 mod engine;
 mod error;
 mod forward;
+pub mod fuzzing;
 mod icmp;
 mod ipv4;
 mod routes;

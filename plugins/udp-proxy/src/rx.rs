@@ -152,18 +152,15 @@ pub(crate) fn run_fast(ctx: &Ctx, inbound: Inbound) {
         for i in 0..n {
             let got = rx.msgs[i].msg_len as usize;
             let truncated = rx.msgs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
-            let size = rx.gro_size(i).unwrap_or(got.max(1));
+            let size = rx.gro_size(i);
             let buf = &mut rx.bufs[i][..got];
-            let mut start = 0;
-            while start < got {
-                let end = (start + size).min(got);
-                // A truncated message ran past the buffer: its last datagram was longer.
-                let wire = if truncated && end == got {
-                    usize::MAX
-                } else {
-                    end - start
-                };
-                if let Some(pkt) = inbound.accept(&mut buf[start..end], wire, &mut local) {
+            accept_message(
+                buf,
+                size,
+                truncated,
+                &inbound,
+                &mut local,
+                |start, pkt, local| {
                     if vnet_hdr {
                         let at = PacketRef {
                             buf: i as u32,
@@ -172,11 +169,10 @@ pub(crate) fn run_fast(ctx: &Ctx, inbound: Inbound) {
                         };
                         coalescer.push(at, pkt);
                     } else {
-                        write_plain(ctx, pkt, &mut local);
+                        write_plain(ctx, pkt, local);
                     }
-                }
-                start = end;
-            }
+                },
+            );
         }
         if vnet_hdr {
             local.add(Counter::SegmentsCoalesced, coalescer.take_merged());
@@ -187,6 +183,35 @@ pub(crate) fn run_fast(ctx: &Ctx, inbound: Inbound) {
         local.publish(&ctx.shared.rx);
     }
     local.publish(&ctx.shared.rx);
+}
+
+/// One received message through `inbound`'s checks: its datagrams (`gro_size` bytes each, the
+/// last shorter, when UDP GRO joined several; else the whole message) each accepted or
+/// dropped, and every accepted packet handed to `deliver` with its offset in `buf`.
+/// `truncated`: the message ran past the buffer, so its last datagram was longer.
+pub(crate) fn accept_message(
+    buf: &mut [u8],
+    gro_size: Option<usize>,
+    truncated: bool,
+    inbound: &Inbound,
+    local: &mut Local,
+    mut deliver: impl FnMut(usize, &[u8], &mut Local),
+) {
+    let got = buf.len();
+    let size = gro_size.filter(|s| *s > 0).unwrap_or(got.max(1));
+    let mut start = 0;
+    while start < got {
+        let end = (start + size).min(got);
+        let wire = if truncated && end == got {
+            usize::MAX
+        } else {
+            end - start
+        };
+        if let Some(pkt) = inbound.accept(&mut buf[start..end], wire, local) {
+            deliver(start, pkt, local);
+        }
+        start = end;
+    }
 }
 
 fn write_plain(ctx: &Ctx, pkt: &[u8], local: &mut Local) {
