@@ -66,10 +66,9 @@ static_cargo = t=$$(cat $(TARGET_FILE)); \
 # The agent is a daemon, not exec'd per pod: it stays dynamic (it resolves host names via NSS).
 RELEASE   := target/release
 AGENT     := ferrocni-agent
-# Every binary the suite ships (plugin binaries are named exactly as their CNI `type`; netkit,
-# attach and udp-proxy are libraries).
-PLUGINS   := $(shell awk -F'"' '/^name = /{print $$2; nextfile}' plugins/*/Cargo.toml ipam/*/Cargo.toml \
-	       | grep -v -e '^netkit$$' -e '^attach$$' -e '^udp-proxy$$' -e '^$(AGENT)$$')
+# Every binary the suite ships: plugins/ and ipam/ hold exactly the plugins, each named as its
+# CNI `type` (the libraries are in crates/, the agent in agent/).
+PLUGINS   := $(shell awk -F'"' '/^name = /{print $$2; nextfile}' plugins/*/Cargo.toml ipam/*/Cargo.toml)
 BINS      := $(PLUGINS) cnitool
 # The Debian packages the tests use (one list, shared with .ci/run and the README).
 TEST_PACKAGES := $(shell sed 's/\#.*//' .ci/packages.txt)
@@ -298,7 +297,7 @@ lint:
 # Side-by-side benchmarks against the reference Go plugins (root; reference in /usr/lib/cni).
 bench: test-deps build
 	$(CARGO) build --release -p netns-tests --bin ferrocni-bench --bin udp-proxy-node
-	@$(call static_cargo,-p vxlan --example reconcile_bench)
+	@$(call static_cargo,-p overlay --example reconcile_bench)
 	$(RELEASE)/ferrocni-bench --ours $(STATIC) --reference /usr/lib/cni \
 	    $$([ "$$(cat $(TRIM_FILE))" = 1 ] && echo --trimmed)
 

@@ -1,4 +1,4 @@
-//! flannel's `udp` backend data path (`plugins/udp-proxy`), end to end: simulated nodes
+//! flannel's `udp` backend data path (`crates/udp-proxy`), end to end: simulated nodes
 //! (namespaces on one underlay bridge, their veths segmenting and coalescing as NICs do), each
 //! with flannel0 set up as flanneld sets it and a pod behind `cni0`, the engine running
 //! standalone (`udp-proxy-node`) with a static route table. Checked: pods reach each other

@@ -9,9 +9,9 @@ use std::net::IpAddr;
 
 use ferrocni_fuzz::{check_error, request, split_config};
 use libfuzzer_sys::fuzz_target;
-use vxlan::config::inside;
-use vxlan::desired::{desired_state, own_subnet, NodeFacts};
-use vxlan::{OverlayConfig, PeerSet};
+use overlay::config::inside;
+use overlay::desired::{desired_state, own_subnet, NodeFacts};
+use overlay::{OverlayConfig, PeerSet};
 
 fn overlay(cfg: &OverlayConfig) {
     if let Some(subnet) = cfg.subnet {

@@ -1,4 +1,4 @@
-//! The agent's bgp backend (`plugins/ferrocni-agent/src/backend/bgp`) run on its own, one
+//! The agent's bgp backend (`agent/src/backend/bgp`) run on its own, one
 //! process per simulated node, driven by commands on stdin as the agent's reconcile thread
 //! calls it; for the end-to-end tests (`tests/bgp_bird.rs`, harness `src/bgp.rs`), before the
 //! agent's lease loop: the backend's module tested apart from etcd and leases.

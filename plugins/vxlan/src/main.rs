@@ -3,7 +3,7 @@
 
 use libcni::skel::{CmdArgs, Plugin};
 use libcni::{CniError, CniResult};
-use vxlan::{reconcile, Error, OverlayConfig, PeerSet, Report};
+use overlay::{reconcile, Error, OverlayConfig, PeerSet, Report};
 
 const ABOUT: &str =
     "CNI vxlan plugin (ferrocni): VXLAN / host-gw overlay reconciled from a peer list\n\
@@ -44,8 +44,8 @@ fn status(args: &CmdArgs) -> Result<(), Error> {
     let unavailable = |e| Error::Unavailable(Box::new(e));
     PeerSet::load(&cfg).map_err(unavailable)?;
     let mut sock = netkit::Socket::new()?;
-    let routes = vxlan::reconcile::main_routes(&mut sock, &cfg)?;
-    vxlan::reconcile::resolve_underlay(&mut sock, &cfg, &routes).map_err(unavailable)?;
+    let routes = overlay::reconcile::main_routes(&mut sock, &cfg)?;
+    overlay::reconcile::resolve_underlay(&mut sock, &cfg, &routes).map_err(unavailable)?;
     Ok(())
 }
 

@@ -254,7 +254,7 @@ fn check_vtep_mac(field: &str, mac: Option<&str>) -> Result<(), String> {
 
 /// The VTEP MAC the vxlan reconcile gives a device whose VTEP is `subnet`'s network address.
 fn derived_mac(subnet: IpNetwork) -> String {
-    netkit::link::format_mac(&vxlan::mac::vtep_mac(subnet.network()))
+    netkit::link::format_mac(&overlay::mac::vtep_mac(subnet.network()))
 }
 
 /// The vxlan backend on this node.

@@ -382,9 +382,9 @@ fn run_library(config: Value) -> Result<String, AgentError> {
         ));
     };
     let cfg =
-        vxlan::OverlayConfig::from_map(&map).map_err(|e| AgentError::Reconcile(e.to_string()))?;
-    let peers = vxlan::PeerSet::load(&cfg).map_err(|e| AgentError::Reconcile(e.to_string()))?;
-    let report = vxlan::reconcile(&cfg, &peers);
+        overlay::OverlayConfig::from_map(&map).map_err(|e| AgentError::Reconcile(e.to_string()))?;
+    let peers = overlay::PeerSet::load(&cfg).map_err(|e| AgentError::Reconcile(e.to_string()))?;
+    let report = overlay::reconcile(&cfg, &peers);
     if !report.is_ok() {
         return Err(AgentError::Reconcile(report.to_string()));
     }

@@ -1,5 +1,5 @@
 //! Times reconcile passes with 10 … 5,000 VXLAN peers inside a throw-away netns with a veth underlay (root only):
-//! `cargo run --release -p vxlan --example reconcile_bench [sizes...]`.
+//! `cargo run --release -p overlay --example reconcile_bench [sizes...]`.
 //!
 //! The process unshares its own network namespace, so nothing on the host is touched; the
 //! namespace disappears when the process exits.
@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use netkit::addr::AddressOptions;
 use serde_json::{json, Value};
-use vxlan::{reconcile, OverlayConfig, PeerSet, Report};
+use overlay::{reconcile, OverlayConfig, PeerSet, Report};
 
 fn peers(n: usize) -> Vec<Value> {
     (0..n)
