@@ -440,3 +440,30 @@ fn dummy_device_moves_in_and_back_like_the_reference() {
     }
     assert_eq!(seen[0], seen[1], "ours, reference");
 }
+
+/// A container and an interface name name one attachment: a DEL naming another network than
+/// the ADD did (a renamed network) gives the device back, with its state, as the reference's.
+#[test]
+fn del_naming_another_network_gives_the_device_back() {
+    require_root!();
+    let mut imps = vec![ours("host-device")];
+    imps.extend(reference("host-device"));
+    for imp in &imps {
+        let host = host_with_device("hd-rn-host");
+        let pod = Netns::new("hd-rn-pod");
+        let (ipam, st) = (TempDir::new("hd-rn-ipam"), TempDir::new("hd-rn-state"));
+        let c = hd_conf("1.0.0", Some(&ipam), &st, json!({"device": "hd0"}));
+        let a = Attachment::new(imp, &host, "rnpod", &pod);
+        let r = a.add(&c);
+        let mut renamed = c.clone();
+        renamed["name"] = json!("renamed-net");
+        a.del(&renamed, Some(&r));
+        assert!(pod.link("eth0").is_none(), "{}: device left in the pod", imp.label);
+        let back = device_on_host(&host);
+        assert_eq!(back["present"], true, "{}: device not back", imp.label);
+        if imp.label == "ours" {
+            assert_eq!(back["addrs"], json!(["10.99.0.5/24"]));
+            assert!(std::fs::read_dir(st.path()).unwrap().next().is_none());
+        }
+    }
+}

@@ -318,6 +318,21 @@ impl Socket {
             .collect())
     }
 
+    /// Links of one kind, e.g. `"ifb"` (kernel-side filter, so the reply does not grow with
+    /// the node's other links).
+    pub fn links_of_kind(&mut self, kind: &str) -> Result<Vec<Link>> {
+        let mut msg = LinkMessage::default();
+        msg.attributes
+            .push(LinkAttribute::LinkInfo(vec![LinkInfo::Kind(
+                InfoKind::from(kind),
+            )]));
+        let links = self
+            .dump_links(msg)
+            .map_err(|e| e.context(format!("failed to list {kind} links")))?;
+        // Old kernels ignore the filter: apply it again here.
+        Ok(links.into_iter().filter(|l| l.is_kind(kind)).collect())
+    }
+
     fn dump_links(&mut self, mut msg: LinkMessage) -> Result<Vec<Link>> {
         skip_stats(&mut msg);
         self.dump_map_as::<LinkSummaryReplies, _>(RouteNetlinkMessage::GetLink(msg), 0, |m| match m

@@ -8,8 +8,8 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use netkit::addr::AddressOptions;
-use serde_json::{json, Value};
 use overlay::{reconcile, OverlayConfig, PeerSet, Report};
+use serde_json::{json, Value};
 
 fn peers(n: usize) -> Vec<Value> {
     (0..n)

@@ -58,6 +58,15 @@ pub fn belongs_to(alias: Option<&str>, network: &str, container_id: &str, ifname
     }
 }
 
+/// Whether an IFB is ours (alias and name agree) for the container interface (`container_id`,
+/// `ifname`), whatever network it names: a container holds one interface of a name, so a DEL
+/// naming another network than the ADD did finds it by its alias.
+pub fn made_for(name: &str, alias: Option<&str>, container_id: &str, ifname: &str) -> bool {
+    alias.and_then(parse_alias).is_some_and(|(net, cid, own)| {
+        cid == container_id && own == Some(ifname) && name == ifb_name(net, cid)
+    })
+}
+
 /// An IFB link as GC sees it.
 pub struct IfbLink<'a> {
     pub name: &'a str,
@@ -88,6 +97,25 @@ pub fn gc_victims<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn made_for_the_interface_on_any_network() {
+        let name = ifb_name("net-a", "cid");
+        let alias = ifb_alias("net-a", "cid", "eth0");
+        assert!(made_for(&name, Some(&alias), "cid", "eth0"));
+        assert!(!made_for(&name, Some(&alias), "cid", "eth1"));
+        assert!(!made_for(&name, Some(&alias), "cid2", "eth0"));
+        // Name and alias disagree: not ours; no alias or no interface in it: nothing says whose.
+        assert!(!made_for(
+            &ifb_name("net-b", "cid"),
+            Some(&alias),
+            "cid",
+            "eth0"
+        ));
+        assert!(!made_for(&name, None, "cid", "eth0"));
+        let old_alias = format!("{ALIAS_PREFIX}net-a{ALIAS_CONTAINER}cid");
+        assert!(!made_for(&name, Some(&old_alias), "cid", "eth0"));
+    }
 
     #[test]
     fn matches_the_reference_name() {

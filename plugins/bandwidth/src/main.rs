@@ -76,6 +76,11 @@ fn prepare(args: &CmdArgs) -> Result<(CniResult, Option<Shaping>), CniError> {
     Ok((prev, Some(Shaping { ingress, egress })))
 }
 
+/// Whether DEL's config asks for egress shaping, the one that makes an IFB.
+fn egress_configured(args: &CmdArgs) -> bool {
+    Config::from_map(&args.config).is_ok_and(|cfg| cfg.limits.egress.is_some())
+}
+
 impl Plugin for Bandwidth {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, CniError> {
         let (prev, shaping) = prepare(args)?;
@@ -115,6 +120,21 @@ impl Plugin for Bandwidth {
                 "bandwidth: leaving {name}: it is a {} link, not an ifb this plugin created",
                 link.kind.as_deref().unwrap_or("plain")
             ),
+            // Not under this network's name: an ADD under another network name made it, if
+            // the config shapes egress at all (else no IFB was made and nothing is listed).
+            None if egress_configured(args) => {
+                for link in sock.links_of_kind("ifb").map_err(BandwidthError::from)? {
+                    if ifb::made_for(
+                        &link.name,
+                        link.alias.as_deref(),
+                        &args.container_id,
+                        &args.ifname,
+                    ) {
+                        sock.delete_link_by_name(&link.name)
+                            .map_err(BandwidthError::from)?;
+                    }
+                }
+            }
             None => {}
         }
         Ok(())

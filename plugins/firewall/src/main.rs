@@ -88,8 +88,15 @@ fn add(args: &CmdArgs) -> Result<CniResult, FirewallError> {
 /// DEL without prevResult (a second DEL, or the DEL after a failed ADD) still cleans up.
 fn del(args: &CmdArgs) -> Result<(), FirewallError> {
     let conf = config::parse(&args.config)?;
-    let records = Records::new(&conf.data_dir, &args.network_name);
-    let record = records.load(&args.container_id, &args.ifname);
+    let (records, record) = match Records::find(
+        &conf.data_dir,
+        &args.network_name,
+        &args.container_id,
+        &args.ifname,
+    ) {
+        Some((records, record)) => (records, Some(record)),
+        None => (Records::new(&conf.data_dir, &args.network_name), None),
+    };
     let mut ips = match args.prev_result()? {
         Some(result) => addresses(&result),
         None => Vec::new(),

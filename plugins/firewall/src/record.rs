@@ -70,6 +70,31 @@ impl Records {
         }
     }
 
+    /// The record of the attachment (`container_id`, `ifname`) with the records it is among:
+    /// `network`'s, else another network's. A container holds one interface of a name, so a
+    /// DEL naming another network than its ADD did (a renamed network) still finds it; the
+    /// other directories are read only when `network`'s has no such record.
+    pub fn find(
+        data_dir: &Path,
+        network: &str,
+        container_id: &str,
+        ifname: &str,
+    ) -> Option<(Records, Record)> {
+        let own = Records::new(data_dir, network);
+        if let Some(record) = own.load(container_id, ifname) {
+            return Some((own, record));
+        }
+        std::fs::read_dir(data_dir)
+            .ok()?
+            .flatten()
+            .filter(|e| e.file_name() != network && e.path().is_dir())
+            .find_map(|e| {
+                let records = Records { dir: e.path() };
+                let record = records.load(container_id, ifname)?;
+                Some((records, record))
+            })
+    }
+
     fn path(&self, container_id: &str, ifname: &str) -> PathBuf {
         self.dir.join(format!("{container_id}:{ifname}"))
     }
@@ -210,5 +235,20 @@ mod tests {
         net.remove("c1", "eth0").unwrap();
         assert_eq!(net.load("c1", "eth0"), None);
         assert!(Records::new(&dir.0, "none").list().unwrap().is_empty());
+    }
+
+    #[test]
+    fn found_under_another_network() {
+        let dir = Scratch(std::env::temp_dir().join(format!("fw-find-{}", std::process::id())));
+        let ips: Vec<IpAddr> = vec!["10.1.0.5".parse().unwrap()];
+        let r = Record::new("c1", "eth0", BackendKind::Iptables, "", &ips);
+        Records::new(&dir.0, "net").save(&r).unwrap();
+        assert!(Records::find(&dir.0, "none", "c1", "eth1").is_none());
+        let (records, found) = Records::find(&dir.0, "renamed", "c1", "eth0").unwrap();
+        assert_eq!(found, r);
+        records.remove("c1", "eth0").unwrap();
+        assert!(Records::find(&dir.0, "net", "c1", "eth0").is_none());
+        // No data directory at all: nothing, no error.
+        assert!(Records::find(&dir.0.join("missing"), "net", "c1", "eth0").is_none());
     }
 }

@@ -214,15 +214,8 @@ fn del<K: Kernel, I: Ipam>(
         }
         let file = state::path(&conf.data_dir, &args.container_id, &args.ifname);
         match state::load(&file) {
-            // The file is named by (container, ifname), as an interface name is unique in the
-            // container; one of another network is another attachment's device (this
-            // network's DEL came late, after the name was reused): it stays where it is.
-            Some(backup) if backup.owner.network != conf.network => eprintln!(
-                "host-device: {} belongs to network {:?}, not {:?}: left in place",
-                file.display(),
-                backup.owner.network,
-                conf.network
-            ),
+            // The file is named by (container, ifname), which one interface at a time holds:
+            // the device goes back whatever network the DEL names, as the reference does.
             Some(backup) => {
                 // Only a device given back (or lost for good) lets the state go.
                 let given_back = give_back(kernel, &args.netns, &args.ifname, &backup);

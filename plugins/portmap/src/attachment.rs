@@ -3,8 +3,10 @@
 //! of the same container as it was.
 //!
 //! Our rules carry the attachment's comment (`naming::instance_comment`: a hash of the
-//! network, then of `ifname:containerID`, then the names in clear) and are found by its hash
-//! prefix. The reference's nftables rules, and those of earlier ferrocni versions, carry the
+//! network, then of `ifname:containerID`, then the names in clear) and are found by the hash
+//! of `ifname:containerID`: a container holds one interface of a name, so that pair is the
+//! attachment, and a DEL finds its rules even when it names another network than ADD did (the
+//! network's hash serves GC, which sweeps one network). The reference's nftables rules, and those of earlier ferrocni versions, carry the
 //! container ID alone: such a rule belongs to the attachment whose container address it names
 //! (its DNAT target, its masquerade destination). Only when the addresses are unknown (a DEL
 //! without prevResult) does a DEL take every such rule of the container, as the reference's
@@ -39,7 +41,7 @@ impl Attachment<'_> {
     /// Selects this attachment's rules; `addresses` are its container addresses when known.
     pub fn selector(&self, addresses: Option<&[IpAddr]>) -> Selector {
         Selector {
-            key: self.key(),
+            ifname: self.ifname.to_string(),
             container_id: self.container_id.to_string(),
             addresses: addresses.map(<[IpAddr]>::to_vec),
         }
@@ -49,7 +51,7 @@ impl Attachment<'_> {
 /// Tells one attachment's rules from the rest of a chain.
 #[derive(Debug, Clone)]
 pub struct Selector {
-    key: String,
+    ifname: String,
     container_id: String,
     /// `None`: every container-ID-only rule of the container is taken.
     addresses: Option<Vec<IpAddr>>,
@@ -60,7 +62,7 @@ impl Selector {
         let Some(comment) = rule.comment() else {
             return false;
         };
-        if comment.starts_with(&self.key) {
+        if naming::names_attachment(&comment, &self.ifname, &self.container_id) {
             return true;
         }
         comment == self.container_id
@@ -135,6 +137,13 @@ mod tests {
             ..A.clone()
         };
         assert!(!c.selector(None).selects(&a));
+        // Same container and interface, another network (a DEL naming a renamed network):
+        // the same attachment.
+        let renamed = Attachment {
+            network: "n1-renamed",
+            ..A.clone()
+        };
+        assert!(renamed.selector(None).selects(&a));
         assert!(A.comment().starts_with(&network_key_prefix("n1")));
         assert!(!B.comment().starts_with(&network_key_prefix("n1")));
     }

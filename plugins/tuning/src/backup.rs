@@ -41,10 +41,10 @@ pub struct Owner {
 
 impl Backup {
     /// Whether another network's attachment wrote this backup. The file is named by
-    /// (container, ifname), which one interface at a time holds in a container; one of
-    /// another network is a leftover of an interface gone without its DEL (or its DEL is yet
-    /// to come), not this attachment's. The reference's backups name no owner and are taken
-    /// as this attachment's.
+    /// (container, ifname), which one interface at a time holds in a container: met by an
+    /// ADD of another network, it is a leftover of an interface gone without its DEL, whose
+    /// values are not this link's originals. (DEL restores whatever network it names.) The
+    /// reference's backups name no owner and are taken as this attachment's.
     pub fn belongs_to_other(&self, network: &str) -> bool {
         self.owner.as_ref().is_some_and(|o| o.network != network)
     }

@@ -109,14 +109,9 @@ fn del(args: &CmdArgs) -> Result<(), TuningError> {
     }) else {
         return backup::remove(&path).or(Ok(()));
     };
-    if saved.belongs_to_other(&args.network_name) {
-        // Another attachment's interface of the same name: not ours to restore or forget.
-        eprintln!(
-            "tuning: {} belongs to another network's attachment: left as it is",
-            path.display()
-        );
-        return Ok(());
-    }
+    // The file is this container interface's whatever network the DEL names (a container has
+    // one interface of a name): restored as the reference does, even when the runtime or an
+    // operator renamed the network since ADD.
     // Restoring is best effort: the netns or the interface may already be gone.
     if !args.netns.is_empty() {
         match Netns::open(&args.netns) {

@@ -518,8 +518,10 @@ fn teardown_iptables_any(family: Family, chain: &str, sources: Option<&[IpAddr]>
 }
 
 /// Removes the masquerading of one attachment in BOTH backends (it may have been set up by
-/// another version, configuration or the reference plugins). Failures are collected and
-/// reported together after trying everything.
+/// another version, configuration or the reference plugins). The nftables rules are found by
+/// container and interface on any network; the iptables chain by the reference's name, a hash
+/// of network and container (a DEL naming another network leaves it to that network's GC).
+/// Failures are collected and reported together after trying everything.
 pub fn teardown(network: &str, ifname: &str, container_id: &str) -> Result<()> {
     teardown_families(
         network,
@@ -553,8 +555,9 @@ pub fn teardown_families(
             errors.push(e.to_string());
         }
     }
-    let prefix = naming::instance_hash(network, ifname, container_id);
-    if let Err(e) = delete_nft_rules(|c| c.starts_with(&prefix)) {
+    // The network is not part of the match: the attachment's rules go even when this DEL
+    // names another network than its ADD did.
+    if let Err(e) = delete_nft_rules(|c| naming::names_attachment(c, ifname, container_id)) {
         errors.push(e.to_string());
     }
     join_errors(

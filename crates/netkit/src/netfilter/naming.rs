@@ -62,6 +62,19 @@ pub fn instance_hash(network: &str, ifname: &str, container_id: &str) -> String 
     )
 }
 
+/// Whether an nftables comment written with [`instance_comment`] (or starting with
+/// [`instance_hash`]) is of the attachment (`container_id`, `ifname`) on any network. A
+/// container holds one interface of a name at a time, so that pair names the attachment, and
+/// a DEL finds its rules even when it names another network than the ADD did.
+pub fn names_attachment(comment: &str, ifname: &str, container_id: &str) -> bool {
+    const HASH_LEN: usize = 16;
+    let bytes = comment.as_bytes();
+    bytes.len() >= 2 * HASH_LEN + 1
+        && bytes[..HASH_LEN].iter().all(u8::is_ascii_hexdigit)
+        && bytes[HASH_LEN] == b'-'
+        && comment[HASH_LEN + 1..].starts_with(&short_hash(&format!("{ifname}:{container_id}")))
+}
+
 /// Longest comment nftables stores (knftables `CommentLengthMax`).
 pub const NFT_COMMENT_MAX: usize = 128;
 
@@ -88,6 +101,26 @@ pub fn instance_comment(network: &str, ifname: &str, container_id: &str) -> Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn attachment_found_on_any_network() {
+        let c = instance_comment("net-a", "eth0", "cid");
+        assert!(names_attachment(&c, "eth0", "cid"));
+        assert!(names_attachment(
+            &instance_hash("net-b", "eth0", "cid"),
+            "eth0",
+            "cid"
+        ));
+        assert!(!names_attachment(&c, "eth1", "cid"));
+        assert!(!names_attachment(&c, "eth0", "cid2"));
+        assert!(!names_attachment("cid", "eth0", "cid"));
+        assert!(!names_attachment("", "eth0", "cid"));
+        // Any 17 bytes then the hash: only a hex network hash and its dash count.
+        let forged = format!("xxxxxxxxxxxxxxxx-{}", short_hash("eth0:cid"));
+        assert!(!names_attachment(&forged, "eth0", "cid"));
+        // Multi-byte text where the hash would be: no panic on a char boundary.
+        assert!(!names_attachment("ééééééééééééééééééé", "eth0", "cid"));
+    }
 
     #[test]
     fn chain_name_matches_reference_shape() {
