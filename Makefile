@@ -174,7 +174,7 @@ dist: build
 	cd $(DIST) && sha256sum $(DEB_NAME).deb > $(DEB_NAME).deb.sha256
 	@rm -rf $(DIST)/tgz $(DIST)/deb; ls -l $(DIST)
 
-# The node image for Kubernetes (README.md, Kubernetes): FROM scratch, built with podman (or
+# The node image for Kubernetes (docs/kubernetes.md): FROM scratch, built with podman (or
 # buildah) from the release tarball's binaries, saved beside it as an OCI archive.
 image: dist
 	set -e; tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
