@@ -82,7 +82,7 @@ pub fn peers_json(peers: &[PeerEntry]) -> String {
 /// How a reconcile pass is run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Engine {
-    /// In-process, through the `vxlan` library.
+    /// In-process, through the `overlay` library.
     Library,
     /// `<bin> sync <config>`, for running a separately installed vxlan.
     Exec(PathBuf),
