@@ -14,8 +14,8 @@ ARCH      := $(shell uname -m)
 MUSL      := $(ARCH)-unknown-linux-musl
 DEB_ARCH  := $(subst x86_64,amd64,$(subst aarch64,arm64,$(ARCH)))
 # Plugins and cnitool are linked statically, as the Go reference binaries are: they run on any
-# host whatever its libc, and each exec skips the dynamic loader. musl gives binaries about
-# half the size and RSS of glibc-static (docs/benchmarks.md); `build` adds the musl target with
+# host whatever its libc, and each exec skips the dynamic loader. musl gives smaller binaries
+# with less RSS than glibc-static (docs/benchmarks.md); `build` adds the musl target with
 # rustup when it is missing and falls back to glibc-static (with a notice) when it cannot.
 # The chosen target triple is recorded in $(TARGET_FILE) for the steps after `build`.
 #
@@ -25,23 +25,23 @@ DEB_ARCH  := $(subst x86_64,amd64,$(subst aarch64,arm64,$(ARCH)))
 # and does not relocate itself at each exec. The link drops what a static panic=abort binary
 # never reads: `.eh_frame_hdr` (nothing unwinds; it served only backtraces, which a panic no
 # longer prints, its message it still does), the page padding of RELRO (which musl does not
-# apply in a static binary) and of separate code, and the build ID: about 1.5% of each binary.
+# apply in a static binary) and of separate code, and the build ID (docs/benchmarks.md).
 comma := ,
 LINK_RUSTFLAGS := $(foreach a,--no-eh-frame-hdr -z$(comma)noseparate-code -z$(comma)norelro \
 	--build-id=none,-C link-arg=-Wl$(comma)$(a))
 BASE_STATIC_RUSTFLAGS := $(RUSTFLAGS) -C target-feature=+crt-static -C relocation-model=static \
 	$(LINK_RUSTFLAGS)
 # The link itself is tools/layout/link: cc with the toolchain's rust-lld, the functions of a
-# pod's ADD and DEL laid out in one block (a fifth less peak RSS per plugin run; the why is in
-# the script). It links as plain cc would when rust-lld is missing.
+# pod's ADD and DEL laid out in one block (less peak RSS per plugin run, docs/benchmarks.md;
+# the why is in the script). It links as plain cc would when rust-lld is missing.
 FERROCNI_GCC_LD := $(shell rustc --print sysroot 2>/dev/null)/lib/rustlib/$(HOST)/bin/gcc-ld
 export FERROCNI_GCC_LD
 STATIC_RUSTFLAGS := $(BASE_STATIC_RUSTFLAGS) -C linker=$(CURDIR)/tools/layout/link -C linker-flavor=gcc
 TARGET_FILE := target/static-target
 # `TRIM=1` (for distributors) also compiles the standard library from source (the rust-src
 # component, added with rustup when missing), LTO'd with our code, with panics as immediate
-# aborts: no panic message, unwinder or backtrace symbolizer is linked in, about a third less
-# per binary (docs/benchmarks.md), but a panic then dies with SIGILL and prints nothing. It
+# aborts: no panic message, unwinder or backtrace symbolizer is linked in, so smaller binaries
+# (docs/benchmarks.md), but a panic then dies with SIGILL and prints nothing. It
 # needs unstable cargo/rustc flags, which a stable toolchain accepts under RUSTC_BOOTSTRAP=1.
 # A missing rust-src or a failing trimmed build give the default build (with a notice).
 # Recorded in $(TRIM_FILE); each kind has its own target dir, so switching does not rebuild.
@@ -174,7 +174,7 @@ dist: build
 	cd $(DIST) && sha256sum $(DEB_NAME).deb > $(DEB_NAME).deb.sha256
 	@rm -rf $(DIST)/tgz $(DIST)/deb; ls -l $(DIST)
 
-# The node image for Kubernetes (README.md, Kubernetes): FROM scratch, built with podman (or
+# The node image for Kubernetes (docs/kubernetes.md): FROM scratch, built with podman (or
 # buildah) from the release tarball's binaries, saved beside it as an OCI archive.
 image: dist
 	set -e; tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \

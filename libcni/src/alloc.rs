@@ -3,8 +3,9 @@
 //! grown with mremap.
 //!
 //! musl's malloc (mallocng) gives freed groups back to the kernel at once: the vxlan plugin's
-//! 5,000-peer reconcile made ~4,600 mmap/munmap pairs (6 with glibc's malloc) and its
-//! no-change pass ran at about half glibc's speed. A plugin process lives for one CNI call, so
+//! 5,000-peer reconcile made thousands of mmap/munmap pairs (a handful with glibc's malloc) and
+//! its no-change pass ran far slower (docs/benchmarks.md, "Earlier runs and what each change
+//! weighed"). A plugin process lives for one CNI call, so
 //! returning memory buys nothing (peak RSS is reached either way) and costs page faults on
 //! every reuse. The lock is uncontended in practice (plugins are single-threaded but for
 //! short helper threads): one atomic exchange instead of musl's pthread mutex. Large blocks

@@ -809,7 +809,7 @@ fn agent_survives_etcd_member_loss_and_restarts() {
     assert_ping(&pods[0], &pods[1]);
 
     // A restarted agent keeps its subnet (its lease is found by PublicIP), and a lease deleted
-    // while it was down leaves nothing stale behind (flannel#2554).
+    // while it was down leaves nothing stale behind.
     agents[1].stop();
     etcd.ctl_ok(&["del", &lease_key(remote)]);
     assert!(peer_programmed(

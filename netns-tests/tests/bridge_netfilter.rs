@@ -76,7 +76,7 @@ fn masquerade_reaches_outside(backend: &str) {
         "reply without masquerade: the outside must have no route back"
     );
     plain.del(&plain_conf, None);
-    // DEL with an empty CNI_NETNS still removes the rules (reference leak, plugins#810).
+    // DEL with an empty CNI_NETNS still removes the rules (the reference leaks them).
     let mut gone = Attachment::new(&imp, &host, "masqpod", &pod);
     gone.netns = String::new();
     gone.del(&conf, None);

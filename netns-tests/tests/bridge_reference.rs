@@ -183,7 +183,7 @@ fn gateway_conflict_matches_reference_and_force_address_replaces() {
         assert!(leases(&ipam, "gwnet").is_empty());
         if !is_ours {
             // The reference then fails with "could not set bridge's mac: invalid argument"
-            // on a bridge created outside CNI (plugins#620): only ours is checked further.
+            // on a bridge created outside CNI: only ours is checked further.
             continue;
         }
         c["forceAddress"] = json!(true);

@@ -68,7 +68,7 @@ fn same_result_and_kernel_objects_as_reference() {
             ping_ok(&host, "10.91.0.2");
             if version != "0.3.1" {
                 // Our CHECK accepts what either ADD made. (The reference v1.1.1 CHECK fails
-                // on any route without a gateway, plugins#886, so it is not run.)
+                // on any route without a gateway, so it is not run.)
                 Attachment::new(&ours, &host, "ptppod", &pod).check(&c, &r);
             }
             a.del(&c, Some(&r));

@@ -22,7 +22,7 @@ demo_args=("$@")
 demo_tools=(ping curl busybox etcd etcdctl)
 
 # The backends. One line each: its name; the network config's "Backend" (flannel's schema,
-# docs/agent.md); the kernel feature it needs (a link kind `ip link add` makes, `tun` for
+# docs/agent-backends.md); the kernel feature it needs (a link kind `ip link add` makes, `tun` for
 # /dev/net/tun, - for none), probed before anything starts; the pods' conflist template
 # (conflist-examples/<name>.conflist.template: `agent-podnet` chains the vxlan plugin, which
 # programs the overlay at each ADD too; `agent-podnet-routed` is bridge + portmap, the agent

@@ -2,7 +2,7 @@
 //! the peer's own address on the underlay (`<subnet> via <PublicIP> dev <underlay>`), so every
 //! node must be on one L2 segment with the others. Pods get the underlay's full MTU.
 //!
-//! The routes are the `vxlan` crate's reconcile in its `host-gw` mode (the seam in
+//! The routes are the `overlay` crate's reconcile in its `host-gw` mode (the seam in
 //! [`overlay`](crate::backend::overlay)), which also removes a VXLAN device a previous
 //! `vxlan` backend left. flannel's host-gw has no options. Lease:
 //! `{"PublicIP":…,"PublicIPv6":…,"BackendType":"host-gw"}`; on a dual-stack network IPv6 pod

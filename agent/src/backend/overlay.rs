@@ -1,10 +1,10 @@
-//! The seam to the `vxlan` crate's reconcile. The agent writes two files in its state dir,
-//! atomically: the peer list (`peers.json`, the vxlan peers format) and an overlay config
-//! pointing at it (`overlay.json`, a `vxlan` plugin config with `peersFile`). Then it runs the
-//! same pass as `vxlan sync overlay.json`: by default through the `vxlan` library (config
-//! parsed by `OverlayConfig`, peers loaded from the file by `PeerSet::load`, `reconcile`), or by
-//! executing a given `vxlan` binary. A CNI ADD's chained vxlan pass reading the same peers file
-//! programs the same state, and both take the same lock file.
+//! The seam to the `overlay` crate's reconcile, the `vxlan` plugin's pass. The agent writes two
+//! files in its state dir, atomically: the peer list (`peers.json`, the vxlan peers format) and
+//! an overlay config pointing at it (`overlay.json`, a `vxlan` plugin config with `peersFile`).
+//! Then it runs the same pass as `vxlan sync overlay.json`: by default through the `overlay`
+//! library (config parsed by `OverlayConfig`, peers loaded from the file by `PeerSet::load`,
+//! `reconcile`), or by executing a given `vxlan` binary. A CNI ADD's chained vxlan pass reading
+//! the same peers file programs the same state, and both take the same lock file.
 //!
 //! A dual-stack network has two overlays, as flannel: `flannel.<vni>` for IPv4 pods over the
 //! IPv4 underlay and `flannel-v6.<vni>` for IPv6 pods over the IPv6 underlay, each with its
@@ -82,7 +82,7 @@ pub fn peers_json(peers: &[PeerEntry]) -> String {
 /// How a reconcile pass is run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Engine {
-    /// In-process, through the `vxlan` library.
+    /// In-process, through the `overlay` library.
     Library,
     /// `<bin> sync <config>`, for running a separately installed vxlan.
     Exec(PathBuf),

@@ -1,6 +1,6 @@
 //! flannel's `vxlan` backend: pod packets to another node are wrapped in VXLAN by
 //! `flannel.<vni>` (and `flannel-v6.<vni>` on a dual-stack network), one neighbour, FDB entry
-//! and route per peer. The data plane is the `vxlan` crate's reconcile, shared with the CNI
+//! and route per peer. The data plane is the `overlay` crate's reconcile, shared with the CNI
 //! plugin, through the [`overlay`](crate::backend::overlay) seam.
 //!
 //! Options (flannel's names and defaults): `VNI` (1), `Port` (0: the kernel's 8472),

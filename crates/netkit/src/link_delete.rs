@@ -9,7 +9,8 @@
 //! hooks), sends RTM_DELLINK to the netns's RTNLGRP_LINK listeners and removes its sysfs
 //! entries. Unlocking RTNL then runs `netdev_run_todo` in the requester's own context, after
 //! the lock is released: `rcu_barrier()` waits until every RCU callback queued so far has
-//! run (at least a grace period: 12-36 ms at HZ=250, in whole scheduler ticks), then the last
+//! run (at least a grace period, in whole scheduler ticks; docs/benchmarks.md, "Where a DEL
+//! used to go", has the figures), then the last
 //! references are awaited and the device is freed. The ACK is sent only after that, so a
 //! plugin that deletes a link and waits for the ACK spends nearly all of its DEL asleep in
 //! `rcu_barrier`, and the runtime waits for it.

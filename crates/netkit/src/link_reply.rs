@@ -2,8 +2,9 @@
 //! directly, and the kind's `IFLA_INFO_DATA` kept as bytes until an accessor asks for it.
 //!
 //! netlink-packet-route's own link parser decodes every attribute it knows, and its
-//! `IFLA_INFO_DATA` decoder covers every link kind: together about 160 KB of code linked into
-//! each binary that looks a link up, for attributes nothing here reads. A kind's data is
+//! `IFLA_INFO_DATA` decoder covers every link kind: together a large part of each binary that
+//! looks a link up (docs/benchmarks.md, "Binary sizes and RSS"), for attributes nothing here
+//! reads. A kind's data is
 //! decoded only by its accessor (`Link::info_data::<InfoBridge>()`), so a binary links the
 //! decoder of the kinds it asks about and no other.
 

@@ -41,7 +41,7 @@ const NLM_F_ACK_TLVS: u16 = 0x200;
 /// Which reply messages a request expects, and how they are decoded. A request names its
 /// replies' kind, so a binary links only the decoders of the requests it makes:
 /// [`AnyReply`] (`RouteNetlinkMessage`'s own parser) covers every rtnetlink family, tc
-/// filters and actions, rules and stats included, and weighs about 100 KB.
+/// filters and actions, rules and stats included, and is large (docs/benchmarks.md).
 pub trait Replies {
     /// `Ok(None)` for a message type the request does not expect (the caller skips it).
     fn decode(

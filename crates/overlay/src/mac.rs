@@ -1,6 +1,6 @@
 //! Deterministic VTEP MACs: derived from the VTEP address so every node computes the same
 //! value for every peer without a store, and a node's device gets the same MAC after a
-//! restart or a recreate (the flannel#533/#1795 class of stale-ARP bugs cannot happen).
+//! restart or a recreate (so peers never keep a stale ARP or FDB entry for a changed MAC).
 
 use std::net::IpAddr;
 

@@ -76,15 +76,13 @@
 //! prints "Destination Net Unreachable" at once, a TCP connect fails at once with
 //! `ENETUNREACH`.
 //!
-//! # Measured
+//! # Performance
 //!
-//! `make bench` (section `udp`, docs/benchmarks.md): one TCP stream pod to pod across two
-//! nodes on a 2-core machine shared with other work. The fast path moved 2.4–3.6 Gbit/s (3.4x
-//! the per-packet path's 0.9–1.0, whose retransmissions ran to 17,000–27,000 in 10 s against
-//! the fast path's 50) at 1.9–2.3 CPU-seconds per GB (0.24x the per-packet path's 7–10), 0.91x
-//! the kernel's vxlan's throughput at 1.57x its CPU per GB. About 46 packets went per TUN read
-//! and per `sendmmsg`, 80 per `recvmmsg`, 37 per TUN write. What remains above vxlan is the
-//! userspace hop: four copies of each byte and two checksum passes.
+//! `make bench` (section `udp`) runs one TCP stream pod to pod across two nodes through the
+//! fast path, the per-packet path and the kernel's vxlan; its figures (throughput,
+//! retransmissions, CPU per GB, packets per system call) are in docs/benchmarks.md, "udp: the
+//! udp backend's data path". What remains above vxlan is the userspace hop: four copies of each
+//! byte and two checksum passes.
 //!
 //! # The device
 //!

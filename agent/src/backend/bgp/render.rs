@@ -46,9 +46,8 @@ pub const ERROR_WAIT_SECS: (u32, u32) = (1, 10);
 /// the scan itself is only a safety net; it is here for its timer: BIRD 2.0's main loop sleeps
 /// up to 3 s when no timer is due sooner, and work queued meanwhile (the first UPDATE to a
 /// peer whose session just came up, a restarting peer's End-of-RIB) waits for the next wake-up.
-/// A 1 s timer bounds that wait (measured: a new node's subnet on every node and theirs on it
-/// in 1.0-1.1 s instead of 1.1-1.8 s; a graceful restart recovers in 1 s instead of 4), for
-/// about 0.5% of a core at 600 interfaces.
+/// A 1 s timer bounds that wait, for little CPU (measured with and without it:
+/// docs/benchmarks.md, "bgp: the bgp backend at scale").
 pub const DEVICE_SCAN_SECS: u32 = 1;
 /// BIRD's own log: rotated at this size, one old file kept.
 pub const LOG_LIMIT_BYTES: u64 = 4 << 20;

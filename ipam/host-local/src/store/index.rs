@@ -226,7 +226,8 @@ pub fn replay(data: &[u8], index: &mut Index) {
 /// Records may be stale (later released); callers re-read the lease files.
 ///
 /// memchr's SIMD search rather than libc's: musl's (two-way, byte at a time) made an ADD with
-/// 60,000 leases about 1.5x slower than with glibc's.
+/// 60,000 leases markedly slower than with glibc's (docs/benchmarks.md, "Earlier runs and what
+/// each change weighed").
 pub fn find_names(data: &[u8], suffix: &[u8], out: &mut Vec<String>) {
     let finder = Substring::new(suffix);
     let mut from = 0;
@@ -252,7 +253,7 @@ pub fn find_names(data: &[u8], suffix: &[u8], out: &mut Vec<String>) {
 
 /// A substring search that never asks the CPU what it supports. memchr's general `memmem`
 /// picks AVX2 at run time, and finding out costs about a dozen CPUID instructions, each a
-/// trap to the hypervisor on a virtual machine (4 us apiece measured on one): more than the
+/// trap to the hypervisor on a virtual machine (docs/benchmarks.md has the cost): more than the
 /// whole search at a few hundred leases, paid by every ADD and DEL. SSE2 is part of x86-64
 /// itself; elsewhere, and for haystacks shorter than the vector search needs, a plain scan.
 struct Substring<'a> {

@@ -7,9 +7,10 @@
 //! an existing chain "added" again, which the kernel records as an update), packets may still
 //! be walking the old objects under RCU. So `nf_tables_commit` does not free them: it moves
 //! those transactions to the netns's destroy list and schedules `nf_tables_trans_destroy_work`,
-//! which waits for an RCU grace period (`synchronize_rcu`, 10-30 ms at HZ=250) and then frees
-//! them. Creations (new tables, chains, rules, sets and elements) are freed from the
-//! transaction at once and leave nothing behind.
+//! which waits for an RCU grace period (`synchronize_rcu`, whole scheduler ticks; how long,
+//! measured: docs/benchmarks.md, "Where a chain's ADD used to go") and then frees them.
+//! Creations (new tables, chains, rules, sets and elements) are freed from the transaction at
+//! once and leave nothing behind.
 //!
 //! Releasing a bound NETLINK_NETFILTER socket (`netlink_release`, run by the last `close` of
 //! it, or by process exit) calls the NETLINK_URELEASE notifier `nft_rcv_nl_event`, which takes
