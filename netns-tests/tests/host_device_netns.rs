@@ -458,7 +458,11 @@ fn del_naming_another_network_gives_the_device_back() {
         let mut renamed = c.clone();
         renamed["name"] = json!("renamed-net");
         a.del(&renamed, Some(&r));
-        assert!(pod.link("eth0").is_none(), "{}: device left in the pod", imp.label);
+        assert!(
+            pod.link("eth0").is_none(),
+            "{}: device left in the pod",
+            imp.label
+        );
         let back = device_on_host(&host);
         assert_eq!(back["present"], true, "{}: device not back", imp.label);
         if imp.label == "ours" {

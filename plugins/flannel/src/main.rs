@@ -73,14 +73,9 @@ fn del(args: &CmdArgs) -> Result<(), FlannelError> {
         );
         return Ok(());
     };
-    if saved.get("name").and_then(Value::as_str) != Some(conf.name.as_str()) {
-        // Another flannel network's attachment on this interface name: not ours to undo.
-        eprintln!(
-            "flannel: {} belongs to another network; nothing deleted",
-            file.display()
-        );
-        return Ok(());
-    }
+    // The attachment's own file is undone whatever network this DEL names (a container holds
+    // one interface of a name), as flannel's plugin does; flannel's container file serves
+    // another interface only when it is of this network (`scratch::load`).
     invoke::delegate(delegate::plugin_type(&saved), "DEL", &bytes)?;
     match &found {
         scratch::Found::Own(file) => scratch::remove_at(file),
