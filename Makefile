@@ -216,8 +216,12 @@ test: test-deps
 # `make test-kernel VM_ARGS="--kernel /boot/vmlinuz-6.12.0-1-amd64 --cpus 4"`.
 VM_ARGS ?=
 test-kernel: test-deps test-kernel-run
+# It runs the checkout through a path under /tmp, where people often try a project: the VM
+# mounts a /tmp of its own, which must not hide the checkout (so every run proves it does not).
 test-kernel-run:
-	netns-tests/vm/run $(VM_ARGS)
+	@link=$$(mktemp -d /tmp/ferrocni-checkout.XXXXXX); trap 'rm -rf "$$link"' EXIT; \
+	ln -s "$(CURDIR)" "$$link/ferrocni"; \
+	"$$link/ferrocni/netns-tests/vm/run" $(VM_ARGS)
 
 # The shipped binaries as users get them, through the end-to-end tests that run the example
 # conflists of every plugin, pods on a bridge, cnitool and the bad-input fuzzing (where a

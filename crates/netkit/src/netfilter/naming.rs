@@ -69,7 +69,7 @@ pub fn instance_hash(network: &str, ifname: &str, container_id: &str) -> String 
 pub fn names_attachment(comment: &str, ifname: &str, container_id: &str) -> bool {
     const HASH_LEN: usize = 16;
     let bytes = comment.as_bytes();
-    bytes.len() >= 2 * HASH_LEN + 1
+    bytes.len() > 2 * HASH_LEN
         && bytes[..HASH_LEN].iter().all(u8::is_ascii_hexdigit)
         && bytes[HASH_LEN] == b'-'
         && comment[HASH_LEN + 1..].starts_with(&short_hash(&format!("{ifname}:{container_id}")))
