@@ -216,12 +216,13 @@ test: test-deps
 # `make test-kernel VM_ARGS="--kernel /boot/vmlinuz-6.12.0-1-amd64 --cpus 4"`.
 VM_ARGS ?=
 test-kernel: test-deps test-kernel-run
-# It runs the checkout through a path under /tmp, where people often try a project: the VM
-# mounts a /tmp of its own, which must not hide the checkout (so every run proves it does not).
+# It runs the checkout from under /tmp (bound there in a mount namespace of its own), where
+# people often try a project: the VM mounts a /tmp of its own, which must not hide the
+# checkout, so every run proves it does not.
 test-kernel-run:
-	@link=$$(mktemp -d /tmp/ferrocni-checkout.XXXXXX); trap 'rm -rf "$$link"' EXIT; \
-	ln -s "$(CURDIR)" "$$link/ferrocni"; \
-	"$$link/ferrocni/netns-tests/vm/run" $(VM_ARGS)
+	@unshare --mount --propagation private sh -c 'dir=$$(mktemp -d /tmp/ferrocni-checkout.XXXXXX) && \
+	    mount --bind "$(CURDIR)" "$$dir" && "$$dir/netns-tests/vm/run" $(VM_ARGS); rc=$$?; \
+	    umount "$$dir" 2>/dev/null; rmdir "$$dir"; exit $$rc'
 
 # The shipped binaries as users get them, through the end-to-end tests that run the example
 # conflists of every plugin, pods on a bridge, cnitool and the bad-input fuzzing (where a
