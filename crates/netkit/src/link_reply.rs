@@ -22,7 +22,7 @@ pub(crate) const IFLA_INFO_DATA: u16 = 2;
 /// Which attributes of a link message are decoded; the others are skipped unread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LinkView {
-    /// What a [`crate::link::Link`] is made of: name, MTU, address, controller, peer,
+    /// What a link lookup reports: name, MTU, address, controller, peer,
     /// state, queue length, promiscuity, alias and `IFLA_LINKINFO`, plus the per-family
     /// configuration (`IFLA_AF_SPEC`) kept as bytes, for [`ipv6_accept_ra`]. Skipped: the
     /// property and XDP nests and the rest, which decoded were most of a lookup's user time.

@@ -62,7 +62,8 @@ const RTM_NEWTFILTER: u16 = 44;
 pub struct AnyReply;
 /// Only the ACK (or an error): any data is unexpected.
 pub struct AckOnly;
-/// RTM_NEWLINK messages with only the attributes a [`crate::link::Link`] is made of.
+/// RTM_NEWLINK messages with only the attributes a link lookup reports (the summary view of
+/// `link_reply`).
 pub struct LinkSummaryReplies;
 /// RTM_NEWLINK messages of an AF_BRIDGE dump with only a port's flags and VLANs.
 pub struct BridgePortReplies;
