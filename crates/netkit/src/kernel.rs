@@ -1,7 +1,7 @@
 //! The seam between a plugin's logic and the kernel: the operations the main plugins ask of
 //! the kernel, as two traits, so the same logic runs on the live kernel ([`LiveKernel`], the
-//! plugin binaries) or on an in-memory model ([`crate::fake::FakeKernel`], feature `fake`,
-//! unit tests without root).
+//! plugin binaries) or on an in-memory model (the `fake` module's `FakeKernel`, feature
+//! `fake`, unit tests without root).
 //!
 //! [`Kernel`] is what a plugin sees of the whole machine: the calling thread's netns, other
 //! namespaces by path, a netlink socket in each, their sysctls and tap devices. [`Netlink`] is
