@@ -105,7 +105,10 @@ pub type NfMessage<'a> = (u16, u16, u32, &'a [u8]);
 
 /// The messages of an nf_tables reply datagram, framed as the nf_tables socket frames them.
 pub fn nf_messages(datagram: &[u8]) -> crate::netfilter::Result<Vec<NfMessage<'_>>> {
-    crate::netfilter::nf_tables::socket::frame_messages(datagram)
+    Ok(crate::netfilter::nf_tables::socket::messages(datagram)?
+        .into_iter()
+        .map(|m| (m.kind, m.flags, m.seq, m.payload))
+        .collect())
 }
 
 /// The attributes netkit sends for `rule` (what [`crate::netfilter::nf_tables::Rule::decode`]

@@ -25,7 +25,8 @@
 //! # What we do
 //!
 //! * ADDs commit creations only when the shared objects are already as they should be
-//!   ([`super::shared`]), so most commits leave no destroy work and closing is free.
+//!   (the `shared` module's writes), so most commits leave no destroy work and closing is
+//!   free.
 //! * Once a plugin process (one run by a runtime, which waits for it: `CNI_COMMAND` is set)
 //!   has committed a transaction that does leave destroy work ([`note_deferred_destroy`]),
 //!   every nf_tables socket it drops is kept open instead ([`release`]): any close would wait

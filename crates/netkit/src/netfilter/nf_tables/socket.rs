@@ -233,15 +233,15 @@ fn put_message(
 }
 
 /// One received netlink message.
-struct Incoming<'a> {
-    kind: u16,
-    flags: u16,
-    seq: u32,
-    payload: &'a [u8],
+pub(crate) struct Incoming<'a> {
+    pub(crate) kind: u16,
+    pub(crate) flags: u16,
+    pub(crate) seq: u32,
+    pub(crate) payload: &'a [u8],
 }
 
 /// Splits a datagram into messages; malformed framing is a protocol error.
-fn messages(datagram: &[u8]) -> Result<Vec<Incoming<'_>>> {
+pub(crate) fn messages(datagram: &[u8]) -> Result<Vec<Incoming<'_>>> {
     let mut out = Vec::new();
     let mut rest = datagram;
     while rest.len() >= NLMSG_HDRLEN {
@@ -260,15 +260,6 @@ fn messages(datagram: &[u8]) -> Result<Vec<Incoming<'_>>> {
         rest = rest.get((len + 3) & !3..).unwrap_or(&[]);
     }
     Ok(out)
-}
-
-/// [`messages`] as (type, flags, sequence number, payload), for the fuzz targets.
-#[cfg(any(test, feature = "fake"))]
-pub(crate) fn frame_messages(datagram: &[u8]) -> Result<Vec<crate::fuzzing::NfMessage<'_>>> {
-    Ok(messages(datagram)?
-        .into_iter()
-        .map(|m| (m.kind, m.flags, m.seq, m.payload))
-        .collect())
 }
 
 fn protocol(detail: String) -> Error {
