@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::iptables::Family;
+use super::ip_family::Family;
 use super::nf_tables::Socket;
 
 /// Whether the kernel answers nf_tables netlink requests (the `nf_tables` module is built in

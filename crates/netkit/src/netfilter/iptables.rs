@@ -1,24 +1,7 @@
 //! Generic iptables/ip6tables helpers (the operations go-iptables offers the reference plugins).
 
 use super::exec::{self, Error, Result};
-
-/// Address family: picks `iptables` or `ip6tables`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Family {
-    V4,
-    V6,
-}
-
-impl Family {
-    /// The family of an address.
-    pub fn of(ip: &std::net::IpAddr) -> Family {
-        if ip.is_ipv4() {
-            Family::V4
-        } else {
-            Family::V6
-        }
-    }
-}
+pub use super::ip_family::Family;
 
 /// The iptables-legacy tool names (Debian, Fedora, Alpine...).
 fn legacy_name(family: Family, restore: bool) -> &'static str {

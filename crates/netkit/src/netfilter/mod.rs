@@ -8,13 +8,15 @@
 //! chains, or the listing of one chain).
 //!
 //! Layers: [`nf_tables`] is the netlink layer; [`exec`] runs a tool; [`iptables`] and
-//! [`restore`] are iptables helpers; [`host`] tells what the host uses; [`xt_cleanup`] removes
+//! [`restore`] are iptables helpers; [`host`] tells what the host uses (both per address
+//! family, [`iptables::Family`], defined below them in `ip_family`); [`xt_cleanup`] removes
 //! iptables-nft chains over netlink and [`xt_rules`] keeps shared iptables-nft rules unique;
 //! [`naming`] derives the reference plugins' object names; [`ipmasq`] and [`spoofcheck`] are
 //! the bridge/ptp features, reusable by other plugins.
 
 pub mod exec;
 pub mod host;
+mod ip_family;
 pub mod ipmasq;
 pub mod iptables;
 pub mod naming;
