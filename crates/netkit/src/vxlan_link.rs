@@ -17,6 +17,9 @@ use crate::netlink::{Socket, NLM_F_CREATE, NLM_F_EXCL};
 
 /// The kernel's default VXLAN UDP port when IFLA_VXLAN_PORT is absent (also flannel's).
 pub const KERNEL_DEFAULT_VXLAN_PORT: u16 = 8472;
+/// Largest VNI: the VXLAN header's identifier is 24 bits (RFC 7348), and the kernel refuses
+/// a larger IFLA_VXLAN_ID.
+pub const MAX_VNI: u32 = (1 << 24) - 1;
 
 /// What a VXLAN device should look like. `learning` is always sent: without the attribute
 /// the kernel turns learning on.

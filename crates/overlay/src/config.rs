@@ -9,12 +9,12 @@ use serde_json::{Map, Value};
 
 use crate::error::{ConfigError, Error, SubnetError};
 
+pub use netkit::vxlan_link::MAX_VNI;
+
 /// flannel's (and the kernel's) default VXLAN UDP port.
 pub const DEFAULT_PORT: u16 = 8472;
 /// flannel's default VNI.
 pub const DEFAULT_VNI: u32 = 1;
-/// Largest VNI (24 bits).
-pub const MAX_VNI: u32 = (1 << 24) - 1;
 /// Where lock files go unless `lockFile` or `stateDir` says otherwise.
 pub const DEFAULT_STATE_DIR: &str = "/run/ferrocni";
 

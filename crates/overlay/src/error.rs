@@ -5,8 +5,7 @@ use std::path::PathBuf;
 
 use ipnetwork::IpNetwork;
 use libcni::CniError;
-
-use crate::config::MAX_VNI;
+use netkit::vxlan_link::MAX_VNI;
 
 /// Why a reconcile pass (or loading its inputs) could not run at all. Problems with single
 /// peers are not errors: they are listed in the [`crate::Report`] and the pass goes on.
