@@ -8,7 +8,7 @@
 use ipnetwork::{IpNetwork, Ipv4Network};
 use netkit::{AddressOptions, Family, Route, Socket};
 
-use crate::engine::EngineConfig;
+use crate::config::EngineConfig;
 use crate::error::UdpProxyError;
 
 /// Brings `config.tun_name` (which must exist: [`crate::Engine::start`] makes it) to the

@@ -92,6 +92,7 @@
 
 mod checksum;
 pub mod coalesce;
+mod config;
 pub mod device;
 mod engine;
 mod error;
@@ -109,7 +110,8 @@ pub mod tun;
 mod tx;
 mod vnet;
 
-pub use engine::{Engine, EngineConfig, LogFn, Offloads, DEFAULT_PORT, ENCAP_OVERHEAD};
+pub use config::{EngineConfig, LogFn, Offloads, DEFAULT_PORT, ENCAP_OVERHEAD};
+pub use engine::Engine;
 pub use error::UdpProxyError;
 pub use routes::RouteTable;
 pub use stats::{DataPath, DataPathMode, Drops, Stats, Syscalls, Traffic};
