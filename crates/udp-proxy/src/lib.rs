@@ -103,6 +103,7 @@ mod ipv4;
 mod routes;
 mod rx;
 pub mod segment;
+mod shared;
 mod socket;
 mod stats;
 mod sys;

@@ -9,8 +9,8 @@
 use std::io::{self, IoSlice};
 
 use crate::coalesce::{Coalescer, PacketRef};
-use crate::engine::Ctx;
 use crate::forward::Inbound;
+use crate::shared::Ctx;
 use crate::stats::{Counter, Local};
 use crate::sys;
 use crate::vnet;

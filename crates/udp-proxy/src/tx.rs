@@ -12,10 +12,10 @@ use std::io;
 use std::net::SocketAddrV4;
 use std::ops::Range;
 
-use crate::engine::Ctx;
 use crate::forward::{count_invalid, Outbound};
 use crate::ipv4;
 use crate::segment::{self, Piece};
+use crate::shared::Ctx;
 use crate::socket::sockaddr;
 use crate::stats::{Counter, Local};
 use crate::sys;
