@@ -4,9 +4,8 @@
 //!
 //! Why: an exec of the delegate (its page faults, its exit) costs more than the IPAM work
 //! itself, on every pod's ADD and DEL. In-process, the call goes through the same skeleton
-//! ([`crate::skel::dispatch`]) with the same environment and stdin, and its output through the
-//! same decoding as an executed plugin's ([`crate::invoke`]), so the caller sees the same
-//! answer.
+//! ([`crate::skel::dispatch`]) with the same environment and stdin, and the caller decodes its
+//! output as it decodes an executed plugin's, so it sees the same answer.
 //!
 //! "The very build" is proven by a build stamp: the delegate binary carries it in an ELF note
 //! ([`StampNote`], section `.note.ferrocni`), the linked copy knows it as a constant, and both
