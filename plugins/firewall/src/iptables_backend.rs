@@ -14,6 +14,7 @@ use netkit::netfilter::host;
 use netkit::netfilter::iptables::{Family, Iptables};
 use netkit::netfilter::restore;
 
+use crate::chains::{ADMIN_JUMP_COMMENT, FORWARD_JUMP_COMMENT, PRIV_CHAIN};
 use crate::error::FirewallError;
 use crate::netlink_backend;
 
@@ -24,7 +25,6 @@ fn over_netlink(v6: bool) -> bool {
 
 const FILTER: &str = "filter";
 const FORWARD: &str = "FORWARD";
-pub const PRIV_CHAIN: &str = "CNI-FORWARD";
 
 fn strs(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
@@ -65,7 +65,7 @@ pub fn forward_jump() -> Vec<String> {
         "-m",
         "comment",
         "--comment",
-        "CNI firewall plugin rules",
+        FORWARD_JUMP_COMMENT,
         "-j",
         PRIV_CHAIN,
     ])
@@ -76,7 +76,7 @@ pub fn admin_jump(admin_chain: &str) -> Vec<String> {
         "-m",
         "comment",
         "--comment",
-        "CNI firewall plugin admin overrides",
+        ADMIN_JUMP_COMMENT,
         "-j",
         admin_chain,
     ])

@@ -2,6 +2,7 @@
 //! firewall (iptables CNI-FORWARD rules, or firewalld zone sources) and applies the
 //! `ingressPolicy` isolation between bridges.
 
+mod chains;
 mod config;
 mod error;
 mod firewalld;

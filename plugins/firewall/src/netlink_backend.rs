@@ -9,8 +9,8 @@ use std::net::IpAddr;
 use netkit::netfilter::nf_tables::{xt, Batch, Family, Hook, Rule, Socket, Verdict};
 use netkit::netfilter::xt_rules::{self, Wanted};
 
+use crate::chains::{ADMIN_JUMP_COMMENT, FORWARD_JUMP_COMMENT, PRIV_CHAIN};
 use crate::error::FirewallError;
-use crate::iptables_backend::PRIV_CHAIN;
 
 const FILTER: &str = xt::FILTER;
 const FORWARD: &str = "FORWARD";
@@ -31,7 +31,7 @@ fn forward_jump(fam: Family) -> Rule {
         fam,
         FILTER,
         FORWARD,
-        vec![xt::comment_match("CNI firewall plugin rules")],
+        vec![xt::comment_match(FORWARD_JUMP_COMMENT)],
         Verdict::Jump(PRIV_CHAIN.into()),
     )
 }
@@ -41,7 +41,7 @@ fn admin_jump(fam: Family, admin_chain: &str) -> Rule {
         fam,
         FILTER,
         PRIV_CHAIN,
-        vec![xt::comment_match("CNI firewall plugin admin overrides")],
+        vec![xt::comment_match(ADMIN_JUMP_COMMENT)],
         Verdict::Jump(admin_chain.into()),
     )
 }
