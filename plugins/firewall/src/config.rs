@@ -8,6 +8,8 @@ use crate::error::FirewallError;
 
 pub const DEFAULT_ADMIN_CHAIN: &str = "CNI-ADMIN";
 pub const DEFAULT_ZONE: &str = "trusted";
+/// Where the per-attachment records live unless `dataDir` says otherwise.
+pub const DEFAULT_DATA_DIR: &str = "/run/cni/firewall";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BackendKind {
@@ -117,7 +119,7 @@ pub fn parse(
     let data_dir = PathBuf::from(
         raw.data_dir
             .filter(|d| !d.is_empty())
-            .unwrap_or_else(|| crate::record::DEFAULT_DATA_DIR.to_string()),
+            .unwrap_or_else(|| DEFAULT_DATA_DIR.to_string()),
     );
     Ok(FirewallConf {
         backend,

@@ -19,7 +19,6 @@ use serde::{Deserialize, Serialize};
 use crate::config::BackendKind;
 use crate::error::FirewallError;
 
-pub const DEFAULT_DATA_DIR: &str = "/run/cni/firewall";
 /// A record holds a few addresses; anything much larger is not ours.
 const MAX_RECORD_BYTES: u64 = 64 * 1024;
 
