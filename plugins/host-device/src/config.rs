@@ -10,7 +10,7 @@ use libcni::skel::CmdArgs;
 use serde::Deserialize;
 
 use crate::error::HostDeviceError;
-use crate::find::{self, Sysfs};
+use crate::find::{self, Selector, Sysfs};
 
 /// Where the original state of each moved device is kept.
 pub const DEFAULT_DATA_DIR: &str = "/run/cni/host-device";
@@ -38,18 +38,6 @@ struct RawConf {
 struct RawRuntimeConfig {
     #[serde(rename = "deviceID")]
     device_id: String,
-}
-
-/// How the host interface is named in the config.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Selector {
-    Name(String),
-    Mac([u8; 6]),
-    /// A device directory under /sys/devices whose `net/` holds the interface.
-    KernelPath(String),
-    Pci(String),
-    /// A device on the auxiliary bus (`runtimeConfig.deviceID` only).
-    Auxiliary(String),
 }
 
 #[derive(Debug, Clone)]

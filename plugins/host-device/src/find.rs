@@ -6,8 +6,19 @@ use std::path::{Component, Path, PathBuf};
 
 use netkit::{Link, Netlink};
 
-use crate::config::Selector;
 use crate::error::{HostDeviceError, NotFound};
+
+/// How the host interface is named in the config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selector {
+    Name(String),
+    Mac([u8; 6]),
+    /// A device directory under /sys/devices whose `net/` holds the interface.
+    KernelPath(String),
+    Pci(String),
+    /// A device on the auxiliary bus (`runtimeConfig.deviceID` only).
+    Auxiliary(String),
+}
 
 /// Drivers that take a PCI network device away from the kernel (DPDK).
 const USERSPACE_DRIVERS: &[&str] = &["vfio-pci", "uio_pci_generic", "igb_uio"];
