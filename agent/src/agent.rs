@@ -1,43 +1,45 @@
 //! The agent's life: start-up (config, backend, lease, first reconcile), then watch, renew and
 //! resync until told to stop. The desired peer set is always the full set of leases known, so
 //! a missed watch event only delays convergence until the next re-list. The parts it drives
-//! are apart: the subnet schema on etcd (`subnet`), the data plane (`backend`, through
-//! `reconcile`), the node's files (`node`).
+//! are apart: the store of leases (`manager`, through the `SubnetManager` seam), the cluster
+//! as known (`membership`), the data plane (`backend`, through `reconcile`), the node's files
+//! (`node`).
 
 use std::net::Ipv6Addr;
 use std::time::Duration;
 
 use tokio::time::{sleep, sleep_until, Instant};
 
-use crate::backend::Node;
-use crate::error::AgentError;
+use crate::backend::{registry, Backend, Node};
+use crate::error::{AgentError, StoreFailure};
+use crate::manager::etcd::EtcdManager;
+use crate::manager::{LeaseRequest, LeaseWatch, OwnLease, Snapshot, SubnetManager, WatchEvent};
+use crate::membership::Membership;
 use crate::node::addr;
 use crate::node::outputs::{self, NodeState};
+use crate::ops::http;
 use crate::ops::metrics;
 use crate::options::Options;
 use crate::reconcile::{masquerade_wanted, PassInput, Reconciler};
-use crate::subnet::acquire::{self, LeaseTiming, OwnLease};
 use crate::subnet::config::NetConfig;
-use crate::subnet::membership::Membership;
-use crate::subnet::startup::connect_and_read_config;
-use crate::subnet::store::{Snapshot, Store};
 use crate::{debug, log, warn};
 
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// Retry delay after a failed reconcile or renewal.
 const RETRY: Duration = Duration::from_secs(2);
 
-pub struct Agent {
+pub struct Agent<M: SubnetManager> {
     opts: Options,
-    store: Store,
+    manager: M,
     net: NetConfig,
     /// The backend's data plane and the pass around it.
     reconciler: Reconciler,
     /// This node's IPv6 underlay address, on a dual-stack network.
     public_ipv6: Option<Ipv6Addr>,
     own: OwnLease,
-    timing: LeaseTiming,
     members: Membership,
+    /// Where the next watch picks up: after the last listing, or the last changes applied.
+    resume: M::Resume,
     /// `<prefix>/config` was found missing at the last resync: no masquerade rules then.
     config_gone: bool,
     /// The network config was seen changed in etcd (said once; applied at the next start).
@@ -47,20 +49,40 @@ pub struct Agent {
 pub async fn run(opts: Options) -> Result<(), AgentError> {
     let public_ip = addr::public_ip(&opts)?;
     if !opts.once {
-        crate::ops::http::start(&opts).await?;
+        http::start(&http::Listen {
+            ip: opts.healthz_ip,
+            healthz_port: opts.healthz_port,
+            metrics_port: opts.metrics_port,
+        })
+        .await?;
     }
-    let (mut store, net) = connect_and_read_config(&opts).await?;
+    let (manager, net) = EtcdManager::connect(&opts).await?;
+    run_on(opts, manager, net, public_ip).await
+}
+
+/// The agent on `manager`, whose network config is `net`.
+async fn run_on<M: SubnetManager>(
+    opts: Options,
+    mut manager: M,
+    net: NetConfig,
+    public_ip: std::net::Ipv4Addr,
+) -> Result<(), AgentError> {
+    let (registration, backend) = registry::backend_of(&manager.config_name(), &net)?;
     let public_ipv6 = match net.ipv6 {
         Some(_) => Some(addr::public_ipv6(&opts)?),
         None => None,
     };
-    let plane = net.backend.start(&Node {
-        opts: &opts,
-        network: net.networks(),
-        public_ip,
-        public_ipv6,
-    })?;
-    let reconciler = Reconciler::new(plane);
+    let flags = opts.backend_flags.only(registration.flags);
+    let plane = backend
+        .start(&Node {
+            network: net.networks(),
+            public_ip,
+            public_ipv6,
+            iface: opts.iface.as_deref(),
+            state_dir: &opts.state_dir,
+            flags: &flags,
+        })
+        .map_err(|e| AgentError::backend(backend.type_name(), crate::error::Stage::Start, e))?;
     log!(
         "network {} (/{} subnets in {}..{}){}, {}",
         net.network,
@@ -74,37 +96,33 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
                 v6.network, v6.subnet_len, v6.subnet_min, v6.subnet_max
             ))
             .unwrap_or_default(),
-        net.backend.describe()
+        backend.describe()
     );
+    let reconciler = Reconciler::new(backend, plane);
     let previous = std::fs::read_to_string(&opts.subnet_file)
         .ok()
         .and_then(|s| crate::node::subnet_env::previous_subnet(&s));
-    let timing = LeaseTiming {
-        ttl: opts.lease_ttl,
-        renew_margin: opts.renew_margin,
-    };
-    let own = acquire::acquire(
-        &mut store,
-        &net,
-        public_ip,
-        &|key| reconciler.lease_attrs(key),
-        previous,
-        timing,
-    )
-    .await?;
+    let own = manager
+        .acquire(&LeaseRequest {
+            net: &net,
+            public_ip,
+            attrs_for: &|key| reconciler.lease_attrs(key),
+            previous,
+        })
+        .await?;
     metrics::LEASE_ACQUISITIONS.inc();
-    let snap = store.list().await?;
-    let own_key = own.key;
-    let subnets = store.subnets_prefix();
+    let snap = manager.list().await?;
+    let members = Membership::new(own.key, manager.store_name());
+    let resume = snap.resume.clone();
     let mut agent = Agent {
         opts,
-        store,
+        manager,
         net,
         reconciler,
         public_ipv6,
         own,
-        timing,
-        members: Membership::new(own_key, &subnets),
+        members,
+        resume,
         config_gone: false,
         config_changed: false,
     };
@@ -121,22 +139,25 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
     served
 }
 
-impl Agent {
-    fn own_key_string(&self) -> String {
-        self.store.lease_key(&self.own.key)
-    }
-
+impl<M: SubnetManager> Agent<M> {
     /// Replaces the known leases with a full listing.
-    fn take_snapshot(&mut self, snap: Snapshot) -> Result<(), AgentError> {
-        let own_key = self.own_key_string();
+    fn take_snapshot(&mut self, snap: Snapshot<M::Resume>) -> Result<(), AgentError> {
+        let own_name = self.manager.lease_name(&self.own.key);
         self.members.own = self.own.key;
         debug!(
             1,
             "listed {} lease(s) at revision {}",
             snap.leases.len(),
-            snap.revision
+            snap.resume
         );
-        self.members.replace(snap, &own_key)
+        let Snapshot {
+            resume,
+            leases,
+            junk,
+        } = snap;
+        self.members.replace(leases, &junk, &own_name)?;
+        self.resume = resume;
+        Ok(())
     }
 
     /// One pass of the backend's data plane for the known peers (with the masquerade rules),
@@ -156,7 +177,7 @@ impl Agent {
         };
         let pass = self.reconciler.pass(input, &mut self.members).await?;
         if let Some(value) = pass.lease_attrs {
-            acquire::publish(&mut self.store, &mut self.own, value).await;
+            self.manager.publish(&mut self.own, value).await;
         }
         let state = NodeState {
             net: &self.net,
@@ -173,17 +194,28 @@ impl Agent {
     /// does the agent for everything but one thing: while the config is gone from etcd, the
     /// masquerade rules are removed (by the reconcile that follows every resync).
     async fn check_config(&mut self) {
-        let gone = match self.store.config().await {
-            Ok(net) => {
-                if net != self.net && !self.config_changed {
-                    log!("the network config in etcd changed; restart the agent to apply it");
+        let read = self.manager.network_config().await.and_then(|net| {
+            let (_, backend) = registry::backend_of(&self.manager.config_name(), &net)?;
+            Ok((net, backend))
+        });
+        let gone = match read {
+            Ok((net, backend)) => {
+                if !self.same_config(&net, backend.as_ref()) && !self.config_changed {
+                    log!(
+                        "the network config in {} changed; restart the agent to apply it",
+                        self.manager.store_name()
+                    );
                     self.config_changed = true;
                 }
                 false
             }
-            Err(AgentError::ConfigMissing { key }) => {
+            Err(e) if e.store_failure() == Some(StoreFailure::ConfigMissing) => {
                 if !self.config_gone {
-                    log!("network config {key} is gone from etcd: removing the masquerade rules");
+                    log!(
+                        "network config {} is gone from {}: removing the masquerade rules",
+                        self.manager.config_name(),
+                        self.manager.store_name()
+                    );
                 }
                 true
             }
@@ -191,13 +223,22 @@ impl Agent {
             Err(_) => self.config_gone,
         };
         if self.config_gone && !gone {
-            log!("network config is back in etcd");
+            log!("network config is back in {}", self.manager.store_name());
         }
         self.config_gone = gone;
     }
 
+    /// Whether `net` with `backend` is the config the agent runs (the backend's options
+    /// compared parsed, as written differently they may mean the same).
+    fn same_config(&self, net: &NetConfig, backend: &dyn Backend) -> bool {
+        let running = self.reconciler.backend();
+        net.same_network(&self.net)
+            && running.type_name() == backend.type_name()
+            && running.same_options(backend)
+    }
+
     async fn relist(&mut self) -> Result<(), AgentError> {
-        let snap = self.store.list().await?;
+        let snap = self.manager.list().await?;
         self.take_snapshot(snap)
     }
 
@@ -208,8 +249,8 @@ impl Agent {
             .map_err(|e| AgentError::io("installing", "SIGTERM handler", e))?;
         loop {
             match self.serve_until_revoked(&mut sigterm).await {
-                Err(AgentError::LeaseRevoked { key }) => {
-                    log!("our lease {key} disappeared from etcd (deleted or expired); acquiring one again");
+                Err(AgentError::LeaseRevoked { key, store }) => {
+                    log!("our lease {key} disappeared from {store} (deleted or expired); acquiring one again");
                     if !self.reacquire(&mut sigterm).await? {
                         return Ok(());
                     }
@@ -226,17 +267,14 @@ impl Agent {
     ) -> Result<bool, AgentError> {
         let mut backoff = Duration::from_secs(1);
         loop {
-            let public_ip = self.own.attrs.public_ip;
             let reconciler = &self.reconciler;
-            let result = acquire::acquire(
-                &mut self.store,
-                &self.net,
-                public_ip,
-                &|key| reconciler.lease_attrs(key),
-                Some(self.own.key),
-                self.timing,
-            )
-            .await;
+            let request = LeaseRequest {
+                net: &self.net,
+                public_ip: self.own.attrs.public_ip,
+                attrs_for: &|key| reconciler.lease_attrs(key),
+                previous: Some(self.own.key),
+            };
+            let result = self.manager.acquire(&request).await;
             match result {
                 Ok(own) => {
                     metrics::LEASE_ACQUISITIONS.inc();
@@ -279,7 +317,7 @@ impl Agent {
         // A change seen in a fragment waits for the revision's last fragment.
         let mut fragment_changed = false;
         loop {
-            let mut stream = match self.store.watch(self.members.revision + 1).await {
+            let mut stream = match self.manager.watch(&self.resume).await {
                 Ok(s) => Some(s),
                 Err(e) => {
                     warn!(
@@ -300,7 +338,7 @@ impl Agent {
                 let retry_at = reconcile_at.unwrap_or_else(|| Instant::now() + far);
                 let message = async {
                     match stream.as_mut() {
-                        Some(s) => s.message().await.map(Some),
+                        Some(s) => s.next().await.map(Some),
                         None => {
                             sleep_until(rewatch_at).await;
                             Ok(None)
@@ -309,31 +347,31 @@ impl Agent {
                 };
                 tokio::select! {
                     msg = message => match msg {
-                        Ok(Some(Some(resp))) => {
+                        Ok(Some(Some(WatchEvent::Relist))) => {
                             backoff = Duration::from_secs(1);
-                            if resp.canceled || resp.compact_revision > 0 {
-                                self.store.watch_cancelled(&resp.cancel_reason);
-                                warn!("watch cancelled (compact revision {}, reason {:?}); re-listing",
-                                    resp.compact_revision, resp.cancel_reason);
-                                break;
+                            break;
+                        }
+                        Ok(Some(Some(WatchEvent::Changes { changes, resume, partial }))) => {
+                            backoff = Duration::from_secs(1);
+                            if let Some(resume) = resume {
+                                self.resume = resume;
                             }
-                            fragment_changed |= self.members.apply_watch(&resp)?;
-                            if fragment_changed && !resp.fragment {
+                            fragment_changed |= self.members.apply_all(changes)?;
+                            if fragment_changed && !partial {
                                 fragment_changed = false;
                                 reconcile_at = Some(Instant::now());
                             }
                         }
                         Ok(Some(None)) => {
-                            log!("watch stream closed by {}; re-listing and watching again", self.store.endpoint());
+                            log!("watch stream closed by {}; re-listing and watching again", self.manager.server());
                             stream = None;
                             rewatch_at = Instant::now() + backoff;
                         }
                         Err(e) => {
-                            metrics::ETCD_RECONNECTS.inc();
                             warn!("watch lost ({e}); re-listing and watching again in {backoff:?}");
                             stream = None;
                             rewatch_at = Instant::now() + backoff;
-                            self.store.failover().await;
+                            self.manager.watch_lost().await;
                         }
                         Ok(None) => break,
                     },
@@ -345,7 +383,7 @@ impl Agent {
                         }
                     }
                     _ = sleep_until(renew_at) => {
-                        match acquire::renew(&mut self.store, &mut self.own, self.timing).await {
+                        match self.manager.renew(&mut self.own).await {
                             Ok(()) => {}
                             Err(e @ AgentError::LeaseRevoked { .. }) => return Err(e),
                             Err(e) => {

@@ -2,6 +2,7 @@
 
 use std::process::ExitCode;
 
+use ferrocni_agent::backend::registry;
 use ferrocni_agent::node::install_cni;
 use ferrocni_agent::ops::log;
 use ferrocni_agent::{agent, options};
@@ -14,7 +15,11 @@ fn main() -> ExitCode {
     let opts = match options::from_process() {
         Ok(options::Invocation::Run(o)) => *o,
         Ok(options::Invocation::Help) => {
-            print!("{}", options::USAGE);
+            print!("{}", options::usage());
+            return ExitCode::SUCCESS;
+        }
+        Ok(options::Invocation::ListBackends) => {
+            print!("{}", registry::listing());
             return ExitCode::SUCCESS;
         }
         Ok(options::Invocation::Version) => {

@@ -1,15 +1,17 @@
-//! Command-line options (flannel's flag names where one exists).
+//! Command-line options (flannel's flag names where one exists). The flags a backend brings are
+//! its registration's ([`crate::backend::flag`]): listed in `--help` among the others, read
+//! the same way, and kept apart ([`Options::backend_flags`]) for the backend.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use udp_proxy::DataPathMode;
-
+use crate::backend::flag::{env_name, FlagValues};
+use crate::backend::registry;
 use crate::error::AgentError;
-use crate::etcd::{Credentials, TlsFiles};
 
-pub const USAGE: &str = "\
+/// `--help` up to the backends' flags.
+const USAGE_HEAD: &str = "\
 ferrocni-agent: leases this node's pod subnet in etcd (flannel-compatible layout) and keeps
 the VXLAN overlay current by running the vxlan reconcile on every membership change.
 
@@ -35,18 +37,10 @@ Options:
   --cni-conf-template PATH       conflist template to render with the lease
   --cni-conf-dir DIR             where the rendered conflist goes (default /etc/cni/net.d)
   --state-dir DIR                overlay config and peers file (default /run/ferrocni/agent)
-  --vxlan-bin PATH               run `PATH sync <config>` for each pass instead of the built-in
-                                 vxlan reconcile (the same code, separately installed)
-  --vxlan-lock-file PATH         the lock serialising passes with the CNI plugin's; set it to the
-                                 conflist's vxlan `lockFile` when that is set (default: the
-                                 plugin's default, /run/ferrocni/vxlan-<device>.lock)
-  --bird-binary PATH             the bgp backend's BIRD 2 (default: bird on PATH or in /usr/sbin;
-                                 birdc is not needed)
-  --bgp-dir DIR                  the bgp backend's BIRD configuration, control socket bird.ctl,
-                                 pid file and log (default /run/ferrocni/bgp)
-  --bgp-peers IP:AS[,IP:AS...]   BGP peers of this node only, on top of the network's Peers (a
-                                 rack's top-of-rack router)
-  --subnet-lease-ttl SECONDS     (default 86400)
+";
+
+/// `--help` after the backends' flags.
+const USAGE_TAIL: &str = "  --subnet-lease-ttl SECONDS     (default 86400)
   --subnet-lease-renew-margin MINUTES  renew the lease this long before it expires, in minutes
                                  as flanneld (1 to 1439, default 60); `<N>s` gives seconds
   --resync-interval SECONDS      full re-list and reconcile period (default 60)
@@ -55,13 +49,10 @@ Options:
   --healthz-port PORT            serve GET /healthz on this port (default 0: off)
   --metrics-port PORT            serve GET /metrics (Prometheus text format) on this port, on
                                  --healthz-ip (default 0: off)
-  --udp-datapath MODE            the udp backend's packet engine: fast (batched system calls
-                                 and offloads where the kernel has them; default) or
-                                 per-packet (one read and one sendto per packet, as flanneld's
-                                 proxy)
   -v, --v LEVEL                  log verbosity: 0 events and errors (default), 1 also each
                                  watch event and reconcile pass, 2 also each etcd request
   --once                         acquire, write files, reconcile once, exit
+  --list-backends                list the backends (name, what each needs, what it is) and exit
   --version                      print the version and exit
   -h, --help
 
@@ -70,11 +61,39 @@ Subcommand:
                                  image's init step)
 ";
 
+/// `--help`: every flag, the backends' among them.
+pub fn usage() -> String {
+    let mut text = USAGE_HEAD.to_string();
+    for flag in registry::flags() {
+        text.push_str(&flag.usage());
+    }
+    text + USAGE_TAIL
+}
+
 /// The agent's version line (`--version`, logs): the workspace's version, one place for all.
 pub const VERSION_LINE: &str = concat!("ferrocni-agent ferrocni v", env!("CARGO_PKG_VERSION"));
 
-/// The prefix of the environment variables read for unset flags, as flanneld's.
-const ENV_PREFIX: &str = "FLANNELD_";
+/// flanneld's `--etcd-cafile`, `--etcd-certfile` and `--etcd-keyfile`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TlsFiles {
+    pub ca: Option<PathBuf>,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+}
+
+/// flanneld's `--etcd-username` and `--etcd-password`.
+#[derive(Clone, PartialEq)]
+pub struct Credentials {
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    // Never print the password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Credentials {{ username: {:?} }}", self.username)
+    }
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Options {
@@ -90,15 +109,8 @@ pub struct Options {
     pub cni_conf_template: Option<PathBuf>,
     pub cni_conf_dir: PathBuf,
     pub state_dir: PathBuf,
-    pub vxlan_bin: Option<PathBuf>,
-    pub vxlan_lock_file: Option<PathBuf>,
-    /// The bgp backend's BIRD (a path, or a name looked up on PATH); its default when unset.
-    pub bird_binary: Option<PathBuf>,
-    /// The bgp backend's directory (BIRD's configuration, control socket, pid file, log); its
-    /// default when unset.
-    pub bgp_dir: Option<PathBuf>,
-    /// `--bgp-peers` as given (the bgp backend parses it when it starts).
-    pub bgp_peers: String,
+    /// The values of the backends' flags given (each backend gets its own when it starts).
+    pub backend_flags: FlagValues,
     pub lease_ttl: i64,
     pub renew_margin: i64,
     pub resync_interval: Duration,
@@ -106,8 +118,6 @@ pub struct Options {
     pub healthz_ip: IpAddr,
     pub healthz_port: u16,
     pub metrics_port: u16,
-    /// The udp backend's data path.
-    pub udp_datapath: DataPathMode,
     pub verbosity: u8,
     pub once: bool,
 }
@@ -127,11 +137,7 @@ impl Default for Options {
             cni_conf_template: None,
             cni_conf_dir: "/etc/cni/net.d".into(),
             state_dir: "/run/ferrocni/agent".into(),
-            vxlan_bin: None,
-            vxlan_lock_file: None,
-            bird_binary: None,
-            bgp_dir: None,
-            bgp_peers: String::new(),
+            backend_flags: FlagValues::default(),
             lease_ttl: 86_400,
             renew_margin: 3_600,
             resync_interval: Duration::from_secs(60),
@@ -139,7 +145,6 @@ impl Default for Options {
             healthz_ip: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
             healthz_port: 0,
             metrics_port: 0,
-            udp_datapath: DataPathMode::Fast,
             verbosity: 0,
             once: false,
         }
@@ -152,9 +157,11 @@ pub enum Invocation {
     Run(Box<Options>),
     Help,
     Version,
+    ListBackends,
 }
 
-/// The flags that are switches, and those that take a value.
+/// The agent's own flags that are switches, and those that take a value (the backends' take
+/// one).
 const SWITCHES: &[&str] = &["--once", "--ip-masq"];
 const VALUED: &[&str] = &[
     "--etcd-endpoints",
@@ -171,11 +178,6 @@ const VALUED: &[&str] = &[
     "--cni-conf-template",
     "--cni-conf-dir",
     "--state-dir",
-    "--vxlan-bin",
-    "--vxlan-lock-file",
-    "--bird-binary",
-    "--bgp-dir",
-    "--bgp-peers",
     "--subnet-lease-ttl",
     "--subnet-lease-renew-margin",
     "--resync-interval",
@@ -183,7 +185,6 @@ const VALUED: &[&str] = &[
     "--healthz-ip",
     "--healthz-port",
     "--metrics-port",
-    "--udp-datapath",
     "--v",
 ];
 
@@ -191,21 +192,11 @@ const VALUED: &[&str] = &[
 fn kind(flag: &str) -> Option<bool> {
     if SWITCHES.contains(&flag) {
         Some(true)
-    } else if VALUED.contains(&flag) {
+    } else if VALUED.contains(&flag) || registry::flag(flag).is_some() {
         Some(false)
     } else {
         None
     }
-}
-
-/// `--etcd-endpoints` -> `FLANNELD_ETCD_ENDPOINTS`.
-pub fn env_name(flag: &str) -> String {
-    format!(
-        "{ENV_PREFIX}{}",
-        flag.trim_start_matches('-')
-            .replace('-', "_")
-            .to_uppercase()
-    )
 }
 
 /// Parses the real command line and environment.
@@ -244,6 +235,7 @@ pub fn parse_with_env(
         match flag.as_str() {
             "-h" | "--help" => return Ok(Invocation::Help),
             "--version" => return Ok(Invocation::Version),
+            "--list-backends" => return Ok(Invocation::ListBackends),
             _ => {}
         }
         match kind(&flag) {
@@ -263,7 +255,14 @@ pub fn parse_with_env(
     }
     let mut from_env = Vec::new();
     // Every flag may come from the environment but `--once`, which no daemon wants.
-    for flag in SWITCHES.iter().chain(VALUED).filter(|f| **f != "--once") {
+    let backend_flags = registry::flags().map(|f| f.name);
+    for flag in SWITCHES
+        .iter()
+        .chain(VALUED)
+        .copied()
+        .chain(backend_flags)
+        .filter(|f| *f != "--once")
+    {
         if given.iter().any(|(f, _)| f == flag) {
             continue;
         }
@@ -380,11 +379,6 @@ fn apply(
         "--cni-conf-template" => o.cni_conf_template = path(need()?),
         "--cni-conf-dir" => o.cni_conf_dir = need()?.into(),
         "--state-dir" => o.state_dir = need()?.into(),
-        "--vxlan-bin" => o.vxlan_bin = path(need()?),
-        "--vxlan-lock-file" => o.vxlan_lock_file = path(need()?),
-        "--bird-binary" => o.bird_binary = path(need()?),
-        "--bgp-dir" => o.bgp_dir = path(need()?),
-        "--bgp-peers" => o.bgp_peers = need()?,
         "--subnet-lease-ttl" => o.lease_ttl = secs(need()?)?,
         "--subnet-lease-renew-margin" => o.renew_margin = renew_margin(&need()?, source)?,
         "--resync-interval" => o.resync_interval = Duration::from_secs(secs(need()?)? as u64),
@@ -397,18 +391,6 @@ fn apply(
         }
         "--healthz-port" => o.healthz_port = port(need()?)?,
         "--metrics-port" => o.metrics_port = port(need()?)?,
-        "--udp-datapath" => {
-            let v = need()?;
-            o.udp_datapath = match v.as_str() {
-                "fast" => DataPathMode::Fast,
-                "per-packet" => DataPathMode::PerPacket,
-                _ => {
-                    return Err(AgentError::Usage(format!(
-                        "{source} {v:?} is not a udp data path (fast or per-packet)"
-                    )))
-                }
-            };
-        }
         "--v" => {
             let v = need()?;
             o.verbosity = v.parse::<u8>().map_err(|_| {
@@ -416,9 +398,15 @@ fn apply(
             })?;
         }
         other => {
-            return Err(AgentError::Usage(format!(
-                "unknown option {other:?} (see --help)"
-            )))
+            let Some(backend_flag) = registry::flag(other) else {
+                return Err(AgentError::Usage(format!(
+                    "unknown option {other:?} (see --help)"
+                )));
+            };
+            let v = need()?;
+            (backend_flag.check)(&v)
+                .map_err(|why| AgentError::Usage(format!("{source} {v:?} {why}")))?;
+            o.backend_flags.set(backend_flag, v);
         }
     }
     Ok(())
@@ -488,7 +476,11 @@ mod tests {
         assert_eq!(o.public_ipv6, Some("fd00::5".parse().unwrap()));
         assert!(o.once);
         assert_eq!(o.lease_ttl, 30);
-        assert_eq!(o.vxlan_lock_file, Some(PathBuf::from("/run/x.lock")));
+        assert_eq!(
+            o.backend_flags
+                .get(&crate::backend::overlay::VXLAN_LOCK_FILE),
+            Some("/run/x.lock")
+        );
         assert!(p(&["--help"]).unwrap().is_none());
     }
 
@@ -584,10 +576,13 @@ mod tests {
 
     #[test]
     fn bgp_flags() {
+        use crate::backend::bgp::options::{BIRD_BINARY, DIR, PEERS};
         let o = run(&[], &[]).unwrap();
+        let flags = &o.backend_flags;
         assert_eq!(
-            (o.bird_binary, o.bgp_dir, o.bgp_peers.as_str()),
-            (None, None, "")
+            (flags.get(&BIRD_BINARY), flags.get(&DIR), flags.get(&PEERS)),
+            (Some("bird"), Some("/run/ferrocni/bgp"), None),
+            "the defaults"
         );
         let o = run(
             &[
@@ -601,10 +596,14 @@ mod tests {
             ],
         )
         .unwrap();
-        assert_eq!(o.bird_binary, Some(PathBuf::from("/opt/bird/sbin/bird")));
-        assert_eq!(o.bgp_dir, Some(PathBuf::from("/run/node7/bgp")));
+        let flags = &o.backend_flags;
+        assert_eq!(flags.get(&BIRD_BINARY), Some("/opt/bird/sbin/bird"));
+        assert_eq!(flags.get(&DIR), Some("/run/node7/bgp"));
         // The backend parses the value (and names the flag in its errors).
-        assert_eq!(o.bgp_peers, "192.0.2.1:64512,198.51.100.1:65000");
+        assert_eq!(
+            flags.get(&PEERS),
+            Some("192.0.2.1:64512,198.51.100.1:65000")
+        );
     }
 
     #[test]
@@ -612,6 +611,7 @@ mod tests {
         let inv = |args: &[&str]| parse_with_env(args.iter().map(|s| s.to_string()), |_| None);
         assert_eq!(inv(&["--version"]).unwrap(), Invocation::Version);
         assert_eq!(inv(&["-h"]).unwrap(), Invocation::Help);
+        assert_eq!(inv(&["--list-backends"]).unwrap(), Invocation::ListBackends);
         assert!(VERSION_LINE.ends_with(&format!("v{}", env!("CARGO_PKG_VERSION"))));
         assert_eq!(run(&["-v", "1"], &[]).unwrap().verbosity, 1);
         assert_eq!(run(&["-v=3"], &[]).unwrap().verbosity, 3);
@@ -623,21 +623,68 @@ mod tests {
 
     #[test]
     fn udp_datapath_flag() {
-        assert_eq!(run(&[], &[]).unwrap().udp_datapath, DataPathMode::Fast);
+        use crate::backend::udp::DATAPATH;
+        let datapath = |o: Options| o.backend_flags.get(&DATAPATH).map(str::to_string);
+        assert_eq!(datapath(run(&[], &[]).unwrap()).as_deref(), Some("fast"));
         let o = run(&["--udp-datapath=per-packet"], &[]).unwrap();
-        assert_eq!(o.udp_datapath, DataPathMode::PerPacket);
+        assert_eq!(datapath(o).as_deref(), Some("per-packet"));
         let o = run(&[], &[("FLANNELD_UDP_DATAPATH", "per-packet")]).unwrap();
-        assert_eq!(o.udp_datapath, DataPathMode::PerPacket);
+        assert_eq!(datapath(o).as_deref(), Some("per-packet"));
         let o = run(
             &["--udp-datapath", "fast"],
             &[("FLANNELD_UDP_DATAPATH", "per-packet")],
         )
         .unwrap();
-        assert_eq!(o.udp_datapath, DataPathMode::Fast);
+        assert_eq!(datapath(o).as_deref(), Some("fast"));
         let e = run(&[], &[("FLANNELD_UDP_DATAPATH", "turbo")]).unwrap_err();
         assert_eq!(
             e.to_string(),
             "usage: FLANNELD_UDP_DATAPATH \"turbo\" is not a udp data path (fast or per-packet)"
         );
+    }
+
+    /// Every flag is listed once in `--help`, the backends' with the others, lined up; and
+    /// the packaged settings file names only real flags.
+    #[test]
+    fn help_lists_every_flag_once() {
+        let text = usage();
+        let flags = SWITCHES
+            .iter()
+            .chain(VALUED)
+            .copied()
+            .chain(registry::flags().map(|f| f.name));
+        for flag in flags {
+            let shown = text
+                .lines()
+                .filter(|l| l.starts_with("  -"))
+                .filter(|l| {
+                    l.split_whitespace()
+                        .take_while(|w| w.starts_with('-'))
+                        .any(|w| w.trim_end_matches(',') == flag)
+                })
+                .count();
+            assert_eq!(shown, 1, "{flag} in:\n{text}");
+        }
+        assert!(text.contains(
+            "\n  --udp-datapath MODE            the udp backend's packet engine: fast (batched system calls\n"
+        ));
+        let packaged = include_str!("../../packaging/ferrocni-agent.default");
+        for var in packaged
+            .lines()
+            .filter_map(|l| l.trim_start_matches('#').split_once('='))
+            .map(|(name, _)| name)
+            .filter(|name| name.starts_with("FLANNELD_"))
+        {
+            let known = SWITCHES
+                .iter()
+                .chain(VALUED)
+                .copied()
+                .chain(registry::flags().map(|f| f.name))
+                .any(|f| env_name(f) == var);
+            assert!(
+                known,
+                "packaging/ferrocni-agent.default sets {var}, no flag's variable"
+            );
+        }
     }
 }

@@ -9,20 +9,22 @@ use std::sync::{Arc, Mutex, TryLockError};
 use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, DataPlane, Pass, TemplateValues};
-use crate::error::AgentError;
+use crate::error::{AgentError, Stage};
+use crate::membership::Membership;
 use crate::node::masquerade::{self, Change, MasqFamily};
 use crate::ops::metrics;
 use crate::subnet::config::NetConfig;
 use crate::subnet::key::SubnetKey;
 use crate::subnet::lease::LeaseAttrs;
-use crate::subnet::membership::Membership;
 use crate::{debug, log};
 
 /// Bound on one pass (a healthy one takes milliseconds).
 const PASS_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The data plane of the running backend, and what every pass around it needs.
+/// The running backend (its options and its data plane), and what every pass around it needs.
 pub struct Reconciler {
+    /// The options it was started with: which peer leases it can program.
+    backend: Box<dyn Backend>,
     /// Shared with the blocking thread of a pass; a pass that outlives its bound still holds
     /// it, and the next one waits for it there (never on the async thread).
     plane: Arc<Mutex<Box<dyn DataPlane>>>,
@@ -41,13 +43,24 @@ pub struct PassInput<'a> {
 }
 
 impl Reconciler {
-    pub fn new(plane: Box<dyn DataPlane>) -> Reconciler {
+    pub fn new(backend: Box<dyn Backend>, plane: Box<dyn DataPlane>) -> Reconciler {
         let template = plane.template_values();
         metrics::set_backend_source(plane.metrics_source());
         Reconciler {
+            backend,
             plane: Arc::new(Mutex::new(plane)),
             template,
         }
+    }
+
+    /// The running backend's options.
+    pub fn backend(&self) -> &dyn Backend {
+        self.backend.as_ref()
+    }
+
+    /// A failed pass, named by the backend.
+    fn failed(&self, why: String) -> AgentError {
+        AgentError::backend(self.backend.type_name(), Stage::Reconcile, why)
     }
 
     /// This node's lease value for `key`, as the data plane writes it.
@@ -55,9 +68,8 @@ impl Reconciler {
         match self.plane.try_lock() {
             Ok(plane) => Ok(plane.lease_attrs(key)),
             Err(TryLockError::Poisoned(p)) => Ok(p.into_inner().lease_attrs(key)),
-            Err(TryLockError::WouldBlock) => Err(AgentError::Reconcile(
-                "the data plane is still busy with a pass that outlived its bound".into(),
-            )),
+            Err(TryLockError::WouldBlock) => Err(self
+                .failed("the data plane is still busy with a pass that outlived its bound".into())),
         }
     }
 
@@ -73,11 +85,10 @@ impl Reconciler {
         members: &mut Membership,
     ) -> Result<Pass, AgentError> {
         let started = Instant::now();
-        let backend: &dyn Backend = input.net.backend.as_ref();
         let rules = input
             .net
             .rules(*input.own, input.public_ip, input.public_ipv6);
-        let (peers, unusable) = members.peers(&rules, backend);
+        let (peers, unusable) = members.peers(&rules, self.backend.as_ref());
         let plane = self.plane.clone();
         let own = *input.own;
         let run = tokio::task::spawn_blocking(move || {
@@ -85,14 +96,11 @@ impl Reconciler {
             plane.rules(&rules);
             plane.reconcile(&own, &peers)
         });
+        let backend = self.backend.type_name();
         let pass = match tokio::time::timeout(PASS_TIMEOUT, run).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(join)) => Err(AgentError::Reconcile(format!(
-                "reconcile thread failed: {join}"
-            ))),
-            Err(_) => Err(AgentError::Reconcile(format!(
-                "reconcile did not finish within {PASS_TIMEOUT:?}"
-            ))),
+            Ok(Ok(result)) => result.map_err(|e| AgentError::backend(backend, Stage::Reconcile, e)),
+            Ok(Err(join)) => Err(self.failed(format!("reconcile thread failed: {join}"))),
+            Err(_) => Err(self.failed(format!("reconcile did not finish within {PASS_TIMEOUT:?}"))),
         };
         let masq = reconcile_masquerade(input.masquerade).await;
         let took = started.elapsed();

@@ -9,9 +9,14 @@
 //!   running). It writes this node's lease value, says which peer leases it can program, and
 //!   reconciles its kernel (or userspace) state to the peers, one blocking pass at a time.
 //!
+//! Each backend is a folder whose `REGISTRATION` brings everything the agent needs of it: its
+//! names, its option parser, the agent flags it adds ([`flag`]) and what it needs of the node;
+//! its own errors come back boxed ([`BackendError`]) and the agent names the backend in front.
+//!
 //! To add a backend: see "Adding a backend" in docs/ARCHITECTURE.md.
 
 pub mod bgp;
+pub mod flag;
 pub mod hostgw;
 pub mod ipip;
 pub mod overlay;
@@ -24,25 +29,29 @@ pub mod wireguard;
 use std::any::Any;
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
+use std::path::Path;
 
-use ipnetwork::{Ipv4Network, Ipv6Network};
-
-use serde_json::{Map, Value};
-
-use crate::error::AgentError;
 use crate::ops::metrics;
-use crate::options::Options;
+pub use crate::subnet::config::{BackendObject, Network};
 use crate::subnet::key::SubnetKey;
 use crate::subnet::lease::LeaseAttrs;
 use crate::subnet::validate::Rules;
+use flag::{Flag, FlagValues};
 
-/// The `Backend` object of the network config, as decoded JSON.
-pub type BackendObject = Map<String, Value>;
+/// A backend's own error (its `error.rs`), boxed: the agent wraps it with the backend's name
+/// and when it failed (`vxlan reconcile failed: ...`).
+pub type BackendError = Box<dyn std::error::Error + Send + Sync>;
 
-/// One `Backend.Type`: the names it answers to and its option parser.
+/// One `Backend.Type`: everything the agent needs to know of a backend before it runs.
 pub struct Registration {
     /// flannel's `Backend.Type` values (the first is the canonical one).
     pub names: &'static [&'static str],
+    /// One line for `--list-backends`.
+    pub description: &'static str,
+    /// What the node needs for it beyond the agent.
+    pub needs: &'static [Need],
+    /// The agent flags it brings; it gets their values in [`Node::flags`].
+    pub flags: &'static [Flag],
     /// Parses and checks the options. Errors name the option (`"Backend.VNI" 0 is outside
     /// ...`); the caller adds the config key.
     pub parse: ParseFn,
@@ -51,17 +60,25 @@ pub struct Registration {
 /// A backend's option parser (see [`Registration::parse`]).
 pub type ParseFn = fn(&BackendObject, &Network) -> Result<Box<dyn Backend>, String>;
 
-/// The cluster network a backend carries: the config's `Network` and, on a dual-stack
-/// network, its `IPv6Network`.
+/// Something a backend needs of the node, beyond the agent itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Network {
-    pub v4: Ipv4Network,
-    pub v6: Option<Ipv6Network>,
+pub enum Need {
+    /// A kernel driver: a link kind `ip link add ... type <kind>` makes, or `tun` for
+    /// `/dev/net/tun`.
+    Kernel(&'static str),
+    /// A program the backend runs, and the Debian package that has it.
+    Program {
+        name: &'static str,
+        package: &'static str,
+    },
 }
 
-impl Network {
-    pub fn dual_stack(&self) -> bool {
-        self.v6.is_some()
+impl fmt::Display for Need {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Need::Kernel(kind) => write!(f, "kernel:{kind}"),
+            Need::Program { name, package } => write!(f, "program:{name}:{package}"),
+        }
     }
 }
 
@@ -83,7 +100,7 @@ pub trait Backend: BackendOptions + fmt::Debug + Send + Sync + 'static {
     fn check_peer(&self, attrs: &LeaseAttrs) -> Result<(), Refusal>;
 
     /// Starts the data plane on this node (loads keys, starts what runs beside the agent).
-    fn start(&self, node: &Node<'_>) -> Result<Box<dyn DataPlane>, AgentError>;
+    fn start(&self, node: &Node<'_>) -> Result<Box<dyn DataPlane>, BackendError>;
 }
 
 /// What every backend's options are, whatever the backend: written once, for every options
@@ -121,12 +138,29 @@ impl Clone for Box<dyn Backend> {
 
 /// What a backend is told about the node it starts on.
 pub struct Node<'a> {
-    pub opts: &'a Options,
     pub network: Network,
     /// This node's underlay address (the lease's `PublicIP`).
     pub public_ip: Ipv4Addr,
     /// Its IPv6 underlay address, on a dual-stack network.
     pub public_ipv6: Option<Ipv6Addr>,
+    /// `--iface`: the underlay interface, when given.
+    pub iface: Option<&'a str>,
+    /// `--state-dir`: where the agent keeps its files.
+    pub state_dir: &'a Path,
+    /// The values of the backend's own flags (its registration's).
+    pub flags: &'a FlagValues,
+}
+
+impl Node<'_> {
+    /// The value of one of the backend's flags, or its default.
+    pub fn flag(&self, flag: &Flag) -> Option<&str> {
+        self.flags.get(flag)
+    }
+
+    /// `--iface`, owned.
+    pub fn iface(&self) -> Option<String> {
+        self.iface.map(str::to_string)
+    }
 }
 
 /// Another node's lease, as the data plane sees it (already checked by the agent).
@@ -187,7 +221,7 @@ pub trait DataPlane: Send + 'static {
     /// One pass: the data plane made to carry pods to exactly `peers` (other nodes' leases,
     /// each accepted by [`Backend::check_peer`]). Blocking: the agent runs it on a
     /// blocking thread, one at a time.
-    fn reconcile(&mut self, own: &SubnetKey, peers: &[Peer]) -> Result<Pass, AgentError>;
+    fn reconcile(&mut self, own: &SubnetKey, peers: &[Peer]) -> Result<Pass, BackendError>;
 
     /// The rules every peer lease of this pass passed (`subnet::validate`), handed over before
     /// each `reconcile`: a backend that learns routes another way (BGP) holds them to the same

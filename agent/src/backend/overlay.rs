@@ -11,7 +11,8 @@
 //! own files (`overlay-v6.json`, `peers-v6.json`).
 //!
 //! Two backends use this seam: `vxlan` (modes `vxlan`, or `auto` with DirectRouting) and
-//! `host-gw` (mode `host-gw`: plain routes via each peer's address, no device).
+//! `host-gw` (mode `host-gw`: plain routes via each peer's address, no device). Both bring its
+//! agent flags ([`FLAGS`]: `--vxlan-bin`, `--vxlan-lock-file`).
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -22,11 +23,49 @@ use std::time::Duration;
 use ipnetwork::IpNetwork;
 use serde_json::{json, Value};
 
+use crate::backend::flag::Flag;
 use crate::backend::{Network, Node, Peer};
-use crate::error::AgentError;
-use crate::node::files::write_atomic;
-use crate::options::Options;
+use crate::ops::files::{write_atomic, WriteError};
 use crate::subnet::key::SubnetKey;
+
+/// `--vxlan-bin`: the reconcile run as `PATH sync <config>`.
+pub const VXLAN_BIN: Flag = Flag {
+    name: "--vxlan-bin",
+    value: "PATH",
+    help: &[
+        "run `PATH sync <config>` for each pass instead of the built-in",
+        "vxlan reconcile (the same code, separately installed)",
+    ],
+    default: None,
+    check: Flag::any_value,
+};
+
+/// `--vxlan-lock-file`: the lock the passes take (the CNI plugin's).
+pub const VXLAN_LOCK_FILE: Flag = Flag {
+    name: "--vxlan-lock-file",
+    value: "PATH",
+    help: &[
+        "the lock serialising passes with the CNI plugin's; set it to the",
+        "conflist's vxlan `lockFile` when that is set (default: the",
+        "plugin's default, /run/ferrocni/vxlan-<device>.lock)",
+    ],
+    default: None,
+    check: Flag::any_value,
+};
+
+/// The agent flags of the backends using this seam.
+pub const FLAGS: &[Flag] = &[VXLAN_BIN, VXLAN_LOCK_FILE];
+
+/// What a pass of the overlay reconcile fails on.
+#[derive(Debug, thiserror::Error)]
+pub enum OverlayError {
+    /// The pass itself: the vxlan crate's report, or running `vxlan sync`.
+    #[error("{0}")]
+    Pass(String),
+    /// Its config or peers file.
+    #[error(transparent)]
+    File(#[from] WriteError),
+}
 
 /// Which half of the cluster network an overlay carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,17 +140,17 @@ pub struct OverlaySettings {
 }
 
 impl OverlaySettings {
-    /// The settings the agent's options give, for the overlay over `public_ip`.
-    pub fn from_options(opts: &Options, public_ip: IpAddr) -> OverlaySettings {
+    /// The settings `node` gives (its flags), for the overlay over `public_ip`.
+    pub fn for_node(node: &Node<'_>, public_ip: IpAddr) -> OverlaySettings {
         OverlaySettings {
-            engine: match &opts.vxlan_bin {
-                Some(bin) => Engine::Exec(bin.clone()),
+            engine: match node.flag(&VXLAN_BIN) {
+                Some(bin) => Engine::Exec(bin.into()),
                 None => Engine::Library,
             },
-            state_dir: opts.state_dir.clone(),
+            state_dir: node.state_dir.to_path_buf(),
             public_ip,
-            iface: opts.iface.clone(),
-            lock_file: opts.vxlan_lock_file.clone(),
+            iface: node.iface(),
+            lock_file: node.flag(&VXLAN_LOCK_FILE).map(PathBuf::from),
         }
     }
 }
@@ -235,7 +274,7 @@ impl Overlay {
         net: &Network,
         own_subnet: IpNetwork,
         peers: &[PeerEntry],
-    ) -> Result<String, AgentError> {
+    ) -> Result<String, OverlayError> {
         let config = self.config_json(net, own_subnet);
         let text = serde_json::to_string_pretty(&config).unwrap_or_default() + "\n";
         write_atomic(&self.config_path, text.as_bytes())?;
@@ -270,7 +309,7 @@ impl Overlays {
     pub fn new(node: &Node<'_>, params: OverlayParams, params_v6: OverlayParams) -> Overlays {
         let mut families = vec![(
             Overlay::new(
-                OverlaySettings::from_options(node.opts, node.public_ip.into()),
+                OverlaySettings::for_node(node, node.public_ip.into()),
                 params,
                 IpFamily::V4,
             ),
@@ -279,7 +318,7 @@ impl Overlays {
         if let Some(ip6) = node.public_ipv6 {
             families.push((
                 Overlay::new(
-                    OverlaySettings::from_options(node.opts, ip6.into()),
+                    OverlaySettings::for_node(node, ip6.into()),
                     params_v6,
                     IpFamily::V6,
                 ),
@@ -301,7 +340,7 @@ impl Overlays {
         peers: &[Peer],
         entry: impl Fn(IpFamily, &Peer) -> Option<(IpAddr, Option<String>)>,
         log: &mut Vec<String>,
-    ) -> Result<Vec<(IpFamily, DeviceInfo)>, AgentError> {
+    ) -> Result<Vec<(IpFamily, DeviceInfo)>, OverlayError> {
         let mut done = Vec::new();
         let mut failure = None;
         for (overlay, last) in &mut self.families {
@@ -375,18 +414,18 @@ impl Overlays {
 }
 
 /// One pass through the library, on the calling (blocking) thread.
-fn run_library(config: Value) -> Result<String, AgentError> {
+fn run_library(config: Value) -> Result<String, OverlayError> {
     let Value::Object(map) = config else {
-        return Err(AgentError::Reconcile(
+        return Err(OverlayError::Pass(
             "overlay config is not a JSON object".into(),
         ));
     };
     let cfg =
-        overlay::OverlayConfig::from_map(&map).map_err(|e| AgentError::Reconcile(e.to_string()))?;
-    let peers = overlay::PeerSet::load(&cfg).map_err(|e| AgentError::Reconcile(e.to_string()))?;
+        overlay::OverlayConfig::from_map(&map).map_err(|e| OverlayError::Pass(e.to_string()))?;
+    let peers = overlay::PeerSet::load(&cfg).map_err(|e| OverlayError::Pass(e.to_string()))?;
     let report = overlay::reconcile(&cfg, &peers);
     if !report.is_ok() {
-        return Err(AgentError::Reconcile(report.to_string()));
+        return Err(OverlayError::Pass(report.to_string()));
     }
     let mut text = report.to_string();
     for p in &report.problems {
@@ -397,7 +436,7 @@ fn run_library(config: Value) -> Result<String, AgentError> {
 }
 
 /// `<bin> sync <config>`, killed when it outlives [`SYNC_TIMEOUT`].
-fn run_sync(bin: &Path, config: &Path) -> Result<String, AgentError> {
+fn run_sync(bin: &Path, config: &Path) -> Result<String, OverlayError> {
     let mut cmd = Command::new(bin);
     cmd.arg("sync")
         .arg(config)
@@ -417,7 +456,7 @@ fn run_sync(bin: &Path, config: &Path) -> Result<String, AgentError> {
     }
     let child = cmd
         .spawn()
-        .map_err(|e| AgentError::Reconcile(format!("running {} sync: {e}", bin.display())))?;
+        .map_err(|e| OverlayError::Pass(format!("running {} sync: {e}", bin.display())))?;
     let pid = child.id();
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -426,7 +465,7 @@ fn run_sync(bin: &Path, config: &Path) -> Result<String, AgentError> {
     let out = match rx.recv_timeout(SYNC_TIMEOUT) {
         Ok(Ok(out)) => out,
         Ok(Err(e)) => {
-            return Err(AgentError::Reconcile(format!(
+            return Err(OverlayError::Pass(format!(
                 "running {} sync: {e}",
                 bin.display()
             )))
@@ -437,7 +476,7 @@ fn run_sync(bin: &Path, config: &Path) -> Result<String, AgentError> {
                 // SAFETY: kill(2) on our own child's pid, which is not reaped before it exits.
                 unsafe { libc::kill(pid, libc::SIGKILL) };
             }
-            return Err(AgentError::Reconcile(format!(
+            return Err(OverlayError::Pass(format!(
                 "{} sync did not finish within {SYNC_TIMEOUT:?}",
                 bin.display()
             )));
@@ -446,7 +485,7 @@ fn run_sync(bin: &Path, config: &Path) -> Result<String, AgentError> {
     let stdout = String::from_utf8_lossy(&out.stdout).trim().to_string();
     let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
     if !out.status.success() {
-        return Err(AgentError::Reconcile(format!(
+        return Err(OverlayError::Pass(format!(
             "{} sync {} exited with {}: {} {}",
             bin.display(),
             config.display(),
@@ -470,7 +509,8 @@ mod tests {
 
     /// The overlay settings the vxlan backend gives a family's device.
     fn params(n: &NetConfig, ipv6_underlay: bool) -> OverlayParams {
-        let v = n.backend.as_any().downcast_ref::<Vxlan>().unwrap();
+        let (_, b) = crate::backend::registry::backend_of("k", n).unwrap();
+        let v = b.as_any().downcast_ref::<Vxlan>().unwrap();
         v.overlay_params(ipv6_underlay)
     }
 
@@ -567,7 +607,8 @@ mod sync_tests {
 
     /// The overlay settings the vxlan backend gives a family's device.
     fn params(n: &NetConfig, ipv6_underlay: bool) -> OverlayParams {
-        let v = n.backend.as_any().downcast_ref::<Vxlan>().unwrap();
+        let (_, b) = crate::backend::registry::backend_of("k", n).unwrap();
+        let v = b.as_any().downcast_ref::<Vxlan>().unwrap();
         v.overlay_params(ipv6_underlay)
     }
     use std::os::unix::fs::PermissionsExt;

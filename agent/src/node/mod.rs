@@ -3,7 +3,6 @@
 //! rules, and how the node's own addresses are found.
 
 pub mod addr;
-pub mod files;
 pub mod install_cni;
 pub mod masquerade;
 pub mod outputs;

@@ -2,7 +2,7 @@
 //! `GET /metrics`) endpoints: a minimal HTTP/1.1 server, one request per connection, enough for
 //! kubelet probes and Prometheus scrapes without pulling a web framework into the agent.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -10,7 +10,6 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::error::AgentError;
 use crate::ops::metrics;
-use crate::options::Options;
 use crate::{debug, log};
 
 /// Bound on reading one request and writing its answer (a stalled client must not pile up).
@@ -24,9 +23,17 @@ pub struct Routes {
     pub metrics: bool,
 }
 
+/// Where the endpoints listen: `--healthz-ip`, `--healthz-port` and `--metrics-port` (0: off).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listen {
+    pub ip: IpAddr,
+    pub healthz_port: u16,
+    pub metrics_port: u16,
+}
+
 /// Binds the configured listeners (a port in use fails the start, naming the address) and
 /// serves them in the background for the life of the process.
-pub async fn start(opts: &Options) -> Result<(), AgentError> {
+pub async fn start(opts: &Listen) -> Result<(), AgentError> {
     let mut listeners: Vec<(u16, Routes)> = Vec::new();
     if opts.healthz_port != 0 {
         listeners.push((
@@ -48,7 +55,7 @@ pub async fn start(opts: &Options) -> Result<(), AgentError> {
         ));
     }
     for (port, routes) in listeners {
-        let addr = SocketAddr::new(opts.healthz_ip, port);
+        let addr = SocketAddr::new(opts.ip, port);
         let listener = TcpListener::bind(addr).await.map_err(|e| {
             AgentError::io("listening on", format!("{addr} (--healthz-ip/port)"), e)
         })?;

@@ -1,6 +1,7 @@
-//! Operations: the log lines, the Prometheus metrics and the HTTP endpoints serving them, and
-//! the checks of key files' modes.
+//! Operations: the log lines, the Prometheus metrics and the HTTP endpoints serving them, the
+//! checks of key files' modes, and atomic file replacement.
 
+pub mod files;
 pub mod http;
 pub mod log;
 pub mod metrics;

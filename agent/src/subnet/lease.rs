@@ -1,6 +1,6 @@
 //! Lease values, in flannel's `lease.LeaseAttrs` JSON shape so flanneld nodes and ours read each
-//! other's leases. `BackendType` and `BackendData` belong to the backends (`crate::backend`);
-//! here they stay raw JSON. A vxlan lease:
+//! other's leases. `BackendType` and `BackendData` belong to the backends; here they stay raw
+//! JSON. A vxlan lease:
 //! `{"PublicIP":"192.168.64.3","PublicIPv6":null,"BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"c6:d2:32:6f:8f:44"}}`
 
 use serde::{Deserialize, Serialize};
@@ -19,8 +19,9 @@ pub enum Unreadable {
     TooLarge { bytes: usize },
     /// Not flannel's lease JSON (the decoder's message).
     NotLeaseJson(String),
-    /// Larger than a whole etcd response the agent decodes: listed without its value.
-    BeyondResponseLimit,
+    /// Listed without its value (larger than a whole response of the store): the store's
+    /// words, after "its value is".
+    NotListed(String),
 }
 
 impl fmt::Display for Unreadable {
@@ -31,11 +32,7 @@ impl fmt::Display for Unreadable {
                 "its value is {bytes} bytes, over the {MAX_VALUE_BYTES} bytes a lease may have (not read)"
             ),
             Unreadable::NotLeaseJson(e) => write!(f, "its value is not flannel lease JSON ({e})"),
-            Unreadable::BeyondResponseLimit => write!(
-                f,
-                "its value is larger than the {} bytes of an etcd response the agent reads (not read)",
-                crate::etcd::MAX_RESPONSE_BYTES
-            ),
+            Unreadable::NotListed(why) => write!(f, "its value is {why}"),
         }
     }
 }

@@ -101,7 +101,7 @@ pub enum Reason {
 impl Reason {
     pub fn class(&self) -> Class {
         match self {
-            Reason::Unreadable(Unreadable::TooLarge { .. } | Unreadable::BeyondResponseLimit) => {
+            Reason::Unreadable(Unreadable::TooLarge { .. } | Unreadable::NotListed(_)) => {
                 Class::TooLarge
             }
             Reason::Unreadable(Unreadable::NotLeaseJson(_)) => Class::Unreadable,

@@ -12,6 +12,9 @@ pub enum BgpError {
     /// A value the agent passed that the backend cannot use (a subnet outside the network).
     #[error("{0}")]
     BadInput(String),
+    /// This node's interfaces: the underlay, or the public address missing from them.
+    #[error("{0}")]
+    Underlay(String),
     #[error("BIRD binary {name:?} not found on PATH (install bird2, or give --bird-binary)")]
     BirdMissing { name: String },
     #[error("{what} {path}: {source}")]

@@ -11,6 +11,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::error::BgpError;
+use crate::backend::flag::Flag;
 
 /// Calico's default AS number (a private 16-bit AS).
 pub const DEFAULT_AS_NUMBER: u32 = 64512;
@@ -22,6 +23,46 @@ pub const MAX_GRACEFUL_RESTART_TIME: u16 = 4095;
 pub const MAX_PASSWORD_LEN: usize = 80;
 pub const DEFAULT_BIRD_BINARY: &str = "bird";
 pub const DEFAULT_DIR: &str = "/run/ferrocni/bgp";
+
+/// `--bird-binary`: [`NodeSettings::bird_binary`].
+pub const BIRD_BINARY: Flag = Flag {
+    name: "--bird-binary",
+    value: "PATH",
+    help: &[
+        "the bgp backend's BIRD 2 (default: bird on PATH or in /usr/sbin;",
+        "birdc is not needed)",
+    ],
+    default: Some(DEFAULT_BIRD_BINARY),
+    check: Flag::any_value,
+};
+
+/// `--bgp-dir`: [`NodeSettings::dir`].
+pub const DIR: Flag = Flag {
+    name: "--bgp-dir",
+    value: "DIR",
+    help: &[
+        "the bgp backend's BIRD configuration, control socket bird.ctl,",
+        "pid file and log (default /run/ferrocni/bgp)",
+    ],
+    default: Some(DEFAULT_DIR),
+    check: Flag::any_value,
+};
+
+/// `--bgp-peers`: [`NodeSettings::peers`], read by [`parse_peers_flag`] when the backend
+/// starts (a bad value stops a bgp node only).
+pub const PEERS: Flag = Flag {
+    name: "--bgp-peers",
+    value: "IP:AS[,IP:AS...]",
+    help: &[
+        "BGP peers of this node only, on top of the network's Peers (a",
+        "rack's top-of-rack router)",
+    ],
+    default: None,
+    check: Flag::any_value,
+};
+
+/// The bgp backend's agent flags.
+pub const FLAGS: &[Flag] = &[BIRD_BINARY, DIR, PEERS];
 
 /// The keys of the `Backend` object (`Type` is the backend's name).
 const OPTIONS: &[&str] = &[

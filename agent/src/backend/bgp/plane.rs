@@ -4,16 +4,18 @@
 //! routes in the kernel) between passes.
 
 use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::driver::{Bgp, NodeInfo};
-use super::options::{parse_peers_flag, BgpOptions, NodeSettings};
+use super::error::BgpError;
+use super::options::{self, parse_peers_flag, BgpOptions, NodeSettings};
 use super::{BACKEND_TYPE, MTU_OVERHEAD};
 use crate::backend::underlay::Underlay;
 use crate::backend::{
-    Backend, BackendObject, DataPlane, Network, Node, Pass, Peer, Refusal, Registration,
+    Backend, BackendError, BackendObject, DataPlane, Need, Network, Node, Pass, Peer, Refusal,
+    Registration,
 };
-use crate::error::AgentError;
 use crate::ops::metrics::{Samples, Source};
 use crate::subnet::key::SubnetKey;
 use crate::subnet::lease::LeaseAttrs;
@@ -21,6 +23,12 @@ use crate::{log, warn};
 
 pub const REGISTRATION: Registration = Registration {
     names: &[BACKEND_TYPE],
+    description: "routes announced by BGP (BIRD 2 as a child process), no encapsulation",
+    needs: &[Need::Program {
+        name: "bird",
+        package: "bird2",
+    }],
+    flags: options::FLAGS,
     parse: parse_backend,
 };
 
@@ -76,16 +84,14 @@ impl Backend for BgpOptions {
 
     /// Checks the node's flags and BIRD (found, directory usable); BIRD starts at the first
     /// pass, with the peers known by then.
-    fn start(&self, node: &Node<'_>) -> Result<Box<dyn DataPlane>, AgentError> {
+    fn start(&self, node: &Node<'_>) -> Result<Box<dyn DataPlane>, BackendError> {
         let defaults = NodeSettings::default();
         let settings = NodeSettings {
             bird_binary: node
-                .opts
-                .bird_binary
-                .clone()
-                .unwrap_or(defaults.bird_binary),
-            dir: node.opts.bgp_dir.clone().unwrap_or(defaults.dir),
-            peers: parse_peers_flag(&node.opts.bgp_peers)?,
+                .flag(&options::BIRD_BINARY)
+                .map_or(defaults.bird_binary, PathBuf::from),
+            dir: node.flag(&options::DIR).map_or(defaults.dir, PathBuf::from),
+            peers: parse_peers_flag(node.flag(&options::PEERS).unwrap_or_default())?,
         };
         let learns = self.node_to_node_mesh || !self.peers.is_empty() || !settings.peers.is_empty();
         if !learns {
@@ -106,7 +112,7 @@ impl Backend for BgpOptions {
             bgp,
             learns,
             public_ip: node.public_ip,
-            iface: node.opts.iface.clone(),
+            iface: node.iface(),
         }))
     }
 }
@@ -148,14 +154,15 @@ impl DataPlane for BgpPlane {
         lease_attrs(self.public_ip)
     }
 
-    fn reconcile(&mut self, own: &SubnetKey, peers: &[Peer]) -> Result<Pass, AgentError> {
+    fn reconcile(&mut self, own: &SubnetKey, peers: &[Peer]) -> Result<Pass, BackendError> {
         let underlay =
-            Underlay::find(self.iface.as_deref(), self.public_ip).map_err(AgentError::Reconcile)?;
+            Underlay::find(self.iface.as_deref(), self.public_ip).map_err(BgpError::Underlay)?;
         if !underlay.has_public_ip && !is_local(self.public_ip)? {
-            return Err(AgentError::Reconcile(format!(
+            return Err(BgpError::Underlay(format!(
                 "the bgp backend needs this node's public address {} on one of its interfaces: it is the BGP sessions' source address and the next hop of this node's subnet (a node behind NAT cannot peer)",
                 self.public_ip
-            )));
+            ))
+            .into());
         }
         let members = mesh_members(own, self.public_ip, peers);
         let report = self.bgp.apply(own.v4, &members)?;
@@ -185,18 +192,16 @@ impl DataPlane for BgpPlane {
 }
 
 /// Whether `ip` is an address of an interface of this node.
-fn is_local(ip: Ipv4Addr) -> Result<bool, AgentError> {
-    let mut sock = netkit::Socket::new().map_err(|e| AgentError::Reconcile(e.to_string()))?;
-    let addrs = sock
-        .addresses(None, netkit::Family::V4)
-        .map_err(|e| AgentError::Reconcile(e.to_string()))?;
+fn is_local(ip: Ipv4Addr) -> Result<bool, BgpError> {
+    let mut sock = netkit::Socket::new()?;
+    let addrs = sock.addresses(None, netkit::Family::V4)?;
     Ok(addrs.iter().any(|a| a.ip() == IpAddr::V4(ip)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::subnet::config::NetConfig;
+    use crate::backend::registry::parse_config;
 
     fn peer(key: &str, json: &str) -> Peer {
         Peer {
@@ -207,36 +212,36 @@ mod tests {
 
     #[test]
     fn config_and_lease() {
-        let n = NetConfig::parse(
+        let (_, n) = parse_config(
             "/k",
-            br#"{"Network":"10.244.0.0/16","Backend":{"Type":"bgp","ASNumber":65001,"NodeToNodeMesh":false,"Peers":[{"PeerIP":"192.0.2.1","Password":"x"}]}}"#,
+            r#"{"Network":"10.244.0.0/16","Backend":{"Type":"bgp","ASNumber":65001,"NodeToNodeMesh":false,"Peers":[{"PeerIP":"192.0.2.1","Password":"x"}]}}"#,
         )
         .unwrap();
-        assert_eq!(n.backend.type_name(), "bgp");
-        assert_eq!(n.backend.mtu_overhead(), 0);
+        assert_eq!(n.type_name(), "bgp");
+        assert_eq!(n.mtu_overhead(), 0);
         assert_eq!(
-            n.backend.describe(),
+            n.describe(),
             "bgp AS 65001, no node mesh, 1 configured peer, graceful restart 120 s"
         );
-        let opts = n.backend.as_any().downcast_ref::<BgpOptions>().unwrap();
+        let opts = n.as_any().downcast_ref::<BgpOptions>().unwrap();
         assert_eq!(opts.peers[0].as_number, 65001);
         assert_eq!(
             lease_attrs("192.168.1.5".parse().unwrap()).to_json(),
             r#"{"PublicIP":"192.168.1.5","PublicIPv6":null,"BackendType":"bgp"}"#
         );
         // The same options compare equal (a resync notices no change), others do not.
-        let again = NetConfig::parse(
+        let (_, again) = parse_config(
             "/k",
-            br#"{"network":"10.244.0.0/16","backend":{"type":"bgp","asnumber":65001,"nodetonodemesh":false,"peers":[{"peerip":"192.0.2.1","password":"x"}]}}"#,
+            r#"{"network":"10.244.0.0/16","backend":{"type":"bgp","asnumber":65001,"nodetonodemesh":false,"peers":[{"peerip":"192.0.2.1","password":"x"}]}}"#,
         )
         .unwrap();
-        assert!(n.backend.same_options(again.backend.as_ref()));
-        let other = NetConfig::parse(
+        assert!(n.same_options(again.as_ref()));
+        let (_, other) = parse_config(
             "/k",
-            br#"{"Network":"10.244.0.0/16","Backend":{"Type":"bgp"}}"#,
+            r#"{"Network":"10.244.0.0/16","Backend":{"Type":"bgp"}}"#,
         )
         .unwrap();
-        assert!(!n.backend.same_options(other.backend.as_ref()));
+        assert!(!n.same_options(other.as_ref()));
     }
 
     #[test]
@@ -259,21 +264,19 @@ mod tests {
                 "IPv4 pod subnets only",
             ),
         ] {
-            let e = NetConfig::parse("/k", json.as_bytes())
-                .unwrap_err()
-                .to_string();
+            let e = parse_config("/k", json).unwrap_err().to_string();
             assert!(e.contains(needle), "{json}: {e}");
         }
     }
 
     #[test]
     fn peers_are_bgp_leases_with_a_usable_address() {
-        let n = NetConfig::parse(
+        let (_, n) = parse_config(
             "/k",
-            br#"{"Network":"10.244.0.0/16","Backend":{"Type":"bgp"}}"#,
+            r#"{"Network":"10.244.0.0/16","Backend":{"Type":"bgp"}}"#,
         )
         .unwrap();
-        let b = n.backend.as_ref();
+        let b = n.as_ref();
         let attrs = |json: &str| LeaseAttrs::parse(json.as_bytes()).unwrap();
         assert_eq!(
             b.check_peer(&attrs(r#"{"PublicIP":"192.168.1.6","BackendType":"bgp"}"#)),

@@ -17,6 +17,7 @@
 //! subnet), and again whenever its thread stopped (the device deleted), the device is gone, or
 //! the lease, the underlay's MTU or its address changed.
 
+mod error;
 mod metrics;
 mod plane;
 
@@ -24,18 +25,50 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 
 use ipnetwork::Ipv4Network;
 use serde::Deserialize;
+use udp_proxy::DataPathMode;
 
+use crate::backend::flag::Flag;
 use crate::backend::{
-    Backend, BackendObject, DataPlane, Network, Node, Peer, Refusal, Registration,
+    Backend, BackendError, BackendObject, DataPlane, Need, Network, Node, Peer, Refusal,
+    Registration,
 };
-use crate::error::AgentError;
 use crate::subnet::key::SubnetKey;
 use crate::subnet::lease::LeaseAttrs;
+pub use error::UdpError;
 
 pub const REGISTRATION: Registration = Registration {
     names: &["udp"],
+    description: "flanneld's udp mode: flannel0 and a userspace packet engine, IPv4 only",
+    needs: &[Need::Kernel("tun")],
+    flags: &[DATAPATH],
     parse,
 };
+
+/// `--udp-datapath`: the packet engine's data path.
+pub const DATAPATH: Flag = Flag {
+    name: "--udp-datapath",
+    value: "MODE",
+    help: &[
+        "the udp backend's packet engine: fast (batched system calls",
+        "and offloads where the kernel has them; default) or",
+        "per-packet (one read and one sendto per packet, as flanneld's",
+        "proxy)",
+    ],
+    default: Some("fast"),
+    check: |v| match datapath(v) {
+        Some(_) => Ok(()),
+        None => Err("is not a udp data path (fast or per-packet)".into()),
+    },
+};
+
+/// The data path `--udp-datapath` names.
+fn datapath(v: &str) -> Option<DataPathMode> {
+    match v {
+        "fast" => Some(DataPathMode::Fast),
+        "per-packet" => Some(DataPathMode::PerPacket),
+        _ => None,
+    }
+}
 
 /// The TUN device, as flanneld names its first one.
 pub const DEVICE: &str = "flannel0";
@@ -102,7 +135,7 @@ impl Backend for Udp {
         }
     }
 
-    fn start(&self, node: &Node<'_>) -> Result<Box<dyn DataPlane>, AgentError> {
+    fn start(&self, node: &Node<'_>) -> Result<Box<dyn DataPlane>, BackendError> {
         Ok(Box::new(plane::UdpPlane::new(self, node)))
     }
 }
@@ -137,36 +170,41 @@ pub fn peer_routes(own: &SubnetKey, peers: &[Peer], port: u16) -> Vec<(Ipv4Netwo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::subnet::config::NetConfig;
+    use crate::backend::registry::parse_config;
 
-    fn config(backend: &str) -> Result<NetConfig, String> {
-        NetConfig::parse(
+    fn config(backend: &str) -> Result<Box<dyn Backend>, String> {
+        parse_config(
             "/coreos.com/network/config",
-            format!(r#"{{"Network":"10.244.0.0/16","Backend":{backend}}}"#).as_bytes(),
+            &format!(r#"{{"Network":"10.244.0.0/16","Backend":{backend}}}"#),
         )
+        .map(|(_, b)| b)
         .map_err(|e| e.to_string())
     }
 
-    fn port_of(n: &NetConfig) -> u16 {
-        n.backend.as_any().downcast_ref::<Udp>().unwrap().port
+    fn port_of(b: &dyn Backend) -> u16 {
+        b.as_any().downcast_ref::<Udp>().unwrap().port
     }
 
     #[test]
     fn options_are_read_as_flanneld_reads_them() {
-        assert_eq!(port_of(&config(r#"{"Type":"udp"}"#).unwrap()), 8285);
+        assert_eq!(port_of(config(r#"{"Type":"udp"}"#).unwrap().as_ref()), 8285);
         assert_eq!(
-            port_of(&config(r#"{"Type":"udp","port":9000,"Other":1}"#).unwrap()),
+            port_of(
+                config(r#"{"Type":"udp","port":9000,"Other":1}"#)
+                    .unwrap()
+                    .as_ref()
+            ),
             9000
         );
         assert_eq!(
-            port_of(&config(r#"{"Type":"udp","Port":null}"#).unwrap()),
+            port_of(config(r#"{"Type":"udp","Port":null}"#).unwrap().as_ref()),
             8285
         );
         // flannel's default backend, with no Backend at all.
-        let n = NetConfig::parse("/k", br#"{"Network":"10.244.0.0/16"}"#).unwrap();
-        assert_eq!(n.backend.type_name(), "udp");
-        assert_eq!(port_of(&n), 8285);
-        assert_eq!(n.backend.mtu_overhead(), 28);
+        let (_, b) = parse_config("/k", r#"{"Network":"10.244.0.0/16"}"#).unwrap();
+        assert_eq!(b.type_name(), "udp");
+        assert_eq!(port_of(b.as_ref()), 8285);
+        assert_eq!(b.mtu_overhead(), 28);
         for (backend, needle) in [
             (
                 r#"{"Type":"udp","Port":0}"#,
@@ -186,18 +224,15 @@ mod tests {
             let err = config(backend).unwrap_err();
             assert!(err.contains(needle), "{backend}: {err}");
         }
-        let err = NetConfig::parse(
+        let err = parse_config(
             "/k",
-            br#"{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00::/56","Backend":{"Type":"udp"}}"#,
+            r#"{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00::/56","Backend":{"Type":"udp"}}"#,
         )
         .unwrap_err()
         .to_string();
         assert!(err.contains("IPv4 only"), "{err}");
         assert_eq!(
-            config(r#"{"Type":"udp","Port":9000}"#)
-                .unwrap()
-                .backend
-                .describe(),
+            config(r#"{"Type":"udp","Port":9000}"#).unwrap().describe(),
             "udp port 9000 (flannel0 and a userspace packet engine)"
         );
     }

@@ -8,10 +8,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use ipnetwork::Ipv4Network;
 use udp_proxy::{DataPathMode, Engine, EngineConfig, RouteTable};
 
-use super::{lease_attrs, metrics, peer_routes, Udp, DEVICE, OVERHEAD};
+use super::{lease_attrs, metrics, peer_routes, Udp, UdpError, DATAPATH, DEVICE, OVERHEAD};
 use crate::backend::underlay::Underlay;
-use crate::backend::{DataPlane, Node, Pass, Peer};
-use crate::error::AgentError;
+use crate::backend::{BackendError, DataPlane, Node, Pass, Peer};
 use crate::ops::metrics::Source;
 use crate::subnet::key::SubnetKey;
 use crate::subnet::lease::LeaseAttrs;
@@ -59,9 +58,12 @@ impl UdpPlane {
     pub fn new(opts: &Udp, node: &Node<'_>) -> UdpPlane {
         UdpPlane {
             port: opts.port,
-            datapath: node.opts.udp_datapath,
+            datapath: node
+                .flag(&DATAPATH)
+                .and_then(super::datapath)
+                .unwrap_or(DataPathMode::Fast),
             network: node.network.v4,
-            iface: node.opts.iface.clone(),
+            iface: node.iface(),
             public_ip: node.public_ip,
             running: Arc::default(),
             settings: None,
@@ -116,10 +118,10 @@ impl UdpPlane {
         &mut self,
         sock: &mut netkit::Socket,
         wanted: Settings,
-    ) -> Result<(), AgentError> {
+    ) -> Result<(), UdpError> {
         let device_present = sock
             .find_link(DEVICE)
-            .map_err(|e| AgentError::Reconcile(e.to_string()))?
+            .map_err(|e| UdpError::Kernel(e.to_string()))?
             .is_some();
         let running = self.running.clone();
         let mut running = running.lock().unwrap_or_else(|p| p.into_inner());
@@ -136,7 +138,7 @@ impl UdpPlane {
         self.settings = None;
         self.routes.clear();
         let engine = Engine::start(self.engine_config(wanted))
-            .map_err(|e| AgentError::Reconcile(format!("the udp backend's packet engine: {e}")))?;
+            .map_err(|e| UdpError::Engine(e.to_string()))?;
         running.engine = Some(engine);
         self.settings = Some(wanted);
         Ok(())
@@ -175,17 +177,17 @@ impl DataPlane for UdpPlane {
         lease_attrs(self.public_ip)
     }
 
-    fn reconcile(&mut self, own: &SubnetKey, peers: &[Peer]) -> Result<Pass, AgentError> {
+    fn reconcile(&mut self, own: &SubnetKey, peers: &[Peer]) -> Result<Pass, BackendError> {
         let underlay =
-            Underlay::find(self.iface.as_deref(), self.public_ip).map_err(AgentError::Reconcile)?;
+            Underlay::find(self.iface.as_deref(), self.public_ip).map_err(UdpError::Kernel)?;
         let wanted = Settings {
-            mtu: underlay.mtu_less(OVERHEAD).map_err(AgentError::Reconcile)?,
-            bind_ip: bind_address(&underlay, self.public_ip).map_err(AgentError::Reconcile)?,
+            mtu: underlay.mtu_less(OVERHEAD).map_err(UdpError::Kernel)?,
+            bind_ip: bind_address(&underlay, self.public_ip).map_err(UdpError::Kernel)?,
             lease: own.v4,
         };
-        let mut sock = netkit::Socket::new().map_err(|e| AgentError::Reconcile(e.to_string()))?;
+        let mut sock = netkit::Socket::new().map_err(|e| UdpError::Kernel(e.to_string()))?;
         self.ensure_engine(&mut sock, wanted)?;
-        configure_device(&mut sock, &self.engine_config(wanted)).map_err(AgentError::Reconcile)?;
+        configure_device(&mut sock, &self.engine_config(wanted)).map_err(UdpError::Kernel)?;
         let routes = peer_routes(own, peers, self.port);
         let (mut added, mut removed) = (0, 0);
         if routes != self.routes {

@@ -9,10 +9,9 @@ use netkit::packet_route::route::RouteScope;
 use netkit::Route;
 
 use super::key::{self, KeyPair};
-use super::{lease_attrs, plan, DevicePlan, Mode, WireguardOptions, OVERHEAD};
+use super::{lease_attrs, plan, DevicePlan, Mode, WireguardError, WireguardOptions, OVERHEAD};
 use crate::backend::underlay::{ensure_addresses, Underlay};
-use crate::backend::{DataPlane, Network, Node, Pass, Peer};
-use crate::error::AgentError;
+use crate::backend::{BackendError, DataPlane, Network, Node, Pass, Peer};
 use crate::log;
 use crate::subnet::key::SubnetKey;
 use crate::subnet::lease::LeaseAttrs;
@@ -34,7 +33,7 @@ impl WireguardPlane {
     pub fn start(
         opts: WireguardOptions,
         node: &Node<'_>,
-    ) -> Result<Box<dyn DataPlane>, AgentError> {
+    ) -> Result<Box<dyn DataPlane>, BackendError> {
         let path = key::key_file_path();
         let (keys, created) = key::load_or_create(&path)?;
         log!(
@@ -53,7 +52,7 @@ impl WireguardPlane {
             opts,
             keys,
             network: node.network,
-            iface: node.opts.iface.clone(),
+            iface: node.iface(),
             public_ip: node.public_ip,
             public_ipv6: node.public_ipv6,
             last_report: None,
@@ -66,13 +65,13 @@ impl DataPlane for WireguardPlane {
         lease_attrs(&self.opts, &self.keys, self.public_ip, self.public_ipv6)
     }
 
-    fn reconcile(&mut self, own: &SubnetKey, peers: &[Peer]) -> Result<Pass, AgentError> {
+    fn reconcile(&mut self, own: &SubnetKey, peers: &[Peer]) -> Result<Pass, BackendError> {
         let plans = plan(&self.network, &self.opts, own, self.public_ipv6, peers);
         let programmed = plans.iter().map(|d| d.peers.len()).sum();
-        let underlay =
-            Underlay::find(self.iface.as_deref(), self.public_ip).map_err(AgentError::Reconcile)?;
+        let underlay = Underlay::find(self.iface.as_deref(), self.public_ip)
+            .map_err(WireguardError::Kernel)?;
         let (mtu, report) = apply_wireguard(&plans, &self.keys.private, &underlay)
-            .map_err(AgentError::Reconcile)?;
+            .map_err(WireguardError::Kernel)?;
         let mut log = Vec::new();
         if self.last_report.as_deref() != Some(&report) {
             log.push(report.clone());

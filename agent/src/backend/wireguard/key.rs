@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 
-use crate::error::AgentError;
+use super::error::WireguardError;
 
 /// flanneld's default key file.
 pub const DEFAULT_KEY_FILE: &str = "/run/flannel/wgkey";
@@ -85,11 +85,11 @@ pub fn generate_private() -> Result<Key, std::io::Error> {
 
 /// Reads the key file at `path`, or creates it with a new key when it does not exist.
 /// Returns the pair and whether the file was created.
-pub fn load_or_create(path: &Path) -> Result<(KeyPair, bool), AgentError> {
+pub fn load_or_create(path: &Path) -> Result<(KeyPair, bool), WireguardError> {
     match fs::read_to_string(path) {
         Ok(text) => {
             crate::ops::secrets::warn_if_exposed("WireGuard key file", path);
-            let private = decode(&text).map_err(|msg| AgentError::KeyFile {
+            let private = decode(&text).map_err(|msg| WireguardError::KeyFile {
                 path: path.to_path_buf(),
                 msg: format!("does not hold a WireGuard private key ({msg})"),
             })?;
@@ -102,8 +102,8 @@ pub fn load_or_create(path: &Path) -> Result<(KeyPair, bool), AgentError> {
             ))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let private =
-                generate_private().map_err(|e| AgentError::io("generating a key for", path, e))?;
+            let private = generate_private()
+                .map_err(|e| WireguardError::io("generating a key for", path, e))?;
             write_key(path, &private)?;
             Ok((
                 KeyPair {
@@ -113,18 +113,18 @@ pub fn load_or_create(path: &Path) -> Result<(KeyPair, bool), AgentError> {
                 true,
             ))
         }
-        Err(e) => Err(AgentError::io("reading", path, e)),
+        Err(e) => Err(WireguardError::io("reading", path, e)),
     }
 }
 
 /// Writes the key file (0400, directory 0755 as flanneld makes it), atomically: a crash
 /// leaves either no file or the whole key.
-fn write_key(path: &Path, private: &Key) -> Result<(), AgentError> {
+fn write_key(path: &Path, private: &Key) -> Result<(), WireguardError> {
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    fs::create_dir_all(dir).map_err(|e| AgentError::io("creating directory", dir, e))?;
+    fs::create_dir_all(dir).map_err(|e| WireguardError::io("creating directory", dir, e))?;
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -144,7 +144,7 @@ fn write_key(path: &Path, private: &Key) -> Result<(), AgentError> {
     })();
     if let Err(e) = result {
         let _ = fs::remove_file(&tmp);
-        return Err(AgentError::io("writing", path, e));
+        return Err(WireguardError::io("writing", path, e));
     }
     Ok(())
 }

@@ -15,6 +15,7 @@
 //! `BackendV6Data`) `{"PublicKey":"<base64>","Port":<listen port>}`.
 
 mod apply;
+mod error;
 pub mod key;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -23,15 +24,19 @@ use ipnetwork::IpNetwork;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{
-    Backend, BackendObject, DataPlane, Network, Node, Peer, Refusal, Registration,
+    Backend, BackendError, BackendObject, DataPlane, Need, Network, Node, Peer, Refusal,
+    Registration,
 };
-use crate::error::AgentError;
 use crate::subnet::key::SubnetKey;
 use crate::subnet::lease::LeaseAttrs;
+pub use error::WireguardError;
 use key::{Key, KeyPair};
 
 pub const REGISTRATION: Registration = Registration {
     names: &["wireguard"],
+    description: "encrypted tunnels (flannel-wg, flannel-wg-v6), the kernel's WireGuard",
+    needs: &[Need::Kernel("wireguard")],
+    flags: &[],
     parse: parse_backend,
 };
 
@@ -151,7 +156,7 @@ impl Backend for WireguardOptions {
     }
 
     /// The node's key is loaded (or created) here, before the lease that publishes it.
-    fn start(&self, node: &Node<'_>) -> Result<Box<dyn DataPlane>, AgentError> {
+    fn start(&self, node: &Node<'_>) -> Result<Box<dyn DataPlane>, BackendError> {
         apply::WireguardPlane::start(self.clone(), node)
     }
 }
@@ -340,18 +345,19 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::registry::parse_config;
+    use crate::manager::StoredLease;
     use crate::subnet::config::NetConfig;
-    use crate::subnet::store::StoredLease;
     use std::collections::BTreeMap;
 
-    fn net(cfg: &str) -> NetConfig {
-        NetConfig::parse("/coreos.com/network/config", cfg.as_bytes()).unwrap()
+    fn net(cfg: &str) -> (NetConfig, Box<dyn Backend>) {
+        parse_config("/coreos.com/network/config", cfg).unwrap()
     }
 
-    fn opts(n: &NetConfig) -> WireguardOptions {
-        match n.backend.as_any().downcast_ref::<WireguardOptions>() {
+    fn opts(n: &(NetConfig, Box<dyn Backend>)) -> WireguardOptions {
+        match n.1.as_any().downcast_ref::<WireguardOptions>() {
             Some(o) => o.clone(),
-            None => panic!("not wireguard: {:?}", n.backend),
+            None => panic!("not wireguard: {:?}", n.1),
         }
     }
 
@@ -405,9 +411,7 @@ mod tests {
             ),
         ] {
             let cfg = format!(r#"{{"Network":"10.244.0.0/16","Backend":{backend}}}"#);
-            let err = NetConfig::parse("/k", cfg.as_bytes())
-                .unwrap_err()
-                .to_string();
+            let err = parse_config("/k", &cfg).unwrap_err().to_string();
             assert!(err.contains(needle), "{backend}: {err}");
         }
     }
@@ -451,8 +455,7 @@ mod tests {
         let n = net(r#"{"Network":"10.244.0.0/16","Backend":{"Type":"wireguard"}}"#);
         let check = |data: &str| {
             let json = format!(r#"{{"PublicIP":"192.168.1.5","BackendType":"wireguard",{data}}}"#);
-            n.backend
-                .check_peer(&LeaseAttrs::parse(json.as_bytes()).unwrap())
+            n.1.check_peer(&LeaseAttrs::parse(json.as_bytes()).unwrap())
         };
         let good = format!(r#""BackendData":{{"PublicKey":"{PUB}","Port":51820}}"#);
         assert_eq!(check(&good), Ok(()));
@@ -501,7 +504,7 @@ mod tests {
             SubnetKey::parse("10.244.4.0-24").unwrap(),
             lease(r#"{"PublicIP":"192.168.1.4","BackendType":"wireguard","BackendData":{"PublicKey":"nope"}}"#),
         );
-        let plans = plan(&n.networks(), &opts(&n), &own, None, &peers(&leases));
+        let plans = plan(&n.0.networks(), &opts(&n), &own, None, &peers(&leases));
         assert_eq!(plans.len(), 1);
         let p = &plans[0];
         assert_eq!(p.name, "flannel-wg");
@@ -538,7 +541,7 @@ mod tests {
         );
         let n = net(&dual.replace("MODE", ""));
         let plans = plan(
-            &n.networks(),
+            &n.0.networks(),
             &opts(&n),
             &own,
             Some("2001:db8::9".parse().unwrap()),
@@ -563,7 +566,7 @@ mod tests {
         // auto: the peer's IPv4 is private and both IPv6 ends are public: over IPv6.
         let n = net(&dual.replace("MODE", r#","Mode":"auto""#));
         let plans = plan(
-            &n.networks(),
+            &n.0.networks(),
             &opts(&n),
             &own,
             Some("2001:db8::9".parse().unwrap()),
@@ -581,7 +584,7 @@ mod tests {
         // ipv4: always the IPv4 endpoint.
         let n = net(&dual.replace("MODE", r#","Mode":"ipv4""#));
         let plans = plan(
-            &n.networks(),
+            &n.0.networks(),
             &opts(&n),
             &own,
             Some("2001:db8::9".parse().unwrap()),

@@ -18,7 +18,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::etcd::proto::{KeyValue, RangeRequest, RangeResponse};
+use super::client::proto::{KeyValue, RangeRequest, RangeResponse};
+use super::client::MAX_RESPONSE_BYTES;
 use crate::subnet::lease::{Unreadable, MAX_VALUE_BYTES};
 
 /// Keys in a page when values are lease-sized (500 leases are about 125 KB): the Kubernetes
@@ -139,6 +140,13 @@ pub struct Walk<'m> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeyTooLarge;
 
+/// Why a key was listed without its value: it is larger than a whole response.
+pub fn beyond_response_limit() -> Unreadable {
+    Unreadable::NotListed(format!(
+        "larger than the {MAX_RESPONSE_BYTES} bytes of an etcd response the agent reads (not read)"
+    ))
+}
+
 /// The smallest key after `key`.
 fn after(key: &[u8]) -> Vec<u8> {
     let mut next = key.to_vec();
@@ -232,8 +240,8 @@ impl<'m> Walk<'m> {
             }
             Kind::KeyAlone => {
                 for kv in kvs {
-                    self.remember(&kv, Unreadable::BeyondResponseLimit);
-                    listed.push((kv, Some(Unreadable::BeyondResponseLimit)));
+                    self.remember(&kv, beyond_response_limit());
+                    listed.push((kv, Some(beyond_response_limit())));
                 }
             }
             Kind::KnownHeavy => {
@@ -300,8 +308,8 @@ impl<'m> Walk<'m> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::client::proto::ResponseHeader;
     use super::*;
-    use crate::etcd::proto::ResponseHeader;
 
     const MIB: usize = 1024 * 1024;
 
@@ -519,7 +527,7 @@ mod tests {
         assert_eq!(etcd.refused, 0, "known the second time");
         assert_eq!(
             memory.heavy.values().next().map(|h| &h.why),
-            Some(&Unreadable::BeyondResponseLimit)
+            Some(&beyond_response_limit())
         );
     }
 

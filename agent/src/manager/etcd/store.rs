@@ -1,97 +1,41 @@
 //! flannel's etcd layout: `<prefix>/config` and `<prefix>/subnets/<ip>-<len>` leases.
 //! Every unary request is bounded by a timeout, and fails over to the next endpoint when a
 //! member cannot serve, so one dead member never stalls the agent. Listings are read in
-//! pages of one snapshot ([`crate::subnet::listing`]), so no number or size of keys under the
-//! prefix makes a listing fail.
+//! pages of one snapshot ([`super::listing`]), so no number or size of keys under the prefix
+//! makes a listing fail.
 
-use std::collections::BTreeMap;
 use std::future::Future;
-use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
-use crate::error::AgentError;
-use crate::etcd::proto::{
+use super::client::proto::{
     prefix_range_end, Compare, CompareResult, CompareTarget, DeleteRangeRequest, KeyValue,
     PutRequest, RangeRequest, RangeResponse, Request, RequestOp, TargetUnion, TxnRequest,
 };
-use crate::etcd::{Client, EtcdError, Security, WatchStream};
-use crate::ops::log::{clip, escape_controls};
+use super::client::{Client, EtcdError, Security, WatchStream};
+use super::error::EtcdStoreError;
+use super::listing::{Memory, Walk};
+use crate::error::AgentError;
+use crate::manager::{shown_key, JunkKey, Snapshot, StoredLease};
 use crate::ops::metrics;
 use crate::subnet::config::NetConfig;
 use crate::subnet::key::SubnetKey;
 use crate::subnet::lease::{LeaseAttrs, Unreadable};
-use crate::subnet::listing::{Memory, Walk};
 use crate::{debug, log, warn};
 
 /// Bound on one etcd request (a member that accepted the connection but stalls counts as down).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Listings started over when etcd compacted the revision they read mid-way.
 const LISTING_RESTARTS: u32 = 3;
-/// How many characters of a junk key name a log line shows.
-const KEY_SHOWN_CHARS: usize = 120;
 
-/// One lease as stored.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StoredLease {
-    /// The value, or why it is not a lease the agent can read (never programmed, but its
-    /// subnet stays taken).
-    pub attrs: Result<LeaseAttrs, Unreadable>,
-    /// The etcd lease the key is attached to; 0 = no TTL (a flannel reservation).
-    pub etcd_lease: i64,
-    /// When the key was created: of two leases claiming a subnet, the older keeps it.
-    pub create_revision: i64,
-    pub mod_revision: i64,
-}
-
-impl StoredLease {
-    /// A stored value, decoded (values larger than any lease are not parsed).
-    pub fn decode(
-        value: &[u8],
-        etcd_lease: i64,
-        create_revision: i64,
-        mod_revision: i64,
-    ) -> StoredLease {
-        StoredLease {
-            attrs: LeaseAttrs::decode(value),
-            etcd_lease,
-            create_revision,
-            mod_revision,
-        }
-    }
-
-    /// A lease holding `json`, as unit tests of the backends build their peers.
-    #[cfg(test)]
-    pub fn from_json(json: &str) -> StoredLease {
-        StoredLease::decode(json.as_bytes(), 1, 1, 1)
-    }
-}
-
-/// A key under `<prefix>/subnets/` that is not a lease key: remembered by a fingerprint of its
-/// name and revision (to log it once), and shown clipped.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JunkKey {
-    pub shown: String,
-    pub fingerprint: u64,
-}
-
-impl JunkKey {
-    pub fn new(name: &[u8], mod_revision: i64) -> JunkKey {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        name.hash(&mut h);
-        mod_revision.hash(&mut h);
-        JunkKey {
-            shown: shown_key(name),
-            fingerprint: h.finish(),
-        }
-    }
-}
-
-/// An etcd key as a log line shows it: text, clipped and with control characters escaped
-/// (anyone can write keys of a megabyte, or with a newline and a forged log line after it).
-pub fn shown_key(name: &[u8]) -> String {
-    // At most 4 bytes a character: decoding more than this is never shown.
-    let head = &name[..name.len().min(4 * KEY_SHOWN_CHARS + 4)];
-    escape_controls(&clip(&String::from_utf8_lossy(head), KEY_SHOWN_CHARS))
+/// A lease as etcd stores it: `lease` is the etcd lease the key is attached to (0: none, a
+/// flannel reservation).
+pub fn stored_lease(
+    value: &[u8],
+    lease: i64,
+    create_revision: i64,
+    mod_revision: i64,
+) -> StoredLease {
+    StoredLease::decode(value, lease == 0, create_revision, mod_revision)
 }
 
 /// The lease key that etcd key `name` is: a lease key right under `subnets` (the directory
@@ -104,29 +48,20 @@ pub fn lease_key_of(subnets: &str, name: &[u8]) -> Option<SubnetKey> {
     SubnetKey::parse(std::str::from_utf8(rest).ok()?)
 }
 
-/// Every key under `<prefix>/subnets/` at one store revision.
-#[derive(Debug, Clone, Default)]
-pub struct Snapshot {
-    pub revision: i64,
-    pub leases: BTreeMap<SubnetKey, StoredLease>,
-    /// Keys that are not lease keys (their values are not kept).
-    pub junk: Vec<JunkKey>,
-}
+/// Every key under `<prefix>/subnets/` at one store revision (the resume point).
+pub type EtcdSnapshot = Snapshot<i64>;
 
-impl Snapshot {
-    /// Takes one listed key-value in (`unread`: why it was listed without its value).
-    fn add(&mut self, subnets: &str, kv: KeyValue, unread: Option<Unreadable>) {
-        match lease_key_of(subnets, &kv.key) {
-            Some(key) => {
-                let mut lease =
-                    StoredLease::decode(&kv.value, kv.lease, kv.create_revision, kv.mod_revision);
-                if let Some(why) = unread {
-                    lease.attrs = Err(why);
-                }
-                self.leases.insert(key, lease);
+/// Takes one listed key-value into `snap` (`unread`: why it was listed without its value).
+fn add(snap: &mut EtcdSnapshot, subnets: &str, kv: KeyValue, unread: Option<Unreadable>) {
+    match lease_key_of(subnets, &kv.key) {
+        Some(key) => {
+            let mut lease = stored_lease(&kv.value, kv.lease, kv.create_revision, kv.mod_revision);
+            if let Some(why) = unread {
+                lease.attrs = Err(why);
             }
-            None => self.junk.push(JunkKey::new(&kv.key, kv.mod_revision)),
+            snap.leases.insert(key, lease);
         }
+        None => snap.junk.push(JunkKey::new(&kv.key, kv.mod_revision)),
     }
 }
 
@@ -190,15 +125,16 @@ async fn bounded<T>(
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) if e.is_refusal() => Err(CallError {
             retry: false,
-            error: AgentError::EtcdRefused(format!("etcd request {what}: {e}")),
+            error: EtcdStoreError::Refused(format!("etcd request {what}: {e}")).into(),
         }),
         Ok(Err(e)) => Err(CallError {
             retry: e.is_member_failure(),
-            error: AgentError::etcd(what, e),
+            error: EtcdStoreError::request(what, e).into(),
         }),
         Err(_) => Err(CallError {
             retry: true,
-            error: AgentError::etcd(what, format!("no answer within {REQUEST_TIMEOUT:?}")),
+            error: EtcdStoreError::request(what, format!("no answer within {REQUEST_TIMEOUT:?}"))
+                .into(),
         }),
     }
 }
@@ -206,12 +142,13 @@ async fn bounded<T>(
 fn client_for(endpoint: &str, security: &Security) -> Result<Client, AgentError> {
     Client::new(endpoint, security).map_err(|e| {
         if e.is_refusal() {
-            AgentError::EtcdRefused(e.to_string())
+            EtcdStoreError::Refused(e.to_string()).into()
         } else {
-            AgentError::Unreachable {
+            EtcdStoreError::Unreachable {
                 endpoints: endpoint.to_string(),
                 detail: e.to_string(),
             }
+            .into()
         }
     })
 }
@@ -322,7 +259,7 @@ impl Store {
                 Err(CallError { error, .. }) => return Err(error),
             }
         }
-        Err(last.unwrap_or_else(|| AgentError::etcd(what, "no endpoint configured")))
+        Err(last.unwrap_or_else(|| EtcdStoreError::request(what, "no endpoint configured").into()))
     }
 
     pub fn config_key(&self) -> String {
@@ -352,12 +289,12 @@ impl Store {
         let kv = resp
             .kvs
             .first()
-            .ok_or(AgentError::ConfigMissing { key: key.clone() })?;
+            .ok_or_else(|| EtcdStoreError::ConfigMissing { key: key.clone() })?;
         NetConfig::parse(&key, &kv.value)
     }
 
     /// Lists every key under `<prefix>/subnets/`: the leases, and the other keys apart.
-    pub async fn list(&mut self) -> Result<Snapshot, AgentError> {
+    pub async fn list(&mut self) -> Result<EtcdSnapshot, AgentError> {
         let mut restarts = 0;
         loop {
             match self.list_pages().await {
@@ -371,10 +308,11 @@ impl Store {
                     );
                 }
                 Err(ListError::Compacted) => {
-                    return Err(AgentError::etcd(
+                    return Err(EtcdStoreError::request(
                         format!("GET {}*", self.subnets_prefix()),
                         format!("the revision read was compacted {restarts} times in a row"),
-                    ))
+                    )
+                    .into())
                 }
             }
         }
@@ -383,12 +321,12 @@ impl Store {
     /// One listing, request by request as [`Walk`] plans them (pages of one snapshot, sized
     /// from the pages, around the keys known to hold large values); each page's values are
     /// decoded (or dropped) before the next.
-    async fn list_pages(&mut self) -> Result<Snapshot, ListError> {
+    async fn list_pages(&mut self) -> Result<EtcdSnapshot, ListError> {
         let subnets = self.subnets_prefix();
         let range_end = prefix_range_end(subnets.as_bytes());
         let mut memory = std::mem::take(&mut self.listing);
         let mut walk = Walk::new(&mut memory, subnets.as_bytes(), &range_end);
-        let mut snap = Snapshot::default();
+        let mut snap = EtcdSnapshot::default();
         let mut requests = 0;
         let outcome = loop {
             let Some(step) = walk.next_step() else {
@@ -398,7 +336,7 @@ impl Store {
             match self.range_page(&subnets, step.req.clone()).await {
                 Ok(Ok(resp)) => {
                     for (kv, unread) in walk.took(&step, resp) {
-                        snap.add(&subnets, kv, unread);
+                        add(&mut snap, &subnets, kv, unread);
                     }
                 }
                 Ok(Err(PageError::TooLarge)) => {
@@ -409,17 +347,20 @@ impl Store {
                         shown_key(&step.req.key)
                     );
                     if walk.too_large(&step).is_err() {
-                        break Err(ListError::Failed(AgentError::etcd(
-                            format!("GET {subnets}*"),
-                            "a key under the prefix is larger than a response may be",
-                        )));
+                        break Err(ListError::Failed(
+                            EtcdStoreError::request(
+                                format!("GET {subnets}*"),
+                                "a key under the prefix is larger than a response may be",
+                            )
+                            .into(),
+                        ));
                     }
                 }
                 Ok(Err(PageError::Compacted)) => break Err(ListError::Compacted),
                 Err(e) => break Err(ListError::Failed(e)),
             }
         };
-        snap.revision = walk.revision();
+        snap.resume = walk.revision();
         let heavy = walk.read_heavy_pages();
         if outcome.is_ok() {
             walk.finish();
@@ -430,7 +371,7 @@ impl Store {
         debug!(
             1,
             "listed {subnets}* at revision {}: {} lease key(s), {} other key(s), {requests} request(s)",
-            snap.revision,
+            snap.resume,
             snap.leases.len(),
             snap.junk.len()
         );
@@ -590,8 +531,9 @@ fn release_free_memory() {
 }
 
 impl Store {
-    /// Drops the current member's token when etcd cancelled a watch for it.
-    pub fn watch_cancelled(&self, reason: &str) {
-        self.client.watch_cancelled(reason);
+    /// The client of the current member (a watch keeps one, to drop its token when etcd
+    /// cancels the watch for it).
+    pub fn client(&self) -> Client {
+        self.client.clone()
     }
 }

@@ -1,8 +1,8 @@
 //! A small etcd v3 gRPC client: just the calls the agent makes (KV Range and Txn, Lease Grant
 //! and Revoke, Watch, Auth Authenticate), over one tonic channel to one endpoint, in plain text
-//! or TLS (rustls, optionally with a client certificate), with or without a user. Failover
-//! between members is the caller's job ([`crate::subnet::store::Store`]), as tonic's balanced channel
-//! keeps routing requests to a dead member.
+//! or TLS (rustls, optionally with a client certificate), with or without a user. It knows
+//! nothing of flannel's layout. Failover between members is the caller's job (the store), as
+//! tonic's balanced channel keeps routing requests to a dead member.
 
 pub mod proto;
 mod tls_probe;
@@ -19,6 +19,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 use tonic::{Code, Request, Status, Streaming};
 use tonic_prost::ProstCodec;
 
+pub use crate::options::{Credentials, TlsFiles};
 use proto::{
     AuthenticateRequest, AuthenticateResponse, LeaseGrantRequest, LeaseGrantResponse,
     LeaseRevokeRequest, LeaseRevokeResponse, RangeRequest, RangeResponse, TxnRequest, TxnResponse,
@@ -122,28 +123,6 @@ impl EtcdError {
 impl From<Status> for EtcdError {
     fn from(s: Status) -> Self {
         EtcdError::Status(s)
-    }
-}
-
-/// flanneld's `--etcd-cafile`, `--etcd-certfile` and `--etcd-keyfile`.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct TlsFiles {
-    pub ca: Option<PathBuf>,
-    pub cert: Option<PathBuf>,
-    pub key: Option<PathBuf>,
-}
-
-/// flanneld's `--etcd-username` and `--etcd-password`.
-#[derive(Clone, PartialEq)]
-pub struct Credentials {
-    pub username: String,
-    pub password: String,
-}
-
-impl std::fmt::Debug for Credentials {
-    // Never print the password.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Credentials {{ username: {:?} }}", self.username)
     }
 }
 

@@ -1,7 +1,8 @@
 //! The agent's view of cluster membership: every lease known (from a listing, then kept
-//! current by watch events), and the peer leases the data plane is reconciled to — those that
-//! pass the checks of [`validate`] and the backend's own. A refused lease is logged once per
-//! value and counted by reason; so are keys under the subnets prefix that are not leases.
+//! current by the watch's changes, both from the subnet manager), and the peer leases the data
+//! plane is reconciled to — those that pass the checks of [`validate`] and the backend's own. A
+//! refused lease is logged once per value and counted by reason; so are records among the
+//! leases that are not leases.
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -9,11 +10,10 @@ use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, Peer, Refusal};
 use crate::error::AgentError;
-use crate::etcd::proto::{EventType, WatchResponse};
+use crate::manager::{Change, JunkKey, StoredLease};
 use crate::ops::log::clip;
 use crate::ops::metrics;
 use crate::subnet::key::SubnetKey;
-use crate::subnet::store::{lease_key_of, shown_key, JunkKey, Snapshot, StoredLease};
 use crate::subnet::validate::{self, Claim, Class, Reason, Rules};
 use crate::{debug, log, warn};
 
@@ -25,32 +25,19 @@ const LOG_WINDOW: Duration = Duration::from_secs(60);
 /// How much of a lease value an INFO line shows.
 const VALUE_SHOWN_CHARS: usize = 300;
 
-/// One watch event, decoded from etcd's.
-#[derive(Debug, Clone, Copy)]
-pub enum Event<'a> {
-    Put {
-        value: &'a [u8],
-        etcd_lease: i64,
-        create_revision: i64,
-    },
-    Delete,
-}
-
 #[derive(Debug, Clone)]
 pub struct Membership {
     /// Our own lease key (our renewals are not membership changes).
     pub own: SubnetKey,
-    /// `<prefix>/subnets/`: lease keys are directly under it.
-    subnets: String,
-    /// Every lease known, ours included; kept as is while etcd is unreachable.
+    /// What the store is (`etcd`), for the revocation error.
+    store: &'static str,
+    /// Every lease known, ours included; kept as is while the store is unreachable.
     pub known: BTreeMap<SubnetKey, StoredLease>,
-    /// The store revision `known` reflects; a new watch starts right after it.
-    pub revision: i64,
-    /// Refusals logged, by key, value revision and kind (each logged once).
+    /// Refusals logged, by key, value version and kind (each logged once).
     refused: BTreeSet<(SubnetKey, i64, Class)>,
     /// Each lease's own checks, kept while its value and the rules stay the same.
     verdicts: Verdicts,
-    /// Keys that are not lease keys, logged (fingerprints of name and revision).
+    /// Records that are not leases, logged (fingerprints of name and version).
     junk: HashSet<u64>,
     /// Apart, so a flood of junk keys never silences a lease refusal.
     lease_log: LogBudget,
@@ -58,7 +45,7 @@ pub struct Membership {
 }
 
 /// What [`Membership::peers`] found of each lease on its own (the shared rules, then the
-/// backend's check), by key, for the value revision it was found for. A pass of a large
+/// backend's check), by key, for the value version it was found for. A pass of a large
 /// cluster changes a few leases: the others' checks (a JSON decode of the backend data among
 /// them) are not run again. What depends on the other leases (who holds a subnet or an
 /// address) is settled in every pass.
@@ -71,7 +58,7 @@ struct Verdicts {
 
 #[derive(Debug, Clone)]
 struct Verdict {
-    mod_revision: i64,
+    version: i64,
     rules: Result<(), Reason>,
     /// Asked only of leases that passed the rules and hold their subnet and address.
     backend: Option<Result<(), Refusal>>,
@@ -89,21 +76,21 @@ impl Verdicts {
         }
     }
 
-    /// The verdict for `key` at `mod_revision`, with the rules' check run when there is none.
+    /// The verdict for `key` at `version`, with the rules' check run when there is none.
     fn of(
         &mut self,
         key: SubnetKey,
-        mod_revision: i64,
+        version: i64,
         rules: impl FnOnce() -> Result<(), Reason>,
     ) -> &mut Verdict {
         let fresh = |rules: Result<(), Reason>| Verdict {
-            mod_revision,
+            version,
             rules,
             backend: None,
         };
         match self.by_key.entry(key) {
             Entry::Occupied(mut held) => {
-                if held.get().mod_revision != mod_revision {
+                if held.get().version != version {
                     held.insert(fresh(rules()));
                 }
                 held.into_mut()
@@ -166,14 +153,13 @@ impl LogBudget {
 }
 
 impl Membership {
-    /// `subnets` is `<prefix>/subnets/`.
-    pub fn new(own: SubnetKey, subnets: &str) -> Membership {
+    /// `store` is what the store is called (`etcd`), for the revocation error.
+    pub fn new(own: SubnetKey, store: &'static str) -> Membership {
         metrics::register_refusals(&Class::ALL.map(Class::label));
         Membership {
             own,
-            subnets: subnets.to_string(),
+            store,
             known: BTreeMap::new(),
-            revision: 0,
             refused: BTreeSet::new(),
             verdicts: Verdicts::default(),
             junk: HashSet::new(),
@@ -182,16 +168,22 @@ impl Membership {
         }
     }
 
-    /// Replaces everything with a full listing. `own_key` names our lease for the error when
-    /// the listing lacks it.
-    pub fn replace(&mut self, snap: Snapshot, own_key: &str) -> Result<(), AgentError> {
-        if !snap.leases.contains_key(&self.own) {
+    /// Replaces everything with a full listing. `own_name` is the store's name for our lease,
+    /// for the error when the listing lacks it.
+    pub fn replace(
+        &mut self,
+        leases: BTreeMap<SubnetKey, StoredLease>,
+        junk: &[JunkKey],
+        own_name: &str,
+    ) -> Result<(), AgentError> {
+        if !leases.contains_key(&self.own) {
             return Err(AgentError::LeaseRevoked {
-                key: own_key.to_string(),
+                key: own_name.to_string(),
+                store: self.store,
             });
         }
-        let mut listed = HashSet::with_capacity(snap.junk.len());
-        for junk in &snap.junk {
+        let mut listed = HashSet::with_capacity(junk.len());
+        for junk in junk {
             if !self.junk.contains(&junk.fingerprint) {
                 report_junk(&mut self.junk_log, junk);
             }
@@ -200,37 +192,22 @@ impl Membership {
         self.junk_log.flush();
         // Forget keys gone since.
         self.junk = listed;
-        self.known = snap.leases;
-        self.revision = snap.revision;
+        self.known = leases;
         Ok(())
     }
 
-    /// Applies one event on etcd key `name` at `mod_revision`. Returns whether the peer set
-    /// may have changed; our own lease disappearing is an error.
-    pub fn apply(
-        &mut self,
-        name: &[u8],
-        event: Event<'_>,
-        mod_revision: i64,
-    ) -> Result<bool, AgentError> {
-        self.revision = self.revision.max(mod_revision);
-        let Some(key) = lease_key_of(&self.subnets, name) else {
-            if let Event::Put { .. } = event {
-                let junk = JunkKey::new(name, mod_revision);
+    /// Applies one change. Returns whether the peer set may have changed; our own lease
+    /// disappearing is an error.
+    pub fn apply(&mut self, change: Change) -> Result<bool, AgentError> {
+        match change {
+            Change::NotALease(junk) => {
                 if self.junk.insert(junk.fingerprint) {
                     report_junk(&mut self.junk_log, &junk);
                 }
+                Ok(false)
             }
-            return Ok(false);
-        };
-        match event {
-            Event::Put {
-                value,
-                etcd_lease,
-                create_revision,
-            } => {
-                let lease = StoredLease::decode(value, etcd_lease, create_revision, mod_revision);
-                // Renewals change the etcd lease only; our own updates are not membership.
+            Change::Put { key, lease } => {
+                // Renewals change the lease's binding only; our own updates are not membership.
                 let changed =
                     key != self.own && self.known.get(&key).map(|l| &l.attrs) != Some(&lease.attrs);
                 if changed {
@@ -243,10 +220,11 @@ impl Membership {
                 self.known.insert(key, lease);
                 Ok(changed)
             }
-            Event::Delete => {
+            Change::Delete { key, name } => {
                 if key == self.own {
                     return Err(AgentError::LeaseRevoked {
-                        key: String::from_utf8_lossy(name).into_owned(),
+                        key: name,
+                        store: self.store,
                     });
                 }
                 let removed = self.known.remove(&key).is_some();
@@ -258,35 +236,12 @@ impl Membership {
         }
     }
 
-    /// Applies one watch response. Returns whether the peer set may have changed.
-    pub fn apply_watch(&mut self, resp: &WatchResponse) -> Result<bool, AgentError> {
+    /// Applies a watch's changes, in order. Returns whether the peer set may have changed.
+    pub fn apply_all(&mut self, changes: Vec<Change>) -> Result<bool, AgentError> {
         let mut changed = false;
-        for ev in &resp.events {
-            let Some(kv) = &ev.kv else { continue };
-            metrics::WATCH_EVENTS.inc();
-            let event = if ev.r#type == EventType::Delete as i32 {
-                Event::Delete
-            } else {
-                Event::Put {
-                    value: &kv.value,
-                    etcd_lease: kv.lease,
-                    create_revision: kv.create_revision,
-                }
-            };
-            debug!(
-                1,
-                "watch: {} {} at revision {}",
-                match event {
-                    Event::Delete => "DELETE",
-                    Event::Put { .. } => "PUT",
-                },
-                shown_key(&kv.key),
-                kv.mod_revision
-            );
-            changed |= self.apply(&kv.key, event, kv.mod_revision)?;
+        for change in changes {
+            changed |= self.apply(change)?;
         }
-        // Only event revisions advance ours: a response header may be ahead of events still
-        // to come on this stream (a re-list always precedes a new watch anyway).
         Ok(changed)
     }
 
@@ -306,10 +261,10 @@ impl Membership {
             let checked = match &lease.attrs {
                 Ok(attrs) => self
                     .verdicts
-                    .of(*key, lease.mod_revision, || rules.check_lease(key, attrs))
+                    .of(*key, lease.version, || rules.check_lease(key, attrs))
                     .rules
                     .clone()
-                    .map(|()| Claim::new(rules, *key, lease.create_revision, attrs)),
+                    .map(|()| Claim::new(rules, *key, lease.created, attrs)),
                 Err(why) => Err(Reason::Unreadable(why.clone())),
             };
             match checked {
@@ -329,7 +284,7 @@ impl Membership {
                 continue;
             };
             // The loop above found this one's verdict (it passed the rules).
-            let verdict = self.verdicts.of(claim.key, lease.mod_revision, || Ok(()));
+            let verdict = self.verdicts.of(claim.key, lease.version, || Ok(()));
             let checked = verdict
                 .backend
                 .get_or_insert_with(|| backend.check_peer(attrs))
@@ -349,8 +304,8 @@ impl Membership {
         let unusable = refusals.len();
         let mut current = BTreeSet::new();
         for (key, reason) in &refusals {
-            let revision = self.known.get(key).map_or(0, |l| l.mod_revision);
-            let id = (*key, revision, reason.class());
+            let version = self.known.get(key).map_or(0, |l| l.version);
+            let id = (*key, version, reason.class());
             if !self.refused.contains(&id) {
                 self.lease_log.report(reason.class(), || {
                     format!("lease {key} is not programmed: {reason}")
@@ -381,7 +336,10 @@ mod tests {
     use crate::backend::overlay::{IpFamily, PeerEntry};
     use crate::backend::registry;
     use crate::backend::vxlan::{lease_data, lease_v6_data};
-    use crate::etcd::proto;
+    use crate::manager::etcd::client::proto::{self, EventType, WatchResponse};
+    use crate::manager::etcd::store::{lease_key_of, stored_lease};
+    use crate::manager::etcd::watch::decode;
+    use crate::manager::WatchEvent;
     use crate::ops::log::{take_lines, Level};
     use crate::subnet::config::NetConfig;
     use std::sync::Mutex;
@@ -401,6 +359,12 @@ mod tests {
         NetConfig::parse("/coreos.com/network/config", json.as_bytes()).unwrap()
     }
 
+    fn backend(json: &str) -> Box<dyn Backend> {
+        registry::backend_of("/coreos.com/network/config", &net(json))
+            .unwrap()
+            .1
+    }
+
     fn rules(m: &Membership, json: &str) -> Rules {
         let ip6 = net(json).ipv6.map(|_| "fd00:9::9".parse().unwrap());
         net(json).rules(m.own, OWN_IP.parse().unwrap(), ip6)
@@ -408,9 +372,9 @@ mod tests {
 
     /// The peers the vxlan backend gets on `json`'s network.
     fn vxlan_peers_on(m: &mut Membership, json: &str) -> (Vec<Peer>, usize) {
-        let n = net(json);
+        let b = backend(json);
         let r = rules(m, json);
-        m.peers(&r, n.backend.as_ref())
+        m.peers(&r, b.as_ref())
     }
 
     /// The vxlan peers of one family, as the vxlan backend reads them from the peer leases.
@@ -444,21 +408,40 @@ mod tests {
         )
     }
 
-    fn put(m: &mut Membership, key: &str, value: &str, created: i64, revision: i64) -> bool {
-        m.apply(
-            key.as_bytes(),
-            Event::Put {
-                value: value.as_bytes(),
-                etcd_lease: 5,
-                create_revision: created,
+    /// A lease written at etcd key `key` (attached to etcd lease `etcd_lease`), as the etcd
+    /// watch hands it over.
+    fn put_bound(
+        m: &mut Membership,
+        key: &str,
+        value: &str,
+        etcd_lease: i64,
+        created: i64,
+        revision: i64,
+    ) -> bool {
+        let change = match lease_key_of(SUBNETS, key.as_bytes()) {
+            Some(k) => Change::Put {
+                key: k,
+                lease: stored_lease(value.as_bytes(), etcd_lease, created, revision),
             },
-            revision,
-        )
-        .unwrap()
+            None => Change::NotALease(JunkKey::new(key.as_bytes(), revision)),
+        };
+        m.apply(change).unwrap()
+    }
+
+    fn put(m: &mut Membership, key: &str, value: &str, created: i64, revision: i64) -> bool {
+        put_bound(m, key, value, 5, created, revision)
+    }
+
+    /// The lease at etcd key `key` deleted.
+    fn delete(m: &mut Membership, key: &str) -> Result<bool, AgentError> {
+        m.apply(Change::Delete {
+            key: SubnetKey::parse(key).unwrap(),
+            name: key.to_string(),
+        })
     }
 
     fn members() -> Membership {
-        let mut m = Membership::new(SubnetKey::parse(OWN).unwrap(), SUBNETS);
+        let mut m = Membership::new(SubnetKey::parse(OWN).unwrap(), "etcd");
         let own = lease(OWN_IP, "02:00:00:00:00:09");
         put(&mut m, OWN, &own, 1, 1);
         take_lines(Level::Warn);
@@ -472,9 +455,9 @@ mod tests {
         let _serial = COUNTERS.lock().unwrap_or_else(|p| p.into_inner());
         let mut m = members();
         let peer_keys = |m: &mut Membership, json: &str| -> Vec<String> {
-            let n = net(json);
+            let b = backend(json);
             let r = rules(m, json);
-            let (peers, _) = m.peers(&r, n.backend.as_ref());
+            let (peers, _) = m.peers(&r, b.as_ref());
             peers.iter().map(|p| p.key.to_string()).collect()
         };
         put(&mut m, A, &lease("192.168.0.1", "02:00:00:00:00:01"), 2, 2);
@@ -492,7 +475,7 @@ mod tests {
         let elsewhere = r#"{"Network":"10.245.0.0/16","Backend":{"Type":"vxlan"}}"#;
         assert!(peer_keys(&mut m, elsewhere).is_empty());
         assert_eq!(peer_keys(&mut m, V4_NET), ["10.244.1.0-24"]);
-        m.apply(A.as_bytes(), Event::Delete, 5).unwrap();
+        delete(&mut m, A).unwrap();
         assert!(peer_keys(&mut m, V4_NET).is_empty());
         assert!(m.verdicts.by_key.is_empty());
         take_lines(Level::Warn);
@@ -508,17 +491,7 @@ mod tests {
         let a = lease("192.168.0.1", "02:00:00:00:00:01");
         assert!(put(&mut m, A, &a, 2, 2));
         // Renewal: same value, new etcd lease: not a change.
-        assert!(!m
-            .apply(
-                A.as_bytes(),
-                Event::Put {
-                    value: a.as_bytes(),
-                    etcd_lease: 6,
-                    create_revision: 2,
-                },
-                3
-            )
-            .unwrap());
+        assert!(!put_bound(&mut m, A, &a, 6, 2, 3));
         let b = lease("192.168.0.2", "02:00:00:00:00:02");
         assert!(put(&mut m, B, &b, 4, 4));
         let peers = vxlan_peers(&mut m, IpFamily::V4);
@@ -527,13 +500,12 @@ mod tests {
         assert_eq!(peers[0].subnet.to_string(), "10.244.1.0/24");
         assert_eq!(peers[0].ip.to_string(), "192.168.0.1");
         assert_eq!(peers[0].vtep_mac.as_deref(), Some("02:00:00:00:00:01"));
-        assert!(m.apply(A.as_bytes(), Event::Delete, 5).unwrap());
+        assert!(delete(&mut m, A).unwrap());
         assert!(
-            !m.apply(A.as_bytes(), Event::Delete, 6).unwrap(),
+            !delete(&mut m, A).unwrap(),
             "deleting twice changes nothing"
         );
         assert_eq!(vxlan_peers(&mut m, IpFamily::V4).len(), 1);
-        assert_eq!(m.revision, 6);
         assert!(take_lines(Level::Warn).is_empty());
     }
 
@@ -543,7 +515,7 @@ mod tests {
         let own = lease(OWN_IP, "02:00:00:00:00:09");
         assert!(!put(&mut m, OWN, &own, 1, 2));
         assert!(matches!(
-            m.apply(OWN.as_bytes(), Event::Delete, 3),
+            delete(&mut m, OWN),
             Err(AgentError::LeaseRevoked { .. })
         ));
     }
@@ -567,8 +539,12 @@ mod tests {
     #[test]
     fn a_listing_without_our_lease_is_revocation() {
         let mut m = members();
-        let err = m.replace(Snapshot::default(), OWN).unwrap_err();
+        let err = m.replace(BTreeMap::new(), &[], OWN).unwrap_err();
         assert!(matches!(err, AgentError::LeaseRevoked { .. }));
+        assert_eq!(
+            err.to_string(),
+            format!("this node's lease {OWN} was removed from etcd")
+        );
     }
 
     /// Every kind of refusal: the lease alone is refused, named once in a WARN line with its
@@ -819,7 +795,7 @@ mod tests {
         );
         assert_eq!(metrics::refusals("overlap"), before + 1);
         // The peer leaves: the other claim is the only one now, and is programmed.
-        m.apply(A.as_bytes(), Event::Delete, 30).unwrap();
+        delete(&mut m, A).unwrap();
         let (peers, unusable) = vxlan_peers_on(&mut m, DUAL_NET);
         assert_eq!((peers.len(), unusable), (1, 0));
         assert_eq!(peers[0].key.to_string(), "10.244.1.0-24&fd00:10:244:7::-64");
@@ -861,18 +837,14 @@ mod tests {
         );
         // A listing with the same key logs nothing new; a flood is named up to the budget and
         // summed up in one line; a long name is clipped.
-        let mut snap = Snapshot {
-            revision: 50,
-            leases: m.known.clone(),
-            junk: vec![JunkKey::new(shadow.as_bytes(), 3)],
-        };
+        let leases = m.known.clone();
+        let mut junk = vec![JunkKey::new(shadow.as_bytes(), 3)];
         let long = format!("{SUBNETS}{}", "z".repeat(100_000));
-        snap.junk.push(JunkKey::new(long.as_bytes(), 4));
+        junk.push(JunkKey::new(long.as_bytes(), 4));
         for i in 0..100 {
-            snap.junk
-                .push(JunkKey::new(format!("{SUBNETS}junk{i}").as_bytes(), 5));
+            junk.push(JunkKey::new(format!("{SUBNETS}junk{i}").as_bytes(), 5));
         }
-        m.replace(snap.clone(), OWN).unwrap();
+        m.replace(leases.clone(), &junk, OWN).unwrap();
         let warned = take_lines(Level::Warn);
         // Two keys were named already this minute: 18 more names, then the sum.
         assert_eq!(warned.len(), NAMED_PER_WINDOW - 1, "{warned:?}");
@@ -882,7 +854,7 @@ mod tests {
             "{warned:?}"
         );
         assert_eq!(metrics::refusals("not_a_lease_key"), before + 103);
-        m.replace(snap, OWN).unwrap();
+        m.replace(leases, &junk, OWN).unwrap();
         assert!(
             take_lines(Level::Warn).is_empty(),
             "listed again: nothing new"
@@ -906,10 +878,12 @@ mod tests {
             }],
             ..WatchResponse::default()
         };
-        assert!(m.apply_watch(&resp).unwrap());
+        let WatchEvent::Changes { changes, .. } = decode(SUBNETS, &resp) else {
+            panic!("not changes")
+        };
+        assert!(m.apply_all(changes).unwrap());
         let stored = &m.known[&SubnetKey::parse(A).unwrap()];
-        assert_eq!((stored.create_revision, stored.mod_revision), (4, 6));
-        assert_eq!(m.revision, 6);
+        assert_eq!((stored.created, stored.version), (4, 6));
     }
 
     #[test]
@@ -919,12 +893,12 @@ mod tests {
         for reg in registry::REGISTRY {
             let name = reg.names[0];
             let json = format!(r#"{{"Network":"10.244.0.0/16","Backend":{{"Type":"{name}"}}}}"#);
-            let n = net(&json);
+            let b = backend(&json);
             let mut m = members();
             let value = format!(r#"{{"PublicIP":"127.0.0.1","BackendType":"{name}"}}"#);
             put(&mut m, A, &value, 2, 2);
             let r = rules(&m, &json);
-            let (peers, unusable) = m.peers(&r, n.backend.as_ref());
+            let (peers, unusable) = m.peers(&r, b.as_ref());
             assert!(peers.is_empty(), "{name} got a loopback peer");
             assert_eq!(unusable, 1);
         }

@@ -5,6 +5,8 @@
 //! without the tunnel (`via <PublicIP> dev <underlay>`), as flannel's host-gw does.
 //! MTU = underlay − 20. The lease is `{"PublicIP":…,"PublicIPv6":null,"BackendType":"ipip"}`.
 
+mod error;
+
 use std::net::{IpAddr, Ipv4Addr};
 
 use ipnetwork::{IpNetwork, Ipv4Network};
@@ -14,15 +16,19 @@ use serde::Deserialize;
 
 use crate::backend::underlay::{ensure_addresses, Underlay};
 use crate::backend::{
-    Backend, BackendObject, DataPlane, Network, Node, Pass, Peer, Refusal, Registration,
+    Backend, BackendError, BackendObject, DataPlane, Need, Network, Node, Pass, Peer, Refusal,
+    Registration,
 };
-use crate::error::AgentError;
 use crate::log;
 use crate::subnet::key::SubnetKey;
 use crate::subnet::lease::LeaseAttrs;
+pub use error::IpipError;
 
 pub const REGISTRATION: Registration = Registration {
     names: &["ipip"],
+    description: "IP-in-IP tunnel (flannel.ipip), IPv4 only",
+    needs: &[Need::Kernel("ipip")],
+    flags: &[],
     parse: parse_backend,
 };
 
@@ -85,11 +91,11 @@ impl Backend for Ipip {
         }
     }
 
-    fn start(&self, node: &Node<'_>) -> Result<Box<dyn DataPlane>, AgentError> {
+    fn start(&self, node: &Node<'_>) -> Result<Box<dyn DataPlane>, BackendError> {
         Ok(Box::new(IpipPlane {
             direct_routing: self.direct_routing,
             network: node.network.v4,
-            iface: node.opts.iface.clone(),
+            iface: node.iface(),
             public_ip: node.public_ip,
             last_report: None,
         }))
@@ -168,13 +174,13 @@ impl DataPlane for IpipPlane {
         lease_attrs(self.public_ip)
     }
 
-    fn reconcile(&mut self, own: &SubnetKey, peers: &[Peer]) -> Result<Pass, AgentError> {
+    fn reconcile(&mut self, own: &SubnetKey, peers: &[Peer]) -> Result<Pass, BackendError> {
         let peers = self::peers(own, peers);
         let underlay =
-            Underlay::find(self.iface.as_deref(), self.public_ip).map_err(AgentError::Reconcile)?;
+            Underlay::find(self.iface.as_deref(), self.public_ip).map_err(IpipError::Kernel)?;
         let routes = plan(&peers, self.direct_routing, &underlay.networks);
         let (mtu, report) = apply_ipip(self.network, own.v4, self.public_ip, &routes, &underlay)
-            .map_err(AgentError::Reconcile)?;
+            .map_err(IpipError::Kernel)?;
         let mut log = Vec::new();
         if self.last_report.as_deref() != Some(&report) {
             log.push(report.clone());
@@ -300,29 +306,29 @@ fn apply_ipip(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::subnet::config::NetConfig;
-    use crate::subnet::store::StoredLease;
+    use crate::backend::registry::parse_config;
+    use crate::manager::StoredLease;
     use std::collections::BTreeMap;
 
     #[test]
     fn config_and_lease() {
-        let n = NetConfig::parse(
+        let (_, b) = parse_config(
             "/k",
-            br#"{"Network":"10.244.0.0/16","Backend":{"Type":"ipip","directRouting":true}}"#,
+            r#"{"Network":"10.244.0.0/16","Backend":{"Type":"ipip","directRouting":true}}"#,
         )
         .unwrap();
-        let ipip = n.backend.as_any().downcast_ref::<Ipip>().unwrap();
+        let ipip = b.as_any().downcast_ref::<Ipip>().unwrap();
         assert!(ipip.direct_routing);
-        let err = NetConfig::parse(
+        let err = parse_config(
             "/k",
-            br#"{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00::/56","Backend":{"Type":"ipip"}}"#,
+            r#"{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00::/56","Backend":{"Type":"ipip"}}"#,
         )
         .unwrap_err()
         .to_string();
         assert!(err.contains("IPv4 only"), "{err}");
-        let err = NetConfig::parse(
+        let err = parse_config(
             "/k",
-            br#"{"Network":"10.244.0.0/16","Backend":{"Type":"ipip","DirectRouting":"yes"}}"#,
+            r#"{"Network":"10.244.0.0/16","Backend":{"Type":"ipip","DirectRouting":"yes"}}"#,
         )
         .unwrap_err()
         .to_string();

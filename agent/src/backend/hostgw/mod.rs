@@ -8,22 +8,27 @@
 //! `{"PublicIP":…,"PublicIPv6":…,"BackendType":"host-gw"}`; on a dual-stack network IPv6 pod
 //! subnets are routed via the peers' `PublicIPv6`.
 
+mod error;
+
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde::Deserialize;
 
-use crate::backend::overlay::{IpFamily, OverlayParams, Overlays};
+use crate::backend::overlay::{self, IpFamily, OverlayParams, Overlays};
 use crate::backend::underlay::Underlay;
 use crate::backend::{
-    Backend, BackendObject, DataPlane, Network, Node, Pass, Peer, Refusal, Registration,
-    TemplateValues,
+    Backend, BackendError, BackendObject, DataPlane, Network, Node, Pass, Peer, Refusal,
+    Registration, TemplateValues,
 };
-use crate::error::AgentError;
 use crate::subnet::key::SubnetKey;
 use crate::subnet::lease::LeaseAttrs;
+pub use error::HostGwError;
 
 pub const REGISTRATION: Registration = Registration {
     names: &["host-gw"],
+    description: "routes via each peer's address, no encapsulation (nodes on one L2 segment)",
+    needs: &[],
+    flags: overlay::FLAGS,
     parse,
 };
 
@@ -64,7 +69,7 @@ impl Backend for HostGw {
         }
     }
 
-    fn start(&self, node: &Node<'_>) -> Result<Box<dyn DataPlane>, AgentError> {
+    fn start(&self, node: &Node<'_>) -> Result<Box<dyn DataPlane>, BackendError> {
         // VNI 1: the device a `vxlan` backend would have left is flannel.1, removed here.
         let params = OverlayParams {
             mode: "host-gw",
@@ -75,7 +80,7 @@ impl Backend for HostGw {
         Ok(Box::new(HostGwPlane {
             public_ip: node.public_ip,
             public_ipv6: node.public_ipv6,
-            iface: node.opts.iface.clone(),
+            iface: node.iface(),
             overlays: Overlays::new(node, params.clone(), params),
         }))
     }
@@ -100,27 +105,30 @@ impl DataPlane for HostGwPlane {
         }
     }
 
-    fn reconcile(&mut self, own: &SubnetKey, peers: &[Peer]) -> Result<Pass, AgentError> {
+    fn reconcile(&mut self, own: &SubnetKey, peers: &[Peer]) -> Result<Pass, BackendError> {
         // As flanneld: the routes lead to the peers' PublicIP, which only works when it is the
         // address on the underlay (no NAT between nodes).
         let underlay =
-            Underlay::find(self.iface.as_deref(), self.public_ip).map_err(AgentError::Reconcile)?;
+            Underlay::find(self.iface.as_deref(), self.public_ip).map_err(HostGwError::Underlay)?;
         if !underlay.has_public_ip {
-            return Err(AgentError::Reconcile(format!(
-                "host-gw needs the public address {} on the underlay interface {} (nodes behind NAT cannot be reached by plain routes)",
-                self.public_ip, underlay.name
-            )));
+            return Err(HostGwError::BehindNat {
+                public_ip: self.public_ip,
+                iface: underlay.name,
+            }
+            .into());
         }
         let mut log = Vec::new();
-        self.overlays.sync(
-            own,
-            peers,
-            |family, p| match family {
-                IpFamily::V4 => Some((IpAddr::V4(p.attrs.public_ip), None)),
-                IpFamily::V6 => Some((IpAddr::V6(p.attrs.public_ipv6?), None)),
-            },
-            &mut log,
-        )?;
+        self.overlays
+            .sync(
+                own,
+                peers,
+                |family, p| match family {
+                    IpFamily::V4 => Some((IpAddr::V4(p.attrs.public_ip), None)),
+                    IpFamily::V6 => Some((IpAddr::V6(p.attrs.public_ipv6?), None)),
+                },
+                &mut log,
+            )
+            .map_err(HostGwError::from)?;
         Ok(Pass {
             mtu: underlay.mtu,
             programmed: self.overlays.programmed(),
@@ -142,17 +150,17 @@ impl DataPlane for HostGwPlane {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::subnet::config::NetConfig;
+    use crate::backend::registry::parse_config;
 
     #[test]
     fn config_and_lease() {
-        let n = NetConfig::parse(
+        let (_, backend) = parse_config(
             "/k",
-            br#"{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw","Whatever":1}}"#,
+            r#"{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw","Whatever":1}}"#,
         )
         .unwrap();
-        assert_eq!(n.backend.type_name(), "host-gw");
-        assert_eq!(n.backend.mtu_overhead(), 0);
+        assert_eq!(backend.type_name(), "host-gw");
+        assert_eq!(backend.mtu_overhead(), 0);
         let plane = HostGwPlane {
             public_ip: "192.168.1.5".parse().unwrap(),
             public_ipv6: None,
@@ -166,6 +174,6 @@ mod tests {
         );
         let vxlan =
             LeaseAttrs::parse(br#"{"PublicIP":"192.168.1.6","BackendType":"vxlan"}"#).unwrap();
-        assert_eq!(n.backend.check_peer(&vxlan), Err(Refusal::OtherBackend));
+        assert_eq!(backend.check_peer(&vxlan), Err(Refusal::OtherBackend));
     }
 }

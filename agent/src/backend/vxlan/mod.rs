@@ -12,22 +12,27 @@
 //! from the VTEP addresses, so they are right from the first write, and corrected from the
 //! kernel after each pass).
 
+mod error;
+
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnetwork::IpNetwork;
 use serde::{Deserialize, Serialize};
 
-use crate::backend::overlay::{IpFamily, OverlayParams, Overlays};
+use crate::backend::overlay::{self, IpFamily, OverlayParams, Overlays};
 use crate::backend::{
-    Backend, BackendObject, DataPlane, LeaseValue, Network, Node, Pass, Peer, Refusal,
-    Registration, TemplateValues,
+    Backend, BackendError, BackendObject, DataPlane, LeaseValue, Need, Network, Node, Pass, Peer,
+    Refusal, Registration, TemplateValues,
 };
-use crate::error::AgentError;
 use crate::subnet::key::SubnetKey;
 use crate::subnet::lease::LeaseAttrs;
+pub use error::VxlanError;
 
 pub const REGISTRATION: Registration = Registration {
     names: &["vxlan"],
+    description: "VXLAN overlay (flannel.<VNI>), the vxlan CNI plugin's own reconcile",
+    needs: &[Need::Kernel("vxlan")],
+    flags: overlay::FLAGS,
     parse,
 };
 
@@ -167,7 +172,7 @@ impl Backend for Vxlan {
         Ok(())
     }
 
-    fn start(&self, node: &Node<'_>) -> Result<Box<dyn DataPlane>, AgentError> {
+    fn start(&self, node: &Node<'_>) -> Result<Box<dyn DataPlane>, BackendError> {
         Ok(Box::new(VxlanPlane {
             opts: self.clone(),
             public_ip: node.public_ip,
@@ -254,7 +259,7 @@ fn check_vtep_mac(field: &str, mac: Option<&str>) -> Result<(), String> {
 
 /// The VTEP MAC the vxlan reconcile gives a device whose VTEP is `subnet`'s network address.
 fn derived_mac(subnet: IpNetwork) -> String {
-    netkit::link::format_mac(&overlay::mac::vtep_mac(subnet.network()))
+    netkit::link::format_mac(&::overlay::mac::vtep_mac(subnet.network()))
 }
 
 /// The vxlan backend on this node.
@@ -286,24 +291,27 @@ impl DataPlane for VxlanPlane {
         })
     }
 
-    fn reconcile(&mut self, own: &SubnetKey, peers: &[Peer]) -> Result<Pass, AgentError> {
+    fn reconcile(&mut self, own: &SubnetKey, peers: &[Peer]) -> Result<Pass, BackendError> {
         let mut log = Vec::new();
         // An IPv4-only flanneld node is an IPv4 peer only.
-        let devices = self.overlays.sync(
-            own,
-            peers,
-            |family, p| match family {
-                IpFamily::V4 => {
-                    let data = lease_data(&p.attrs)?;
-                    Some((IpAddr::V4(p.attrs.public_ip), data.vtep_mac))
-                }
-                IpFamily::V6 => {
-                    let (ip6, data) = lease_v6_data(&p.attrs)?;
-                    Some((IpAddr::V6(ip6), data.vtep_mac))
-                }
-            },
-            &mut log,
-        )?;
+        let devices = self
+            .overlays
+            .sync(
+                own,
+                peers,
+                |family, p| match family {
+                    IpFamily::V4 => {
+                        let data = lease_data(&p.attrs)?;
+                        Some((IpAddr::V4(p.attrs.public_ip), data.vtep_mac))
+                    }
+                    IpFamily::V6 => {
+                        let (ip6, data) = lease_v6_data(&p.attrs)?;
+                        Some((IpAddr::V6(ip6), data.vtep_mac))
+                    }
+                },
+                &mut log,
+            )
+            .map_err(VxlanError::from)?;
         let mut mtu: Option<u32> = None;
         let mut macs = Vec::new();
         for (family, info) in &devices {
@@ -358,6 +366,43 @@ impl DataPlane for VxlanPlane {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::registry::parse_config;
+
+    fn options(json: &str) -> Vxlan {
+        let (_, b) = parse_config("/coreos.com/network/config", json).unwrap();
+        b.as_any().downcast_ref::<Vxlan>().unwrap().clone()
+    }
+
+    #[test]
+    fn options_as_flannel_reads_them() {
+        let defaults = options(r#"{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}"#);
+        assert_eq!(
+            defaults,
+            Vxlan {
+                vni: 1,
+                port: 0,
+                direct_routing: false,
+                mtu: None,
+            }
+        );
+        assert_eq!(defaults.effective_port(), 8472);
+        assert_eq!(
+            options(
+                r#"{"Network":"10.5.0.0/16","Backend":{"Type":"vxlan","VNI":42,"Port":4789,"DirectRouting":true}}"#
+            ),
+            Vxlan {
+                vni: 42,
+                port: 4789,
+                direct_routing: true,
+                mtu: None,
+            }
+        );
+        // Go's encoding/json: keys match case-insensitively.
+        let v = options(
+            r#"{"network":"10.9.0.0/16","backend":{"type":"vxlan","vni":7,"directRouting":true}}"#,
+        );
+        assert_eq!((v.vni, v.direct_routing), (7, true));
+    }
 
     const FLANNEL_EXAMPLE: &str = r#"{"PublicIP":"192.168.64.3","PublicIPv6":null,"BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"c6:d2:32:6f:8f:44"}}"#;
 

@@ -1,65 +1,24 @@
-//! Start-up: connect to etcd and read the network config, retrying transport failures until
-//! `--startup-timeout` has passed (and not less: the last back-off step is cut to the deadline).
+//! Start-up retries, for any store: an attempt (connect, read the config) is made again on
+//! failures worth retrying until the start-up timeout has passed (and not less: the last
+//! back-off step is cut to the deadline).
 
 use std::time::Duration;
 
 use tokio::time::{sleep, Instant};
 
 use crate::error::AgentError;
-use crate::etcd::Security;
-use crate::options::Options;
-use crate::subnet::config::NetConfig;
-use crate::subnet::store::Store;
 use crate::warn;
 
-/// Connects and reads the config, retrying transport failures until the start-up timeout.
-/// A missing or invalid config fails at once: waiting would not fix it.
-/// A wrong CA, client certificate or password fails at once too.
-pub async fn connect_and_read_config(opts: &Options) -> Result<(Store, NetConfig), AgentError> {
-    let security = &Security::load(&opts.etcd_tls, opts.etcd_credentials.clone())
-        .map_err(|e| AgentError::EtcdRefused(e.to_string()))?;
-    let outcome = retry_until(opts.startup_timeout, |left| async move {
-        let attempt = async {
-            let mut store =
-                Store::connect(&opts.etcd_endpoints, &opts.etcd_prefix, security).await?;
-            let net = store.config().await?;
-            Ok::<_, AgentError>((store, net))
-        };
-        match tokio::time::timeout(left, attempt).await {
-            Ok(Err(
-                e @ (AgentError::ConfigMissing { .. }
-                | AgentError::BadConfig { .. }
-                | AgentError::EtcdRefused(_)),
-            )) => Attempt::Fatal(e),
-            Ok(Err(e)) => Attempt::Retry(e),
-            Ok(Ok(v)) => Attempt::Done(v),
-            Err(_) => Attempt::Retry(AgentError::etcd("GET config", "no answer in time")),
-        }
-    })
-    .await;
-    outcome.map_err(|e| match e {
-        Retried::Fatal(e) => e,
-        Retried::GaveUp { after, last } => AgentError::Unreachable {
-            endpoints: opts.etcd_endpoints.join(","),
-            detail: format!(
-                "gave up after {:.1}s (--startup-timeout {}s): {last}",
-                after.as_secs_f64(),
-                opts.startup_timeout.as_secs()
-            ),
-        },
-    })
-}
-
 /// The outcome of one start-up attempt.
-enum Attempt<T> {
+pub enum Attempt<T> {
     Done(T),
-    /// Worth another try (etcd not reachable yet).
+    /// Worth another try (the store not reachable yet).
     Retry(AgentError),
     /// Waiting would not help.
     Fatal(AgentError),
 }
 
-enum Retried {
+pub enum Retried {
     Fatal(AgentError),
     /// The deadline passed; `after` is the time actually spent.
     GaveUp {
@@ -77,7 +36,12 @@ const MIN_ATTEMPT: Duration = Duration::from_millis(100);
 /// Runs `attempt(time left)` until it succeeds, fails fatally or `timeout` has passed. The
 /// last back-off sleep is cut to end at the deadline and one final attempt runs there, so the
 /// whole takes `timeout` plus at most [`MIN_ATTEMPT`] (and never gives up early).
-async fn retry_until<T, F, Fut>(timeout: Duration, mut attempt: F) -> Result<T, Retried>
+/// `store` names the store in the log line of each retry.
+pub async fn retry_until<T, F, Fut>(
+    store: &str,
+    timeout: Duration,
+    mut attempt: F,
+) -> Result<T, Retried>
 where
     F: FnMut(Duration) -> Fut,
     Fut: std::future::Future<Output = Attempt<T>>,
@@ -102,7 +66,7 @@ where
             });
         }
         let wait = backoff.min(deadline - now);
-        warn!("etcd not reachable yet ({e}); retrying in {wait:?}");
+        warn!("{store} not reachable yet ({e}); retrying in {wait:?}");
         sleep(wait).await;
         backoff = (backoff * 2).min(MAX_STARTUP_BACKOFF);
     }
@@ -112,6 +76,13 @@ where
 mod tests {
     use super::*;
 
+    fn test_error(detail: &str) -> AgentError {
+        AgentError::Store {
+            failure: crate::error::StoreFailure::Transient,
+            source: detail.into(),
+        }
+    }
+
     /// With time paused, sleeps complete instantly and `Instant` follows the virtual clock.
     #[tokio::test(start_paused = true)]
     async fn start_up_retries_last_until_the_deadline_and_not_longer() {
@@ -119,9 +90,9 @@ mod tests {
             let timeout = Duration::from_secs(secs);
             let started = Instant::now();
             let mut attempts = 0;
-            let out: Result<(), Retried> = retry_until(timeout, |_| {
+            let out: Result<(), Retried> = retry_until("etcd", timeout, |_| {
                 attempts += 1;
-                async { Attempt::Retry(AgentError::etcd("GET config", "refused")) }
+                async { Attempt::Retry(test_error("refused")) }
             })
             .await;
             let took = Instant::now() - started;
@@ -140,12 +111,13 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn slow_attempts_are_bounded_by_the_time_left() {
         let started = Instant::now();
-        let out: Result<(), Retried> = retry_until(Duration::from_secs(3), |left| async move {
-            // An attempt that hangs until its bound (an etcd that accepts but never answers).
-            sleep(left).await;
-            Attempt::Retry(AgentError::etcd("GET config", "no answer in time"))
-        })
-        .await;
+        let out: Result<(), Retried> =
+            retry_until("etcd", Duration::from_secs(3), |left| async move {
+                // An attempt that hangs until its bound (an etcd that accepts but never answers).
+                sleep(left).await;
+                Attempt::Retry(test_error("no answer in time"))
+            })
+            .await;
         let took = Instant::now() - started;
         assert!(matches!(out, Err(Retried::GaveUp { .. })));
         assert!(
@@ -156,18 +128,18 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn fatal_errors_and_success_end_at_once() {
-        let out: Result<(), Retried> = retry_until(Duration::from_secs(5), |_| async {
-            Attempt::Fatal(AgentError::ConfigMissing { key: "k".into() })
+        let out: Result<(), Retried> = retry_until("etcd", Duration::from_secs(5), |_| async {
+            Attempt::Fatal(AgentError::Usage("k".into()))
         })
         .await;
         assert!(matches!(out, Err(Retried::Fatal(_))));
         let mut n = 0;
-        let out = retry_until(Duration::from_secs(5), |_| {
+        let out = retry_until("etcd", Duration::from_secs(5), |_| {
             n += 1;
             let v = n;
             async move {
                 if v < 3 {
-                    Attempt::Retry(AgentError::etcd("x", "y"))
+                    Attempt::Retry(test_error("y"))
                 } else {
                     Attempt::Done(v)
                 }

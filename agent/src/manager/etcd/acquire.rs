@@ -8,14 +8,15 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
+use super::store::{Binding, EtcdSnapshot, Store};
+use super::STORE_NAME;
 use crate::backend::LeaseValue;
 use crate::error::AgentError;
+use crate::manager::{LeaseRequest, OwnLease, StoredLease};
 use crate::ops::metrics;
 use crate::subnet::config::{overlaps, NetConfig};
 use crate::subnet::config_v6;
 use crate::subnet::key::SubnetKey;
-use crate::subnet::lease::LeaseAttrs;
-use crate::subnet::store::{Binding, Snapshot, Store, StoredLease};
 use crate::{log, warn};
 
 const MAX_ATTEMPTS: u32 = 10;
@@ -33,7 +34,7 @@ pub enum Plan {
 
 pub fn plan(
     net: &NetConfig,
-    snap: &Snapshot,
+    snap: &EtcdSnapshot,
     public_ip: Ipv4Addr,
     previous: Option<SubnetKey>,
     seed: u64,
@@ -48,12 +49,12 @@ pub fn plan(
         .collect();
     ours.sort_by_key(|(k, _)| previous.is_none_or(|p| p.v4 != k.v4));
     for (key, lease) in ours {
-        let reservation = lease.etcd_lease == 0;
+        let reservation = lease.reservation;
         if fits(net, key, reservation) {
             return Ok(Plan::Reuse(*key, Box::new(lease.clone())));
         }
         if !reservation {
-            return Ok(Plan::DropStale(*key, lease.mod_revision));
+            return Ok(Plan::DropStale(*key, lease.version));
         }
         log!(
             "reservation {key} for {public_ip} does not fit the network config ({}{}): ignored",
@@ -125,15 +126,12 @@ pub fn seed_for(public_ip: Ipv4Addr, attempt: u32) -> u64 {
     u64::from_be_bytes(b)
 }
 
-/// This node's lease as held.
+/// This node's lease as held in etcd: the etcd lease its key is attached to (0 for a TTL-less
+/// reservation).
 #[derive(Debug, Clone)]
-pub struct OwnLease {
-    pub key: SubnetKey,
-    /// 0 for a TTL-less reservation.
+pub struct Held {
+    pub own: OwnLease,
     pub etcd_lease: i64,
-    pub attrs: LeaseAttrs,
-    /// When to renew; `None` for a reservation.
-    pub renew_at: Option<Instant>,
 }
 
 /// TTL and renewal margin, in seconds.
@@ -156,16 +154,18 @@ impl LeaseTiming {
     }
 }
 
-/// Acquires a lease for `public_ip`; `attrs_for` gives the value to store for a key (the
-/// backend's; vxlan's VTEP MACs depend on its subnets).
+/// Acquires a lease for `request.public_ip`.
 pub async fn acquire(
     store: &mut Store,
-    net: &NetConfig,
-    public_ip: Ipv4Addr,
-    attrs_for: &dyn Fn(&SubnetKey) -> Result<LeaseAttrs, AgentError>,
-    previous: Option<SubnetKey>,
+    request: &LeaseRequest<'_>,
     timing: LeaseTiming,
-) -> Result<OwnLease, AgentError> {
+) -> Result<Held, AgentError> {
+    let LeaseRequest {
+        net,
+        public_ip,
+        attrs_for,
+        previous,
+    } = *request;
     for attempt in 0..MAX_ATTEMPTS {
         let snap = store.list().await?;
         let plan = plan(
@@ -179,27 +179,22 @@ pub async fn acquire(
             Plan::Reuse(key, _) | Plan::DropStale(key, _) | Plan::Create(key) => attrs_for(key)?,
         };
         match plan {
-            Plan::Reuse(key, lease) if lease.etcd_lease == 0 => {
+            Plan::Reuse(key, lease) if lease.reservation => {
                 if lease.attrs.as_ref().ok() != Some(attrs) {
                     let (ok, _) = store
-                        .update(&key, attrs, Binding::Reservation, lease.mod_revision)
+                        .update(&key, attrs, Binding::Reservation, lease.version)
                         .await?;
                     if !ok {
                         continue;
                     }
                 }
                 log!("using reserved subnet {key} (no TTL)");
-                return Ok(OwnLease {
-                    key,
-                    etcd_lease: 0,
-                    attrs: attrs.clone(),
-                    renew_at: None,
-                });
+                return Ok(held(key, 0, attrs, None));
             }
             Plan::Reuse(key, lease) => {
                 let now = Instant::now();
                 let (ok, id) = store
-                    .update(&key, attrs, Binding::Fresh(timing.ttl), lease.mod_revision)
+                    .update(&key, attrs, Binding::Fresh(timing.ttl), lease.version)
                     .await?;
                 if !ok {
                     continue;
@@ -209,12 +204,7 @@ pub async fn acquire(
                     attrs.public_ip,
                     timing.ttl
                 );
-                return Ok(OwnLease {
-                    key,
-                    etcd_lease: id,
-                    attrs: attrs.clone(),
-                    renew_at: Some(timing.renew_at(now)),
-                });
+                return Ok(held(key, id, attrs, Some(timing.renew_at(now))));
             }
             Plan::DropStale(key, rev) => {
                 log!(
@@ -228,12 +218,7 @@ pub async fn acquire(
                 let now = Instant::now();
                 if let Some(id) = store.create(&key, attrs, timing.ttl).await? {
                     log!("acquired new lease {key} for {}s", timing.ttl);
-                    return Ok(OwnLease {
-                        key,
-                        etcd_lease: id,
-                        attrs: attrs.clone(),
-                        renew_at: Some(timing.renew_at(now)),
-                    });
+                    return Ok(held(key, id, attrs, Some(timing.renew_at(now))));
                 }
                 log!("subnet {key} was taken by another node meanwhile; retrying");
             }
@@ -244,14 +229,32 @@ pub async fn acquire(
     })
 }
 
+fn held(
+    key: SubnetKey,
+    etcd_lease: i64,
+    attrs: &crate::subnet::lease::LeaseAttrs,
+    renew_at: Option<Instant>,
+) -> Held {
+    Held {
+        own: OwnLease {
+            key,
+            attrs: attrs.clone(),
+            renew_at,
+        },
+        etcd_lease,
+    }
+}
+
 /// Renews our lease with a fresh TTL (flannel's renewal). A missing key means it was revoked.
+/// `etcd_lease` is the etcd lease the key is attached to, then the fresh one.
 pub async fn renew(
     store: &mut Store,
     own: &mut OwnLease,
+    etcd_lease: &mut i64,
     timing: LeaseTiming,
 ) -> Result<(), AgentError> {
     let now = Instant::now();
-    own.etcd_lease = rewrite(store, own, Binding::Fresh(timing.ttl)).await?;
+    *etcd_lease = rewrite(store, own, Binding::Fresh(timing.ttl)).await?;
     own.renew_at = Some(timing.renew_at(now));
     metrics::LEASE_RENEWALS.inc();
     log!("renewed lease {} for {}s", own.key, timing.ttl);
@@ -259,16 +262,17 @@ pub async fn renew(
 }
 
 /// Rewrites our lease with the value the data plane now wants (vxlan: its devices' real
-/// MACs), keeping its binding. A failure is logged and left for the next pass to retry.
-pub async fn publish(store: &mut Store, own: &mut OwnLease, value: LeaseValue) {
+/// MACs), keeping its binding to `etcd_lease`. A failure is logged and left for the next
+/// pass to retry.
+pub async fn publish(store: &mut Store, own: &mut OwnLease, etcd_lease: i64, value: LeaseValue) {
     if value.attrs == own.attrs {
         return;
     }
     let previous = std::mem::replace(&mut own.attrs, value.attrs);
-    let binding = if own.etcd_lease == 0 {
+    let binding = if etcd_lease == 0 {
         Binding::Reservation
     } else {
-        Binding::Existing(own.etcd_lease)
+        Binding::Existing(etcd_lease)
     };
     match rewrite(store, own, binding).await {
         Ok(_) => log!("published {} in lease {}", value.what, own.key),
@@ -289,6 +293,7 @@ pub async fn rewrite(
     if !ok {
         return Err(AgentError::LeaseRevoked {
             key: store.lease_key(&own.key),
+            store: STORE_NAME,
         });
     }
     Ok(id)
@@ -314,15 +319,15 @@ mod tests {
                 1,
                 None,
             )),
-            etcd_lease,
-            create_revision: 3,
-            mod_revision: 7,
+            reservation: etcd_lease == 0,
+            created: 3,
+            version: 7,
         }
     }
 
-    fn snap(entries: &[(&str, StoredLease)]) -> Snapshot {
-        Snapshot {
-            revision: 9,
+    fn snap(entries: &[(&str, StoredLease)]) -> EtcdSnapshot {
+        EtcdSnapshot {
+            resume: 9,
             leases: entries
                 .iter()
                 .map(|(k, l)| (SubnetKey::parse(k).unwrap(), l.clone()))
@@ -440,7 +445,7 @@ mod tests {
             Plan::DropStale(..)
         ));
         let prev = SubnetKey::parse("10.10.3.0-24").unwrap();
-        let Plan::Create(k) = plan(&dual(), &Snapshot::default(), ME, Some(prev), 0).unwrap()
+        let Plan::Create(k) = plan(&dual(), &EtcdSnapshot::default(), ME, Some(prev), 0).unwrap()
         else {
             panic!()
         };

@@ -2,13 +2,42 @@
 
 use std::fs;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::error::AgentError;
 
+/// A file that could not be written: what was being done, on which path.
+#[derive(Debug, thiserror::Error)]
+#[error("{what} {path}: {source}")]
+pub struct WriteError {
+    pub what: &'static str,
+    pub path: PathBuf,
+    pub source: std::io::Error,
+}
+
+impl WriteError {
+    fn new(what: &'static str, path: &Path, source: std::io::Error) -> WriteError {
+        WriteError {
+            what,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+impl From<WriteError> for AgentError {
+    fn from(e: WriteError) -> AgentError {
+        AgentError::Io {
+            what: e.what,
+            path: e.path,
+            source: e.source,
+        }
+    }
+}
+
 /// Writes `contents` to a temporary file beside `path`, fsyncs it and renames it over `path`.
 /// Parent directories are created. Unchanged files are left alone so watchers see no churn.
-pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<bool, AgentError> {
+pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<bool, WriteError> {
     if fs::read(path).is_ok_and(|old| old == contents) {
         return Ok(false);
     }
@@ -16,7 +45,7 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<bool, AgentError> {
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    fs::create_dir_all(dir).map_err(|e| AgentError::io("creating directory", dir, e))?;
+    fs::create_dir_all(dir).map_err(|e| WriteError::new("creating directory", dir, e))?;
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -31,7 +60,7 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<bool, AgentError> {
     })();
     if let Err(e) = result {
         let _ = fs::remove_file(&tmp);
-        return Err(AgentError::io("writing", path, e));
+        return Err(WriteError::new("writing", path, e));
     }
     Ok(true)
 }
