@@ -5,13 +5,13 @@
 //! as known (`membership`), the data plane (`backend`, through `reconcile`), the node's files
 //! (`node`).
 
-use std::net::Ipv6Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use tokio::time::{sleep, sleep_until, Instant};
 
 use crate::backend::{registry, Backend, Node};
-use crate::error::{AgentError, StoreFailure};
+use crate::error::{AgentError, Stage, StoreFailure};
 use crate::manager::etcd::EtcdManager;
 use crate::manager::{LeaseRequest, LeaseWatch, OwnLease, Snapshot, SubnetManager, WatchEvent};
 use crate::membership::Membership;
@@ -65,7 +65,7 @@ async fn run_on<M: SubnetManager>(
     opts: Options,
     mut manager: M,
     net: NetConfig,
-    public_ip: std::net::Ipv4Addr,
+    public_ip: Ipv4Addr,
 ) -> Result<(), AgentError> {
     let (registration, backend) = registry::backend_of(&manager.config_name(), &net)?;
     let public_ipv6 = match net.ipv6 {
@@ -82,7 +82,7 @@ async fn run_on<M: SubnetManager>(
             state_dir: &opts.state_dir,
             flags: &flags,
         })
-        .map_err(|e| AgentError::backend(backend.type_name(), crate::error::Stage::Start, e))?;
+        .map_err(|e| AgentError::backend(backend.type_name(), Stage::Start, e))?;
     log!(
         "network {} (/{} subnets in {}..{}){}, {}",
         net.network,

@@ -17,9 +17,6 @@
 pub mod etcd;
 pub mod startup;
 
-#[cfg(test)]
-pub mod fake;
-
 use std::collections::BTreeMap;
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -208,3 +205,6 @@ pub trait LeaseWatch {
     /// The next event; `Ok(None)` when the server closed the watch.
     async fn next(&mut self) -> Result<Option<WatchEvent<Self::Resume>>, AgentError>;
 }
+
+#[cfg(test)]
+pub mod fake;

@@ -17,6 +17,7 @@ use crate::ops::metrics;
 use crate::subnet::config::{overlaps, NetConfig};
 use crate::subnet::config_v6;
 use crate::subnet::key::SubnetKey;
+use crate::subnet::lease::LeaseAttrs;
 use crate::{log, warn};
 
 const MAX_ATTEMPTS: u32 = 10;
@@ -229,12 +230,7 @@ pub async fn acquire(
     })
 }
 
-fn held(
-    key: SubnetKey,
-    etcd_lease: i64,
-    attrs: &crate::subnet::lease::LeaseAttrs,
-    renew_at: Option<Instant>,
-) -> Held {
+fn held(key: SubnetKey, etcd_lease: i64, attrs: &LeaseAttrs, renew_at: Option<Instant>) -> Held {
     Held {
         own: OwnLease {
             key,
