@@ -7,11 +7,12 @@
 
 use std::sync::OnceLock;
 
-use ferrocni_agent::backend::registry::REGISTRY;
+use ferrocni_agent::backend::registry::{backend_of, REGISTRY};
+use ferrocni_agent::backend::Backend;
+use ferrocni_agent::manager::etcd::store::lease_key_of;
 use ferrocni_agent::subnet::config::NetConfig;
 use ferrocni_agent::subnet::key::SubnetKey;
 use ferrocni_agent::subnet::lease::LeaseAttrs;
-use ferrocni_agent::subnet::store::lease_key_of;
 use ferrocni_fuzz::same_json;
 use libfuzzer_sys::fuzz_target;
 
@@ -19,10 +20,14 @@ const SUBNETS: &str = "/coreos.com/network/subnets/";
 
 /// A network config for every backend the agent runs (its registry), dual-stack where the
 /// backend takes it, so a new backend is fuzzed without touching this target.
-fn networks() -> &'static [NetConfig] {
-    static NETS: OnceLock<Vec<NetConfig>> = OnceLock::new();
+fn networks() -> &'static [(NetConfig, Box<dyn Backend>)] {
+    static NETS: OnceLock<Vec<(NetConfig, Box<dyn Backend>)>> = OnceLock::new();
     NETS.get_or_init(|| {
-        let parse = |json: String| NetConfig::parse("/coreos.com/network/config", json.as_bytes());
+        let parse = |json: String| {
+            let key = "/coreos.com/network/config";
+            let net = NetConfig::parse(key, json.as_bytes())?;
+            backend_of(key, &net).map(|(_, backend)| (net, backend))
+        };
         REGISTRY
             .iter()
             .map(|r| {
@@ -70,7 +75,7 @@ fuzz_target!(|data: &[u8]| {
     );
     let own = SubnetKey::parse("10.244.9.0-24&fd00:10:244:9::-64").expect("own key");
     let key = key.unwrap_or(own);
-    for net in networks() {
+    for (net, backend) in networks() {
         let own = if net.ipv6.is_some() {
             own
         } else {
@@ -82,6 +87,6 @@ fuzz_target!(|data: &[u8]| {
             Some("fd00:9::9".parse().expect("ip6")),
         );
         let _ = rules.check_lease(&key, &attrs);
-        let _ = net.backend.check_peer(&attrs);
+        let _ = backend.check_peer(&attrs);
     }
 });

@@ -3,10 +3,13 @@
 //! makes us a peer; every peer passed the shared rules.
 #![no_main]
 
-use ferrocni_agent::etcd::proto::WatchResponse;
+use ferrocni_agent::backend::registry::backend_of;
+use ferrocni_agent::manager::etcd::client::proto::WatchResponse;
+use ferrocni_agent::manager::etcd::watch::decode;
+use ferrocni_agent::manager::WatchEvent;
+use ferrocni_agent::membership::Membership;
 use ferrocni_agent::subnet::config::NetConfig;
 use ferrocni_agent::subnet::key::SubnetKey;
-use ferrocni_agent::subnet::membership::Membership;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
 
@@ -15,8 +18,11 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let own = SubnetKey::parse("10.244.9.0-24").expect("own key");
-    let mut members = Membership::new(own, "/coreos.com/network/subnets/");
-    if members.apply_watch(&resp).is_err() {
+    let mut members = Membership::new(own, "etcd");
+    let WatchEvent::Changes { changes, .. } = decode("/coreos.com/network/subnets/", &resp) else {
+        return;
+    };
+    if members.apply_all(changes).is_err() {
         // Our own lease deleted: a revocation, which the agent handles by acquiring again.
         return;
     }
@@ -26,7 +32,8 @@ fuzz_target!(|data: &[u8]| {
     )
     .expect("config");
     let rules = net.rules(own, "192.168.0.9".parse().expect("ip"), None);
-    let (peers, _) = members.peers(&rules, net.backend.as_ref());
+    let (_, backend) = backend_of("/coreos.com/network/config", &net).expect("backend");
+    let (peers, _) = members.peers(&rules, backend.as_ref());
     for p in &peers {
         assert_ne!(p.key, own, "our own lease as a peer");
         assert!(rules.check_lease(&p.key, &p.attrs).is_ok(), "{}", p.key);
