@@ -5,16 +5,15 @@
 //! files at and under the directories the demos bind over, no process the demo started (each
 //! carries a tag in its environment), and the demo's temporary directory removed.
 //!
-//! The cluster demo runs with vxlan, host-gw, udp and bgp here; with wireguard and ipip where the
-//! kernel has their drivers (netns-tests/vm/kernel-tests.txt).
+//! The cluster demo runs with every backend the agent lists (`ferrocni-agent --list-backends`):
+//! here those whose kernel driver this host has (vxlan, host-gw, udp, bgp), wireguard and ipip
+//! where the kernel has theirs (netns-tests/vm/kernel-tests.txt).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use netns_tests::{
-    kernel_has, our_bin_dir, our_binary, require_driver, require_root, workspace_root, TempDir,
-};
+use netns_tests::{kernel_has, our_bin_dir, our_binary, require_root, workspace_root, TempDir};
 
 /// Where the demos bind their own empty directories (tools/demo/lib.sh's watched list).
 const BOUND_DIRS: &[&str] = &[
@@ -270,78 +269,142 @@ fn single_node() {
     assert_eq!(pings, 4, "pod to pod and to gateway, both families");
 }
 
-/// The three-node demo with `backend`, whose kernel driver is `driver`: every pod reaches
-/// every other with its own address, the agents' metrics and node1's routes (through `device`)
-/// are shown.
-fn assert_cluster_runs(backend: &str, driver: &str, device: &str) {
-    require_root!();
-    require_driver!(kernel_has(driver), format!("{driver} driver"));
+/// One backend as the agent lists it (`--list-backends`).
+struct Listed {
+    name: String,
+    /// The kernel driver it needs, as [`kernel_has`] names it.
+    driver: Option<String>,
+}
+
+/// The backends the agent runs, as `ferrocni-agent --list-backends` lists them: a name, what it
+/// needs of the node (`kernel:<link kind>`, `kernel:tun`, `program:<command>:<package>`,
+/// comma-separated, or `-`), what it is.
+fn backends() -> Vec<Listed> {
+    let out = Command::new(our_binary("ferrocni-agent"))
+        .arg("--list-backends")
+        .output()
+        .expect("ferrocni-agent --list-backends");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let name = fields.next()?.to_string();
+            let driver = fields
+                .next()?
+                .split(',')
+                .find_map(|need| need.strip_prefix("kernel:"))
+                // kernel_has probes /dev/net/tun's driver as "tap".
+                .map(|kind| if kind == "tun" { "tap" } else { kind }.to_string());
+            Some(Listed { name, driver })
+        })
+        .collect()
+}
+
+/// Node1's routes (the demo's `ip route` there) lead to the other nodes' pod subnets: a route
+/// to each, or one to the whole cluster network off the node's bridge.
+fn routes_reach_the_other_nodes(stdout: &str) -> Result<(), String> {
+    let routes = stdout
+        .split_once("node1$ ip route\n")
+        .and_then(|(_, rest)| rest.split_once("Tear down"))
+        .map(|(routes, _)| routes)
+        .ok_or("no `ip route` of node1 in the output")?;
+    let cluster_route = routes
+        .lines()
+        .any(|l| l.starts_with("10.244.0.0/16 ") && !l.contains("cni0"));
+    for node in ["node2", "node3"] {
+        let subnet = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{node}: FLANNEL_SUBNET=")))
+            .and_then(|gateway| {
+                let (ip, len) = gateway.split_once('/')?;
+                Some(format!("{}.0/{len}", ip.rsplit_once('.')?.0))
+            })
+            .ok_or(format!("no FLANNEL_SUBNET of {node}"))?;
+        let direct = routes.lines().any(|l| l.starts_with(&format!("{subnet} ")));
+        if !direct && !cluster_route {
+            return Err(format!("no route to {node}'s {subnet} on node1:\n{routes}"));
+        }
+    }
+    Ok(())
+}
+
+/// The three-node demo with `backend`: every pod reaches every other with its own address, the
+/// agents' metrics and node1's routes to the other nodes are shown. `Ok(false)`: this machine
+/// cannot run it (the demo said why).
+fn cluster_runs(backend: &str) -> Result<bool, String> {
     let run = run_demo("demo-cluster.sh", &["--backend", backend]);
     if unavailable(&run, &format!("the {backend} cluster demo")) {
-        return;
+        return Ok(false);
     }
-    assert_ran(&run, &format!("the {backend} cluster demo"));
+    if run.status != 0 {
+        return Err(format!(
+            "the {backend} cluster demo failed:\n{}",
+            run.stdout
+        ));
+    }
     for expected in [
         "30 of 30 pairs: every pod reached every other, with its own address",
         "ferrocni_agent_leases{state=\"programmed\"} 2",
         "ferrocni_agent_leases{state=\"known\"} 3",
-        device,
         "checked: no pod namespace, veth, lease or cached result is left on any node",
     ] {
-        assert!(
-            run.stdout.contains(expected),
-            "no {expected:?} in:\n{}",
-            run.stdout
-        );
+        if !run.stdout.contains(expected) {
+            return Err(format!(
+                "no {expected:?} in the {backend} demo:\n{}",
+                run.stdout
+            ));
+        }
     }
+    routes_reach_the_other_nodes(&run.stdout).map_err(|e| format!("{backend}: {e}"))?;
+    Ok(true)
 }
 
+/// Every backend the agent lists, each where this kernel has its driver (else skipped, or a
+/// failure with FERROCNI_REQUIRE_DRIVERS=1) and the demo finds what it needs.
 #[test]
-fn cluster_vxlan() {
-    assert_cluster_runs("vxlan", "vxlan", "dev flannel.1");
-}
-
-#[test]
-fn cluster_wireguard() {
-    assert_cluster_runs("wireguard", "wireguard", "dev flannel-wg");
-}
-
-#[test]
-fn cluster_ipip() {
-    assert_cluster_runs("ipip", "ipip", "dev flannel.ipip");
-}
-
-/// host-gw needs no driver but the bridge the demo's LAN is made of.
-#[test]
-fn cluster_host_gw() {
-    assert_cluster_runs("host-gw", "bridge", " via 172.31.250.");
-}
-
-/// udp needs only TUN (`kernel_has("tap")` probes /dev/net/tun's driver).
-#[test]
-fn cluster_udp() {
-    assert_cluster_runs("udp", "tap", "dev flannel0");
-}
-
-/// bgp needs BIRD 2 (the demo says so when it is missing) and no driver; the routes are BIRD's.
-#[test]
-fn cluster_bgp() {
-    assert_cluster_runs("bgp", "bridge", "proto bird");
+fn cluster_every_backend() {
+    require_root!();
+    let mut failures = Vec::new();
+    for backend in backends() {
+        if let Some(driver) = &backend.driver {
+            if !kernel_has(driver) {
+                let why = format!(
+                    "the {} backend: this kernel has no {driver} driver",
+                    backend.name
+                );
+                assert!(
+                    !netns_tests::drivers_required(),
+                    "{why}, and FERROCNI_REQUIRE_DRIVERS=1 forbids skipping"
+                );
+                eprintln!("skipping {why}");
+                continue;
+            }
+        }
+        if let Err(e) = cluster_runs(&backend.name) {
+            failures.push(e);
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
 /// Without the backend's driver the demo says so and points at the VM runner.
 #[test]
 fn cluster_without_the_driver_points_at_the_vm() {
     require_root!();
-    let Some(backend) = ["wireguard", "ipip"].into_iter().find(|b| !kernel_has(b)) else {
-        eprintln!("skipping: this kernel has both the wireguard and the ipip driver");
+    let missing = backends()
+        .into_iter()
+        .find(|b| b.driver.as_deref().is_some_and(|d| !kernel_has(d)));
+    let Some(backend) = missing else {
+        eprintln!("skipping: this kernel has every backend's driver");
         return;
     };
-    let run = run_demo("demo-cluster.sh", &["--backend", backend]);
+    let (name, driver) = (&backend.name, backend.driver.as_deref().unwrap_or_default());
+    let run = run_demo("demo-cluster.sh", &["--backend", name]);
     assert_eq!(run.status, UNAVAILABLE, "{}", run.stdout);
     assert!(
         run.stdout.contains(&format!(
-            "has no {backend} driver, which the {backend} backend needs"
+            "has no {driver} driver, which the {name} backend needs"
         )) && run.stdout.contains("netns-tests/vm/run"),
         "{}",
         run.stdout
@@ -353,15 +416,19 @@ fn cluster_names_the_backends_it_knows() {
     require_root!();
     let out = Command::new(workspace_root().join("tools/demo/demo-cluster.sh"))
         .args(["--bin-dir".as_ref(), our_bin_dir().as_os_str()])
+        .args(["--agent".as_ref(), our_binary("ferrocni-agent").as_os_str()])
         .args(["--backend", "token-ring"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
+    let names: Vec<String> = backends().into_iter().map(|b| b.name).collect();
+    assert!(names.len() >= 6, "{names:?}");
     assert!(
-        stderr.contains(
-            "unknown backend token-ring; the demo knows: vxlan host-gw udp wireguard ipip bgp"
-        ),
+        stderr.contains(&format!(
+            "unknown backend token-ring; the demo knows: {} ",
+            names.join(" ")
+        )),
         "{stderr}"
     );
 }

@@ -7,7 +7,8 @@
 #   sudo make demo-cluster [BACKEND=vxlan|host-gw|wireguard|ipip|udp|bgp]
 #   sudo tools/demo/demo-cluster.sh [--backend NAME] [--bin-dir DIR] [--agent PATH]
 #
-#   --backend NAME  the network config's Backend.Type (default vxlan); the table below
+#   --backend NAME  the network config's Backend.Type (default vxlan); any the agent runs
+#                   (ferrocni-agent --list-backends)
 #   --bin-dir DIR   the plugins and cnitool (default: what `make build` built)
 #   --agent PATH    the ferrocni-agent binary (default: what `make build` built)
 #
@@ -21,46 +22,42 @@ set -euo pipefail
 demo_args=("$@")
 demo_tools=(ping curl busybox etcd etcdctl)
 
-# The backends. One line each: its name; the network config's "Backend" (flannel's schema,
-# docs/agent-backends.md); the kernel feature it needs (a link kind `ip link add` makes, `tun` for
-# /dev/net/tun, - for none), probed before anything starts; the pods' conflist template
-# (conflist-examples/<name>.conflist.template: `agent-podnet` chains the vxlan plugin, which
-# programs the overlay at each ADD too; `agent-podnet-routed` is bridge + portmap, the agent
-# alone routes); a command the backend needs beside the agent, as command:Debian-package (- for
-# none); extra agent flags (- for none; each node has its own /run, so one path serves all).
-backends='
-vxlan      {"Type":"vxlan","VNI":1,"Port":8472}  vxlan      agent-podnet         -           -
-host-gw    {"Type":"host-gw"}                   -          agent-podnet-routed  -           -
-udp        {"Type":"udp","Port":8285}           tun        agent-podnet-routed  -           -
-wireguard  {"Type":"wireguard"}                 wireguard  agent-podnet-routed  -           -
-ipip       {"Type":"ipip"}                      ipip       agent-podnet-routed  -           -
-bgp        {"Type":"bgp"}                       -          agent-podnet-routed  bird:bird2  --bgp-dir=/run/ferrocni/bgp
-'
-
 # shellcheck source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-# Sets backend_config, backend_probe, backend_template, backend_needs and backend_flags from
-# the table, or returns 1 for a name it does not hold.
+# Sets backend_config, backend_probe, backend_template and backend_needs for a backend the agent
+# lists (`ferrocni-agent --list-backends`: its name, what it needs of the node, what it is), or
+# returns 1 for a name it does not list. The network config's "Backend" is {"Type":"<name>"},
+# flannel's defaults (docs/agent-backends.md). backend_probe is the kernel feature it needs (a
+# link kind `ip link add` makes, `tun` for /dev/net/tun, - for none), probed before anything
+# starts; backend_needs a command it runs beside the agent, as command:Debian-package. The pods'
+# conflist template (conflist-examples/<name>.conflist.template) is `agent-podnet` for vxlan,
+# which chains the vxlan plugin (it programs the overlay at each ADD too), and
+# `agent-podnet-routed` (bridge + portmap: the agent alone routes) for every other backend.
 backend_entry() {
-    local name config probe template needs flags
-    while read -r name config probe template needs flags; do
+    local name needs need
+    while read -r name needs _; do
         [ "$name" = "$1" ] || continue
-        backend_config=$config backend_probe=$probe backend_template=$template
-        backend_needs=$needs backend_flags=$flags
-        [ "$backend_needs" != - ] || backend_needs=
-        [ "$backend_flags" != - ] || backend_flags=
+        backend_config="{\"Type\":\"$name\"}" backend_probe=- backend_needs=
+        backend_template=agent-podnet-routed
+        [ "$name" != vxlan ] || backend_template=agent-podnet
+        for need in ${needs//,/ }; do
+            case $need in
+                kernel:*) backend_probe=${need#kernel:} ;;
+                program:*) backend_needs=${need#program:} ;;
+            esac
+        done
         return 0
-    done <<<"$backends"
+    done < <("$demo_agent" --list-backends)
     return 1
 }
 
 demo_preflight() {
+    [ -n "$demo_agent" ] || die "no ferrocni-agent built: run make build first (or pass --agent)" "$DEMO_USAGE"
     backend_entry "$demo_backend" || {
-        echo "unknown backend $demo_backend; the demo knows: $(awk 'NF {printf "%s ", $1}' <<<"$backends")" >&2
+        echo "unknown backend $demo_backend; the demo knows: $("$demo_agent" --list-backends | awk 'NF {printf "%s ", $1}')" >&2
         exit "$DEMO_USAGE"
     }
-    [ -n "$demo_agent" ] || die "no ferrocni-agent built: run make build first (or pass --agent)" "$DEMO_USAGE"
 }
 
 demo_main /etc/ferrocni
@@ -71,7 +68,7 @@ lan_prefix=172.31.250 # the nodes' own network: 172.31.250.1-3, etcd at .254
 etcd_url=http://$lan_prefix.254:2379
 etcd_log=/run/ferrocni-demo/etcd.log
 template=/etc/ferrocni/10-podnet.conflist.template
-agent_command="ferrocni-agent --etcd-endpoints $etcd_url --iface eth0 --ip-masq --cni-conf-template $template --metrics-port 9471${backend_flags:+ $backend_flags}"
+agent_command="ferrocni-agent --etcd-endpoints $etcd_url --iface eth0 --ip-masq --cni-conf-template $template --metrics-port 9471"
 nodes=(1 2 3)
 declare -A node_pid agent_pid pod_ip pod_node
 pods=()
