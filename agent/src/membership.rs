@@ -336,10 +336,6 @@ mod tests {
     use crate::backend::overlay::{IpFamily, PeerEntry};
     use crate::backend::registry;
     use crate::backend::vxlan::{lease_data, lease_v6_data};
-    use crate::manager::etcd::client::proto::{self, EventType, WatchResponse};
-    use crate::manager::etcd::store::{lease_key_of, stored_lease};
-    use crate::manager::etcd::watch::decode;
-    use crate::manager::WatchEvent;
     use crate::ops::log::{take_lines, Level};
     use crate::subnet::config::NetConfig;
     use std::sync::Mutex;
@@ -408,31 +404,25 @@ mod tests {
         )
     }
 
-    /// A lease written at etcd key `key` (attached to etcd lease `etcd_lease`), as the etcd
-    /// watch hands it over.
-    fn put_bound(
-        m: &mut Membership,
-        key: &str,
-        value: &str,
-        etcd_lease: i64,
-        created: i64,
-        revision: i64,
-    ) -> bool {
-        let change = match lease_key_of(SUBNETS, key.as_bytes()) {
-            Some(k) => Change::Put {
-                key: k,
-                lease: stored_lease(value.as_bytes(), etcd_lease, created, revision),
+    /// `value` written at `name`, created at `created`, at version `version`, as a watch
+    /// hands it over: a lease when `name` is a lease key right under `SUBNETS` (flannel's
+    /// layout), else a record that is no lease.
+    fn put(m: &mut Membership, name: &str, value: &str, created: i64, version: i64) -> bool {
+        let key = name
+            .strip_prefix(SUBNETS)
+            .filter(|rest| !rest.contains('/'))
+            .and_then(SubnetKey::parse);
+        let change = match key {
+            Some(key) => Change::Put {
+                key,
+                lease: StoredLease::decode(value.as_bytes(), false, created, version),
             },
-            None => Change::NotALease(JunkKey::new(key.as_bytes(), revision)),
+            None => Change::NotALease(JunkKey::new(name.as_bytes(), version)),
         };
         m.apply(change).unwrap()
     }
 
-    fn put(m: &mut Membership, key: &str, value: &str, created: i64, revision: i64) -> bool {
-        put_bound(m, key, value, 5, created, revision)
-    }
-
-    /// The lease at etcd key `key` deleted.
+    /// The lease at `key` deleted.
     fn delete(m: &mut Membership, key: &str) -> Result<bool, AgentError> {
         m.apply(Change::Delete {
             key: SubnetKey::parse(key).unwrap(),
@@ -490,8 +480,8 @@ mod tests {
         );
         let a = lease("192.168.0.1", "02:00:00:00:00:01");
         assert!(put(&mut m, A, &a, 2, 2));
-        // Renewal: same value, new etcd lease: not a change.
-        assert!(!put_bound(&mut m, A, &a, 6, 2, 3));
+        // Renewal: same value, rewritten: not a change.
+        assert!(!put(&mut m, A, &a, 2, 3));
         let b = lease("192.168.0.2", "02:00:00:00:00:02");
         assert!(put(&mut m, B, &b, 4, 4));
         let peers = vxlan_peers(&mut m, IpFamily::V4);
@@ -859,31 +849,6 @@ mod tests {
             take_lines(Level::Warn).is_empty(),
             "listed again: nothing new"
         );
-    }
-
-    #[test]
-    fn watch_responses_carry_create_revisions() {
-        let mut m = members();
-        let value = lease("192.168.0.1", "02:00:00:00:00:01");
-        let resp = WatchResponse {
-            events: vec![proto::Event {
-                r#type: EventType::Put as i32,
-                kv: Some(proto::KeyValue {
-                    key: A.as_bytes().to_vec(),
-                    create_revision: 4,
-                    mod_revision: 6,
-                    value: value.into_bytes(),
-                    lease: 3,
-                }),
-            }],
-            ..WatchResponse::default()
-        };
-        let WatchEvent::Changes { changes, .. } = decode(SUBNETS, &resp) else {
-            panic!("not changes")
-        };
-        assert!(m.apply_all(changes).unwrap());
-        let stored = &m.known[&SubnetKey::parse(A).unwrap()];
-        assert_eq!((stored.created, stored.version), (4, 6));
     }
 
     #[test]
