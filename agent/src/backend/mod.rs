@@ -1,4 +1,4 @@
-//! The backends: how pod packets cross from one node to another. One module per
+//! The backends: how pod packets cross from one node to another. One folder per
 //! `Backend.Type` of flannel's network config, each behind the same two traits, found through
 //! one registry — the rest of the agent knows no backend by name.
 //!
