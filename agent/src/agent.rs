@@ -79,7 +79,6 @@ async fn run_on<M: SubnetManager>(
             public_ip,
             public_ipv6,
             iface: opts.iface.as_deref(),
-            state_dir: &opts.state_dir,
             flags: &flags,
         })
         .map_err(|e| AgentError::backend(backend.type_name(), Stage::Start, e))?;

@@ -36,7 +36,6 @@ Options:
   --ip-masq                      write FLANNEL_IPMASQ=true and keep masquerade rules (default false)
   --cni-conf-template PATH       conflist template to render with the lease
   --cni-conf-dir DIR             where the rendered conflist goes (default /etc/cni/net.d)
-  --state-dir DIR                overlay config and peers file (default /run/ferrocni/agent)
 ";
 
 /// `--help` after the backends' flags.
@@ -108,7 +107,6 @@ pub struct Options {
     pub ip_masq: bool,
     pub cni_conf_template: Option<PathBuf>,
     pub cni_conf_dir: PathBuf,
-    pub state_dir: PathBuf,
     /// The values of the backends' flags given (each backend gets its own when it starts).
     pub backend_flags: FlagValues,
     pub lease_ttl: i64,
@@ -136,7 +134,6 @@ impl Default for Options {
             ip_masq: false,
             cni_conf_template: None,
             cni_conf_dir: "/etc/cni/net.d".into(),
-            state_dir: "/run/ferrocni/agent".into(),
             backend_flags: FlagValues::default(),
             lease_ttl: 86_400,
             renew_margin: 3_600,
@@ -177,7 +174,6 @@ const VALUED: &[&str] = &[
     "--subnet-file",
     "--cni-conf-template",
     "--cni-conf-dir",
-    "--state-dir",
     "--subnet-lease-ttl",
     "--subnet-lease-renew-margin",
     "--resync-interval",
@@ -378,7 +374,6 @@ fn apply(
         "--subnet-file" => o.subnet_file = need()?.into(),
         "--cni-conf-template" => o.cni_conf_template = path(need()?),
         "--cni-conf-dir" => o.cni_conf_dir = need()?.into(),
-        "--state-dir" => o.state_dir = need()?.into(),
         "--subnet-lease-ttl" => o.lease_ttl = secs(need()?)?,
         "--subnet-lease-renew-margin" => o.renew_margin = renew_margin(&need()?, source)?,
         "--resync-interval" => o.resync_interval = Duration::from_secs(secs(need()?)? as u64),

@@ -29,7 +29,6 @@ pub mod wireguard;
 use std::any::Any;
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::path::Path;
 
 use crate::ops::metrics;
 pub use crate::subnet::config::{BackendObject, Network};
@@ -145,8 +144,6 @@ pub struct Node<'a> {
     pub public_ipv6: Option<Ipv6Addr>,
     /// `--iface`: the underlay interface, when given.
     pub iface: Option<&'a str>,
-    /// `--state-dir`: where the agent keeps its files.
-    pub state_dir: &'a Path,
     /// The values of the backend's own flags (its registration's).
     pub flags: &'a FlagValues,
 }

@@ -12,7 +12,7 @@
 //!
 //! Two backends use this seam: `vxlan` (modes `vxlan`, or `auto` with DirectRouting) and
 //! `host-gw` (mode `host-gw`: plain routes via each peer's address, no device). Both bring its
-//! agent flags ([`FLAGS`]: `--vxlan-bin`, `--vxlan-lock-file`).
+//! agent flags ([`FLAGS`]: `--state-dir`, `--vxlan-bin`, `--vxlan-lock-file`).
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -27,6 +27,15 @@ use crate::backend::flag::Flag;
 use crate::backend::{Network, Node, Peer};
 use crate::ops::files::{write_atomic, WriteError};
 use crate::subnet::key::SubnetKey;
+
+/// `--state-dir`: where the overlay configs and peers files are written.
+pub const STATE_DIR: Flag = Flag {
+    name: "--state-dir",
+    value: "DIR",
+    help: &["overlay config and peers file (default /run/ferrocni/agent)"],
+    default: Some("/run/ferrocni/agent"),
+    check: Flag::any_value,
+};
 
 /// `--vxlan-bin`: the reconcile run as `PATH sync <config>`.
 pub const VXLAN_BIN: Flag = Flag {
@@ -54,7 +63,7 @@ pub const VXLAN_LOCK_FILE: Flag = Flag {
 };
 
 /// The agent flags of the backends using this seam.
-pub const FLAGS: &[Flag] = &[VXLAN_BIN, VXLAN_LOCK_FILE];
+pub const FLAGS: &[Flag] = &[STATE_DIR, VXLAN_BIN, VXLAN_LOCK_FILE];
 
 /// What a pass of the overlay reconcile fails on.
 #[derive(Debug, thiserror::Error)]
@@ -147,7 +156,7 @@ impl OverlaySettings {
                 Some(bin) => Engine::Exec(bin.into()),
                 None => Engine::Library,
             },
-            state_dir: node.state_dir.to_path_buf(),
+            state_dir: node.flag(&STATE_DIR).map(PathBuf::from).unwrap_or_default(),
             public_ip,
             iface: node.iface(),
             lock_file: node.flag(&VXLAN_LOCK_FILE).map(PathBuf::from),

@@ -135,6 +135,7 @@ mod tests {
         assert_eq!(
             names,
             [
+                "--state-dir",
                 "--vxlan-bin",
                 "--vxlan-lock-file",
                 "--udp-datapath",
