@@ -30,6 +30,7 @@
 //! * Isolation: the "host" side of a plugin runs in a [`Netns`] too (run cnitool through
 //!   [`Cnitool::in_netns`]); caches, IPAM data dirs and configs live in [`TempDir`]s.
 
+pub mod agent;
 pub mod agent_cluster;
 pub mod agent_scale;
 pub mod bgp;
@@ -38,6 +39,7 @@ pub mod chain;
 pub mod cluster;
 pub mod containerd;
 pub mod cri;
+pub mod etcd;
 pub mod exec_floor;
 pub mod frr;
 pub mod netfilter;

@@ -14,14 +14,15 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use netns_tests::agent_cluster::{lease_key, Cluster, Etcd, CONVERGE, PREFIX};
+use netns_tests::agent::Agent;
+use netns_tests::agent_cluster::{require_tools, Cluster};
 use netns_tests::bgp::{
     kernel_routes, outside_host, reflector_conf, router_conf, KernelRoute, OUTSIDE_HOST,
 };
-use netns_tests::cluster::{ping, udp_source_seen, wait_until, Node, Pinger, Underlay};
+use netns_tests::cluster::{ping, udp_source_seen, wait_until, Node, Pinger, Underlay, CONVERGE};
+use netns_tests::etcd::{lease_key, Etcd, EtcdOptions, PREFIX};
 use netns_tests::frr::Frr;
-use netns_tests::private_host::missing_tools;
-use netns_tests::{our_binary, require_root, wait_or_kill, TempDir};
+use netns_tests::{require_root, wait_or_kill, TempDir};
 
 const ROUTER_AS: u32 = 64513;
 const PASSWORD: &str = "frr-md5-secret";
@@ -33,13 +34,7 @@ const BOGUS: &[&str] = &["0.0.0.0/0", "10.244.250.5/32", "192.168.99.0/24"];
 const METRICS_PORT: u16 = 19_472;
 
 fn have_tools() -> bool {
-    match missing_tools(&["etcd", "etcdctl", "bird", "curl"]) {
-        None => true,
-        Some(m) => {
-            eprintln!("skipping: {m:?} not installed (etcd-server, etcd-client, bird2, curl)");
-            false
-        }
-    }
+    require_tools(&["etcd", "etcdctl", "bird", "curl"])
 }
 
 fn network_config(backend: &str) -> String {
@@ -450,9 +445,10 @@ fn bgp_bad_options_refused_at_start() {
         return;
     }
     let underlay = Underlay::new("bgpbad");
-    let etcd = Etcd::start(&underlay);
+    let etcd = Etcd::start(&underlay.ns, EtcdOptions::on_switch());
     let node = underlay.add_node(1);
     let files = TempDir::new("bgpbad");
+    let agent = Agent::new(&node, &etcd, files.path()).args(&["--startup-timeout=5"]);
     let good = network_config(r#"{"Type":"bgp"}"#);
     for (config, flag, needle) in [
         (
@@ -483,24 +479,10 @@ fn bgp_bad_options_refused_at_start() {
     ] {
         etcd.ctl_ok(&["put", &format!("{PREFIX}/config"), &config]);
         let stderr = files.join("stderr");
-        let mut cmd = node
-            .ns
-            .command(&[our_binary("ferrocni-agent").to_str().unwrap()]);
-        cmd.arg(format!(
-            "--etcd-endpoints=http://{}:2379",
-            Underlay::switch_ip()
-        ))
-        .arg(format!("--public-ip={}", node.ip))
-        .arg(format!(
-            "--subnet-file={}",
-            files.join("subnet.env").display()
-        ))
-        .arg(format!("--bgp-dir={}", files.join("bgp").display()))
-        .arg("--startup-timeout=5")
-        .args(flag)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(fs::File::create(&stderr).unwrap());
+        let mut cmd = agent.command();
+        cmd.args(flag)
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&stderr).unwrap());
         let mut child = cmd.spawn().expect("start ferrocni-agent");
         assert!(
             wait_or_kill(&mut child, Duration::from_secs(20)),
@@ -524,6 +506,6 @@ fn bgp_bad_options_refused_at_start() {
             "",
             "a lease was taken ({config} {flag:?})"
         );
-        assert!(!files.join("bgp").join("bird.pid").exists());
+        assert!(!agent.bgp_dir().join("bird.pid").exists());
     }
 }

@@ -5,19 +5,22 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use netns_tests::agent::Agent;
+use netns_tests::agent_cluster::require_tools;
 use netns_tests::agent_scale::usage;
 use netns_tests::cluster::{
-    http_get, nth, ping, sample, udp_source_seen, wait_until, Node, Pod, Underlay,
+    assert_ping, http_get, nth, ping, sample, udp_source_seen, wait_until, Node, Pod, Underlay,
+    CONVERGE,
 };
+use netns_tests::etcd::{lease_key, Etcd, EtcdOptions, PREFIX};
 use netns_tests::{
-    lease_files, our_bin_dir, our_binary, reference_plugin_dir, require_root, run_with_stdin,
-    Cnitool, ConfDir, Netns, TempDir,
+    lease_files, our_bin_dir, our_binary, reference_plugin_dir, require_root, Cnitool, ConfDir,
+    Netns, TempDir,
 };
 
-const PREFIX: &str = "/coreos.com/network";
 const CONFIG: &str = r#"{"Network":"10.244.0.0/16","SubnetMin":"10.244.1.0","SubnetMax":"10.244.20.0","Backend":{"Type":"vxlan"}}"#;
 /// A dual-stack network config, in flanneld's schema.
 const DUAL_STACK_CONFIG: &str = r#"{"Network":"10.244.0.0/16","SubnetMin":"10.244.1.0","SubnetMax":"10.244.20.0","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"vxlan"}}"#;
@@ -25,383 +28,27 @@ const DUAL_STACK_CONFIG: &str = r#"{"Network":"10.244.0.0/16","SubnetMin":"10.24
 const KUBE_FLANNEL_CONFLIST: &str = r#"{"name":"cbr0","cniVersion":"0.3.1","plugins":[{"type":"flannel","delegate":{"hairpinMode":true,"isDefaultGateway":true}},{"type":"portmap","capabilities":{"portMappings":true}}]}"#;
 /// The example template shipped in conflist-examples.
 const TEMPLATE: &str = include_str!("../../conflist-examples/agent-podnet.conflist.template");
-/// Bound on every convergence wait: the agents react to a watch event within milliseconds.
-const CONVERGE: Duration = Duration::from_secs(15);
 
+/// An agent for `node` as these tests run it: rendering the shipped example template into its
+/// own `net.d`, resyncing every 3 s, giving etcd 5 s at start; plus `extra`.
+fn node_agent(node: &Node, etcd: &Etcd, files: &Path, extra: &[&str]) -> Agent {
+    let agent = Agent::new(node, etcd, files);
+    let template = agent.dir.join("10-podnet.conflist.template");
+    fs::write(&template, TEMPLATE).unwrap();
+    let net_d = agent.dir.join("net.d");
+    agent
+        .args(&[
+            &format!("--cni-conf-template={}", template.display()),
+            &format!("--cni-conf-dir={}", net_d.display()),
+            "--resync-interval=3",
+            "--startup-timeout=5",
+        ])
+        .args(extra)
+}
+
+/// Whether etcd and etcdctl are installed.
 fn have_etcd() -> bool {
-    let found = [("etcd", "--version"), ("etcdctl", "version")]
-        .iter()
-        .all(|(bin, arg)| {
-            Command::new(bin)
-                .arg(arg)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        });
-    if !found {
-        eprintln!("skipping: etcd/etcdctl not installed (apt-get install etcd-server etcd-client)");
-    }
-    found
-}
-
-/// A local etcd cluster inside the switch netns; every member is killed and its data dir
-/// removed on drop.
-struct Etcd {
-    ns: String,
-    members: Vec<Option<Child>>,
-    /// etcd arguments of each member, for restarts.
-    args: Vec<Vec<String>>,
-    client_ports: Vec<u16>,
-    _dir: TempDir,
-}
-
-impl Etcd {
-    fn start(underlay: &Underlay, count: usize) -> Etcd {
-        let dir = TempDir::new("etcd");
-        let ns = underlay.ns.name().to_string();
-        // Ports only need to be unique inside this cluster's own netns.
-        let client_ports: Vec<u16> = (0..count).map(|i| 2379 + 100 * i as u16).collect();
-        let peer_url = |i: usize| format!("http://127.0.0.1:{}", client_ports[i] + 1);
-        let initial: Vec<String> = (0..count)
-            .map(|i| format!("m{i}={}", peer_url(i)))
-            .collect();
-        let token = format!(
-            "agent-test-{}",
-            dir.path().file_name().unwrap().to_string_lossy()
-        );
-        let mut args = Vec::new();
-        for (i, port) in client_ports.iter().enumerate() {
-            let client = format!("http://{}:{port}", Underlay::switch_ip());
-            let a: Vec<String> = [
-                "--name",
-                &format!("m{i}"),
-                "--data-dir",
-                dir.join(format!("m{i}")).to_str().unwrap(),
-                "--listen-peer-urls",
-                &peer_url(i),
-                "--initial-advertise-peer-urls",
-                &peer_url(i),
-                "--listen-client-urls",
-                &format!("{client},http://127.0.0.1:{port}"),
-                "--advertise-client-urls",
-                &client,
-                "--initial-cluster",
-                &initial.join(","),
-                "--initial-cluster-state",
-                "new",
-                "--initial-cluster-token",
-                &token,
-                "--heartbeat-interval",
-                "100",
-                "--election-timeout",
-                "1000",
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-            args.push(a);
-        }
-        let mut etcd = Etcd {
-            ns,
-            members: (0..count).map(|_| None).collect(),
-            args,
-            client_ports,
-            _dir: dir,
-        };
-        for i in 0..count {
-            etcd.start_member(i);
-        }
-        etcd.wait_healthy();
-        etcd
-    }
-
-    /// Starts (or restarts, on its existing data dir) member `i`.
-    fn start_member(&mut self, i: usize) {
-        assert!(self.members[i].is_none());
-        let log = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self._dir.join(format!("m{i}.log")))
-            .unwrap();
-        let child = Command::new("ip")
-            .args(["netns", "exec", &self.ns, "etcd"])
-            .args(&self.args[i])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("start etcd");
-        self.members[i] = Some(child);
-    }
-
-    fn wait_healthy(&self) {
-        let healthy = wait_until(Duration::from_secs(20), || {
-            self.ctl(&["endpoint", "health"]).status.success()
-        });
-        assert!(healthy, "etcd cluster did not become healthy");
-    }
-
-    /// Client URLs of every member (dead ones included), as agents are configured.
-    fn endpoints(&self) -> String {
-        self.client_ports
-            .iter()
-            .map(|p| format!("http://{}:{p}", Underlay::switch_ip()))
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-
-    fn live_endpoints(&self) -> String {
-        self.client_ports
-            .iter()
-            .zip(&self.members)
-            .filter(|(_, m)| m.is_some())
-            .map(|(p, _)| format!("http://127.0.0.1:{p}"))
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-
-    fn ctl(&self, args: &[&str]) -> Output {
-        Command::new("ip")
-            .args(["netns", "exec", &self.ns, "etcdctl", "--command-timeout=5s"])
-            .arg(format!("--endpoints={}", self.live_endpoints()))
-            .args(args)
-            .env("ETCDCTL_API", "3")
-            .output()
-            .expect("run etcdctl")
-    }
-
-    /// Runs etcdctl, retrying for a while (right after a member loss the survivors may still
-    /// be electing a leader).
-    fn ctl_ok(&self, args: &[&str]) -> String {
-        let mut out = self.ctl(args);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !out.status.success() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(300));
-            out = self.ctl(args);
-        }
-        assert!(
-            out.status.success(),
-            "etcdctl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn put(&self, key: &str, value: &str) {
-        self.ctl_ok(&["put", key, value]);
-    }
-
-    /// Puts `key` attached to a fresh etcd lease of `ttl` seconds, as flanneld does.
-    fn put_with_ttl(&self, key: &str, value: &str, ttl: u32) {
-        let granted = self.ctl_ok(&["lease", "grant", &ttl.to_string()]);
-        // "lease 694d7b3d7a8c1a04 granted with TTL(60s)"
-        let id = granted
-            .split_whitespace()
-            .nth(1)
-            .expect("lease id")
-            .to_string();
-        self.ctl_ok(&["put", &format!("--lease={id}"), key, value]);
-    }
-
-    fn get(&self, key: &str) -> Option<String> {
-        let out = self.ctl_ok(&["get", key, "--print-value-only"]);
-        let v = out.trim_end();
-        (!v.is_empty()).then(|| v.to_string())
-    }
-
-    fn lease_keys(&self) -> Vec<String> {
-        let out = self.ctl_ok(&[
-            "get",
-            &format!("{PREFIX}/subnets/"),
-            "--prefix",
-            "--keys-only",
-        ]);
-        out.lines()
-            .filter(|l| !l.is_empty())
-            .map(String::from)
-            .collect()
-    }
-
-    fn kill_member(&mut self, i: usize) {
-        if let Some(mut c) = self.members[i].take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            for i in 0..self.members.len() {
-                let log =
-                    fs::read_to_string(self._dir.join(format!("m{i}.log"))).unwrap_or_default();
-                let tail: Vec<&str> = log.lines().rev().take(15).collect();
-                eprintln!(
-                    "--- etcd m{i} (last lines, newest first) ---\n{}",
-                    tail.join("\n")
-                );
-            }
-        }
-        for i in 0..self.members.len() {
-            self.kill_member(i);
-        }
-    }
-}
-
-/// One agent process running inside a node's netns, with its files in `dir`.
-struct Agent {
-    ns: String,
-    dir: PathBuf,
-    args: Vec<String>,
-    child: Option<Child>,
-}
-
-impl Agent {
-    fn new(node: &Node, etcd: &Etcd, root: &Path, extra: &[&str]) -> Agent {
-        let dir = root.join(format!("node{}", node.index));
-        fs::create_dir_all(&dir).unwrap();
-        let template = dir.join("10-podnet.conflist.template");
-        fs::write(&template, TEMPLATE).unwrap();
-        let mut args: Vec<String> = vec![
-            our_binary("ferrocni-agent").display().to_string(),
-            format!("--etcd-endpoints={}", etcd.endpoints()),
-            format!("--public-ip={}", node.ip),
-            "--iface=eth0".into(),
-            format!("--subnet-file={}", dir.join("subnet.env").display()),
-            format!("--state-dir={}", dir.join("state").display()),
-            // Its own lock file rather than the host's /run/ferrocni default.
-            format!("--vxlan-lock-file={}", dir.join("vxlan.lock").display()),
-            format!("--cni-conf-template={}", template.display()),
-            format!("--cni-conf-dir={}", dir.join("net.d").display()),
-            "--resync-interval=3".into(),
-            "--startup-timeout=5".into(),
-        ];
-        args.extend(extra.iter().map(|s| s.to_string()));
-        Agent {
-            ns: node.ns.name().to_string(),
-            dir,
-            args,
-            child: None,
-        }
-    }
-
-    fn command(&self) -> Command {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.ns])
-            .args(&self.args)
-            .stdin(Stdio::null());
-        cmd
-    }
-
-    /// Starts the long-running agent (`ip netns exec` execs it, so the child is the agent).
-    fn start(&mut self) {
-        assert!(self.child.is_none());
-        let log = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join("agent.log"))
-            .unwrap();
-        let child = self
-            .command()
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start ferrocni-agent");
-        self.child = Some(child);
-    }
-
-    /// Runs `--once` (plus `extra`) to completion, bounded.
-    fn once(&self, extra: &[&str]) -> Output {
-        let mut cmd = self.command();
-        cmd.arg("--once")
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().expect("run ferrocni-agent --once");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while child.try_wait().unwrap().is_none() {
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("ferrocni-agent --once did not finish within 30s");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        child.wait_with_output().unwrap()
-    }
-
-    /// SIGTERM, then SIGKILL if it has not exited within 5 s.
-    fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        // SAFETY: plain kill(2) on our own child's pid.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while child.try_wait().ok().flatten().is_none() {
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = child.wait();
-    }
-
-    fn log(&self) -> String {
-        fs::read_to_string(self.dir.join("agent.log")).unwrap_or_default()
-    }
-
-    fn subnet_env(&self) -> Option<String> {
-        fs::read_to_string(self.dir.join("subnet.env")).ok()
-    }
-
-    /// The leased subnet (`10.244.3.0/24`), from subnet.env's FLANNEL_SUBNET.
-    fn subnet(&self) -> Option<String> {
-        let env = self.subnet_env()?;
-        let first = env
-            .lines()
-            .find_map(|l| l.strip_prefix("FLANNEL_SUBNET="))?
-            .to_string();
-        let (ip, len) = first.split_once('/')?;
-        let ip: std::net::Ipv4Addr = ip.parse().ok()?;
-        Some(format!(
-            "{}/{len}",
-            std::net::Ipv4Addr::from(u32::from(ip) - 1)
-        ))
-    }
-
-    fn wait_for_subnet(&self) -> String {
-        let mut subnet = None;
-        let ok = wait_until(CONVERGE, || {
-            subnet = self.subnet();
-            subnet.is_some()
-        });
-        assert!(
-            ok,
-            "agent in {} wrote no subnet.env:\n{}",
-            self.ns,
-            self.log()
-        );
-        subnet.unwrap()
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("--- agent log ({}) ---\n{}", self.ns, self.log());
-        }
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn lease_key(subnet: &str) -> String {
-    format!("{PREFIX}/subnets/{}", subnet.replace('/', "-"))
+    require_tools(&["etcd", "etcdctl"])
 }
 
 fn vtep_of(subnet: &str) -> String {
@@ -414,16 +61,6 @@ fn mac_of(node: &Node, dev: &str) -> String {
         .link(dev)
         .unwrap_or_else(|| panic!("{dev} missing in {}", node.ns.name()));
     link["address"].as_str().unwrap().to_string()
-}
-
-/// Waits until `from` pings `to`, bounded.
-fn assert_ping(from: &Pod, to: &Pod) {
-    assert!(
-        wait_until(CONVERGE, || ping(&from.ns, &to.ip)),
-        "{} cannot reach {}",
-        from.ip,
-        to.ip
-    );
 }
 
 /// The flannel.1 objects `node` holds for a peer: (route via VTEP onlink, neigh, fdb).
@@ -486,14 +123,14 @@ fn agent_cluster_membership_follows_etcd() {
     }
     let files = TempDir::new("agent-members");
     let underlay = Underlay::new("agm");
-    let etcd = Etcd::start(&underlay, 3);
+    let etcd = Etcd::start(&underlay.ns, EtcdOptions::on_switch().members(3));
     etcd.put(&format!("{PREFIX}/config"), CONFIG);
 
     // Three nodes, each with its own agent and, once it has a lease, a pod.
     let mut nodes: Vec<Node> = (1..=3).map(|i| underlay.add_node(i)).collect();
     let mut agents: Vec<Agent> = nodes
         .iter()
-        .map(|n| Agent::new(n, &etcd, files.path(), &["--subnet-lease-ttl=60"]))
+        .map(|n| node_agent(n, &etcd, files.path(), &["--subnet-lease-ttl=60"]))
         .collect();
     agents.iter_mut().for_each(Agent::start);
     let subnets: Vec<String> = agents.iter().map(Agent::wait_for_subnet).collect();
@@ -572,7 +209,7 @@ fn agent_cluster_membership_follows_etcd() {
 
     // A fourth node joins and is reachable within seconds.
     let mut node4 = underlay.add_node(4);
-    let mut agent4 = Agent::new(&node4, &etcd, files.path(), &["--subnet-lease-ttl=60"]);
+    let mut agent4 = node_agent(&node4, &etcd, files.path(), &["--subnet-lease-ttl=60"]);
     let joined = Instant::now();
     agent4.start();
     let subnet4 = agent4.wait_for_subnet();
@@ -709,13 +346,13 @@ fn agent_survives_etcd_member_loss_and_restarts() {
     }
     let files = TempDir::new("agent-resilience");
     let underlay = Underlay::new("agr");
-    let mut etcd = Etcd::start(&underlay, 3);
+    let mut etcd = Etcd::start(&underlay.ns, EtcdOptions::on_switch().members(3));
     etcd.put(&format!("{PREFIX}/config"), CONFIG);
     let mut nodes: Vec<Node> = (1..=3).map(|i| underlay.add_node(i)).collect();
     // A short TTL, so renewals (every 3 s) must keep working through the member loss.
     let mut agents: Vec<Agent> = nodes
         .iter()
-        .map(|n| Agent::new(n, &etcd, files.path(), &["--subnet-lease-ttl=6"]))
+        .map(|n| node_agent(n, &etcd, files.path(), &["--subnet-lease-ttl=6"]))
         .collect();
     agents.iter_mut().for_each(Agent::start);
     let subnets: Vec<String> = agents.iter().map(Agent::wait_for_subnet).collect();
@@ -853,23 +490,21 @@ fn agent_start_up_errors_are_clear() {
     }
     let files = TempDir::new("agent-errors");
     let underlay = Underlay::new("age");
-    let etcd = Etcd::start(&underlay, 1);
+    let etcd = Etcd::start(&underlay.ns, EtcdOptions::on_switch());
     let node1 = underlay.add_node(1);
     let node2 = underlay.add_node(2);
     // These agents run each pass by executing `vxlan sync` (the other tests use the library).
     let vxlan_bin = format!("--vxlan-bin={}", our_binary("vxlan").display());
-    let a1 = Agent::new(&node1, &etcd, files.path(), &[&vxlan_bin]);
-    let a2 = Agent::new(&node2, &etcd, files.path(), &[&vxlan_bin]);
+    let a1 = node_agent(&node1, &etcd, files.path(), &[&vxlan_bin]);
+    let a2 = node_agent(&node2, &etcd, files.path(), &[&vxlan_bin]);
     let stderr = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
 
     // Nobody listening: the agent retries for the whole --startup-timeout (not less: the
     // back-off's last step is cut to the deadline), then says how long it really tried.
-    let started = Instant::now();
-    let out = a1.once(&[
+    let (out, took) = a1.once_timed(&[
         "--etcd-endpoints=http://172.31.250.254:1",
         "--startup-timeout=3",
     ]);
-    let took = started.elapsed();
     assert!(!out.status.success());
     assert!(stderr(&out).contains("unreachable"), "{}", stderr(&out));
     assert!(
@@ -936,12 +571,12 @@ fn agent_rendered_conflist_drives_cni_add() {
     };
     let files = TempDir::new("agent-cni");
     let underlay = Underlay::new("agc");
-    let etcd = Etcd::start(&underlay, 1);
+    let etcd = Etcd::start(&underlay.ns, EtcdOptions::on_switch());
     etcd.put(&format!("{PREFIX}/config"), CONFIG);
     let nodes: Vec<Node> = (1..=2).map(|i| underlay.add_node(i)).collect();
     let mut agents: Vec<Agent> = nodes
         .iter()
-        .map(|n| Agent::new(n, &etcd, files.path(), &[]))
+        .map(|n| node_agent(n, &etcd, files.path(), &[]))
         .collect();
     agents.iter_mut().for_each(Agent::start);
     let subnets: Vec<String> = agents.iter().map(Agent::wait_for_subnet).collect();
@@ -1009,16 +644,16 @@ fn agent_relists_when_its_watch_is_compacted() {
     }
     let files = TempDir::new("agent-compact");
     let underlay = Underlay::new("agc");
-    let etcd = Etcd::start(&underlay, 1);
+    let etcd = Etcd::start(&underlay.ns, EtcdOptions::on_switch());
     etcd.put(&format!("{PREFIX}/config"), CONFIG);
     let node = underlay.add_node(1);
     // A long resync interval: convergence must come from the watch path, not the periodic
     // re-list.
-    let mut agent = Agent::new(&node, &etcd, files.path(), &["--resync-interval=600"]);
+    let mut agent = node_agent(&node, &etcd, files.path(), &["--resync-interval=600"]);
     agent.start();
     agent.wait_for_subnet();
 
-    let pid = agent.child.as_ref().unwrap().id() as i32;
+    let pid = agent.pid().unwrap() as i32;
     // SAFETY: plain kill(2) on our own child's pid.
     unsafe { libc::kill(pid, libc::SIGSTOP) };
     // More watch traffic than the socket buffers, gRPC windows and etcd's per-watch queue
@@ -1030,7 +665,7 @@ fn agent_relists_when_its_watch_is_compacted() {
         etcd.live_endpoints()
     );
     let out = Command::new("ip")
-        .args(["netns", "exec", &etcd.ns, "sh", "-c", &flood])
+        .args(["netns", "exec", etcd.ns(), "sh", "-c", &flood])
         .env("ETCDCTL_API", "3")
         .output()
         .unwrap();
@@ -1154,7 +789,7 @@ fn dual_stack_cluster(
         .iter()
         .map(|n| {
             let ip6 = format!("--public-ipv6={}", n.ip6);
-            Agent::new(n, etcd, files.path(), &["--ip-masq", &ip6])
+            node_agent(n, etcd, files.path(), &["--ip-masq", &ip6])
         })
         .collect();
     agents.iter_mut().for_each(Agent::start);
@@ -1183,7 +818,7 @@ fn kube_flannel_conflist_on_dual_stack_agent_nodes() {
     }
     let files = TempDir::new("agent-flannel");
     let underlay = Underlay::new("agf");
-    let etcd = Etcd::start(&underlay, 1);
+    let etcd = Etcd::start(&underlay.ns, EtcdOptions::on_switch());
     let (nodes, mut agents) = dual_stack_cluster(&underlay, &etcd, &files, 2);
     let mut pods = Vec::new();
     for (node, agent) in nodes.iter().zip(&agents) {
@@ -1299,7 +934,7 @@ fn agent_ip_masq_masquerades_only_traffic_leaving_the_cluster() {
     }
     let files = TempDir::new("agent-masq");
     let underlay = Underlay::new("agq");
-    let etcd = Etcd::start(&underlay, 1);
+    let etcd = Etcd::start(&underlay.ns, EtcdOptions::on_switch());
     let (nodes, mut agents) = dual_stack_cluster(&underlay, &etcd, &files, 3);
     // The outside: on the underlay, no route to 10.244.0.0/16 or fd00:10:244::/56.
     let outside = underlay.add_node(200);
@@ -1407,7 +1042,7 @@ fn agent_ip_masq_masquerades_only_traffic_leaving_the_cluster() {
 
     // Without --ip-masq the tables go and the outside is unreachable: the rules were the way out.
     agents[2].stop();
-    let mut plain = Agent::new(
+    let mut plain = node_agent(
         &nodes[2],
         &etcd,
         files.path(),
@@ -1510,27 +1145,6 @@ fn dual_lease_name(agent: &Agent) -> String {
     format!("{}&{v6}", agent.subnet().unwrap().replace('/', "-"))
 }
 
-/// `etcdctl <args>` in etcd's netns with `input` on its stdin.
-fn etcdctl_stdin(etcd: &Etcd, args: &[&str], input: &[u8]) {
-    let mut cmd = Command::new("ip");
-    cmd.args([
-        "netns",
-        "exec",
-        &etcd.ns,
-        "etcdctl",
-        "--command-timeout=30s",
-    ])
-    .arg(format!("--endpoints={}", etcd.live_endpoints()))
-    .args(args)
-    .env("ETCDCTL_API", "3");
-    let out = run_with_stdin(&mut cmd, input);
-    assert!(
-        out.status.success(),
-        "etcdctl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// How many lines of `log` say `needle`.
 fn lines_with(log: &str, needle: &str) -> usize {
     log.lines().filter(|l| l.contains(needle)).count()
@@ -1558,7 +1172,7 @@ fn agent_refuses_hostile_leases_and_survives_a_flood() {
     const METRICS_PORT: u16 = 19_472;
     let files = TempDir::new("agent-hostile");
     let underlay = Underlay::new("agh");
-    let etcd = Etcd::start(&underlay, 1);
+    let etcd = Etcd::start(&underlay.ns, EtcdOptions::on_switch());
     etcd.put(&format!("{PREFIX}/config"), DUAL_STACK_CONFIG);
     let new_agent = |node: &Node, verbose: bool| {
         let ip6 = format!("--public-ipv6={}", node.ip6);
@@ -1568,7 +1182,7 @@ fn agent_refuses_hostile_leases_and_survives_a_flood() {
             // Its listings say how many pages they took.
             extra.push("--v=1");
         }
-        Agent::new(node, &etcd, files.path(), &extra)
+        node_agent(node, &etcd, files.path(), &extra)
     };
     let nodes: Vec<Node> = (1..=2).map(|i| underlay.add_node(i)).collect();
     let mut agents: Vec<Agent> = vec![new_agent(&nodes[0], false), new_agent(&nodes[1], true)];
@@ -1785,7 +1399,7 @@ fn agent_refuses_hostile_leases_and_survives_a_flood() {
 
     // The flood: small junk keys in transactions of 100, then large values (one of them
     // under a lease key), all under the subnets prefix.
-    let agent_pid = agents[0].child.as_ref().unwrap().id();
+    let agent_pid = agents[0].pid().unwrap();
     let (rss_calm, _, _) = usage(agent_pid);
     let small = env_count("FERROCNI_AGENT_FLOOD_KEYS", 10_000);
     let big = env_count("FERROCNI_AGENT_FLOOD_BIG", 13);
@@ -1796,22 +1410,14 @@ fn agent_refuses_hostile_leases_and_survives_a_flood() {
             txn.push_str(&format!("put {PREFIX}/subnets/junk-{i:06} x{i}\n"));
         }
         txn.push_str("\n\n");
-        etcdctl_stdin(&etcd, &["txn"], txn.as_bytes());
+        etcd.ctl_with_input_ok(&["txn"], txn.as_bytes());
     }
     let large = vec![b'x'; 1_400 * 1024];
     for i in 0..big {
-        etcdctl_stdin(
-            &etcd,
-            &["put", &format!("{PREFIX}/subnets/big-{i:03}")],
-            &large,
-        );
+        etcd.ctl_with_input_ok(&["put", &format!("{PREFIX}/subnets/big-{i:03}")], &large);
     }
     let too_large = format!("10.244.115.0-24&{}", v6_part(15));
-    etcdctl_stdin(
-        &etcd,
-        &["put", &format!("{PREFIX}/subnets/{too_large}")],
-        &large,
-    );
+    etcd.ctl_with_input_ok(&["put", &format!("{PREFIX}/subnets/{too_large}")], &large);
     eprintln!(
         "flood of {small} keys and {} large values written in {:?}",
         big + 1,
@@ -1910,7 +1516,7 @@ fn agent_refuses_hostile_leases_and_survives_a_flood() {
     agents[1].stop();
     let log_before = agents[1].log().len();
     agents[1].start();
-    let restarted_pid = agents[1].child.as_ref().unwrap().id();
+    let restarted_pid = agents[1].pid().unwrap();
     let restart_log = |a: &Agent| a.log()[log_before..].to_string();
     // Its listings: node 3's lease is one more now.
     let flooded_listing = format!(
@@ -1956,13 +1562,7 @@ fn agent_refuses_hostile_leases_and_survives_a_flood() {
         "a later listing met a page too large again"
     );
     assert!(
-        agents[1]
-            .child
-            .as_mut()
-            .unwrap()
-            .try_wait()
-            .unwrap()
-            .is_none(),
+        agents[1].running() && !agents[1].exited(),
         "the restarted agent exited:\n{}",
         restart_log(&agents[1])
     );

@@ -15,22 +15,12 @@ use std::net::Ipv4Addr;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use netns_tests::agent_cluster::{
-    have_tools, in_pod_network, iperf_rate, is_node, lease_key, Cluster, CONVERGE, FLANNELD_SUBNET,
+    have_tools, in_pod_network, iperf_rate, is_node, Cluster, FLANNELD_SUBNET,
 };
-use netns_tests::cluster::{self, capture, iperf, nth, wait_until, Node};
+use netns_tests::cluster::{self, capture, iperf, nth, wait_until, Node, CONVERGE};
+use netns_tests::etcd::lease_key;
 use netns_tests::udp_proxy;
-use netns_tests::{require_driver, require_root, Netns};
-
-/// Whether this kernel can make a link of `kind` (tried in a scratch netns; an ipip
-/// tunnel needs a local address, or it collides with the netns's fallback `tunl0`).
-fn kernel_has(kind: &str) -> bool {
-    let ns = Netns::new("probe");
-    let mut argv = vec!["ip", "link", "add", "probe0", "type", kind];
-    if kind == "ipip" {
-        argv.extend(["local", "172.31.250.99"]);
-    }
-    ns.exec(&argv).status.success()
-}
+use netns_tests::{kernel_has, require_driver, require_root, Netns};
 
 fn wg_device(node: &Node, dev: &str) -> Option<netkit::wireguard::Device> {
     let ns = netkit::Netns::open(node.ns.path()).ok()?;

@@ -15,7 +15,9 @@ use netns_tests::bgp::{
     kernel_routes, outside_host, reflector_conf, router_conf, BgpNode, KernelRoute, NodeSpec,
     OUTSIDE_HOST,
 };
-use netns_tests::cluster::{ping, udp_source_seen, wait_until, Node, Pinger, Pod, Underlay};
+use netns_tests::cluster::{
+    ping, udp_source_seen, wait_until, Node, Pinger, Pod, Underlay, CONVERGE,
+};
 use netns_tests::frr::Frr;
 use netns_tests::private_host::missing_tools;
 use netns_tests::{require_root, TempDir};
@@ -23,7 +25,6 @@ use netns_tests::{require_root, TempDir};
 const NETWORK: &str = "10.244.0.0/16";
 const ROUTER_AS: u32 = 64513;
 const PASSWORD: &str = "frr-md5-secret";
-const CONVERGE: Duration = Duration::from_secs(20);
 /// The restart time the external-router test announces (peers keep a stopped node's routes
 /// this long).
 const GR_SECS: u64 = 4;
