@@ -22,7 +22,7 @@ use netns_tests::bgp::{
 use netns_tests::cluster::{ping, udp_source_seen, wait_until, Node, Pinger, Underlay, CONVERGE};
 use netns_tests::etcd::{lease_key, Etcd, EtcdOptions, PREFIX};
 use netns_tests::frr::Frr;
-use netns_tests::{require_root, wait_or_kill, TempDir};
+use netns_tests::{require_root, wait_or_kill, Netns, TempDir};
 
 const ROUTER_AS: u32 = 64513;
 const PASSWORD: &str = "frr-md5-secret";
@@ -141,14 +141,50 @@ fn bgp_mesh_with_router_on_etcd() {
     with_metrics(&mut c);
     let started = Instant::now();
     c.start_agents();
-    let all = [0, 1, 2];
-    converge(&c, &all);
+    converge(&c, &[0, 1, 2]);
     eprintln!(
         "three agents started and converged in {:?}",
         started.elapsed()
     );
 
-    // The leases, subnet.env and BIRD's files are what the backend promises.
+    leases_and_bird_files_as_promised(&c);
+    c.assert_full_mesh();
+    c.assert_source_preserved();
+    // On the underlay: the pods' own packets between the nodes, nothing encapsulated (no
+    // VXLAN, no IP-in-IP).
+    c.assert_routed_unencapsulated();
+    router_learns_every_subnet_and_routes_to_pods(&c, &frr, &host);
+    bogus_announcements_refused_on_every_node(&c, &frr);
+
+    // /metrics: three sessions up (two nodes, the router), two subnets learned.
+    assert_metrics(
+        &c,
+        0,
+        &[
+            "ferrocni_agent_bgp_bird_up 1",
+            "ferrocni_agent_bgp_sessions{state=\"established\"} 3",
+            "ferrocni_agent_bgp_routes_learned 2",
+            &format!(
+                "ferrocni_agent_bgp_session_established{{peer=\"{}\",kind=\"mesh\"}} 1",
+                c.nodes[1].ip
+            ),
+            &format!("ferrocni_agent_bgp_session_established{{peer=\"{sw}\",kind=\"peer\"}} 1"),
+            "ferrocni_agent_leases{state=\"programmed\"} 2",
+        ],
+    );
+    let neighbours = frr.neighbours();
+    assert!(
+        neighbours.len() == 3 && neighbours.iter().all(|(_, s)| s == "Established"),
+        "{neighbours:?}"
+    );
+
+    agent_restart_loses_no_ping(&mut c);
+    node3_leaves_and_is_withdrawn(&mut c, &frr);
+}
+
+/// The leases, subnet.env and BIRD's files are what the backend promises, and node 1 routes
+/// to node 2's subnet by BIRD.
+fn leases_and_bird_files_as_promised(c: &Cluster) {
     for (i, subnet) in c.subnets.iter().enumerate() {
         assert_eq!(
             c.etcd.get(&lease_key(subnet)).as_deref(),
@@ -188,15 +224,11 @@ fn bgp_mesh_with_router_on_etcd() {
         route.contains(&format!("via {} dev eth0 proto bird", c.nodes[1].ip)),
         "{route}"
     );
-    c.assert_full_mesh();
-    c.assert_source_preserved();
+}
 
-    // On the underlay: the pods' own packets between the nodes, nothing encapsulated (no
-    // VXLAN, no IP-in-IP).
-    c.assert_routed_unencapsulated();
-
-    // The router learned every subnet from its own node and routes it; a host behind the
-    // router reaches pods, which see its own address (no NAT, no tunnel).
+/// The router learned every subnet from its own node and routes it; a host behind the
+/// router reaches pods, which see its own address (no NAT, no tunnel).
+fn router_learns_every_subnet_and_routes_to_pods(c: &Cluster, frr: &Frr, host: &Netns) {
     let mut want: Vec<(String, String)> = c
         .subnets
         .iter()
@@ -205,22 +237,26 @@ fn bgp_mesh_with_router_on_etcd() {
         .collect();
     want.sort();
     assert!(
-        wait_until(CONVERGE, || router_pod_routes(&frr) == want),
+        wait_until(CONVERGE, || router_pod_routes(frr) == want),
         "the router learned {:?}\n{}",
-        router_pod_routes(&frr),
+        router_pod_routes(frr),
         frr.log("bgpd")
     );
     for p in &c.pods {
         assert!(
-            wait_until(CONVERGE, || ping(&host, &p.ip)),
+            wait_until(CONVERGE, || ping(host, &p.ip)),
             "the outside host cannot reach pod {}",
             p.ip
         );
     }
-    let seen = udp_source_seen(&c.pods[2].ns, &host, &c.pods[2].ip);
+    let seen = udp_source_seen(&c.pods[2].ns, host, &c.pods[2].ip);
     assert_eq!(seen, Some(OUTSIDE_HOST.parse().unwrap()));
+}
 
-    // The router sent every node its bogus prefixes; every node refused them.
+/// The router sent every node its bogus prefixes; every node refused (and counted) them: its
+/// BIRD routes, its default route are untouched.
+fn bogus_announcements_refused_on_every_node(c: &Cluster, frr: &Frr) {
+    let sw = Underlay::switch_ip();
     for (i, n) in c.nodes.iter().enumerate() {
         let sent_all = || {
             let sent = frr.advertised(&n.ip);
@@ -249,7 +285,7 @@ fn bgp_mesh_with_router_on_etcd() {
         );
         assert_eq!(
             kernel_routes(&n.ns, "bird"),
-            expected_routes(&c, i, &all),
+            expected_routes(c, i, &[0, 1, 2]),
             "node {}",
             i + 1
         );
@@ -269,31 +305,12 @@ fn bgp_mesh_with_router_on_etcd() {
             );
         }
     }
+}
 
-    // /metrics: three sessions up (two nodes, the router), two subnets learned.
-    assert_metrics(
-        &c,
-        0,
-        &[
-            "ferrocni_agent_bgp_bird_up 1",
-            "ferrocni_agent_bgp_sessions{state=\"established\"} 3",
-            "ferrocni_agent_bgp_routes_learned 2",
-            &format!(
-                "ferrocni_agent_bgp_session_established{{peer=\"{}\",kind=\"mesh\"}} 1",
-                c.nodes[1].ip
-            ),
-            &format!("ferrocni_agent_bgp_session_established{{peer=\"{sw}\",kind=\"peer\"}} 1"),
-            "ferrocni_agent_leases{state=\"programmed\"} 2",
-        ],
-    );
-    let neighbours = frr.neighbours();
-    assert!(
-        neighbours.len() == 3 && neighbours.iter().all(|(_, s)| s == "Established"),
-        "{neighbours:?}"
-    );
-
-    // Node 2's agent restarts (SIGTERM, then started again) while pod 1 pings pod 2 and pod 2
-    // pings pod 1: BIRD stops for a graceful restart and the next agent's BIRD recovers.
+/// Node 2's agent restarts (SIGTERM, then started again) while pod 1 pings pod 2 and pod 2
+/// pings pod 1: BIRD stops for a graceful restart and the next agent's BIRD recovers; no
+/// ping is lost.
+fn agent_restart_loses_no_ping(c: &mut Cluster) {
     let (forth, back) = (
         Pinger::start(&c.pods[0].ns, &c.pods[1].ip, 8),
         Pinger::start(&c.pods[1].ns, &c.pods[0].ip, 8),
@@ -317,7 +334,7 @@ fn bgp_mesh_with_router_on_etcd() {
         c.agents[1].log()
     );
     assert_metrics(
-        &c,
+        c,
         1,
         &["ferrocni_agent_bgp_sessions{state=\"established\"} 3"],
     );
@@ -334,21 +351,23 @@ fn bgp_mesh_with_router_on_etcd() {
             "{what}: pings lost across the agent restart"
         );
     }
-    converge(&c, &all);
+    converge(c, &[0, 1, 2]);
+}
 
-    // Node 3 leaves: its agent stops and its lease is deleted. The other nodes drop its
-    // session and its subnet at once; the router, which holds it as stale after the graceful
-    // stop (and still routes there meanwhile), gives it up after the restart time.
+/// Node 3 leaves: its agent stops and its lease is deleted. The other nodes drop its session
+/// and its subnet at once; the router, which holds it as stale after the graceful stop (and
+/// still routes there meanwhile), gives it up after the restart time.
+fn node3_leaves_and_is_withdrawn(c: &mut Cluster, frr: &Frr) {
     c.agents[2].stop();
     let gone = Instant::now();
     c.etcd.ctl_ok(&["del", &lease_key(&c.subnets[2])]);
-    converge(&c, &[0, 1]);
+    converge(c, &[0, 1]);
     eprintln!(
         "node 3's subnet left nodes 1 and 2 {:?} after its lease was deleted",
         gone.elapsed()
     );
     let has3 = || {
-        router_pod_routes(&frr)
+        router_pod_routes(frr)
             .iter()
             .any(|(p, _)| *p == c.subnets[2])
     };
@@ -364,7 +383,7 @@ fn bgp_mesh_with_router_on_etcd() {
     // Until then the router, the nodes' default gateway, still led there.
     assert!(!ping(&c.pods[0].ns, &c.pods[2].ip));
     assert_metrics(
-        &c,
+        c,
         0,
         &[
             "ferrocni_agent_bgp_sessions{state=\"established\"} 2",
