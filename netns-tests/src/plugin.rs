@@ -223,9 +223,8 @@ impl<'a> Attachment<'a> {
             .unwrap_or_else(|e| panic!("bad ADD output ({e}): {}", text(&out.stdout)))
     }
 
-    /// A verb that must fail; returns its error JSON (or, when it printed none, its output
-    /// as `{"msg": stdout, "stderr": stderr}`).
-    pub fn error(&self, command: &str, conf: &Value) -> Value {
+    /// Runs a verb that must fail; its output.
+    fn failed(&self, command: &str, conf: &Value) -> Output {
         let out = self.call(command, conf);
         assert!(
             !out.status.success(),
@@ -233,19 +232,20 @@ impl<'a> Attachment<'a> {
             self.imp.label,
             text(&out.stdout)
         );
+        out
+    }
+
+    /// A verb that must fail; returns its error JSON (or, when it printed none, its output
+    /// as `{"msg": stdout, "stderr": stderr}`).
+    pub fn error(&self, command: &str, conf: &Value) -> Value {
+        let out = self.failed(command, conf);
         serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|_| json!({"msg": text(&out.stdout), "stderr": text(&out.stderr)}))
     }
 
     /// A verb that must fail; returns the error JSON, which must be a spec error.
     pub fn fails(&self, command: &str, conf: &Value) -> Value {
-        let out = self.call(command, conf);
-        assert!(
-            !out.status.success(),
-            "{} {command} unexpectedly succeeded: {}",
-            self.imp.label,
-            text(&out.stdout)
-        );
+        let out = self.failed(command, conf);
         let e: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
             panic!(
                 "{command} failure is not error JSON: {}{}",

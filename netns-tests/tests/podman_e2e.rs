@@ -235,16 +235,19 @@ fn podman_network_create_run_ping_publish_and_clean_up() {
     // Containers reach each other and the gateway.
     podman.podman_ok(&["exec", "client", "ping", "-c", "1", "-W", "3", &web_ip]);
     podman.podman_ok(&["exec", "web", "ping", "-c", "1", "-W", "3", &client_ip]);
-    podman.podman_ok(&[
-        "exec",
-        "client",
-        "ping",
-        "-c",
-        "1",
-        "-W",
-        "3",
-        "10.231.61.1",
-    ]);
+    let client_pings_the_gateway = || {
+        podman.podman_ok(&[
+            "exec",
+            "client",
+            "ping",
+            "-c",
+            "1",
+            "-W",
+            "3",
+            "10.231.61.1",
+        ])
+    };
+    client_pings_the_gateway();
 
     published_ports_answer_where_bound(&podman);
 
@@ -272,16 +275,7 @@ fn podman_network_create_run_ping_publish_and_clean_up() {
     podman.podman_ok(&["rm", "--force", "--time", "0", &web]);
     podman.assert_attachment_gone(net, &web_ip, &web, 1);
     // The other container is untouched by that DEL.
-    podman.podman_ok(&[
-        "exec",
-        "client",
-        "ping",
-        "-c",
-        "1",
-        "-W",
-        "3",
-        "10.231.61.1",
-    ]);
+    client_pings_the_gateway();
     podman.podman_ok(&["rm", "--force", "--time", "0", &client]);
     podman.assert_attachment_gone(net, &client_ip, &client, 0);
     let links = podman.link_names();
