@@ -1,9 +1,10 @@
 //! Agents on etcd in a simulated cluster ([`cluster`](crate::cluster)'s namespaces): a
-//! one-member etcd in the switch netns, one `ferrocni-agent` per node with every file of its
-//! own in a temporary directory (subnet.env, state, WireGuard key, the bgp backend's BIRD
-//! directory), one pod per node, and what the backend tests check with them (pings across
-//! nodes, the pod's source address kept, frames captured on the switch, a restart, a node
-//! leaving). Dropping a [`Cluster`] stops everything it started.
+//! one-member [`Etcd`] in the switch netns, one [`Agent`] per node (every file of its own in a
+//! temporary directory), one pod per node, and what the agent tests check with them (pings
+//! across nodes, the pod's source address kept, frames captured on the switch, a restart, a
+//! node leaving). Dropping a [`Cluster`] stops everything it started. Tests that need another
+//! shape (more etcd members, TLS, fewer nodes) build it from [`Etcd`] and [`Agent`] directly,
+//! with the same [`assert_ping`] and [`CONVERGE`].
 //!
 //! ```no_run
 //! use netns_tests::agent_cluster::Cluster;
@@ -11,311 +12,36 @@
 //! c.assert_full_mesh();
 //! ```
 
-use std::fs;
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
-use crate::cluster::{ping, udp_source_seen, wait_until, Node, Pod, Underlay};
-use crate::{our_binary, TempDir};
+use crate::agent::Agent;
+use crate::cluster::{
+    assert_ping, ping, udp_source_seen, wait_until, Node, Pod, Underlay, CONVERGE,
+};
+use crate::etcd::{lease_key, Etcd, EtcdOptions, PREFIX};
+use crate::private_host::missing_tools;
+use crate::TempDir;
 
-pub const PREFIX: &str = "/coreos.com/network";
-pub const CONVERGE: Duration = Duration::from_secs(20);
+/// The cluster agents' lease TTL and resync interval: short, so renewals and resyncs happen
+/// within a test.
+pub const CADENCE: [&str; 2] = ["--subnet-lease-ttl=60", "--resync-interval=3"];
 /// The subnet of the node programmed by hand as flanneld would (outside the agents' range).
 pub const FLANNELD_SUBNET: &str = "10.244.30.0/24";
 
+/// Whether the cluster tests' tools are here (etcd, etcdctl, iperf3); says which are not.
 pub fn have_tools() -> bool {
-    let found = [
-        ("etcd", "--version"),
-        ("etcdctl", "version"),
-        ("iperf3", "--version"),
-    ]
-    .iter()
-    .all(|(bin, arg)| {
-        Command::new(bin)
-            .arg(arg)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    });
-    if !found {
-        eprintln!("skipping: etcd, etcdctl or iperf3 not installed (.ci/packages.txt)");
-    }
-    found
+    require_tools(&["etcd", "etcdctl", "iperf3"])
 }
 
-/// A one-member etcd in the switch netns, killed on drop.
-pub struct Etcd {
-    ns: String,
-    child: Option<Child>,
-    dir: TempDir,
-}
-
-impl Etcd {
-    pub fn start(underlay: &Underlay) -> Etcd {
-        let dir = TempDir::new("etcd");
-        let ns = underlay.ns.name().to_string();
-        let client = format!("http://{}:2379", Underlay::switch_ip());
-        let log = fs::File::create(dir.join("etcd.log")).unwrap();
-        let child = Command::new("ip")
-            .args(["netns", "exec", &ns, "etcd"])
-            .args(["--name", "m0", "--data-dir"])
-            .arg(dir.join("m0"))
-            .args(["--listen-peer-urls", "http://127.0.0.1:2380"])
-            .args(["--initial-advertise-peer-urls", "http://127.0.0.1:2380"])
-            .args(["--initial-cluster", "m0=http://127.0.0.1:2380"])
-            .arg(format!(
-                "--listen-client-urls={client},http://127.0.0.1:2379"
-            ))
-            .arg(format!("--advertise-client-urls={client}"))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("start etcd");
-        let etcd = Etcd {
-            ns,
-            child: Some(child),
-            dir,
-        };
-        assert!(
-            wait_until(Duration::from_secs(20), || etcd
-                .ctl(&["endpoint", "health"])
-                .status
-                .success()),
-            "etcd did not become healthy"
-        );
-        etcd
-    }
-
-    pub fn ctl(&self, args: &[&str]) -> Output {
-        Command::new("ip")
-            .args(["netns", "exec", &self.ns, "etcdctl", "--command-timeout=5s"])
-            .arg("--endpoints=http://127.0.0.1:2379")
-            .args(args)
-            .env("ETCDCTL_API", "3")
-            .output()
-            .expect("run etcdctl")
-    }
-
-    pub fn ctl_ok(&self, args: &[&str]) -> String {
-        let out = self.ctl(args);
-        assert!(
-            out.status.success(),
-            "etcdctl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    pub fn get(&self, key: &str) -> Option<String> {
-        let out = self.ctl_ok(&["get", key, "--print-value-only"]);
-        let v = out.trim_end();
-        (!v.is_empty()).then(|| v.to_string())
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            let log = fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default();
-            let tail: Vec<&str> = log.lines().rev().take(10).collect();
-            eprintln!(
-                "--- etcd (last lines, newest first) ---\n{}",
-                tail.join("\n")
-            );
-        }
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
+/// Whether every tool of `tools` is installed; prints which are not (the test then skips).
+pub fn require_tools(tools: &[&str]) -> bool {
+    match missing_tools(tools) {
+        None => true,
+        Some(missing) => {
+            eprintln!("skipping: {missing:?} not installed (.ci/packages.txt)");
+            false
         }
     }
-}
-
-/// One long-running agent inside a node's netns, its files (WireGuard key, BIRD's directory)
-/// in `dir`.
-pub struct Agent {
-    pub ns: String,
-    pub dir: PathBuf,
-    pub ip: String,
-    pub ip6: String,
-    /// Whether the network is dual-stack (the agent then gets `--public-ipv6`).
-    pub dual: bool,
-    /// More arguments for the next [`Agent::start`] (`--bgp-peers ...`, `--metrics-port ...`).
-    pub extra: Vec<String>,
-    /// The agent binary; the workspace's debug build when `None`.
-    pub binary: Option<PathBuf>,
-    child: Option<Child>,
-}
-
-impl Agent {
-    pub fn new(node: &Node, root: &TempDir) -> Agent {
-        let dir = root.join(format!("node{}", node.index));
-        fs::create_dir_all(&dir).unwrap();
-        Agent {
-            ns: node.ns.name().to_string(),
-            dir,
-            ip: node.ip.clone(),
-            ip6: node.ip6.clone(),
-            dual: false,
-            extra: Vec::new(),
-            binary: None,
-            child: None,
-        }
-    }
-
-    pub fn key_file(&self) -> PathBuf {
-        self.dir.join("wgkey")
-    }
-
-    /// The bgp backend's directory (`--bgp-dir`): BIRD's configuration, socket, pid file.
-    pub fn bgp_dir(&self) -> PathBuf {
-        self.dir.join("bgp")
-    }
-
-    pub fn running(&self) -> bool {
-        self.child.is_some()
-    }
-
-    /// The agent's pid while it runs.
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
-    pub fn start(&mut self) {
-        assert!(self.child.is_none());
-        let log = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join("agent.log"))
-            .unwrap();
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.ns])
-            .arg(
-                self.binary
-                    .clone()
-                    .unwrap_or_else(|| our_binary("ferrocni-agent")),
-            )
-            .arg(format!(
-                "--etcd-endpoints=http://{}:2379",
-                Underlay::switch_ip()
-            ))
-            .arg(format!("--public-ip={}", self.ip))
-            .arg("--iface=eth0")
-            .arg(format!(
-                "--subnet-file={}",
-                self.dir.join("subnet.env").display()
-            ))
-            .arg(format!("--state-dir={}", self.dir.join("state").display()))
-            .arg(format!("--bgp-dir={}", self.bgp_dir().display()))
-            .arg("--subnet-lease-ttl=60")
-            .arg("--resync-interval=3")
-            // flanneld's variable: each node its own key file.
-            .env("WIREGUARD_KEY_FILE", self.key_file());
-        if self.dual {
-            cmd.arg(format!("--public-ipv6={}", self.ip6));
-        }
-        cmd.args(&self.extra);
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start ferrocni-agent");
-        self.child = Some(child);
-    }
-
-    pub fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-
-    pub fn log(&self) -> String {
-        fs::read_to_string(self.dir.join("agent.log")).unwrap_or_default()
-    }
-
-    pub fn subnet_env(&self) -> Option<String> {
-        fs::read_to_string(self.dir.join("subnet.env")).ok()
-    }
-
-    pub fn env_value(&self, key: &str) -> Option<String> {
-        let env = self.subnet_env()?;
-        env.lines()
-            .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
-            .map(String::from)
-    }
-
-    /// The leased subnet (`10.244.3.0/24`) from subnet.env.
-    pub fn wait_for_subnet(&self) -> String {
-        let mut subnet = None;
-        let ok = wait_until(CONVERGE, || {
-            subnet = self.env_value("FLANNEL_SUBNET").and_then(|first| {
-                let (ip, len) = first.split_once('/')?;
-                let ip: Ipv4Addr = ip.parse().ok()?;
-                Some(format!("{}/{len}", Ipv4Addr::from(u32::from(ip) - 1)))
-            });
-            subnet.is_some()
-        });
-        assert!(
-            ok,
-            "agent in {} wrote no subnet.env:\n{}",
-            self.ns,
-            self.log()
-        );
-        subnet.unwrap()
-    }
-}
-
-impl Drop for Agent {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("--- agent log ({}) ---\n{}", self.ns, self.log());
-        }
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        // The bgp backend's BIRD runs on after its agent (so a restarted agent adopts it).
-        if let Some(pid) = bird_pid(&self.bgp_dir()) {
-            // SAFETY: kill(2) on the BIRD this agent started; no memory-safety preconditions.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
-    }
-}
-
-/// The pid of the BIRD running from `bgp_dir` (its pid file), if it is alive.
-pub fn bird_pid(bgp_dir: &std::path::Path) -> Option<i32> {
-    let pid: i32 = fs::read_to_string(bgp_dir.join("bird.pid"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    let comm = fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
-    (comm.trim_end() == "bird").then_some(pid)
-}
-
-pub fn lease_key(subnet: &str) -> String {
-    format!("{PREFIX}/subnets/{}", subnet.replace('/', "-"))
-}
-
-pub fn assert_ping(from: &Pod, to: &Pod) {
-    assert!(
-        wait_until(CONVERGE, || ping(&from.ns, &to.ip)),
-        "{} cannot reach {}",
-        from.ip,
-        to.ip
-    );
 }
 
 /// An IPv4 packet seen on the wire: source, destination, protocol, header length, the packet.
@@ -362,11 +88,14 @@ impl Cluster {
     pub fn new(tag: &str, config: &str) -> Cluster {
         eprintln!("{tag}: starting etcd");
         let underlay = Underlay::new(tag);
-        let etcd = Etcd::start(&underlay);
-        etcd.ctl_ok(&["put", &format!("{PREFIX}/config"), config]);
+        let etcd = Etcd::start(&underlay.ns, EtcdOptions::on_switch());
+        etcd.put(&format!("{PREFIX}/config"), config);
         let files = TempDir::new(tag);
         let nodes: Vec<Node> = (1..=3).map(|i| underlay.add_node(i)).collect();
-        let mut agents: Vec<Agent> = nodes.iter().map(|n| Agent::new(n, &files)).collect();
+        let mut agents: Vec<Agent> = nodes
+            .iter()
+            .map(|n| Agent::new(n, &etcd, files.path()).args(&CADENCE))
+            .collect();
         for a in &mut agents {
             a.dual = config.contains(r#""EnableIPv6":true"#);
         }

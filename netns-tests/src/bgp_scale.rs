@@ -25,9 +25,10 @@ use ferrocni_agent::backend::bgp::options::Peer;
 use ferrocni_agent::backend::bgp::render::{render, BirdConfig};
 use ferrocni_agent::backend::bgp::sessions::Sessions;
 
-use crate::agent_cluster::{bird_pid, Agent, Etcd, PREFIX};
-use crate::agent_scale::{txn, usage, verdict};
+use crate::agent::{bird_pid, Agent};
+use crate::agent_scale::{usage, verdict};
 use crate::cluster::{Node, Underlay};
+use crate::etcd::{Etcd, EtcdOptions, PREFIX};
 use crate::frr::Frr;
 use crate::private_host::missing_tools;
 use crate::route_watch::RouteWatch;
@@ -117,8 +118,8 @@ impl Lab {
     fn new(tag: &str, count: u8, config: &str, agent_binary: &Path) -> Lab {
         let started = Instant::now();
         let underlay = Underlay::new(tag);
-        let etcd = Etcd::start(&underlay);
-        etcd.ctl_ok(&["put", &format!("{PREFIX}/config"), config]);
+        let etcd = Etcd::start(&underlay.ns, EtcdOptions::on_switch());
+        etcd.put(&format!("{PREFIX}/config"), config);
         let nodes: Vec<Node> = (1..=count).map(|i| underlay.add_node(i)).collect();
         println!(
             "  {count} node namespaces and etcd ready in {:.1} s",
@@ -200,13 +201,10 @@ impl Lab {
 
     /// Starts a real agent on node `i` (0-based).
     fn start_agent(&mut self, i: usize) {
-        let mut a = Agent::new(&self.nodes[i], &self.dir);
+        // A production cadence, not the tests' (a resync every 3 s on every node).
+        let mut a = Agent::new(&self.nodes[i], &self.etcd, self.dir.path())
+            .args(&["--resync-interval=60", "--subnet-lease-ttl=86400"]);
         a.binary = Some(self.agent_binary.clone());
-        // A production cadence: the resync would otherwise run every 3 s on every node.
-        a.extra = vec![
-            "--resync-interval=60".into(),
-            "--subnet-lease-ttl=86400".into(),
-        ];
         a.start();
         self.agents[i] = Some(a);
     }
@@ -716,7 +714,7 @@ fn reflector(agent: &Path, nodes: u8, joins: &mut Vec<(String, Vec<Duration>)>) 
             )
         })
         .collect();
-    if !leases.chunks(100).all(|c| txn(&lab.underlay.ns, c, &[])) {
+    if !leases.chunks(100).all(|c| lab.etcd.txn(c, &[])) {
         println!("  writing the stand-ins' leases failed");
         return;
     }

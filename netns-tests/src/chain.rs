@@ -13,7 +13,8 @@ use std::process::Output;
 use libcni::conf::{build_plugin_config, NetworkConfigList};
 use serde_json::{json, Map, Value};
 
-use crate::{our_binary, run_with_stdin, Cnitool, ConfDir, Netns, TempDir};
+use crate::plugin::{Attachment, Impl};
+use crate::{our_binary, Cnitool, ConfDir, Netns, TempDir};
 
 pub const NETWORK: &str = "k8s-pod-network";
 /// Every binary the chain runs (host-local is delegated to by bridge).
@@ -178,22 +179,19 @@ impl ChainNode {
             .map(|p| p.display().to_string())
             .collect::<Vec<_>>()
             .join(":");
-        let bin = self.cni_path[0].join(plugin_type);
-        let mut argv: Vec<String> = self.prefix.clone();
-        argv.extend(["ip", "netns", "exec", self.host.name()].map(String::from));
-        argv.push(bin.display().to_string());
-        let mut cmd = std::process::Command::new(&argv[0]);
-        cmd.args(&argv[1..]);
-        cmd.env("CNI_COMMAND", command)
-            .env("CNI_CONTAINERID", cid)
-            .env("CNI_NETNS", netns)
-            .env("CNI_IFNAME", "eth0")
-            .env("CNI_ARGS", containerd_cni_args(cid))
-            .env("CNI_PATH", path);
+        let imp = Impl {
+            label: "chain",
+            bin: self.cni_path[0].join(plugin_type),
+            cni_path: path,
+        };
+        let mut plugin = Attachment::at(&imp, cid, netns)
+            .in_host(&self.host)
+            .under(&self.prefix)
+            .cni_args(&containerd_cni_args(cid));
         for (k, v) in &self.env {
-            cmd.env(k, v);
+            plugin = plugin.env(k, Some(v));
         }
-        run_with_stdin(&mut cmd, Value::Object(config).to_string().as_bytes())
+        plugin.call(command, &Value::Object(config))
     }
 
     /// DEL as containerd's RemovePodSandbox sends it once the netns is gone: every plugin in

@@ -475,6 +475,20 @@ pub fn parse_iperf(json: &[u8]) -> Option<Iperf> {
     })
 }
 
+/// Bound on every wait for a simulated cluster to converge (a lease, a route, a ping): agents
+/// and routers react within milliseconds, but a loaded machine runs many clusters at once.
+pub const CONVERGE: Duration = Duration::from_secs(20);
+
+/// Waits until `from` pings `to`, bounded by [`CONVERGE`].
+pub fn assert_ping(from: &Pod, to: &Pod) {
+    assert!(
+        wait_until(CONVERGE, || ping(&from.ns, &to.ip)),
+        "{} cannot reach {}",
+        from.ip,
+        to.ip
+    );
+}
+
 /// One ICMP echo from `from` to `ip`, waiting at most a second.
 pub fn ping(from: &Netns, ip: &str) -> bool {
     from.exec(&["ping", "-n", "-q", "-c", "1", "-W", "1", ip])

@@ -30,6 +30,7 @@
 //! * Isolation: the "host" side of a plugin runs in a [`Netns`] too (run cnitool through
 //!   [`Cnitool::in_netns`]); caches, IPAM data dirs and configs live in [`TempDir`]s.
 
+pub mod agent;
 pub mod agent_cluster;
 pub mod agent_scale;
 pub mod bgp;
@@ -38,9 +39,11 @@ pub mod chain;
 pub mod cluster;
 pub mod containerd;
 pub mod cri;
+pub mod etcd;
 pub mod exec_floor;
 pub mod frr;
 pub mod netfilter;
+pub mod plugin;
 pub mod private_host;
 pub mod reboot;
 pub mod rng;
@@ -719,86 +722,4 @@ pub fn run_cnitool(tool: &Cnitool, args: &[&str]) -> Output {
     }
     cmd.output()
         .unwrap_or_else(|e| panic!("cannot run cnitool {args:?}: {e}"))
-}
-
-/// One direct plugin execution: the binary, the namespace its "host" side runs in, and the
-/// CNI environment. Built with [`PluginCall::new`], run with [`PluginCall::run`].
-pub struct PluginCall<'a> {
-    binary: PathBuf,
-    host: Option<&'a Netns>,
-    env: Vec<(String, String)>,
-}
-
-/// What a plugin printed and whether it exited 0.
-#[derive(Debug)]
-pub struct PluginOutput {
-    pub success: bool,
-    /// stdout parsed as JSON (`Null` when empty or not JSON).
-    pub json: serde_json::Value,
-    pub stdout: String,
-    pub stderr: String,
-}
-
-impl<'a> PluginCall<'a> {
-    /// `command` on `binary` with container ID `cid`, netns `netns` and interface `ifname`
-    /// (CNI_PATH points nowhere; add it with [`PluginCall::env`] when the plugin delegates).
-    pub fn new(binary: &Path, command: &str, cid: &str, netns: &str, ifname: &str) -> Self {
-        PluginCall {
-            binary: binary.to_path_buf(),
-            host: None,
-            env: vec![
-                ("CNI_COMMAND".into(), command.into()),
-                ("CNI_CONTAINERID".into(), cid.into()),
-                ("CNI_NETNS".into(), netns.into()),
-                ("CNI_IFNAME".into(), ifname.into()),
-                ("CNI_PATH".into(), "/nonexistent".into()),
-            ],
-        }
-    }
-
-    /// Runs the plugin inside `ns` (`ip netns exec`).
-    pub fn in_netns(mut self, ns: &'a Netns) -> Self {
-        self.host = Some(ns);
-        self
-    }
-
-    pub fn env(mut self, key: &str, value: &str) -> Self {
-        self.env.retain(|(k, _)| k != key);
-        self.env.push((key.into(), value.into()));
-        self
-    }
-
-    /// Runs the plugin with `config` on stdin.
-    pub fn run(&self, config: &serde_json::Value) -> PluginOutput {
-        let mut cmd = match self.host {
-            Some(ns) => ns.command(&[self.binary.to_str().unwrap_or_default()]),
-            None => Command::new(&self.binary),
-        };
-        cmd.env_remove("CNI_ARGS");
-        for (k, v) in &self.env {
-            cmd.env(k, v);
-        }
-        let out = run_with_stdin(&mut cmd, config.to_string().as_bytes());
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        PluginOutput {
-            success: out.status.success(),
-            json: serde_json::from_str(&stdout).unwrap_or(serde_json::Value::Null),
-            stdout,
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
-    }
-
-    /// [`PluginCall::run`], panicking with the plugin's output unless it succeeds.
-    pub fn run_ok(&self, config: &serde_json::Value) -> serde_json::Value {
-        let out = self.run(config);
-        assert!(
-            out.success,
-            "{} {:?} failed: {}{}",
-            self.binary.display(),
-            self.env,
-            out.stdout,
-            out.stderr
-        );
-        out.json
-    }
 }

@@ -14,14 +14,15 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use netns_tests::agent_cluster::{lease_key, Cluster, Etcd, CONVERGE, PREFIX};
+use netns_tests::agent::Agent;
+use netns_tests::agent_cluster::{require_tools, Cluster};
 use netns_tests::bgp::{
     kernel_routes, outside_host, reflector_conf, router_conf, KernelRoute, OUTSIDE_HOST,
 };
-use netns_tests::cluster::{ping, udp_source_seen, wait_until, Node, Pinger, Underlay};
+use netns_tests::cluster::{ping, udp_source_seen, wait_until, Node, Pinger, Underlay, CONVERGE};
+use netns_tests::etcd::{lease_key, Etcd, EtcdOptions, PREFIX};
 use netns_tests::frr::Frr;
-use netns_tests::private_host::missing_tools;
-use netns_tests::{our_binary, require_root, wait_or_kill, TempDir};
+use netns_tests::{require_root, wait_or_kill, Netns, TempDir};
 
 const ROUTER_AS: u32 = 64513;
 const PASSWORD: &str = "frr-md5-secret";
@@ -33,13 +34,7 @@ const BOGUS: &[&str] = &["0.0.0.0/0", "10.244.250.5/32", "192.168.99.0/24"];
 const METRICS_PORT: u16 = 19_472;
 
 fn have_tools() -> bool {
-    match missing_tools(&["etcd", "etcdctl", "bird", "curl"]) {
-        None => true,
-        Some(m) => {
-            eprintln!("skipping: {m:?} not installed (etcd-server, etcd-client, bird2, curl)");
-            false
-        }
-    }
+    require_tools(&["etcd", "etcdctl", "bird", "curl"])
 }
 
 fn network_config(backend: &str) -> String {
@@ -146,14 +141,50 @@ fn bgp_mesh_with_router_on_etcd() {
     with_metrics(&mut c);
     let started = Instant::now();
     c.start_agents();
-    let all = [0, 1, 2];
-    converge(&c, &all);
+    converge(&c, &[0, 1, 2]);
     eprintln!(
         "three agents started and converged in {:?}",
         started.elapsed()
     );
 
-    // The leases, subnet.env and BIRD's files are what the backend promises.
+    leases_and_bird_files_as_promised(&c);
+    c.assert_full_mesh();
+    c.assert_source_preserved();
+    // On the underlay: the pods' own packets between the nodes, nothing encapsulated (no
+    // VXLAN, no IP-in-IP).
+    c.assert_routed_unencapsulated();
+    router_learns_every_subnet_and_routes_to_pods(&c, &frr, &host);
+    bogus_announcements_refused_on_every_node(&c, &frr);
+
+    // /metrics: three sessions up (two nodes, the router), two subnets learned.
+    assert_metrics(
+        &c,
+        0,
+        &[
+            "ferrocni_agent_bgp_bird_up 1",
+            "ferrocni_agent_bgp_sessions{state=\"established\"} 3",
+            "ferrocni_agent_bgp_routes_learned 2",
+            &format!(
+                "ferrocni_agent_bgp_session_established{{peer=\"{}\",kind=\"mesh\"}} 1",
+                c.nodes[1].ip
+            ),
+            &format!("ferrocni_agent_bgp_session_established{{peer=\"{sw}\",kind=\"peer\"}} 1"),
+            "ferrocni_agent_leases{state=\"programmed\"} 2",
+        ],
+    );
+    let neighbours = frr.neighbours();
+    assert!(
+        neighbours.len() == 3 && neighbours.iter().all(|(_, s)| s == "Established"),
+        "{neighbours:?}"
+    );
+
+    agent_restart_loses_no_ping(&mut c);
+    node3_leaves_and_is_withdrawn(&mut c, &frr);
+}
+
+/// The leases, subnet.env and BIRD's files are what the backend promises, and node 1 routes
+/// to node 2's subnet by BIRD.
+fn leases_and_bird_files_as_promised(c: &Cluster) {
     for (i, subnet) in c.subnets.iter().enumerate() {
         assert_eq!(
             c.etcd.get(&lease_key(subnet)).as_deref(),
@@ -193,15 +224,11 @@ fn bgp_mesh_with_router_on_etcd() {
         route.contains(&format!("via {} dev eth0 proto bird", c.nodes[1].ip)),
         "{route}"
     );
-    c.assert_full_mesh();
-    c.assert_source_preserved();
+}
 
-    // On the underlay: the pods' own packets between the nodes, nothing encapsulated (no
-    // VXLAN, no IP-in-IP).
-    c.assert_routed_unencapsulated();
-
-    // The router learned every subnet from its own node and routes it; a host behind the
-    // router reaches pods, which see its own address (no NAT, no tunnel).
+/// The router learned every subnet from its own node and routes it; a host behind the
+/// router reaches pods, which see its own address (no NAT, no tunnel).
+fn router_learns_every_subnet_and_routes_to_pods(c: &Cluster, frr: &Frr, host: &Netns) {
     let mut want: Vec<(String, String)> = c
         .subnets
         .iter()
@@ -210,22 +237,26 @@ fn bgp_mesh_with_router_on_etcd() {
         .collect();
     want.sort();
     assert!(
-        wait_until(CONVERGE, || router_pod_routes(&frr) == want),
+        wait_until(CONVERGE, || router_pod_routes(frr) == want),
         "the router learned {:?}\n{}",
-        router_pod_routes(&frr),
+        router_pod_routes(frr),
         frr.log("bgpd")
     );
     for p in &c.pods {
         assert!(
-            wait_until(CONVERGE, || ping(&host, &p.ip)),
+            wait_until(CONVERGE, || ping(host, &p.ip)),
             "the outside host cannot reach pod {}",
             p.ip
         );
     }
-    let seen = udp_source_seen(&c.pods[2].ns, &host, &c.pods[2].ip);
+    let seen = udp_source_seen(&c.pods[2].ns, host, &c.pods[2].ip);
     assert_eq!(seen, Some(OUTSIDE_HOST.parse().unwrap()));
+}
 
-    // The router sent every node its bogus prefixes; every node refused them.
+/// The router sent every node its bogus prefixes; every node refused (and counted) them: its
+/// BIRD routes, its default route are untouched.
+fn bogus_announcements_refused_on_every_node(c: &Cluster, frr: &Frr) {
+    let sw = Underlay::switch_ip();
     for (i, n) in c.nodes.iter().enumerate() {
         let sent_all = || {
             let sent = frr.advertised(&n.ip);
@@ -254,7 +285,7 @@ fn bgp_mesh_with_router_on_etcd() {
         );
         assert_eq!(
             kernel_routes(&n.ns, "bird"),
-            expected_routes(&c, i, &all),
+            expected_routes(c, i, &[0, 1, 2]),
             "node {}",
             i + 1
         );
@@ -274,31 +305,12 @@ fn bgp_mesh_with_router_on_etcd() {
             );
         }
     }
+}
 
-    // /metrics: three sessions up (two nodes, the router), two subnets learned.
-    assert_metrics(
-        &c,
-        0,
-        &[
-            "ferrocni_agent_bgp_bird_up 1",
-            "ferrocni_agent_bgp_sessions{state=\"established\"} 3",
-            "ferrocni_agent_bgp_routes_learned 2",
-            &format!(
-                "ferrocni_agent_bgp_session_established{{peer=\"{}\",kind=\"mesh\"}} 1",
-                c.nodes[1].ip
-            ),
-            &format!("ferrocni_agent_bgp_session_established{{peer=\"{sw}\",kind=\"peer\"}} 1"),
-            "ferrocni_agent_leases{state=\"programmed\"} 2",
-        ],
-    );
-    let neighbours = frr.neighbours();
-    assert!(
-        neighbours.len() == 3 && neighbours.iter().all(|(_, s)| s == "Established"),
-        "{neighbours:?}"
-    );
-
-    // Node 2's agent restarts (SIGTERM, then started again) while pod 1 pings pod 2 and pod 2
-    // pings pod 1: BIRD stops for a graceful restart and the next agent's BIRD recovers.
+/// Node 2's agent restarts (SIGTERM, then started again) while pod 1 pings pod 2 and pod 2
+/// pings pod 1: BIRD stops for a graceful restart and the next agent's BIRD recovers; no
+/// ping is lost.
+fn agent_restart_loses_no_ping(c: &mut Cluster) {
     let (forth, back) = (
         Pinger::start(&c.pods[0].ns, &c.pods[1].ip, 8),
         Pinger::start(&c.pods[1].ns, &c.pods[0].ip, 8),
@@ -322,7 +334,7 @@ fn bgp_mesh_with_router_on_etcd() {
         c.agents[1].log()
     );
     assert_metrics(
-        &c,
+        c,
         1,
         &["ferrocni_agent_bgp_sessions{state=\"established\"} 3"],
     );
@@ -339,21 +351,23 @@ fn bgp_mesh_with_router_on_etcd() {
             "{what}: pings lost across the agent restart"
         );
     }
-    converge(&c, &all);
+    converge(c, &[0, 1, 2]);
+}
 
-    // Node 3 leaves: its agent stops and its lease is deleted. The other nodes drop its
-    // session and its subnet at once; the router, which holds it as stale after the graceful
-    // stop (and still routes there meanwhile), gives it up after the restart time.
+/// Node 3 leaves: its agent stops and its lease is deleted. The other nodes drop its session
+/// and its subnet at once; the router, which holds it as stale after the graceful stop (and
+/// still routes there meanwhile), gives it up after the restart time.
+fn node3_leaves_and_is_withdrawn(c: &mut Cluster, frr: &Frr) {
     c.agents[2].stop();
     let gone = Instant::now();
     c.etcd.ctl_ok(&["del", &lease_key(&c.subnets[2])]);
-    converge(&c, &[0, 1]);
+    converge(c, &[0, 1]);
     eprintln!(
         "node 3's subnet left nodes 1 and 2 {:?} after its lease was deleted",
         gone.elapsed()
     );
     let has3 = || {
-        router_pod_routes(&frr)
+        router_pod_routes(frr)
             .iter()
             .any(|(p, _)| *p == c.subnets[2])
     };
@@ -369,7 +383,7 @@ fn bgp_mesh_with_router_on_etcd() {
     // Until then the router, the nodes' default gateway, still led there.
     assert!(!ping(&c.pods[0].ns, &c.pods[2].ip));
     assert_metrics(
-        &c,
+        c,
         0,
         &[
             "ferrocni_agent_bgp_sessions{state=\"established\"} 2",
@@ -450,9 +464,10 @@ fn bgp_bad_options_refused_at_start() {
         return;
     }
     let underlay = Underlay::new("bgpbad");
-    let etcd = Etcd::start(&underlay);
+    let etcd = Etcd::start(&underlay.ns, EtcdOptions::on_switch());
     let node = underlay.add_node(1);
     let files = TempDir::new("bgpbad");
+    let agent = Agent::new(&node, &etcd, files.path()).args(&["--startup-timeout=5"]);
     let good = network_config(r#"{"Type":"bgp"}"#);
     for (config, flag, needle) in [
         (
@@ -483,24 +498,10 @@ fn bgp_bad_options_refused_at_start() {
     ] {
         etcd.ctl_ok(&["put", &format!("{PREFIX}/config"), &config]);
         let stderr = files.join("stderr");
-        let mut cmd = node
-            .ns
-            .command(&[our_binary("ferrocni-agent").to_str().unwrap()]);
-        cmd.arg(format!(
-            "--etcd-endpoints=http://{}:2379",
-            Underlay::switch_ip()
-        ))
-        .arg(format!("--public-ip={}", node.ip))
-        .arg(format!(
-            "--subnet-file={}",
-            files.join("subnet.env").display()
-        ))
-        .arg(format!("--bgp-dir={}", files.join("bgp").display()))
-        .arg("--startup-timeout=5")
-        .args(flag)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(fs::File::create(&stderr).unwrap());
+        let mut cmd = agent.command();
+        cmd.args(flag)
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&stderr).unwrap());
         let mut child = cmd.spawn().expect("start ferrocni-agent");
         assert!(
             wait_or_kill(&mut child, Duration::from_secs(20)),
@@ -524,6 +525,6 @@ fn bgp_bad_options_refused_at_start() {
             "",
             "a lease was taken ({config} {flag:?})"
         );
-        assert!(!files.join("bgp").join("bird.pid").exists());
+        assert!(!agent.bgp_dir().join("bird.pid").exists());
     }
 }

@@ -6,37 +6,21 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
-use netns_tests::cluster::{http_get, sample, wait_until};
-use netns_tests::{our_binary, require_root, Netns, TempDir};
+use netns_tests::agent::Agent;
+use netns_tests::agent_cluster::require_tools;
+use netns_tests::cluster::{http_get, sample, wait_until, CONVERGE};
+use netns_tests::etcd::{Etcd, EtcdAuth, EtcdOptions, EtcdTls, PREFIX};
+use netns_tests::{require_root, Netns, TempDir};
 
-const PREFIX: &str = "/coreos.com/network";
 const CONFIG: &str = r#"{"Network":"10.244.0.0/16","SubnetMin":"10.244.1.0","SubnetMax":"10.244.20.0","Backend":{"Type":"vxlan"}}"#;
 /// This node's underlay address, on a veth inside the test netns.
 const NODE_IP: &str = "10.99.0.1";
 
 fn have_tools() -> bool {
-    let found = [
-        ("etcd", "--version"),
-        ("etcdctl", "version"),
-        ("openssl", "version"),
-    ]
-    .iter()
-    .all(|(bin, arg)| {
-        Command::new(bin)
-            .arg(arg)
-            .env("ETCDCTL_API", "3")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    });
-    if !found {
-        eprintln!("skipping: etcd, etcdctl or openssl missing (apt-get install etcd-server etcd-client openssl)");
-    }
-    found
+    require_tools(&["etcd", "etcdctl", "openssl"])
 }
 
 fn openssl(args: &[&str]) {
@@ -142,97 +126,6 @@ impl Pki {
     }
 }
 
-/// One etcd member inside `ns`, killed on drop.
-struct Etcd {
-    child: Child,
-    url: String,
-    /// etcdctl's connection flags.
-    ctl_flags: Vec<String>,
-    log: PathBuf,
-}
-
-impl Etcd {
-    fn start(ns: &Netns, dir: &Path, extra: &[String], url: &str, ctl_flags: Vec<String>) -> Etcd {
-        let log = dir.join("etcd.log");
-        let out = fs::File::create(&log).unwrap();
-        let child = ns
-            .command(&["etcd"])
-            .args([
-                "--name",
-                "m0",
-                "--data-dir",
-                dir.join("etcd-data").to_str().unwrap(),
-                "--listen-peer-urls",
-                "http://127.0.0.1:2380",
-                "--initial-advertise-peer-urls",
-                "http://127.0.0.1:2380",
-                "--initial-cluster",
-                "m0=http://127.0.0.1:2380",
-                "--listen-client-urls",
-                url,
-                "--advertise-client-urls",
-                url,
-            ])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(out.try_clone().unwrap())
-            .stderr(out)
-            .spawn()
-            .expect("start etcd");
-        let etcd = Etcd {
-            child,
-            url: url.to_string(),
-            ctl_flags,
-            log,
-        };
-        let ok = wait_until(Duration::from_secs(20), || {
-            etcd.ctl(ns, &[], &["endpoint", "health"]).status.success()
-        });
-        assert!(ok, "etcd did not come up:\n{}", etcd.log());
-        etcd
-    }
-
-    fn log(&self) -> String {
-        fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn ctl(&self, ns: &Netns, user: &[&str], args: &[&str]) -> Output {
-        ns.command(&["etcdctl", "--command-timeout=5s"])
-            .arg(format!("--endpoints={}", self.url))
-            .args(&self.ctl_flags)
-            .args(user)
-            .args(args)
-            .env("ETCDCTL_API", "3")
-            .output()
-            .expect("run etcdctl")
-    }
-
-    fn ctl_ok(&self, ns: &Netns, user: &[&str], args: &[&str]) -> String {
-        let out = self.ctl(ns, user, args);
-        assert!(
-            out.status.success(),
-            "etcdctl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            let log = self.log();
-            let tail: Vec<&str> = log.lines().rev().take(15).collect();
-            eprintln!(
-                "--- etcd (last lines, newest first) ---\n{}",
-                tail.join("\n")
-            );
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// The node netns: `lo` up and a veth pair carrying this node's underlay address.
 fn node_netns() -> Netns {
     let ns = Netns::new("agsec");
@@ -250,44 +143,16 @@ fn node_netns() -> Netns {
     ns
 }
 
-/// The agent's command line (files under `dir`), plus `extra`.
-fn agent(ns: &Netns, dir: &Path, endpoint: &str, extra: &[&str]) -> Command {
-    let mut cmd = ns.command(&[our_binary("ferrocni-agent").to_str().unwrap()]);
-    cmd.arg(format!("--etcd-endpoints={endpoint}"))
-        .arg(format!("--public-ip={NODE_IP}"))
-        .arg("--iface=eth0")
-        .arg(format!(
-            "--subnet-file={}",
-            dir.join("subnet.env").display()
-        ))
-        .arg(format!("--state-dir={}", dir.join("state").display()))
-        .arg(format!(
-            "--vxlan-lock-file={}",
-            dir.join("vxlan.lock").display()
-        ))
-        .arg("--startup-timeout=10")
+/// This node's agent on `etcd` (files under `dir`), giving etcd 10 s at start; plus `extra`.
+fn node_agent(ns: &Netns, dir: &Path, etcd: &Etcd, extra: &[&str]) -> Agent {
+    Agent::in_netns(ns, NODE_IP, dir, &etcd.endpoints())
+        .args(&["--startup-timeout=10"])
         .args(extra)
-        .stdin(Stdio::null());
-    cmd
 }
 
-/// Runs `--once`, bounded; returns the output and how long it took.
-fn once(mut cmd: Command) -> (Output, Duration) {
-    let started = Instant::now();
-    let mut child = cmd
-        .arg("--once")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run ferrocni-agent --once");
-    while child.try_wait().unwrap().is_none() {
-        if started.elapsed() > Duration::from_secs(30) {
-            let _ = child.kill();
-            panic!("ferrocni-agent --once did not finish within 30s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    (child.wait_with_output().unwrap(), started.elapsed())
+/// Runs `--once`; returns the output and how long it took.
+fn once(agent: &Agent) -> (Output, Duration) {
+    agent.once_timed(&[])
 }
 
 fn stderr(o: &Output) -> String {
@@ -312,6 +177,54 @@ fn assert_refused(what: &str, run: (Output, Duration), needles: &[&str]) {
     );
 }
 
+/// Every lease key in `etcd`.
+fn lease_keys(etcd: &Etcd) -> String {
+    etcd.ctl_ok(&[
+        "get",
+        &format!("{PREFIX}/subnets/"),
+        "--prefix",
+        "--keys-only",
+    ])
+}
+
+/// A CA, and the certificates the TLS test uses: the member's and a node's, signed by it, and
+/// an intruder's signed by another CA.
+struct Certificates {
+    ca: PathBuf,
+    other_ca: PathBuf,
+    node: (PathBuf, PathBuf),
+    foreign: (PathBuf, PathBuf),
+    etcd: EtcdTls,
+}
+
+impl Certificates {
+    fn make(dir: &Path) -> Certificates {
+        let pki = Pki::ca(dir, "ca");
+        Pki::ca(dir, "other-ca");
+        let (server_cert, server_key) = pki.leaf("ca", "etcd");
+        let node = pki.leaf("ca", "node");
+        let foreign = pki.leaf("other-ca", "intruder");
+        let ca = pki.path("ca.pem");
+        Certificates {
+            etcd: EtcdTls {
+                ca: ca.clone(),
+                server_cert,
+                server_key,
+                client_cert: node.0.clone(),
+                client_key: node.1.clone(),
+            },
+            ca,
+            other_ca: pki.path("other-ca.pem"),
+            node,
+            foreign,
+        }
+    }
+}
+
+fn s(p: &Path) -> String {
+    p.display().to_string()
+}
+
 #[test]
 fn agent_etcd_tls_with_client_certificates() {
     require_root!();
@@ -320,52 +233,21 @@ fn agent_etcd_tls_with_client_certificates() {
     }
     let dir = TempDir::new("agent-tls");
     let ns = node_netns();
-    let pki = Pki::ca(dir.path(), "ca");
-    Pki::ca(dir.path(), "other-ca");
-    let (server_cert, server_key) = pki.leaf("ca", "etcd");
-    let (client_cert, client_key) = pki.leaf("ca", "node");
-    let (foreign_cert, foreign_key) = pki.leaf("other-ca", "intruder");
-    let ca = pki.path("ca.pem");
-    let other_ca = pki.path("other-ca.pem");
-    let s = |p: &Path| p.display().to_string();
-    let url = "https://127.0.0.1:2379";
-    let etcd = Etcd::start(
-        &ns,
-        dir.path(),
-        &[
-            "--client-cert-auth".into(),
-            format!("--trusted-ca-file={}", s(&ca)),
-            format!("--cert-file={}", s(&server_cert)),
-            format!("--key-file={}", s(&server_key)),
-        ],
-        url,
-        vec![
-            format!("--cacert={}", s(&ca)),
-            format!("--cert={}", s(&client_cert)),
-            format!("--key={}", s(&client_key)),
-        ],
-    );
-    etcd.ctl_ok(&ns, &[], &["put", &format!("{PREFIX}/config"), CONFIG]);
+    let certs = Certificates::make(dir.path());
+    let etcd = Etcd::start(&ns, EtcdOptions::default().tls(certs.etcd.clone()));
+    etcd.put(&format!("{PREFIX}/config"), CONFIG);
     let good = [
-        format!("--etcd-cafile={}", s(&ca)),
-        format!("--etcd-certfile={}", s(&client_cert)),
-        format!("--etcd-keyfile={}", s(&client_key)),
+        format!("--etcd-cafile={}", s(&certs.ca)),
+        format!("--etcd-certfile={}", s(&certs.node.0)),
+        format!("--etcd-keyfile={}", s(&certs.node.1)),
     ];
     let good: Vec<&str> = good.iter().map(String::as_str).collect();
+    let agent = |extra: &[&str]| node_agent(&ns, dir.path(), &etcd, extra);
 
     // The right CA and client certificate: a lease, and the node files.
-    let (out, _) = once(agent(&ns, dir.path(), url, &good));
+    let (out, _) = once(&agent(&good));
     assert!(out.status.success(), "{}", stderr(&out));
-    let keys = etcd.ctl_ok(
-        &ns,
-        &[],
-        &[
-            "get",
-            &format!("{PREFIX}/subnets/"),
-            "--prefix",
-            "--keys-only",
-        ],
-    );
+    let keys = lease_keys(&etcd);
     assert!(
         keys.contains(&format!("{PREFIX}/subnets/10.244.")),
         "{keys}"
@@ -375,62 +257,67 @@ fn agent_etcd_tls_with_client_certificates() {
         .contains("FLANNEL_SUBNET=10.244."));
 
     // The same settings from flanneld's environment variables.
-    let mut cmd = agent(&ns, dir.path(), url, &[]);
-    cmd.env("FLANNELD_ETCD_CAFILE", s(&ca))
-        .env("FLANNELD_ETCD_CERTFILE", s(&client_cert))
-        .env("FLANNELD_ETCD_KEYFILE", s(&client_key));
-    let (out, _) = once(cmd);
+    let mut from_env = agent(&[]);
+    from_env.env = vec![
+        ("FLANNELD_ETCD_CAFILE".into(), s(&certs.ca)),
+        ("FLANNELD_ETCD_CERTFILE".into(), s(&certs.node.0)),
+        ("FLANNELD_ETCD_KEYFILE".into(), s(&certs.node.1)),
+    ];
+    let (out, _) = once(&from_env);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("reusing lease 10.244."),
         "{}",
         stderr(&out)
     );
+    refusals_of_bad_tls_settings(&certs, &good, &agent);
+}
 
+/// A wrong CA, no or a foreign client certificate, unusable files: each refused at once.
+fn refusals_of_bad_tls_settings(
+    certs: &Certificates,
+    good: &[&str],
+    agent: &dyn Fn(&[&str]) -> Agent,
+) {
     // A CA that did not sign the member's certificate.
-    let mut wrong_ca = good.clone();
-    let other = format!("--etcd-cafile={}", s(&other_ca));
+    let mut wrong_ca = good.to_vec();
+    let other = format!("--etcd-cafile={}", s(&certs.other_ca));
     wrong_ca[0] = &other;
     assert_refused(
         "wrong CA",
-        once(agent(&ns, dir.path(), url, &wrong_ca)),
-        &["not trusted by --etcd-cafile", &s(&other_ca)],
+        once(&agent(&wrong_ca)),
+        &["not trusted by --etcd-cafile", &s(&certs.other_ca)],
     );
 
     // No client certificate for a --client-cert-auth member.
     assert_refused(
         "no client certificate",
-        once(agent(&ns, dir.path(), url, &good[..1])),
+        once(&agent(&good[..1])),
         &["requires a client certificate", "--etcd-certfile"],
     );
 
     // A client certificate from another CA.
     let foreign = [
         good[0].to_string(),
-        format!("--etcd-certfile={}", s(&foreign_cert)),
-        format!("--etcd-keyfile={}", s(&foreign_key)),
+        format!("--etcd-certfile={}", s(&certs.foreign.0)),
+        format!("--etcd-keyfile={}", s(&certs.foreign.1)),
     ];
     let foreign: Vec<&str> = foreign.iter().map(String::as_str).collect();
     assert_refused(
         "foreign client certificate",
-        once(agent(&ns, dir.path(), url, &foreign)),
-        &["refused the client certificate", &s(&foreign_cert)],
+        once(&agent(&foreign)),
+        &["refused the client certificate", &s(&certs.foreign.0)],
     );
 
     // Unusable files are named before any connection.
     assert_refused(
         "missing CA file",
-        once(agent(
-            &ns,
-            dir.path(),
-            url,
-            &["--etcd-cafile=/nonexistent/ca.pem"],
-        )),
+        once(&agent(&["--etcd-cafile=/nonexistent/ca.pem"])),
         &["--etcd-cafile /nonexistent/ca.pem"],
     );
     assert_refused(
         "key without certificate",
-        once(agent(&ns, dir.path(), url, &[good[0], good[2]])),
+        once(&agent(&[good[0], good[2]])),
         &["--etcd-keyfile", "without --etcd-certfile"],
     );
 }
@@ -447,69 +334,26 @@ fn agent_etcd_user_auth_and_token_refresh() {
     }
     let dir = TempDir::new("agent-auth");
     let ns = node_netns();
-    let url = "http://127.0.0.1:2379";
     // Tokens idle for 2 s expire: the agent, resyncing every 3 s, must refresh its token.
+    let auth = EtcdAuth {
+        root_password: "rootpw".into(),
+        user: "flannel".into(),
+        password: "flannelpw".into(),
+    };
     let etcd = Etcd::start(
         &ns,
-        dir.path(),
-        &["--auth-token=simple".into(), "--auth-token-ttl=2".into()],
-        url,
-        vec![],
+        EtcdOptions::default()
+            .auth(auth)
+            .args(&["--auth-token=simple", "--auth-token-ttl=2"]),
     );
-    let root = ["--user=root:rootpw"];
-    for args in [
-        vec!["user", "add", "root:rootpw"],
-        vec!["user", "add", "flannel:flannelpw"],
-        vec!["role", "add", "flannel"],
-        vec![
-            "role",
-            "grant-permission",
-            "flannel",
-            "--prefix=true",
-            "readwrite",
-            &format!("{PREFIX}/"),
-        ],
-        vec!["user", "grant-role", "flannel", "flannel"],
-        vec!["user", "grant-role", "root", "root"],
-        vec!["put", &format!("{PREFIX}/config"), CONFIG],
-        vec!["auth", "enable"],
-    ] {
-        etcd.ctl_ok(&ns, &[], &args);
-    }
-
-    // No user, a wrong password, an unknown user: refused at once, naming the fix.
-    assert_refused(
-        "no user",
-        once(agent(&ns, dir.path(), url, &[])),
-        &["authentication enabled", "--etcd-username"],
-    );
-    assert_refused(
-        "wrong password",
-        once(agent(
-            &ns,
-            dir.path(),
-            url,
-            &["--etcd-username=flannel", "--etcd-password=nope"],
-        )),
-        &["wrong --etcd-username \"flannel\" or --etcd-password"],
-    );
-    assert!(!stderr(
-        &once(agent(
-            &ns,
-            dir.path(),
-            url,
-            &["--etcd-username=flannel", "--etcd-password=nope"]
-        ))
-        .0
-    )
-    .contains("nope"));
+    etcd.put(&format!("{PREFIX}/config"), CONFIG);
+    refusals_of_bad_users(&ns, dir.path(), &etcd);
 
     // The user from flanneld's variables, in the long-running daemon with health and metrics.
-    let log_path = dir.join("agent.log");
-    let mut cmd = agent(
+    let mut agent = node_agent(
         &ns,
         dir.path(),
-        url,
+        &etcd,
         &[
             "--resync-interval=3",
             "--healthz-port=18471",
@@ -518,28 +362,13 @@ fn agent_etcd_user_auth_and_token_refresh() {
             "1",
         ],
     );
-    cmd.env("FLANNELD_ETCD_USERNAME", "flannel")
-        .env("FLANNELD_ETCD_PASSWORD", "flannelpw")
-        .stdout(Stdio::null())
-        .stderr(fs::File::create(&log_path).unwrap());
-    let mut child = cmd.spawn().expect("start ferrocni-agent");
-    struct Kill<'a>(&'a mut Child, &'a Path);
-    impl Drop for Kill<'_> {
-        fn drop(&mut self) {
-            if std::thread::panicking() {
-                eprintln!(
-                    "--- agent log ---\n{}",
-                    fs::read_to_string(self.1).unwrap_or_default()
-                );
-            }
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let guard = Kill(&mut child, &log_path);
-    let env_file = dir.join("subnet.env");
+    agent.env = vec![
+        ("FLANNELD_ETCD_USERNAME".into(), "flannel".into()),
+        ("FLANNELD_ETCD_PASSWORD".into(), "flannelpw".into()),
+    ];
+    agent.start();
     assert!(
-        wait_until(Duration::from_secs(15), || env_file.exists()),
+        wait_until(CONVERGE, || agent.subnet_file().exists()),
         "no subnet.env"
     );
     assert_eq!(
@@ -550,22 +379,52 @@ fn agent_etcd_user_auth_and_token_refresh() {
         http_get(&ns, 18471, "/metrics").is_none(),
         "metrics served on the health port"
     );
+    peer_seen_after_the_token_expired(&ns, &etcd);
 
-    // A peer's lease put by root after our token has expired twice over: the agent's resync
-    // (token refreshed) and watch still see it.
+    // SIGTERM: the agent exits and keeps its lease, as flanneld.
+    assert!(agent.stop(), "the agent did not exit on SIGTERM");
+    let log = agent.log();
+    assert!(log.contains("the lease stays"), "{log}");
+    assert!(
+        log.contains(" DEBUG ferrocni-agent: "),
+        "-v 1 printed no DEBUG line:\n{log}"
+    );
+    let keys = lease_keys(&etcd);
+    assert_eq!(
+        keys.lines().filter(|l| l.starts_with(PREFIX)).count(),
+        2,
+        "{keys}"
+    );
+}
+
+/// No user, a wrong password, an unknown user: refused at once, naming the fix.
+fn refusals_of_bad_users(ns: &Netns, dir: &Path, etcd: &Etcd) {
+    assert_refused(
+        "no user",
+        once(&node_agent(ns, dir, etcd, &[])),
+        &["authentication enabled", "--etcd-username"],
+    );
+    let wrong = ["--etcd-username=flannel", "--etcd-password=nope"];
+    assert_refused(
+        "wrong password",
+        once(&node_agent(ns, dir, etcd, &wrong)),
+        &["wrong --etcd-username \"flannel\" or --etcd-password"],
+    );
+    assert!(!stderr(&once(&node_agent(ns, dir, etcd, &wrong)).0).contains("nope"));
+}
+
+/// A peer's lease put by root after our token has expired twice over: the agent's resync
+/// (token refreshed) and watch still see it, and its metrics say so.
+fn peer_seen_after_the_token_expired(ns: &Netns, etcd: &Etcd) {
     std::thread::sleep(Duration::from_secs(7));
     let peer = r#"{"PublicIP":"10.99.0.2","PublicIPv6":null,"BackendType":"vxlan","BackendData":{"VNI":1,"VtepMAC":"0e:00:00:00:00:02"}}"#;
-    etcd.ctl_ok(
-        &ns,
-        &root,
-        &["put", &format!("{PREFIX}/subnets/10.244.9.0-24"), peer],
-    );
-    let programmed = wait_until(Duration::from_secs(10), || {
-        http_get(&ns, 19471, "/metrics")
+    etcd.put(&format!("{PREFIX}/subnets/10.244.9.0-24"), peer);
+    let programmed = wait_until(CONVERGE, || {
+        http_get(ns, 19471, "/metrics")
             .and_then(|m| sample(&m, "ferrocni_agent_leases{state=\"programmed\"}"))
             == Some(1.0)
     });
-    let page = http_get(&ns, 19471, "/metrics").unwrap_or_default();
+    let page = http_get(ns, 19471, "/metrics").unwrap_or_default();
     assert!(programmed, "peer not programmed:\n{page}");
     let auths = sample(&page, "ferrocni_agent_etcd_authentications_total").unwrap_or(0.0);
     assert!(auths >= 2.0, "the token was never refreshed:\n{page}");
@@ -579,37 +438,4 @@ fn agent_etcd_user_auth_and_token_refresh() {
     );
     let fdb = ns.exec_ok(&["bridge", "fdb", "show", "dev", "flannel.1"]);
     assert!(fdb.contains("0e:00:00:00:00:02 dst 10.99.0.2"), "{fdb}");
-
-    // SIGTERM: the agent exits and keeps its lease, as flanneld.
-    let pid = guard.0.id() as i32;
-    // SAFETY: plain kill(2) on our own child.
-    unsafe { libc::kill(pid, libc::SIGTERM) };
-    assert!(wait_until(Duration::from_secs(5), || guard
-        .0
-        .try_wait()
-        .ok()
-        .flatten()
-        .is_some()));
-    drop(guard);
-    let log = fs::read_to_string(&log_path).unwrap_or_default();
-    assert!(log.contains("the lease stays"), "{log}");
-    assert!(
-        log.contains(" DEBUG ferrocni-agent: "),
-        "-v 1 printed no DEBUG line:\n{log}"
-    );
-    let keys = etcd.ctl_ok(
-        &ns,
-        &root,
-        &[
-            "get",
-            &format!("{PREFIX}/subnets/"),
-            "--prefix",
-            "--keys-only",
-        ],
-    );
-    assert_eq!(
-        keys.lines().filter(|l| l.starts_with(PREFIX)).count(),
-        2,
-        "{keys}"
-    );
 }

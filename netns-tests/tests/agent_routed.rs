@@ -15,22 +15,12 @@ use std::net::Ipv4Addr;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use netns_tests::agent_cluster::{
-    have_tools, in_pod_network, iperf_rate, is_node, lease_key, Cluster, CONVERGE, FLANNELD_SUBNET,
+    have_tools, in_pod_network, iperf_rate, is_node, Cluster, FLANNELD_SUBNET,
 };
-use netns_tests::cluster::{self, capture, iperf, nth, wait_until, Node};
+use netns_tests::cluster::{self, capture, iperf, nth, wait_until, Node, CONVERGE};
+use netns_tests::etcd::lease_key;
 use netns_tests::udp_proxy;
-use netns_tests::{require_driver, require_root, Netns};
-
-/// Whether this kernel can make a link of `kind` (tried in a scratch netns; an ipip
-/// tunnel needs a local address, or it collides with the netns's fallback `tunl0`).
-fn kernel_has(kind: &str) -> bool {
-    let ns = Netns::new("probe");
-    let mut argv = vec!["ip", "link", "add", "probe0", "type", kind];
-    if kind == "ipip" {
-        argv.extend(["local", "172.31.250.99"]);
-    }
-    ns.exec(&argv).status.success()
-}
+use netns_tests::{kernel_has, require_driver, require_root, Netns};
 
 fn wg_device(node: &Node, dev: &str) -> Option<netkit::wireguard::Device> {
     let ns = netkit::Netns::open(node.ns.path()).ok()?;
@@ -51,6 +41,39 @@ fn wireguard_cluster_on_etcd() {
         "wg",
         r#"{"Network":"10.244.0.0/16","SubnetMin":"10.244.1.0","SubnetMax":"10.244.20.0","Backend":{"Type":"wireguard","PersistentKeepaliveInterval":25}}"#,
     );
+    wireguard_leases_keys_and_peers(&c);
+    c.assert_full_mesh();
+    c.assert_source_preserved();
+    wireguard_node_set_up_as_flanneld(&mut c);
+    only_wireguard_udp_between_the_nodes(&c);
+
+    let rate = iperf_rate(&c.pods[1], &c.pods[0]);
+    eprintln!("iperf3 through flannel-wg: {:.1} Mbit/s", rate / 1e6);
+    assert!(rate > 1e6, "iperf3 through the tunnel: {rate} bit/s");
+
+    // A restart keeps the key file, the device key and the lease.
+    let key_before = fs::read_to_string(c.agents[0].key_file()).unwrap();
+    c.assert_restart_keeps_lease();
+    assert_eq!(
+        fs::read_to_string(c.agents[0].key_file()).unwrap(),
+        key_before
+    );
+
+    c.remove_node3(|n, subnet| {
+        wg_device(n, "flannel-wg").is_some_and(|d| {
+            d.peers.len() == 1
+                && !d
+                    .peers
+                    .iter()
+                    .any(|p| p.allowed_ips.iter().any(|a| a.to_string() == subnet))
+        })
+    });
+}
+
+/// The leases are flanneld's, with each node's public key; the device, MTU and key file are
+/// flanneld's; node 1's peers are the two others, allowed IPs their subnets, endpoint
+/// PublicIP:51820.
+fn wireguard_leases_keys_and_peers(c: &Cluster) {
     // The leases are flanneld's, with each node's public key.
     for (i, subnet) in c.subnets.iter().enumerate() {
         let value = c.etcd.get(&lease_key(subnet)).expect("lease");
@@ -99,11 +122,12 @@ fn wireguard_cluster_on_etcd() {
             [c.subnets[i].clone()]
         );
     }
-    c.assert_full_mesh();
-    c.assert_source_preserved();
+}
 
-    // A node set up as flanneld sets up its own (key, port, address, route, one peer per
-    // lease) with flanneld's lease: agents and it reach each other's pods.
+/// A node set up as flanneld sets up its own (key, port, address, route, one peer per lease)
+/// with flanneld's lease: agents and it reach each other's pods; its lease gone, the agents
+/// drop the peer again.
+fn wireguard_node_set_up_as_flanneld(c: &mut Cluster) {
     let agent_keys: Vec<String> = c
         .subnets
         .iter()
@@ -162,8 +186,10 @@ fn wireguard_cluster_on_etcd() {
         "flannel-wg"
     )
     .is_some_and(|d| d.peers.len() == 2)));
+}
 
-    // On the underlay: only WireGuard's UDP between the nodes, no pod address in clear.
+/// On the underlay: only WireGuard's UDP between the nodes, no pod address in clear.
+fn only_wireguard_udp_between_the_nodes(c: &Cluster) {
     let pod0 = &c.pods[0];
     let seen = c.capture_pod_pings();
     let between_nodes: Vec<_> = seen
@@ -196,28 +222,6 @@ fn wireguard_cluster_on_etcd() {
             .any(|(s, d, ..)| in_pod_network(*s) || in_pod_network(*d)),
         "a pod address crossed the underlay unencrypted"
     );
-
-    let rate = iperf_rate(&c.pods[1], &c.pods[0]);
-    eprintln!("iperf3 through flannel-wg: {:.1} Mbit/s", rate / 1e6);
-    assert!(rate > 1e6, "iperf3 through the tunnel: {rate} bit/s");
-
-    // A restart keeps the key file, the device key and the lease.
-    let key_before = fs::read_to_string(c.agents[0].key_file()).unwrap();
-    c.assert_restart_keeps_lease();
-    assert_eq!(
-        fs::read_to_string(c.agents[0].key_file()).unwrap(),
-        key_before
-    );
-
-    c.remove_node3(|n, subnet| {
-        wg_device(n, "flannel-wg").is_some_and(|d| {
-            d.peers.len() == 1
-                && !d
-                    .peers
-                    .iter()
-                    .any(|p| p.allowed_ips.iter().any(|a| a.to_string() == subnet))
-        })
-    });
 }
 
 #[test]

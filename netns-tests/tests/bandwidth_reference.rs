@@ -315,6 +315,57 @@ fn failed_add_rolls_back_what_it_created() {
     assert!(at.host.link(&ifb).is_some());
 }
 
+/// Validation, before anything is touched: each invalid limit refused with its message, and
+/// neither a tbf nor an IFB made.
+fn invalid_limits_refused_before_anything_is_touched(
+    chain: &ChainDir,
+    at: &Attached,
+    cid: &str,
+    veth: &str,
+) {
+    let bw = chain.plugin("bandwidth");
+    for (limits, msg) in [
+        (
+            json!({"ingressRate": 1000}),
+            "if rate is set, burst must also be set",
+        ),
+        (
+            json!({"egressBurst": 1000}),
+            "if burst is set, rate must also be set",
+        ),
+        (
+            json!({"egressRate": 1000, "egressBurst": 40_000_000_000u64}),
+            "burst cannot be more than 4GB",
+        ),
+        (
+            json!({"ingressRate": -5, "ingressBurst": 8}),
+            "json: cannot unmarshal number -5 into Go struct field PluginConf.ingressRate of type uint64",
+        ),
+        (
+            json!({"ingressRate": 8000, "ingressBurst": 8000, "latencyMs": 0}),
+            "invalid latencyMs",
+        ),
+    ] {
+        let err = call(
+            &at.host,
+            &bw,
+            chain.path(),
+            "ADD",
+            cid,
+            &at.pod,
+            &bandwidth_conf(NET, &limits, &at.prev),
+        )
+        .err();
+        assert_eq!(err["code"], 999, "{limits}: {err}");
+        assert!(
+            err["msg"].as_str().unwrap().contains(msg),
+            "{limits}: {err}"
+        );
+    }
+    assert!(root_tbf(&at.host, veth).is_none());
+    assert!(links_of_kind(&at.host, "ifb").is_empty());
+}
+
 #[test]
 fn pass_through_latency_and_config_errors() {
     require_root!();
@@ -384,47 +435,7 @@ fn pass_through_latency_and_config_errors() {
         "{err}"
     );
 
-    // Validation, before anything is touched.
-    for (limits, msg) in [
-        (
-            json!({"ingressRate": 1000}),
-            "if rate is set, burst must also be set",
-        ),
-        (
-            json!({"egressBurst": 1000}),
-            "if burst is set, rate must also be set",
-        ),
-        (
-            json!({"egressRate": 1000, "egressBurst": 40_000_000_000u64}),
-            "burst cannot be more than 4GB",
-        ),
-        (
-            json!({"ingressRate": -5, "ingressBurst": 8}),
-            "json: cannot unmarshal number -5 into Go struct field PluginConf.ingressRate of type uint64",
-        ),
-        (
-            json!({"ingressRate": 8000, "ingressBurst": 8000, "latencyMs": 0}),
-            "invalid latencyMs",
-        ),
-    ] {
-        let err = call(
-            &at.host,
-            &bw,
-            chain.path(),
-            "ADD",
-            cid,
-            &at.pod,
-            &bandwidth_conf(NET, &limits, &at.prev),
-        )
-        .err();
-        assert_eq!(err["code"], 999, "{limits}: {err}");
-        assert!(
-            err["msg"].as_str().unwrap().contains(msg),
-            "{limits}: {err}"
-        );
-    }
-    assert!(root_tbf(&at.host, &veth).is_none());
-    assert!(links_of_kind(&at.host, "ifb").is_empty());
+    invalid_limits_refused_before_anything_is_touched(&chain, &at, cid, &veth);
 
     // latencyMs trades queue for latency: only the limit (shown by tc as latency) changes.
     let limits = json!({"ingressRate": 10_000_000, "ingressBurst": 80_000, "latencyMs": 100});

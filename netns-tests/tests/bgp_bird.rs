@@ -15,15 +15,16 @@ use netns_tests::bgp::{
     kernel_routes, outside_host, reflector_conf, router_conf, BgpNode, KernelRoute, NodeSpec,
     OUTSIDE_HOST,
 };
-use netns_tests::cluster::{ping, udp_source_seen, wait_until, Node, Pinger, Pod, Underlay};
+use netns_tests::cluster::{
+    ping, udp_source_seen, wait_until, Node, Pinger, Pod, Underlay, CONVERGE,
+};
 use netns_tests::frr::Frr;
 use netns_tests::private_host::missing_tools;
-use netns_tests::{require_root, TempDir};
+use netns_tests::{require_root, Netns, TempDir};
 
 const NETWORK: &str = "10.244.0.0/16";
 const ROUTER_AS: u32 = 64513;
 const PASSWORD: &str = "frr-md5-secret";
-const CONVERGE: Duration = Duration::from_secs(20);
 /// The restart time the external-router test announces (peers keep a stopped node's routes
 /// this long).
 const GR_SECS: u64 = 4;
@@ -206,40 +207,9 @@ fn ebgp_router_conf(nodes: &[Node]) -> String {
     router_conf(&ips, ROUTER_AS, PASSWORD, BOGUS)
 }
 
-#[test]
-fn mesh_and_external_router() {
-    require_root!();
-    let Some(mut c) = Cluster::with_bird("bgpm", 3) else {
-        return;
-    };
-    let Some(frr) = Frr::start(&c.underlay.ns, &ebgp_router_conf(&c.nodes)) else {
-        return;
-    };
-    let host = outside_host(&c.underlay);
-    let options = format!(
-        r#"{{"Type":"bgp","GracefulRestartTime":{GR_SECS},"Peers":[{{"PeerIP":"{}","ASNumber":{ROUTER_AS},"Password":"{PASSWORD}"}}]}}"#,
-        Underlay::switch_ip()
-    );
-    let started = Instant::now();
-    c.start(&options);
-
-    // Every node: the two other subnets, via their node, proto bird; pods ping across.
-    c.converge(&[1, 2, 3]);
-    eprintln!(
-        "three nodes converged {:?} after the first BIRD start",
-        started.elapsed()
-    );
-    c.assert_pods_ping();
-    let route = c.nodes[0]
-        .ns
-        .exec_ok(&["ip", "route", "show", "10.244.2.0/24"]);
-    assert!(
-        route.contains("via 172.31.250.2 dev eth0 proto bird metric 32"),
-        "{route}"
-    );
-
-    // The router learned every subnet from its node, and put it in its kernel; a host behind
-    // it reaches pods, which see its own address (no NAT, no tunnel).
+/// The router learned every subnet from its node, and put it in its kernel; a host behind
+/// it reaches pods, which see its own address (no NAT, no tunnel).
+fn router_learns_every_subnet_and_routes_to_pods(c: &Cluster, frr: &Frr, host: &Netns) {
     let want: Vec<(String, String)> = (1..=3).map(|i| (subnet(i), Underlay::node_ip(i))).collect();
     let learned = || {
         frr.bgp_routes()
@@ -267,15 +237,15 @@ fn mesh_and_external_router() {
         "{in_router_kernel:?}"
     );
     for i in [1, 3] {
-        assert!(
-            ping(&host, c.pod_ip(i)),
-            "outside host cannot reach pod {i}"
-        );
+        assert!(ping(host, c.pod_ip(i)), "outside host cannot reach pod {i}");
     }
-    let seen = udp_source_seen(&c.pods[0].ns, &host, c.pod_ip(1));
+    let seen = udp_source_seen(&c.pods[0].ns, host, c.pod_ip(1));
     assert_eq!(seen, Some(OUTSIDE_HOST.parse().unwrap()));
+}
 
-    // The router sent every node the bogus prefixes; every node refused them: routes unchanged.
+/// The router sent every node the bogus prefixes; every node refused (and counted) them:
+/// its BIRD routes and default route unchanged.
+fn bogus_announcements_refused(c: &mut Cluster, frr: &Frr) {
     let refused = format!(
         "ferrocni_agent_bgp_peer_updates_refused_total{{peer=\"{}\",kind=\"peer\"}}",
         Underlay::switch_ip()
@@ -313,6 +283,42 @@ fn mesh_and_external_router() {
             "node {i}"
         );
     }
+}
+
+#[test]
+fn mesh_and_external_router() {
+    require_root!();
+    let Some(mut c) = Cluster::with_bird("bgpm", 3) else {
+        return;
+    };
+    let Some(frr) = Frr::start(&c.underlay.ns, &ebgp_router_conf(&c.nodes)) else {
+        return;
+    };
+    let host = outside_host(&c.underlay);
+    let options = format!(
+        r#"{{"Type":"bgp","GracefulRestartTime":{GR_SECS},"Peers":[{{"PeerIP":"{}","ASNumber":{ROUTER_AS},"Password":"{PASSWORD}"}}]}}"#,
+        Underlay::switch_ip()
+    );
+    let started = Instant::now();
+    c.start(&options);
+
+    // Every node: the two other subnets, via their node, proto bird; pods ping across.
+    c.converge(&[1, 2, 3]);
+    eprintln!(
+        "three nodes converged {:?} after the first BIRD start",
+        started.elapsed()
+    );
+    c.assert_pods_ping();
+    let route = c.nodes[0]
+        .ns
+        .exec_ok(&["ip", "route", "show", "10.244.2.0/24"]);
+    assert!(
+        route.contains("via 172.31.250.2 dev eth0 proto bird metric 32"),
+        "{route}"
+    );
+
+    router_learns_every_subnet_and_routes_to_pods(&c, &frr, &host);
+    bogus_announcements_refused(&mut c, &frr);
 
     // What /metrics says: three sessions up (two nodes, the router), two subnets learned.
     let m = c.bgp[0].metrics();

@@ -31,7 +31,7 @@ fn run_example(file: &str) {
     conf.write_json("10-example.conflist", &list);
     let cache = TempDir::new("brcf-cache");
     let imp = ours();
-    let cni_path = vec![imp.bridge.parent().unwrap().to_path_buf()];
+    let cni_path = vec![imp.bin.parent().unwrap().to_path_buf()];
     let tool = Cnitool::new(&conf, cni_path, cache.path()).in_netns(&host);
     let out = tool.run_ok(&["add", &name, pod.path_str()]);
     let result: Value = serde_json::from_str(&out).unwrap();

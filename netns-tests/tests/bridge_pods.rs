@@ -229,7 +229,7 @@ fn status_delegates_and_l2_v020_add_rolls_back() {
     assert!(out.status.success(), "STATUS: {}", text(&out.stdout));
     // An L2-only result cannot be expressed in 0.2.0: the ADD fails and leaves nothing.
     let l2 = conf("0.2.0", "stnet", None, json!(null), json!({}));
-    let e = a.add_err(&l2);
+    let e = a.error("ADD", &l2);
     assert!(e["msg"].as_str().unwrap().contains("no valid IP"), "{e}");
     assert!(veths(&host).is_empty());
     assert!(pod.link("eth0").is_none());

@@ -171,7 +171,7 @@ fn gateway_conflict_matches_reference_and_force_address_replaces() {
             json!({"isGateway": true}),
         );
         let a = Attachment::new(&imp, &host, "gwpod", &pod);
-        let e = a.add_err(&c);
+        let e = a.error("ADD", &c);
         let msg = e["msg"].as_str().unwrap_or_default().to_string();
         assert!(
             msg.contains("\"cni0\" already has an IP address different from 10.88.0.1/24"),

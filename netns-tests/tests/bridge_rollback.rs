@@ -35,7 +35,7 @@ fn failing_ipam_rolls_back_veth_and_spoofcheck() {
     let c = json!({"cniVersion": "1.0.0", "name": "rbnet", "type": "bridge", "isGateway": true, "macspoofchk": true,
         "ipMasq": true, "ipam": {"type": "failipam"}});
     let a = Attachment::new(&imp, &host, "rbpod", &pod);
-    let e = a.add_err(&c);
+    let e = a.error("ADD", &c);
     assert_eq!(e["code"], 11, "{e}");
     assert_eq!(e["msg"], "injected IPAM failure");
     assert!(veths(&host).is_empty(), "{:?}", veths(&host));
@@ -69,7 +69,7 @@ fn late_failure_releases_the_lease() {
         json!({"isGateway": true, "ipMasq": true}),
     );
     let a = Attachment::new(&imp, &host, "rlpod", &pod);
-    let e = a.add_err(&c);
+    let e = a.error("ADD", &c);
     assert!(e["msg"].as_str().unwrap().contains("forceAddress"), "{e}");
     assert!(
         leases(&ipam, "rlnet").is_empty(),
@@ -92,7 +92,7 @@ fn duplicate_ifname_fails_without_side_effects() {
     ]);
     let c = conf("1.0.0", "dunet", None, json!(null), json!({}));
     let a = Attachment::new(&imp, &host, "dupod", &pod);
-    let e = a.add_err(&c);
+    let e = a.error("ADD", &c);
     assert_eq!(
         e["msg"],
         "container veth name provided (eth0) already exists"
@@ -111,7 +111,7 @@ fn bad_config_is_rejected_before_touching_the_kernel() {
         (json!({"hairpinMode": true, "promiscMode": true}), "hairpin"),
         (json!({"ipMasqBackend": "pf"}), "unknown ipmasq backend"),
     ] {
-        let e = a.add_err(&conf("1.0.0", "bcnet", None, json!(null), extra));
+        let e = a.error("ADD", &conf("1.0.0", "bcnet", None, json!(null), extra));
         assert!(e["msg"].as_str().unwrap().contains(want), "{e}");
         // Plain errors upstream, which its skeleton reports with code 999.
         assert_eq!(e["code"], 999);

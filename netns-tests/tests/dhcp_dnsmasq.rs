@@ -4,10 +4,10 @@
 //! and STATUS talk to it, and DEL releases the lease (dnsmasq's lease file empties). After a
 //! (faked) reboot of the node, a lease of the earlier boot is neither renewed nor handed out.
 
+use netns_tests::plugin::{Attachment, Impl};
 use netns_tests::reboot::FakeBoot;
 use netns_tests::{
-    our_bin_dir, our_binary, require_root, skip_unless, Cnitool, ConfDir, Netns, PluginCall,
-    TempDir,
+    our_bin_dir, our_binary, require_root, skip_unless, Cnitool, ConfDir, Netns, TempDir,
 };
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -185,12 +185,10 @@ fn lease_renewal_restart_and_release_against_dnsmasq() {
         "ipam": {"type": "dhcp", "daemonSocketPath": socket,
                  "provide": [{"option": "host-name", "fromArg": "K8S_POD_NAME"}],
                  "request": [{"option": "121"}]}});
-    let call = |cmd: &str| {
-        PluginCall::new(&dhcp, cmd, "dhcp-cid", pod.path_str(), "eth0")
-            .env("CNI_ARGS", "IgnoreUnknown=1;K8S_POD_NAME=web-0")
-    };
+    let plugin = Attachment::at(&Impl::alone("dhcp", &dhcp), "dhcp-cid", pod.path_str())
+        .cni_args("IgnoreUnknown=1;K8S_POD_NAME=web-0");
     let started = Instant::now();
-    let result = call("ADD").run_ok(&conf);
+    let result = plugin.run_ok("ADD", &conf);
     // No lost first DISCOVER: the daemon waits for the link to pass packets before sending.
     assert!(
         started.elapsed() < Duration::from_millis(900),
@@ -219,11 +217,11 @@ fn lease_renewal_restart_and_release_against_dnsmasq() {
     assert!(leases.contains("00:64:68:63:70:2d:63:69:64:2f"), "{leases}");
 
     // A repeated ADD returns the lease the daemon holds; CHECK and STATUS agree.
-    assert_eq!(call("ADD").run_ok(&conf)["ips"][0]["address"], address);
+    assert_eq!(plugin.run_ok("ADD", &conf)["ips"][0]["address"], address);
     let mut check = conf.clone();
     check["prevResult"] = result.clone();
-    call("CHECK").run_ok(&check);
-    call("STATUS").run_ok(&conf);
+    plugin.run_ok("CHECK", &check);
+    plugin.run_ok("STATUS", &conf);
 
     // Renewal at T1 (2 s): dnsmasq logs a new ACK for the same address.
     let log = dir.join("log");
@@ -244,11 +242,11 @@ fn lease_renewal_restart_and_release_against_dnsmasq() {
     );
 
     // DEL releases: dnsmasq drops the lease. A second DEL is fine.
-    call("DEL").run_ok(&conf);
+    plugin.run_ok("DEL", &conf);
     wait_for_release(&dir, &ip);
     assert!(count(&log, &format!("DHCPRELEASE(srv0) {ip}")) > 0);
-    call("DEL").run_ok(&conf);
-    let out = call("CHECK").run(&check);
+    plugin.run_ok("DEL", &conf);
+    let out = plugin.run("CHECK", &check);
     assert!(!out.success, "CHECK after DEL: {}", out.stdout);
     drop(server_proc);
 }
@@ -275,8 +273,8 @@ fn a_lease_of_an_earlier_boot_is_neither_renewed_nor_handed_out() {
     );
     let conf = json!({"cniVersion": "1.1.0", "name": "dhcp-net", "type": "macvlan",
         "ipam": {"type": "dhcp", "daemonSocketPath": socket}});
-    let call = |cmd: &str| PluginCall::new(&dhcp, cmd, "boot-cid", pod.path_str(), "eth0");
-    let result = call("ADD").run_ok(&conf);
+    let plugin = Attachment::at(&Impl::alone("dhcp", &dhcp), "boot-cid", pod.path_str());
+    let result = plugin.run_ok("ADD", &conf);
     let ip = result["ips"][0]["address"]
         .as_str()
         .unwrap()
@@ -309,13 +307,13 @@ fn a_lease_of_an_earlier_boot_is_neither_renewed_nor_handed_out() {
     let mut check = conf.clone();
     check["prevResult"] = result.clone();
     assert!(
-        !call("CHECK").run(&check).success,
+        !plugin.run("CHECK", &check).success,
         "CHECK trusted the old lease"
     );
 
     // The attachment again: a new acquisition (DISCOVER), kept alive (renewed) in this boot.
     let discovers = count(&log, "DHCPDISCOVER(srv0)");
-    let again = call("ADD").run_ok(&conf);
+    let again = plugin.run_ok("ADD", &conf);
     assert!(
         count(&log, "DHCPDISCOVER(srv0)") > discovers,
         "no new acquisition"
@@ -334,8 +332,8 @@ fn a_lease_of_an_earlier_boot_is_neither_renewed_nor_handed_out() {
     });
     let mut check = conf.clone();
     check["prevResult"] = again;
-    call("CHECK").run_ok(&check);
-    call("DEL").run_ok(&conf);
+    plugin.run_ok("CHECK", &check);
+    plugin.run_ok("DEL", &conf);
     wait_for_release(&dir, &new_ip);
 }
 
@@ -345,16 +343,16 @@ fn plugin_without_a_daemon() {
     let dir = TempDir::new("dhcp-nodaemon");
     let conf = json!({"cniVersion": "1.1.0", "name": "dhcp-net",
         "ipam": {"type": "dhcp", "daemonSocketPath": dir.join("none.sock")}});
-    let call = |cmd: &str| PluginCall::new(&dhcp, cmd, "cid", "/run/netns/x", "eth0");
-    let out = call("ADD").run(&conf);
+    let plugin = Attachment::at(&Impl::alone("dhcp", &dhcp), "cid", "/run/netns/x");
+    let out = plugin.run("ADD", &conf);
     assert_eq!(out.json["code"], 999, "{}", out.stdout);
     // Nothing can be held without a daemon: DEL and GC succeed, STATUS says not available.
-    call("DEL").run_ok(&conf);
-    call("GC").run_ok(&conf);
-    assert_eq!(call("STATUS").run(&conf).json["code"], 50);
+    plugin.run_ok("DEL", &conf);
+    plugin.run_ok("GC", &conf);
+    assert_eq!(plugin.run("STATUS", &conf).json["code"], 50);
     let bad: Value = json!({"cniVersion": "1.1.0", "name": "dhcp-net",
         "ipam": {"type": "dhcp", "request": [{"option": "no-such-option"}]}});
-    assert_eq!(call("ADD").run(&bad).json["code"], 999);
+    assert_eq!(plugin.run("ADD", &bad).json["code"], 999);
 }
 
 /// podman's macvlan networks: macvlan on the host's uplink with the dhcp IPAM, through
@@ -473,12 +471,13 @@ fn add_without_a_free_lease_fails_within_the_timeouts() {
         let (_daemon, socket) = daemon_with(&dhcp, &dir, timing);
         let conf = json!({"cniVersion": "1.0.0", "name": "mynet", "type": "bridge",
             "ipam": {"type": "dhcp", "daemonSocketPath": socket}});
-        let call =
-            |cmd: &str, ifname: &str| PluginCall::new(&dhcp, cmd, "dummy", pod.path_str(), ifname);
-        let first = call("ADD", "eth0").run_ok(&conf);
+        let on = |ifname: &str| {
+            Attachment::at(&Impl::alone("dhcp", &dhcp), "dummy", pod.path_str()).ifname(ifname)
+        };
+        let first = on("eth0").run_ok("ADD", &conf);
         assert_eq!(first["ips"][0]["address"], "10.93.0.10/24", "{first}");
         let started = Instant::now();
-        let out = call("ADD", "eth1").run(&conf);
+        let out = on("eth1").run("ADD", &conf);
         let took = started.elapsed();
         assert!(!out.success, "{timing:?}: second ADD got {}", out.stdout);
         assert_eq!(
@@ -493,7 +492,7 @@ fn add_without_a_free_lease_fails_within_the_timeouts() {
         );
         for ifname in ["eth1", "eth0"] {
             let started = Instant::now();
-            call("DEL", ifname).run_ok(&conf);
+            on(ifname).run_ok("DEL", &conf);
             assert!(
                 started.elapsed() < Duration::from_secs(5),
                 "{timing:?}: DEL {ifname} took {:?}",
@@ -522,9 +521,9 @@ fn concurrent_dels_of_one_attachment_return_promptly() {
     let (_daemon, socket) = daemon_with(&dhcp, &dir, &[]);
     let conf = json!({"cniVersion": "1.0.0", "name": "mynet", "type": "ipvlan",
         "ipam": {"type": "dhcp", "daemonSocketPath": socket}});
-    let call = |cmd: &str| PluginCall::new(&dhcp, cmd, "dummy", pod.path_str(), "eth0");
+    let plugin = Attachment::at(&Impl::alone("dhcp", &dhcp), "dummy", pod.path_str());
     for round in 0..2 {
-        let r = call("ADD").run_ok(&conf);
+        let r = plugin.run_ok("ADD", &conf);
         let ip = r["ips"][0]["address"]
             .as_str()
             .and_then(|a| a.split('/').next())
@@ -533,13 +532,15 @@ fn concurrent_dels_of_one_attachment_return_promptly() {
         assert!(ip.starts_with("10.91.0."), "{r}");
         let started = Instant::now();
         std::thread::scope(|s| {
-            let dels: Vec<_> = (0..3).map(|_| s.spawn(|| call("DEL").run(&conf))).collect();
+            let dels: Vec<_> = (0..3)
+                .map(|_| s.spawn(|| plugin.run("DEL", &conf)))
+                .collect();
             for d in dels {
                 let out = d.join().expect("DEL thread");
                 assert!(out.success, "round {round}: {}{}", out.stdout, out.stderr);
             }
         });
-        call("DEL").run_ok(&conf);
+        plugin.run_ok("DEL", &conf);
         assert!(
             started.elapsed() < Duration::from_secs(10),
             "round {round}: the DELs took {:?}",

@@ -25,8 +25,8 @@ fn dm_conf(version: &str, ipam: &TempDir) -> Value {
 fn add_check_del_where_the_driver_exists() {
     require_root!();
     netns_tests::require_driver!(kernel_has("dummy"), "dummy driver");
-    let mut imps = vec![ours("dummy")];
-    imps.extend(reference("dummy"));
+    let mut imps = vec![Impl::ours("dummy")];
+    imps.extend(Impl::reference("dummy"));
     let mut seen = Vec::new();
     for imp in &imps {
         let host = Netns::new("dm-host");
@@ -38,7 +38,7 @@ fn add_check_del_where_the_driver_exists() {
         let d = link_details(&pod, "eth0");
         let state = json!({"kind": d["linkinfo"]["info_kind"], "up": pod.link_is_up("eth0"),
             "addrs": global_addrs(&pod, "eth0"), "routes": routes(&pod)});
-        Attachment::new(&imps[0], &host, "dmpod", &pod).check(&c, &r);
+        Attachment::new(&imps[0], &host, "dmpod", &pod).check_ok(&c, &r);
         a.del(&c, Some(&r));
         assert!(pod.link("eth0").is_none() && leases(&ipam).is_empty());
         seen.push((normalize(r), state));
@@ -58,7 +58,7 @@ fn request_matches_iproute2() {
     let host = Netns::new("dm-msg-h");
     let pod = Netns::new("dm-msg-p");
     let ipam = TempDir::new("dm-msg-ipam");
-    let ours = ours("dummy");
+    let ours = Impl::ours("dummy");
     let c = dm_conf("1.0.0", &ipam);
     let out = assert_request_matches_iproute2(
         &host,
@@ -95,9 +95,9 @@ fn del_without_the_link_or_the_netns_releases_the_lease() {
     let host = Netns::new("dm-del-h");
     let ipam = TempDir::new("dm-del-ipam");
     let c = dm_conf("1.1.0", &ipam);
-    let ours = ours("dummy");
+    let ours = Impl::ours("dummy");
     let pod = Netns::new("dm-del-p");
-    Attachment::new(&host_local_of(&ours), &host, "delpod", &pod).add(&c);
+    Attachment::new(&ours.host_local(), &host, "delpod", &pod).add(&c);
     let a = Attachment::new(&ours, &host, "delpod", &pod);
     a.del(&c, None);
     assert!(leases(&ipam).is_empty());

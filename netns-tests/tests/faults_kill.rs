@@ -16,7 +16,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use netns_tests::chain::{ChainNode, ChainOptions, CHAIN_PLUGINS, NETWORK};
+use netns_tests::chain::{ChainNode, ChainOptions, Inventory, CHAIN_PLUGINS, NETWORK};
 use netns_tests::rng::{env_u64, Rng};
 use netns_tests::{our_bin_dir, our_binary, require_root, Cnitool, Netns, TempDir};
 use serde_json::json;
@@ -112,6 +112,37 @@ impl Harness {
         (hits, misses)
     }
 
+    /// Starts cnitool's ADD for `cid` in `netns` as the runtime would and kills it (SIGKILL)
+    /// after `delay` µs, then waits for its orphans; whether it was still running then.
+    fn kill_the_runtime(&self, cid: &str, netns: &str, port: u16, delay: u64) -> bool {
+        let node = &self.node;
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", node.host.name()])
+            .arg(our_binary("cnitool"))
+            .args(["add", NETWORK, netns])
+            .env("NETCONFPATH", node.conf.path())
+            .env("CNI_PATH", &node.cni_path[0])
+            .env("CNI_CACHE_DIR", node.cache.path())
+            .env(
+                "CAP_ARGS",
+                netns_tests::chain::containerd_cap_args(port).to_string(),
+            )
+            .env("CNI_ARGS", netns_tests::chain::containerd_cni_args(cid))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        for (k, v) in &node.env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn cnitool");
+        std::thread::sleep(Duration::from_micros(delay));
+        let hit = matches!(child.try_wait(), Ok(None));
+        // `ip netns exec` execs cnitool, so this is the runtime itself.
+        let _ = child.kill();
+        let _ = child.wait();
+        self.wait_for_orphans();
+        hit
+    }
+
     /// Waits until no process of this test's chain runs any more (orphans of a killed
     /// runtime finish on their own).
     fn wait_for_orphans(&self) {
@@ -153,6 +184,43 @@ fn assert_unique_addresses(node: &ChainNode, pod: &Netns, survivors: &[IpAddr], 
             "{what}: the pod got a survivor's address {ip}"
         );
     }
+}
+
+/// What a runtime does after a fault: DEL (must succeed), then GC with the survivors as
+/// valid; nothing of the pod is left and everything else is as in `baseline`.
+fn del_and_gc_leave_nothing(
+    h: &Harness,
+    tool: &Cnitool,
+    pod: &Netns,
+    survivor_ids: &[String],
+    baseline: &Inventory,
+    what: &str,
+) {
+    let cid = Cnitool::container_id(pod.path_str());
+    let ips: Vec<IpAddr> = h.node.inventory().addresses_of(&cid);
+    let out = tool.run(&["del", NETWORK, pod.path_str()]);
+    assert!(
+        out.status.success(),
+        "{what}: DEL failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    h.node
+        .gc(survivor_ids)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let inv = h.node.inventory();
+    let traces = inv.traces_of(&cid, &ips);
+    assert!(traces.is_empty(), "{what}: left behind: {traces:#?}");
+    assert_eq!(inv.links, baseline.links, "{what}: host links");
+    assert_eq!(inv.leases, baseline.leases, "{what}: leases");
+    assert_eq!(
+        inv.state_files, baseline.state_files,
+        "{what}: records/backups"
+    );
+    assert_eq!(inv.cache_files, baseline.cache_files, "{what}: cache");
+    assert!(
+        pod.exec_ok(&["ip", "-o", "link", "show"]).lines().count() == 1,
+        "{what}: the pod still has interfaces besides lo"
+    );
 }
 
 #[test]
@@ -202,32 +270,9 @@ fn kills_at_random_points_leak_nothing() {
                 let _ = tool.run(&["add", NETWORK, pod.path_str()]);
             }
             Fault::Client => {
-                let mut cmd = Command::new("ip");
-                cmd.args(["netns", "exec", h.node.host.name()])
-                    .arg(our_binary("cnitool"))
-                    .args(["add", NETWORK, pod.path_str()])
-                    .env("NETCONFPATH", h.node.conf.path())
-                    .env("CNI_PATH", &h.node.cni_path[0])
-                    .env("CNI_CACHE_DIR", h.node.cache.path())
-                    .env(
-                        "CAP_ARGS",
-                        netns_tests::chain::containerd_cap_args(port).to_string(),
-                    )
-                    .env("CNI_ARGS", netns_tests::chain::containerd_cni_args(&cid))
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null());
-                for (k, v) in &h.node.env {
-                    cmd.env(k, v);
-                }
-                let mut child = cmd.spawn().expect("spawn cnitool");
-                std::thread::sleep(Duration::from_micros(delay));
-                if matches!(child.try_wait(), Ok(None)) {
+                if h.kill_the_runtime(&cid, pod.path_str(), port, delay) {
                     hits += 1;
                 }
-                // `ip netns exec` execs cnitool, so this is the runtime itself.
-                let _ = child.kill();
-                let _ = child.wait();
-                h.wait_for_orphans();
             }
             Fault::Del(p) => {
                 tool.run_ok(&["add", NETWORK, pod.path_str()]);
@@ -252,31 +297,7 @@ fn kills_at_random_points_leak_nothing() {
         hits += hit;
         assert_unique_addresses(&h.node, &pod, &survivor_addrs, &what);
 
-        // What a runtime does next: DEL (must succeed), then GC with the survivors as valid.
-        let ips: Vec<IpAddr> = h.node.inventory().addresses_of(&cid);
-        let out = tool.run(&["del", NETWORK, pod.path_str()]);
-        assert!(
-            out.status.success(),
-            "{what}: DEL failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        h.node
-            .gc(&survivor_ids)
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
-        let inv = h.node.inventory();
-        let traces = inv.traces_of(&cid, &ips);
-        assert!(traces.is_empty(), "{what}: left behind: {traces:#?}");
-        assert_eq!(inv.links, baseline.links, "{what}: host links");
-        assert_eq!(inv.leases, baseline.leases, "{what}: leases");
-        assert_eq!(
-            inv.state_files, baseline.state_files,
-            "{what}: records/backups"
-        );
-        assert_eq!(inv.cache_files, baseline.cache_files, "{what}: cache");
-        assert!(
-            pod.exec_ok(&["ip", "-o", "link", "show"]).lines().count() == 1,
-            "{what}: the pod still has interfaces besides lo"
-        );
+        del_and_gc_leave_nothing(&h, &tool, &pod, &survivor_ids, &baseline, &what);
     }
 
     // The survivors are intact.

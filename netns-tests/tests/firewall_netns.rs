@@ -2,9 +2,9 @@
 //! a namespace of its own. Rules carry the reference's names; CHECK notices a missing rule;
 //! DEL removes the container's rules; `same-bridge` really isolates two bridges.
 
+use netns_tests::plugin::{Attachment, Impl};
 use netns_tests::{
-    lease_files, our_bin_dir, our_binary, require_root, run_with_stdin, Cnitool, ConfDir, Netns,
-    TempDir,
+    lease_files, our_bin_dir, our_binary, require_root, Cnitool, ConfDir, Netns, TempDir,
 };
 use serde_json::{json, Value};
 
@@ -263,14 +263,14 @@ fn firewall_isolated_example_conflist() {
 /// Runs our firewall binary in `host` for `command`, without prevResult: what containerd's
 /// second DEL (empty CNI_NETNS) and the DEL after a failed ADD (nothing cached) look like.
 fn firewall_call(host: &Netns, command: &str, cid: &str, config: &Value) -> std::process::Output {
-    let bin = our_binary("firewall");
-    let mut cmd = host.command(&[bin.to_str().unwrap()]);
-    cmd.env("CNI_COMMAND", command)
-        .env("CNI_CONTAINERID", cid)
-        .env("CNI_NETNS", "")
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", our_bin_dir());
-    run_with_stdin(&mut cmd, config.to_string().as_bytes())
+    let ours = Impl {
+        label: "ours",
+        bin: our_binary("firewall"),
+        cni_path: our_bin_dir().display().to_string(),
+    };
+    Attachment::at(&ours, cid, "")
+        .in_host(host)
+        .call(command, config)
 }
 
 /// The firewall records what it allowed, so DEL without prevResult and GC still find the

@@ -59,10 +59,10 @@ fn device_on_host(host: &Netns) -> Value {
 fn same_result_and_container_state_as_reference() {
     require_root!();
     let reference = skip_unless!(
-        reference("host-device"),
+        Impl::reference("host-device"),
         "reference host-device not installed"
     );
-    let ours = ours("host-device");
+    let ours = Impl::ours("host-device");
     for (version, by) in [
         ("0.4.0", json!({"device": "hd0"})),
         ("1.0.0", json!({"hwaddr": "<mac>"})),
@@ -83,7 +83,7 @@ fn same_result_and_container_state_as_reference() {
             let state = json!({"alias": d["ifalias"], "up": pod.link_is_up("eth0"),
                 "addrs": global_addrs(&pod, "eth0"), "routes": routes(&pod)});
             assert!(host.link("hd0").is_none());
-            Attachment::new(&ours, &host, "hdpod", &pod).check(&c, &r);
+            Attachment::new(&ours, &host, "hdpod", &pod).check_ok(&c, &r);
             a.del(&c, Some(&r));
             assert!(leases(&ipam).is_empty() && pod.link("eth0").is_none());
             let back = device_on_host(&host);
@@ -111,10 +111,10 @@ fn same_result_and_container_state_as_reference() {
 fn each_del_gives_back_what_the_other_add_took() {
     require_root!();
     let reference = skip_unless!(
-        reference("host-device"),
+        Impl::reference("host-device"),
         "reference host-device not installed"
     );
-    let ours = ours("host-device");
+    let ours = Impl::ours("host-device");
     for (first, second) in [(&reference, &ours), (&ours, &reference)] {
         let host = host_with_device("hd-x-host");
         let pod = Netns::new("hd-x-pod");
@@ -139,7 +139,7 @@ fn failed_add_gives_the_device_back() {
     let host = host_with_device("hd-rb-h");
     let pod = Netns::new("hd-rb-p");
     let (ipam, st) = (TempDir::new("hd-rb-ipam"), TempDir::new("hd-rb-state"));
-    let ours = ours("host-device");
+    let ours = Impl::ours("host-device");
     let a = Attachment::new(&ours, &host, "rbpod", &pod);
     let before = device_on_host(&host);
     // The container already has eth0: the rename fails, the device goes home.
@@ -191,12 +191,12 @@ fn del_tolerates_a_vanished_netns_and_gc_recovers_a_returned_device() {
     require_root!();
     let host = host_with_device("hd-gc-h");
     let (ipam, st) = (TempDir::new("hd-gc-ipam"), TempDir::new("hd-gc-state"));
-    let ours = ours("host-device");
+    let ours = Impl::ours("host-device");
     let c = hd_conf("1.1.0", Some(&ipam), &st, json!({"device": "hd0"}));
     let pod = Netns::new("hd-gc-p");
     let a = Attachment::new(&ours, &host, "gcpod", &pod);
     let r = a.add(&c);
-    a.check(&c, &r);
+    a.check_ok(&c, &r);
     a.ok("STATUS", &c, None);
     // What the kernel does to a physical device when its netns dies: back to the host, renamed
     // when its container name is taken (a veth would be destroyed instead).
@@ -237,10 +237,10 @@ fn del_tolerates_a_vanished_netns_and_gc_recovers_a_returned_device() {
 fn del_with_the_netns_gone_releases_the_lease_unlike_the_reference() {
     require_root!();
     let reference = skip_unless!(
-        reference("host-device"),
+        Impl::reference("host-device"),
         "reference host-device not installed"
     );
-    for plugin in [ours("host-device"), reference] {
+    for plugin in [Impl::ours("host-device"), reference] {
         let host = host_with_device("hd-gone-h");
         let (ipam, st) = (TempDir::new("hd-gone-ipam"), TempDir::new("hd-gone-state"));
         let c = hd_conf("1.0.0", Some(&ipam), &st, json!({"device": "hd0"}));
@@ -278,7 +278,7 @@ fn device_moves_into_a_netns_that_has_a_link_of_its_name() {
     let host = host_with_device("hd-cl-h");
     let pod = Netns::new("hd-cl-p");
     let st = TempDir::new("hd-cl-state");
-    let ours = ours("host-device");
+    let ours = Impl::ours("host-device");
     pod.exec_ok(&[
         "ip", "link", "add", "hd0", "type", "veth", "peer", "name", "podpeer",
     ]);
@@ -303,7 +303,7 @@ fn device_moves_into_a_netns_that_has_a_link_of_its_name() {
         links_named_like(&pod, "temp_").is_empty() && links_named_like(&host, "temp_").is_empty(),
         "a temporary name was left behind"
     );
-    a.check(&c, &r);
+    a.check_ok(&c, &r);
 
     // DEL while the host has a link named hd0: it fails, the device is still the pod's eth0.
     host.exec_ok(&[
@@ -349,7 +349,7 @@ fn links_named_like(ns: &Netns, prefix: &str) -> Vec<String> {
 #[test]
 fn check_with_a_go_marshalled_static_ipam_config() {
     require_root!();
-    let mut imps = vec![ours("host-device")];
+    let mut imps = vec![Impl::ours("host-device")];
     if let Some(dir) = netns_tests::reference_plugin_dir(&["host-device", "static"]) {
         imps.push(Impl {
             label: "reference",
@@ -378,7 +378,7 @@ fn check_with_a_go_marshalled_static_ipam_config() {
         let r = a.add(&c);
         assert_eq!(r["ips"][0]["address"], "10.10.0.1/24", "{}", imp.label);
         assert_eq!(global_addrs(&pod, "eth0"), vec!["10.10.0.1/24"]);
-        a.check(&c, &r);
+        a.check_ok(&c, &r);
         a.del(&c, Some(&r));
         assert!(host.link("hd0").is_some(), "{}: device back", imp.label);
     }
@@ -401,10 +401,10 @@ fn dummy_device_moves_in_and_back_like_the_reference() {
     require_root!();
     netns_tests::require_driver!(kernel_has("dummy"), "dummy driver");
     let reference = skip_unless!(
-        reference("host-device"),
+        Impl::reference("host-device"),
         "reference host-device not installed"
     );
-    let ours = ours("host-device");
+    let ours = Impl::ours("host-device");
     let mut seen = Vec::new();
     for imp in [&ours, &reference] {
         let host = Netns::new("hdd-host");
@@ -426,7 +426,7 @@ fn dummy_device_moves_in_and_back_like_the_reference() {
         let state = json!({"kind": d["linkinfo"]["info_kind"],
             "up": pod.link_is_up("eth0"), "addrs": global_addrs(&pod, "eth0"),
             "routes": routes(&pod)});
-        Attachment::new(&ours, &host, "hddpod", &pod).check(&c, &r);
+        Attachment::new(&ours, &host, "hddpod", &pod).check_ok(&c, &r);
         a.del(&c, Some(&r));
         assert!(pod.link("eth0").is_none() && leases(&ipam).is_empty());
         let back = link_details(&host, "hd0");

@@ -39,8 +39,8 @@ fn iv_conf(version: &str, ipam: &TempDir, extra: Value) -> Value {
 fn same_result_and_kernel_objects_as_reference() {
     require_root!();
     netns_tests::require_driver!(kernel_has("ipvlan"), "ipvlan driver");
-    let reference = skip_unless!(reference("ipvlan"), "reference ipvlan not installed");
-    let ours = ours("ipvlan");
+    let reference = skip_unless!(Impl::reference("ipvlan"), "reference ipvlan not installed");
+    let ours = Impl::ours("ipvlan");
     for (version, extra) in [
         ("0.3.1", json!({"master": "uplink0", "mode": "l2"})),
         (
@@ -64,7 +64,7 @@ fn same_result_and_kernel_objects_as_reference() {
             let state = json!({"kind": d["linkinfo"]["info_kind"], "mode": d["linkinfo"]["info_data"]["mode"],
                 "mtu": d["mtu"], "addrs": global_addrs(&pod, "eth0"), "routes": routes(&pod)});
             if version != "0.3.1" {
-                Attachment::new(&ours, &host, "ivpod", &pod).check(&c, &r);
+                Attachment::new(&ours, &host, "ivpod", &pod).check_ok(&c, &r);
             }
             a.del(&c, Some(&r));
             assert!(pod.link("eth0").is_none() && leases(&ipam).is_empty());
@@ -86,7 +86,7 @@ fn request_matches_iproute2() {
     let host = host_with_uplink("iv-msg-h");
     let pod = Netns::new("iv-msg-p");
     let ipam = TempDir::new("iv-msg-ipam");
-    let ours = ours("ipvlan");
+    let ours = Impl::ours("ipvlan");
     let driver = kernel_has("ipvlan");
     for (mode, flag, mtu) in [
         ("l2", "", None),
@@ -142,7 +142,7 @@ fn del_without_the_link_or_the_netns_releases_the_lease() {
     let host = host_with_uplink("iv-del-h");
     let ipam = TempDir::new("iv-del-ipam");
     let c = iv_conf("1.1.0", &ipam, json!({"master": "uplink0"}));
-    let ours = ours("ipvlan");
+    let ours = Impl::ours("ipvlan");
     let pod = Netns::new("iv-del-p");
     // A lease held for the attachment, as an ADD would have left it.
     let host_local = Impl {
@@ -196,7 +196,7 @@ fn example_is_valid_and_runs_where_the_driver_exists() {
 fn check_without_master_uses_the_links_parent() {
     require_root!();
     require_driver!(kernel_has("ipvlan"), "ipvlan driver");
-    let ours = ours("ipvlan");
+    let ours = Impl::ours("ipvlan");
 
     // Master from the default route.
     let host = host_with_uplink("iv-ck-h");
@@ -205,12 +205,12 @@ fn check_without_master_uses_the_links_parent() {
     let c = iv_conf("1.0.0", &ipam, json!({"mode": "l2"}));
     let a = Attachment::new(&ours, &host, "ckpod", &pod);
     let r = a.add(&c);
-    a.check(&c, &r);
+    a.check_ok(&c, &r);
     // A chain's prevResult: the host's interface first, then ipvlan's.
     let mut chain = r.clone();
     chain["interfaces"] = json!([{"name": "uplink0"}, r["interfaces"][0].clone()]);
     chain["ips"][0]["interface"] = json!(1);
-    a.check(&c, &chain);
+    a.check_ok(&c, &chain);
     a.del(&c, Some(&r));
     assert!(pod.link("eth0").is_none() && leases(&ipam).is_empty());
 
@@ -236,8 +236,8 @@ fn every_mode_on_a_dummy_master_matches_the_reference() {
     require_root!();
     netns_tests::require_driver!(kernel_has("ipvlan"), "ipvlan driver");
     netns_tests::require_driver!(kernel_has("dummy"), "dummy driver");
-    let reference = skip_unless!(reference("ipvlan"), "reference ipvlan not installed");
-    let ours = ours("ipvlan");
+    let reference = skip_unless!(Impl::reference("ipvlan"), "reference ipvlan not installed");
+    let ours = Impl::ours("ipvlan");
     for mode in ["l2", "l3", "l3s"] {
         let mut seen = Vec::new();
         for imp in [&ours, &reference] {
@@ -254,7 +254,7 @@ fn every_mode_on_a_dummy_master_matches_the_reference() {
                 "mode": d["linkinfo"]["info_data"]["mode"], "mtu": d["mtu"],
                 "up": pod.link_is_up("eth0"), "addrs": global_addrs(&pod, "eth0"),
                 "routes": routes(&pod)});
-            Attachment::new(&ours, &host, "ivdpod", &pod).check(&c, &r);
+            Attachment::new(&ours, &host, "ivdpod", &pod).check_ok(&c, &r);
             a.del(&c, Some(&r));
             assert!(pod.link("eth0").is_none() && leases(&ipam).is_empty());
             seen.push((normalize(r), state));

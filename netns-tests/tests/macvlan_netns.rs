@@ -61,8 +61,11 @@ fn kernel_state(pod: &Netns) -> Value {
 #[test]
 fn same_result_and_kernel_objects_as_reference() {
     require_root!();
-    let reference = skip_unless!(reference("macvlan"), "reference macvlan not installed");
-    let ours = ours("macvlan");
+    let reference = skip_unless!(
+        Impl::reference("macvlan"),
+        "reference macvlan not installed"
+    );
+    let ours = Impl::ours("macvlan");
     let cases = [
         (
             "0.3.1",
@@ -93,7 +96,7 @@ fn same_result_and_kernel_objects_as_reference() {
             }
             if version != "0.3.1" {
                 // Our CHECK accepts what either ADD made.
-                Attachment::new(&ours, &host, "mvpod", &pod).check(&c, &r);
+                Attachment::new(&ours, &host, "mvpod", &pod).check_ok(&c, &r);
             }
             a.del(&c, Some(&r));
             assert!(pod.link("eth0").is_none());
@@ -121,7 +124,7 @@ fn two_pods_in_bridge_mode_reach_each_other() {
         Some(&ipam),
         json!({"master": "uplink0", "bcqueuelen": 256}),
     );
-    let ours = ours("macvlan");
+    let ours = Impl::ours("macvlan");
     let (p1, p2) = (Netns::new("mv-ping-1"), Netns::new("mv-ping-2"));
     let (a1, a2) = (
         Attachment::new(&ours, &host, "pod1", &p1),
@@ -164,7 +167,7 @@ fn link_in_container_uses_a_master_inside_the_pod() {
         Some(&ipam),
         json!({"master": "inner0", "linkInContainer": true, "mtu": 1300}),
     );
-    let a = Attachment::new(&ours("macvlan"), &host, "licpod", &pod);
+    let a = Attachment::new(&Impl::ours("macvlan"), &host, "licpod", &pod);
     let r = a.add(&c);
     let d = link_details(&pod, "eth0");
     assert_eq!(
@@ -172,7 +175,7 @@ fn link_in_container_uses_a_master_inside_the_pod() {
         (Some("macvlan"), Some(1300))
     );
     assert!(links_of_kind(&host, "macvlan").is_empty());
-    a.check(&c, &r);
+    a.check_ok(&c, &r);
     a.ok("STATUS", &c, None);
     a.del(&c, Some(&r));
     assert!(pod.link("eth0").is_none() && pod.link("inner0").is_some());
@@ -196,7 +199,7 @@ fn failures_roll_back_and_del_is_tolerant() {
     let host = host_with_uplink("mv-rb-h");
     let pod = Netns::new("mv-rb-p");
     let ipam = TempDir::new("mv-rb-ipam");
-    let ours = ours("macvlan");
+    let ours = Impl::ours("macvlan");
     let a = Attachment::new(&ours, &host, "rbpod", &pod);
     // An MTU above the master's, an unknown mode: config errors, nothing created.
     let e = a.fails(
@@ -261,9 +264,9 @@ fn check_and_status_notice_problems() {
         Some(&ipam),
         json!({"master": "uplink0", "mode": "bridge"}),
     );
-    let a = Attachment::new(&ours("macvlan"), &host, "chkpod", &pod);
+    let a = Attachment::new(&Impl::ours("macvlan"), &host, "chkpod", &pod);
     let r = a.add(&c);
-    a.check(&c, &r);
+    a.check_ok(&c, &r);
     let mut other_mode = c.clone();
     other_mode["mode"] = json!("vepa");
     let e = a.fails("CHECK", &with_prev(&other_mode, Some(&r)));
@@ -297,8 +300,11 @@ fn example_runs() {
 fn every_mode_on_a_dummy_master_matches_the_reference() {
     require_root!();
     netns_tests::require_driver!(kernel_has("dummy"), "dummy driver");
-    let reference = skip_unless!(reference("macvlan"), "reference macvlan not installed");
-    let ours = ours("macvlan");
+    let reference = skip_unless!(
+        Impl::reference("macvlan"),
+        "reference macvlan not installed"
+    );
+    let ours = Impl::ours("macvlan");
     for mode in ["bridge", "private", "vepa", "passthru"] {
         let mut seen = Vec::new();
         for imp in [&ours, &reference] {
@@ -315,7 +321,7 @@ fn every_mode_on_a_dummy_master_matches_the_reference() {
             let a = Attachment::new(imp, &host, "mvdpod", &pod);
             let r = a.add(&c);
             let state = kernel_state(&pod);
-            Attachment::new(&ours, &host, "mvdpod", &pod).check(&c, &r);
+            Attachment::new(&ours, &host, "mvdpod", &pod).check_ok(&c, &r);
             a.del(&c, Some(&r));
             assert!(pod.link("eth0").is_none() && leases(&ipam).is_empty());
             assert!(host.link("uplink0").is_some(), "the master must stay");

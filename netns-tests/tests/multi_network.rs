@@ -18,9 +18,10 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 use netns_tests::netfilter::{first_ip, link_outside};
+use netns_tests::plugin::{Attachment, Impl};
 use netns_tests::{
     our_bin_dir, our_binary, reference_plugin_dir, require_root, skip_unless, Cnitool, ConfDir,
-    Netns, PluginCall, TempDir,
+    Netns, TempDir,
 };
 use serde_json::{json, Value};
 
@@ -265,15 +266,15 @@ impl Lab {
         let caps: Value = serde_json::from_str(&port_mappings(mappings)).unwrap();
         config["runtimeConfig"] = caps;
         let plugin_type = config["type"].as_str().unwrap().to_string();
-        PluginCall::new(
-            &self.dir.join(&plugin_type),
-            "ADD",
+        let plugin = Impl::alone("direct", &self.dir.join(&plugin_type));
+        Attachment::new(
+            &plugin,
+            &self.host,
             &Cnitool::container_id(self.pod.path_str()),
-            self.pod.path_str(),
-            ifname,
+            &self.pod,
         )
-        .in_netns(&self.host)
-        .run_ok(&config);
+        .ifname(ifname)
+        .run_ok("ADD", &config);
     }
 
     /// Leases and cache entries of `net` (to see that a DEL released exactly its own).

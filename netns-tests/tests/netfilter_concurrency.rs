@@ -65,6 +65,98 @@ fn foreign_rules(host: &Netns) -> Vec<String> {
         .collect()
 }
 
+/// Every pod's address, from its cached result; no address handed out twice.
+fn pod_addresses(tool: &Cnitool, pods: &[Netns]) -> Vec<String> {
+    let ips: Vec<String> = pods
+        .iter()
+        .map(|p| {
+            let cached: Value = serde_json::from_str(
+                &std::fs::read_to_string(tool.cache_file("ccnet", p.path_str(), "eth0")).unwrap(),
+            )
+            .unwrap();
+            let result = cached.get("result").unwrap_or(&cached);
+            result["ips"][0]["address"]
+                .as_str()
+                .unwrap()
+                .split('/')
+                .next()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let mut distinct = ips.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(
+        distinct.len(),
+        pods.len(),
+        "addresses handed out twice: {ips:?}"
+    );
+
+    ips
+}
+
+/// After the ADDs every pod has exactly its rules (masquerade, DNAT, hairpin and localhost,
+/// firewall), none lost and none twice, and the shared jumps exist once.
+fn each_pod_has_exactly_its_rules(host: &Netns, pods: &[Netns], ips: &[String]) {
+    let n = pods.len();
+    let masq = host.exec_ok(&[
+        "nft",
+        "list",
+        "chain",
+        "inet",
+        "cni_plugins_masquerade",
+        "masq_checks",
+    ]);
+    let hostports = host.exec_ok(&["nft", "list", "chain", "ip", "cni_hostport", "hostports"]);
+    let masquerading =
+        host.exec_ok(&["nft", "list", "chain", "ip", "cni_hostport", "masquerading"]);
+    let filter = host.exec_ok(&["iptables-save", "-t", "filter"]);
+    let mut wrong = BTreeMap::new();
+    for (i, (ip, pod)) in ips.iter().zip(pods).enumerate() {
+        let cid = Cnitool::container_id(pod.path_str());
+        let found = [
+            count(&masq, &format!("ip saddr {ip} ip daddr != 10.231.48.0/22")),
+            count(
+                &hostports,
+                &format!(
+                    "tcp dport {} dnat to {ip}:80 comment \"{}\"",
+                    HOST_PORT_BASE + i,
+                    netkit::netfilter::naming::instance_comment("ccnet", "eth0", &cid)
+                ),
+            ),
+            count(&masquerading, &format!("ip daddr {ip} ")),
+            count(&filter, &format!("-A CNI-FORWARD -s {ip}/32 -j ACCEPT")),
+            count(
+                &filter,
+                &format!("-A CNI-FORWARD -d {ip}/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"),
+            ),
+        ];
+        if found != [1, 1, 2, 1, 1] {
+            wrong.insert(i, found);
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "pods without exactly their rules ([masq, dnat, hairpin+localhost, fw -s, fw -d]): {wrong:?}\n{masq}\n{hostports}\n{filter}"
+    );
+    assert_eq!(count(&masq, " masquerade comment "), n, "{masq}");
+    assert_eq!(count(&hostports, " dnat to "), n);
+    assert_eq!(
+        count(
+            &filter,
+            "-A FORWARD -m comment --comment \"CNI firewall plugin rules\" -j CNI-FORWARD"
+        ),
+        1,
+        "{filter}"
+    );
+    assert_eq!(count(&filter, "-j CNI-ADMIN"), 1, "{filter}");
+    for chain in ["prerouting", "output"] {
+        let c = host.exec_ok(&["nft", "list", "chain", "ip", "cni_hostport", chain]);
+        assert_eq!(count(&c, "jump hostports_all"), 1, "{c}");
+    }
+}
+
 #[test]
 fn concurrent_adds_and_dels_next_to_foreign_rules() {
     require_root!();
@@ -115,84 +207,8 @@ fn concurrent_adds_and_dels_next_to_foreign_rules() {
         );
     }
 
-    // Every pod's address, from its cached result.
-    let ips: Vec<String> = pods
-        .iter()
-        .map(|p| {
-            let cached: Value = serde_json::from_str(
-                &std::fs::read_to_string(tool.cache_file("ccnet", p.path_str(), "eth0")).unwrap(),
-            )
-            .unwrap();
-            let result = cached.get("result").unwrap_or(&cached);
-            result["ips"][0]["address"]
-                .as_str()
-                .unwrap()
-                .split('/')
-                .next()
-                .unwrap()
-                .to_string()
-        })
-        .collect();
-    let mut distinct = ips.clone();
-    distinct.sort();
-    distinct.dedup();
-    assert_eq!(distinct.len(), n, "addresses handed out twice: {ips:?}");
-
-    let masq = host.exec_ok(&[
-        "nft",
-        "list",
-        "chain",
-        "inet",
-        "cni_plugins_masquerade",
-        "masq_checks",
-    ]);
-    let hostports = host.exec_ok(&["nft", "list", "chain", "ip", "cni_hostport", "hostports"]);
-    let masquerading =
-        host.exec_ok(&["nft", "list", "chain", "ip", "cni_hostport", "masquerading"]);
-    let filter = host.exec_ok(&["iptables-save", "-t", "filter"]);
-    let mut wrong = BTreeMap::new();
-    for (i, (ip, pod)) in ips.iter().zip(&pods).enumerate() {
-        let cid = Cnitool::container_id(pod.path_str());
-        let found = [
-            count(&masq, &format!("ip saddr {ip} ip daddr != 10.231.48.0/22")),
-            count(
-                &hostports,
-                &format!(
-                    "tcp dport {} dnat to {ip}:80 comment \"{}\"",
-                    HOST_PORT_BASE + i,
-                    netkit::netfilter::naming::instance_comment("ccnet", "eth0", &cid)
-                ),
-            ),
-            count(&masquerading, &format!("ip daddr {ip} ")),
-            count(&filter, &format!("-A CNI-FORWARD -s {ip}/32 -j ACCEPT")),
-            count(
-                &filter,
-                &format!("-A CNI-FORWARD -d {ip}/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"),
-            ),
-        ];
-        if found != [1, 1, 2, 1, 1] {
-            wrong.insert(i, found);
-        }
-    }
-    assert!(
-        wrong.is_empty(),
-        "pods without exactly their rules ([masq, dnat, hairpin+localhost, fw -s, fw -d]): {wrong:?}\n{masq}\n{hostports}\n{filter}"
-    );
-    assert_eq!(count(&masq, " masquerade comment "), n, "{masq}");
-    assert_eq!(count(&hostports, " dnat to "), n);
-    assert_eq!(
-        count(
-            &filter,
-            "-A FORWARD -m comment --comment \"CNI firewall plugin rules\" -j CNI-FORWARD"
-        ),
-        1,
-        "{filter}"
-    );
-    assert_eq!(count(&filter, "-j CNI-ADMIN"), 1, "{filter}");
-    for chain in ["prerouting", "output"] {
-        let c = host.exec_ok(&["nft", "list", "chain", "ip", "cni_hostport", chain]);
-        assert_eq!(count(&c, "jump hostports_all"), 1, "{c}");
-    }
+    let ips = pod_addresses(&tool, &pods);
+    each_pod_has_exactly_its_rules(&host, &pods, &ips);
     assert_eq!(lease_files(&state.join("ipam/ccnet")).len(), n);
     assert_eq!(
         foreign_rules(&host),

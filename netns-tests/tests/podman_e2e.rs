@@ -235,19 +235,62 @@ fn podman_network_create_run_ping_publish_and_clean_up() {
     // Containers reach each other and the gateway.
     podman.podman_ok(&["exec", "client", "ping", "-c", "1", "-W", "3", &web_ip]);
     podman.podman_ok(&["exec", "web", "ping", "-c", "1", "-W", "3", &client_ip]);
-    podman.podman_ok(&[
-        "exec",
-        "client",
-        "ping",
-        "-c",
-        "1",
-        "-W",
-        "3",
-        "10.231.61.1",
-    ]);
+    let client_pings_the_gateway = || {
+        podman.podman_ok(&[
+            "exec",
+            "client",
+            "ping",
+            "-c",
+            "1",
+            "-W",
+            "3",
+            "10.231.61.1",
+        ])
+    };
+    client_pings_the_gateway();
 
-    // The published port answers on the host's 127.0.0.1, from another container through the
-    // gateway address, and from the container itself (hairpin).
+    published_ports_answer_where_bound(&podman);
+
+    // The default network (no --network) works too.
+    let parent = format!("--cgroup-parent={}", podman.cgroup_parent);
+    let addr = podman.podman_ok(&[
+        "run", "--rm", &parent, IMAGE, "ip", "-4", "-o", "addr", "show", "eth0",
+    ]);
+    assert!(
+        addr.contains("10.231.100."),
+        "default network address: {addr}"
+    );
+
+    // Our rules carry the reference's names: portmap's nftables backend (our default).
+    let rules = podman.host.firewall_dump();
+    assert!(
+        rules.contains("table ip cni_hostport") && rules.contains(&format!("dnat to {web_ip}:80")),
+        "{rules}"
+    );
+    assert!(
+        rules.contains(&format!("-A CNI-FORWARD -s {web_ip}/32 -j ACCEPT")),
+        "{rules}"
+    );
+
+    podman.podman_ok(&["rm", "--force", "--time", "0", &web]);
+    podman.assert_attachment_gone(net, &web_ip, &web, 1);
+    // The other container is untouched by that DEL.
+    client_pings_the_gateway();
+    podman.podman_ok(&["rm", "--force", "--time", "0", &client]);
+    podman.assert_attachment_gone(net, &client_ip, &client, 0);
+    let links = podman.link_names();
+    assert!(
+        links
+            .iter()
+            .all(|l| l == "lo" || l.starts_with("cni-podman")),
+        "{links:?}"
+    );
+}
+
+/// The published port answers on the host's 127.0.0.1, from another container through the
+/// gateway address, and from the container itself (hairpin); a mapping bound to 127.0.0.1
+/// answers there and nowhere else.
+fn published_ports_answer_where_bound(podman: &Podman) {
     let host_view = podman.exec_ok(&[
         "busybox",
         "wget",
@@ -307,50 +350,6 @@ fn podman_network_create_run_ping_publish_and_clean_up() {
     assert!(
         !elsewhere.status.success(),
         "a 127.0.0.1-bound port answered on the gateway address"
-    );
-
-    // The default network (no --network) works too.
-    let parent = format!("--cgroup-parent={}", podman.cgroup_parent);
-    let addr = podman.podman_ok(&[
-        "run", "--rm", &parent, IMAGE, "ip", "-4", "-o", "addr", "show", "eth0",
-    ]);
-    assert!(
-        addr.contains("10.231.100."),
-        "default network address: {addr}"
-    );
-
-    // Our rules carry the reference's names: portmap's nftables backend (our default).
-    let rules = podman.host.firewall_dump();
-    assert!(
-        rules.contains("table ip cni_hostport") && rules.contains(&format!("dnat to {web_ip}:80")),
-        "{rules}"
-    );
-    assert!(
-        rules.contains(&format!("-A CNI-FORWARD -s {web_ip}/32 -j ACCEPT")),
-        "{rules}"
-    );
-
-    podman.podman_ok(&["rm", "--force", "--time", "0", &web]);
-    podman.assert_attachment_gone(net, &web_ip, &web, 1);
-    // The other container is untouched by that DEL.
-    podman.podman_ok(&[
-        "exec",
-        "client",
-        "ping",
-        "-c",
-        "1",
-        "-W",
-        "3",
-        "10.231.61.1",
-    ]);
-    podman.podman_ok(&["rm", "--force", "--time", "0", &client]);
-    podman.assert_attachment_gone(net, &client_ip, &client, 0);
-    let links = podman.link_names();
-    assert!(
-        links
-            .iter()
-            .all(|l| l == "lo" || l.starts_with("cni-podman")),
-        "{links:?}"
     );
 }
 

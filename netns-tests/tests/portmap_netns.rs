@@ -5,6 +5,7 @@
 
 use std::process::Child;
 
+use netns_tests::plugin::{Attachment, Impl};
 use netns_tests::{our_bin_dir, our_binary, require_root, Cnitool, ConfDir, Netns, TempDir};
 use serde_json::{json, Value};
 
@@ -307,18 +308,8 @@ fn portmap_cleans_up_after_the_reference_plugin() {
             "ips": [{ "address": "10.231.22.5/24", "interface": 0 }] }
     });
     let run_with = |binary: std::path::PathBuf, command: &str, config: &Value| {
-        let mut cmd = host.command(&[binary.to_str().unwrap()]);
-        cmd.env("CNI_COMMAND", command)
-            .env("CNI_CONTAINERID", "refcid")
-            .env("CNI_NETNS", pod.path_str())
-            .env("CNI_IFNAME", "eth0")
-            .env("CNI_PATH", "/nonexistent");
-        let out = netns_tests::run_with_stdin(&mut cmd, config.to_string().as_bytes());
-        assert!(
-            out.status.success(),
-            "{command}: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
+        let imp = Impl::alone("portmap", &binary);
+        Attachment::new(&imp, &host, "refcid", &pod).run_ok(command, config);
     };
     let run = |binary: std::path::PathBuf, command: &str| run_with(binary, command, &config);
     let ours = our_binary("portmap");
@@ -370,18 +361,8 @@ fn portmap_gc_removes_stale_attachments_only() {
         for (k, v) in extra.as_object().unwrap() {
             config[k] = v.clone();
         }
-        let mut cmd = host.command(&[our_binary("portmap").to_str().unwrap()]);
-        cmd.env("CNI_COMMAND", command)
-            .env("CNI_CONTAINERID", cid)
-            .env("CNI_NETNS", pod.path_str())
-            .env("CNI_IFNAME", "eth0")
-            .env("CNI_PATH", "/nonexistent");
-        let out = netns_tests::run_with_stdin(&mut cmd, config.to_string().as_bytes());
-        assert!(
-            out.status.success(),
-            "{command}: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
+        let ours = Impl::alone("ours", &our_binary("portmap"));
+        Attachment::new(&ours, &host, cid, &pod).run_ok(command, &config);
     };
     run("gcnet", "keep", "ADD", json!({}));
     run("gcnet", "stale", "ADD", json!({}));
@@ -449,13 +430,10 @@ fn portmap_nftables_rules_belong_to_their_attachment() {
                 config[k] = v.clone();
             }
         }
-        let mut cmd = host.command(&[our_binary("portmap").to_str().unwrap()]);
-        cmd.env("CNI_COMMAND", command)
-            .env("CNI_CONTAINERID", cid)
-            .env("CNI_NETNS", pod.path_str())
-            .env("CNI_IFNAME", ifname)
-            .env("CNI_PATH", "/nonexistent");
-        netns_tests::run_with_stdin(&mut cmd, config.to_string().as_bytes())
+        let ours = Impl::alone("ours", &our_binary("portmap"));
+        Attachment::new(&ours, &host, cid, &pod)
+            .ifname(ifname)
+            .call(command, &config)
     };
     let ok = |command: &str, a, cid: &str, extra: Value| {
         let out = call(command, a, cid, extra);

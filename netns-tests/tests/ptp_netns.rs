@@ -48,8 +48,8 @@ fn kernel_state(host: &Netns, pod: &Netns, host_veth: &str) -> Value {
 #[test]
 fn same_result_and_kernel_objects_as_reference() {
     require_root!();
-    let reference = skip_unless!(reference("ptp"), "reference ptp not installed");
-    let ours = ours("ptp");
+    let reference = skip_unless!(Impl::reference("ptp"), "reference ptp not installed");
+    let ours = Impl::ours("ptp");
     for (version, dual) in [("0.3.1", false), ("0.4.0", false), ("1.0.0", true)] {
         let mut seen = Vec::new();
         for imp in [&ours, &reference] {
@@ -69,7 +69,7 @@ fn same_result_and_kernel_objects_as_reference() {
             if version != "0.3.1" {
                 // Our CHECK accepts what either ADD made. (The reference v1.1.1 CHECK fails
                 // on any route without a gateway, so it is not run.)
-                Attachment::new(&ours, &host, "ptppod", &pod).check(&c, &r);
+                Attachment::new(&ours, &host, "ptppod", &pod).check_ok(&c, &r);
             }
             a.del(&c, Some(&r));
             assert!(
@@ -100,7 +100,7 @@ fn nftables_masquerade() {
     let pod = Netns::new("ptp-nft-p");
     let ipam = TempDir::new("ptp-nft-ipam");
     let c = ptp_conf("1.0.0", &ipam, false, json!({"ipMasqBackend": "nftables"}));
-    let a = Attachment::new(&ours("ptp"), &host, "nftpod", &pod);
+    let a = Attachment::new(&Impl::ours("ptp"), &host, "nftpod", &pod);
     let r = a.add(&c);
     let ruleset = host.exec_ok(&["nft", "list", "table", "inet", "cni_plugins_masquerade"]);
     assert!(
@@ -108,7 +108,7 @@ fn nftables_masquerade() {
         "{ruleset}"
     );
     assert!(nat_rules(&host).is_empty());
-    a.check(&c, &r);
+    a.check_ok(&c, &r);
     drop(pod);
     a.del(&c, None);
     let ruleset = host.exec_ok(&["nft", "list", "table", "inet", "cni_plugins_masquerade"]);
@@ -122,7 +122,7 @@ fn del_is_idempotent_and_needs_neither_netns_nor_prev_result() {
     let host = Netns::new("ptp-del-h");
     let ipam = TempDir::new("ptp-del-ipam");
     let c = ptp_conf("1.0.0", &ipam, false, json!({}));
-    let ours = ours("ptp");
+    let ours = Impl::ours("ptp");
     let pod = Netns::new("ptp-del-p");
     let a = Attachment::new(&ours, &host, "delpod", &pod);
     a.add(&c);
@@ -155,7 +155,7 @@ fn failed_add_leaves_nothing() {
     let pod = Netns::new("ptp-rb-p");
     let ipam = TempDir::new("ptp-rb-ipam");
     let c = ptp_conf("1.0.0", &ipam, false, json!({}));
-    let ours = ours("ptp");
+    let ours = Impl::ours("ptp");
     let first = Attachment::new(&ours, &host, "rb1", &pod);
     let r = first.add(&c);
     let rules = masquerade_rules(&host);
@@ -187,9 +187,9 @@ fn check_notices_damage_gc_and_status() {
     let pod = Netns::new("ptp-chk-p");
     let ipam = TempDir::new("ptp-chk-ipam");
     let c = ptp_conf("1.1.0", &ipam, false, json!({}));
-    let a = Attachment::new(&ours("ptp"), &host, "chkpod", &pod);
+    let a = Attachment::new(&Impl::ours("ptp"), &host, "chkpod", &pod);
     let r = a.add(&c);
-    a.check(&c, &r);
+    a.check_ok(&c, &r);
     host.exec_ok(&["ip", "route", "del", "10.91.0.2/32"]);
     let e = a.fails("CHECK", &with_prev(&c, Some(&r)));
     assert!(
@@ -210,7 +210,7 @@ fn check_notices_damage_gc_and_status() {
         "scope",
         "host",
     ]);
-    a.check(&c, &r);
+    a.check_ok(&c, &r);
     pod.exec_ok(&["ip", "route", "del", "192.168.91.0/24"]);
     let e = a.fails("CHECK", &with_prev(&c, Some(&r)));
     assert!(
@@ -254,24 +254,16 @@ fn own_netns_is_refused_before_any_work() {
     require_root!();
     let host = Netns::new("ptp-own-h");
     let ipam = TempDir::new("ptp-own-ipam");
-    let ours = ours("ptp");
+    let ours = Impl::ours("ptp");
     let c = ptp_conf("1.0.0", &ipam, false, json!({}));
-    let run = |bin: &std::path::Path, command: &str, over: Option<&str>| {
-        let mut cmd = host.command(&[bin.to_str().unwrap()]);
-        cmd.env("CNI_COMMAND", command)
-            .env("CNI_CONTAINERID", "own-ns")
-            .env("CNI_NETNS", host.path_str())
-            .env("CNI_IFNAME", "eth0")
-            .env("CNI_PATH", &ours.cni_path)
-            .env_remove("CNI_NETNS_OVERRIDE");
-        if let Some(v) = over {
-            cmd.env("CNI_NETNS_OVERRIDE", v);
-        }
-        netns_tests::run_with_stdin(&mut cmd, c.to_string().as_bytes())
+    let run = |imp: &Impl, command: &str, over: Option<&str>| {
+        Attachment::new(imp, &host, "own-ns", &host)
+            .env("CNI_NETNS_OVERRIDE", over)
+            .call(command, &c)
     };
     let links_before = links_of_kind(&host, "veth");
     for over in [None, Some(""), Some("0"), Some("false"), Some("yes")] {
-        let out = run(&ours.bin, "ADD", over);
+        let out = run(&ours, "ADD", over);
         assert!(!out.status.success(), "{over:?}");
         let e: Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(e["code"], 8, "{over:?}: {e}");
@@ -287,7 +279,7 @@ fn own_netns_is_refused_before_any_work() {
     );
     assert!(leases(&ipam).is_empty(), "a lease was taken");
     // The override: host-local (which only writes its store) runs for each accepted value.
-    let host_local = host_local_of(&ours).bin;
+    let host_local = ours.host_local();
     for over in ["1", "true", "TRUE", "True", "t"] {
         let out = run(&host_local, "ADD", Some(over));
         assert!(

@@ -12,10 +12,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use netns_tests::chain::{mentions, ChainNode, ChainOptions, NETWORK};
+use netns_tests::plugin::{Attachment, Impl};
 use netns_tests::reboot::{disk_temp_root, FakeBoot};
 use netns_tests::{
-    our_bin_dir, our_binary, reference_plugin_dir, require_root, run_with_stdin, set_temp_root,
-    skip_unless, Cnitool, ConfDir, Netns, TempDir,
+    our_bin_dir, our_binary, reference_plugin_dir, require_root, set_temp_root, skip_unless,
+    Cnitool, ConfDir, Netns, TempDir,
 };
 use serde_json::{json, Value};
 
@@ -208,13 +209,14 @@ fn a_full_range_is_free_again_after_every_crash_and_reboot() {
 
 /// Runs a host-local binary as a main plugin runs it, inside the faked boot.
 fn ipam(boot: &FakeBoot, binary: &Path, verb: &str, cid: &str, conf: &Value) -> Output {
-    let mut cmd = boot.command(&[binary.to_str().unwrap()]);
-    cmd.env("CNI_COMMAND", verb)
-        .env("CNI_CONTAINERID", cid)
-        .env("CNI_NETNS", "/run/netns/none")
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", binary.parent().unwrap());
-    run_with_stdin(&mut cmd, conf.to_string().as_bytes())
+    let imp = Impl {
+        label: "host-local",
+        bin: binary.to_path_buf(),
+        cni_path: binary.parent().unwrap().display().to_string(),
+    };
+    Attachment::at(&imp, cid, "/run/netns/none")
+        .under(&boot.prefix())
+        .call(verb, conf)
 }
 
 fn ipam_add(boot: &FakeBoot, binary: &Path, cid: &str, conf: &Value) -> Result<String, String> {

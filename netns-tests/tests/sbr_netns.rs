@@ -3,9 +3,9 @@
 //! a second interface gets the next table; `table` adds only rules; DEL removes the rules,
 //! also when the interface or the whole netns is already gone; a failed ADD leaves nothing.
 
+use netns_tests::plugin::{Attachment, Impl};
 use netns_tests::{
-    our_bin_dir, our_binary, reference_plugin_dir, require_root, Cnitool, ConfDir, Netns,
-    PluginCall, TempDir,
+    our_bin_dir, our_binary, reference_plugin_dir, require_root, Cnitool, ConfDir, Netns, TempDir,
 };
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -250,8 +250,9 @@ fn failed_add_rolls_back_and_del_survives_missing_link_and_netns() {
     // fails after the rule was added, and the rule must go again.
     let conf = json!({"cniVersion": "1.0.0", "name": "n", "type": "sbr",
                       "prevResult": prev_result("10.64.0.2/24", "192.0.2.1")});
-    let call = |cmd: &str| PluginCall::new(&sbr, cmd, "sbr-cid", pod.path_str(), "eth0");
-    let out = call("ADD").run(&conf);
+    let ours = Impl::alone("sbr", &sbr);
+    let plugin = Attachment::at(&ours, "sbr-cid", pod.path_str());
+    let out = plugin.run("ADD", &conf);
     assert!(!out.success, "{}", out.stdout);
     assert_eq!(out.json["code"], 999, "{}", out.stdout);
     let rules = pod.exec_ok(&["ip", "rule"]);
@@ -264,29 +265,25 @@ fn failed_add_rolls_back_and_del_survives_missing_link_and_netns() {
     // A good ADD, then the interface disappears before DEL: prevResult names the rules.
     let conf = json!({"cniVersion": "1.0.0", "name": "n", "type": "sbr",
                       "prevResult": prev_result("10.64.0.2/24", "10.64.0.1")});
-    call("ADD").run_ok(&conf);
+    plugin.run_ok("ADD", &conf);
     assert!(pod
         .exec_ok(&["ip", "rule"])
         .contains("from 10.64.0.2 lookup 100"));
     pod.exec_ok(&["ip", "link", "del", "eth0"]);
-    call("DEL").run_ok(&conf);
+    plugin.run_ok("DEL", &conf);
     assert!(!pod.exec_ok(&["ip", "rule"]).contains("10.64.0.2"));
-    call("DEL").run_ok(&conf);
+    plugin.run_ok("DEL", &conf);
 
     // Bad input is a spec error; a gone netns is a successful DEL.
-    let out = call("ADD").run(&json!({"cniVersion": "1.0.0", "name": "n", "type": "sbr"}));
+    let out = plugin.run(
+        "ADD",
+        &json!({"cniVersion": "1.0.0", "name": "n", "type": "sbr"}),
+    );
     assert_eq!(out.json["code"], 999, "{}", out.stdout);
-    let out = call("ADD").run(&json!({"cniVersion": "1.0.0", "name": "n", "type": "sbr",
+    let out = plugin.run("ADD", &json!({"cniVersion": "1.0.0", "name": "n", "type": "sbr",
         "gateways": ["10.0.0.1", "10.0.0.2"], "prevResult": prev_result("10.64.0.2/24", "10.64.0.1")}));
     assert_eq!(out.json["code"], 999, "{}", out.stdout);
-    PluginCall::new(
-        &sbr,
-        "DEL",
-        "sbr-cid",
-        "/run/netns/sbr-gone-for-good",
-        "eth0",
-    )
-    .run_ok(&conf);
+    Attachment::at(&ours, "sbr-cid", "/run/netns/sbr-gone-for-good").run_ok("DEL", &conf);
 }
 
 /// A chain ptp + sbr that ADDed cleanly passes CHECK: ptp finds its subnet and gateway routes

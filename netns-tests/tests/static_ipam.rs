@@ -1,9 +1,10 @@
 //! static IPAM: the same configs and CNI_ARGS through ours and the reference give the same
 //! result (or both fail), and the example conflist addresses a pod on a bridge end to end.
 
+use netns_tests::plugin::{Attachment, Impl};
 use netns_tests::{
     our_bin_dir, our_binary, reference_plugin_dir, require_root, skip_unless, workspace_root,
-    Cnitool, ConfDir, Netns, PluginCall, TempDir,
+    Cnitool, ConfDir, Netns, TempDir,
 };
 use serde_json::{json, Value};
 
@@ -72,9 +73,9 @@ fn cases() -> Vec<(Value, &'static str)> {
 }
 
 fn run(binary: &std::path::Path, command: &str, config: &Value, cni_args: &str) -> (bool, Value) {
-    let out = PluginCall::new(binary, command, "static-cid", "/nonexistent", "eth0")
-        .env("CNI_ARGS", cni_args)
-        .run(config);
+    let out = Attachment::at(&Impl::alone("static", binary), "static-cid", "/nonexistent")
+        .cni_args(cni_args)
+        .run(command, config);
     (out.success, out.json)
 }
 

@@ -35,7 +35,7 @@ fn layer3_tap_with_mac_mtu_and_queues() {
         "mac": "02:98:00:00:00:01", "selinuxContext": "system_u:system_r:svirt_t:s0",
         "dns": {"nameservers": ["10.98.0.53"]}}),
     );
-    let a = Attachment::new(&ours("tap"), &host, "tappod", &pod);
+    let a = Attachment::new(&Impl::ours("tap"), &host, "tappod", &pod);
     let r = a.add(&c);
     assert_eq!(
         normalize(r.clone()),
@@ -60,7 +60,7 @@ fn layer3_tap_with_mac_mtu_and_queues() {
         links_of_kind(&host, "tun").is_empty(),
         "nothing on the host"
     );
-    a.check(&c, &r);
+    a.check_ok(&c, &r);
     a.del(&c, Some(&r));
     assert!(pod.link("eth0").is_none() && leases(&ipam).is_empty());
 }
@@ -71,7 +71,7 @@ fn owner_group_and_a_bridge_port_in_the_pod() {
     let host = Netns::new("tap-og-h");
     let pod = Netns::new("tap-og-p");
     pod.exec_ok(&["ip", "link", "add", "br0", "type", "bridge"]);
-    let ours = ours("tap");
+    let ours = Impl::ours("tap");
     for (extra, flags, ids) in [
         // Both given: the reference's netlink path, IFF_VNET_HDR without IFF_NO_PI.
         // (IDs without names, so `ip` prints them as numbers.)
@@ -103,7 +103,7 @@ fn owner_group_and_a_bridge_port_in_the_pod() {
             assert!(d.contains(id), "{extra}: {id}: {d}");
         }
         assert!(d.contains("master br0"), "{d}");
-        a.check(&c, &r);
+        a.check_ok(&c, &r);
         a.ok("STATUS", &c, None);
         a.del(&c, Some(&r));
         assert!(pod.link("eth0").is_none());
@@ -116,7 +116,7 @@ fn failures_roll_back_and_del_is_tolerant() {
     let host = Netns::new("tap-rb-h");
     let pod = Netns::new("tap-rb-p");
     let ipam = TempDir::new("tap-rb-ipam");
-    let ours = ours("tap");
+    let ours = Impl::ours("tap");
     let a = Attachment::new(&ours, &host, "rbpod", &pod);
     // The bridge is not in the pod: the new tap goes, no lease is taken.
     let e = a.fails(

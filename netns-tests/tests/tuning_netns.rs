@@ -1,25 +1,15 @@
 //! tuning end to end: link attributes and sysctls set in the container netns, CHECK
 //! (including `IFNAME` sysctl keys), and the original values restored by DEL.
 
-use netns_tests::{
-    our_bin_dir, our_binary, require_root, run_with_stdin, Cnitool, ConfDir, Netns, TempDir,
-};
+use netns_tests::plugin::{Attachment, Impl};
+use netns_tests::{our_bin_dir, our_binary, require_root, Cnitool, ConfDir, Netns, TempDir};
 use serde_json::{json, Value};
 
 /// Runs our tuning binary directly (the "host" side in `host`).
 fn tuning(host: &Netns, command: &str, pod: &Netns, config: &Value) -> (bool, String) {
-    let binary = our_binary("tuning");
-    let mut cmd = host.command(&[binary.to_str().unwrap()]);
-    cmd.env("CNI_COMMAND", command)
-        .env("CNI_CONTAINERID", "tuned-cid")
-        .env("CNI_NETNS", pod.path_str())
-        .env("CNI_IFNAME", "eth0")
-        .env("CNI_PATH", "/nonexistent");
-    let out = run_with_stdin(&mut cmd, config.to_string().as_bytes());
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
+    let ours = Impl::alone("ours", &our_binary("tuning"));
+    let out = Attachment::new(&ours, host, "tuned-cid", pod).run(command, config);
+    (out.success, out.stdout)
 }
 
 fn link(pod: &Netns) -> Value {

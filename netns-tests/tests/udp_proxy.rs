@@ -15,7 +15,7 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::Path;
 use std::time::Duration;
 
-use netns_tests::cluster::{capture, iperf, ping, udp_source_seen, wait_until, Pod};
+use netns_tests::cluster::{assert_ping, capture, iperf, udp_source_seen, wait_until, Pod};
 use netns_tests::udp_proxy::Mode::{Fast, FastWithout, PerPacket};
 use netns_tests::udp_proxy::{
     assert_net_unreachable_at_once, echo_requests_carried_byte_for_byte, in_netns, inner_packets,
@@ -37,15 +37,6 @@ macro_rules! require_udp_backend {
             return;
         }
     };
-}
-
-fn assert_ping(from: &Pod, to: &Pod) {
-    assert!(
-        wait_until(Duration::from_secs(10), || ping(&from.ns, &to.ip)),
-        "{} cannot reach {}",
-        from.ip,
-        to.ip
-    );
 }
 
 /// Sends `data` over one TCP connection from `client` to `server` (port 5001); returns what

@@ -36,8 +36,8 @@ fn vl_conf(version: &str, ipam: &TempDir, extra: Value) -> Value {
 fn same_result_and_kernel_objects_as_reference() {
     require_root!();
     netns_tests::require_driver!(kernel_has("vlan"), "802.1Q (vlan) driver");
-    let reference = skip_unless!(reference("vlan"), "reference vlan not installed");
-    let ours = ours("vlan");
+    let reference = skip_unless!(Impl::reference("vlan"), "reference vlan not installed");
+    let ours = Impl::ours("vlan");
     for (version, extra) in [
         ("0.3.1", json!({"master": "uplink0", "vlanId": 100})),
         (
@@ -57,7 +57,7 @@ fn same_result_and_kernel_objects_as_reference() {
             let state = json!({"kind": d["linkinfo"]["info_kind"], "id": d["linkinfo"]["info_data"]["id"],
                 "mtu": d["mtu"], "addrs": global_addrs(&pod, "eth0"), "routes": routes(&pod)});
             if version != "0.3.1" {
-                Attachment::new(&ours, &host, "vlpod", &pod).check(&c, &r);
+                Attachment::new(&ours, &host, "vlpod", &pod).check_ok(&c, &r);
             }
             a.del(&c, Some(&r));
             assert!(pod.link("eth0").is_none() && leases(&ipam).is_empty());
@@ -79,7 +79,7 @@ fn request_matches_iproute2() {
     let host = host_with_uplink("vl-msg-h");
     let pod = Netns::new("vl-msg-p");
     let ipam = TempDir::new("vl-msg-ipam");
-    let ours = ours("vlan");
+    let ours = Impl::ours("vlan");
     let driver = kernel_has("vlan");
     for (id, mtu) in [(0u16, None), (100, Some(1400)), (4094, Some(1300))] {
         let mut extra = json!({"master": "uplink0", "vlanId": id});
@@ -124,9 +124,9 @@ fn del_without_the_link_or_the_netns_releases_the_lease() {
     let host = host_with_uplink("vl-del-h");
     let ipam = TempDir::new("vl-del-ipam");
     let c = vl_conf("1.1.0", &ipam, json!({"master": "uplink0", "vlanId": 5}));
-    let ours = ours("vlan");
+    let ours = Impl::ours("vlan");
     let pod = Netns::new("vl-del-p");
-    let host_local = host_local_of(&ours);
+    let host_local = ours.host_local();
     Attachment::new(&host_local, &host, "delpod", &pod).add(&c);
     assert_eq!(leases(&ipam).len(), 1);
     let a = Attachment::new(&ours, &host, "delpod", &pod);

@@ -7,7 +7,8 @@
 //! latest upstream release moves them (the 1.1.1 reference leaves them to the kernel, which
 //! drops them), so that part is checked on ours alone.
 
-use netns_tests::{our_binary, reference_plugin_dir, require_root, Netns, PluginCall};
+use netns_tests::plugin::{Attachment, Impl};
+use netns_tests::{our_binary, reference_plugin_dir, require_root, Netns};
 use serde_json::{json, Value};
 use std::path::Path;
 
@@ -40,8 +41,10 @@ fn pod(prefix: &str) -> Netns {
     pod
 }
 
-fn call<'a>(bin: &'a Path, cmd: &str, pod: &Netns, ifname: &str) -> PluginCall<'a> {
-    PluginCall::new(bin, cmd, "vrf-cid", pod.path_str(), ifname)
+/// `bin` for interface `ifname` in `pod`, run in the test's own netns (vrf touches only the
+/// container's).
+fn on(bin: &Path, pod: &Netns, ifname: &str) -> Attachment<'static> {
+    Attachment::at(&Impl::alone("vrf", bin), "vrf-cid", pod.path_str()).ifname(ifname)
 }
 
 fn master_of(pod: &Netns, ifname: &str) -> Option<String> {
@@ -56,34 +59,32 @@ fn input_errors_and_dels_that_find_nothing() {
     let p = pod("vrf-err");
     let mut no_name = conf("", None);
     no_name.as_object_mut().unwrap().remove("vrfname");
-    let out = call(&vrf, "ADD", &p, "eth0").run(&no_name);
+    let out = on(&vrf, &p, "eth0").run("ADD", &no_name);
     assert_eq!(out.json["code"], 999, "{}", out.stdout);
     let mut no_prev = conf("blue", None);
     no_prev.as_object_mut().unwrap().remove("prevResult");
-    let out = call(&vrf, "ADD", &p, "eth0").run(&no_prev);
+    let out = on(&vrf, &p, "eth0").run("ADD", &no_prev);
     assert_eq!(out.json["code"], 999, "{}", out.stdout);
     let mut old = conf("blue", None);
     old["cniVersion"] = json!("0.3.0");
-    let out = call(&vrf, "ADD", &p, "eth0").run(&old);
+    let out = on(&vrf, &p, "eth0").run("ADD", &old);
     assert_eq!(out.json["code"], 1, "{}", out.stdout);
 
     // A vrfname that names another kind of link.
-    let out = call(&vrf, "ADD", &p, "eth0").run(&conf("peer1", None));
+    let out = on(&vrf, &p, "eth0").run("ADD", &conf("peer1", None));
     assert!(!out.success);
     assert!(out.stdout.contains("is not a VRF"), "{}", out.stdout);
     assert_eq!(master_of(&p, "eth0"), None);
 
     // DEL: no such VRF, no prevResult, repeated, netns gone.
-    call(&vrf, "DEL", &p, "eth0").run_ok(&no_prev);
-    call(&vrf, "DEL", &p, "eth0").run_ok(&no_prev);
-    PluginCall::new(
-        &vrf,
-        "DEL",
+    on(&vrf, &p, "eth0").run_ok("DEL", &no_prev);
+    on(&vrf, &p, "eth0").run_ok("DEL", &no_prev);
+    Attachment::at(
+        &Impl::alone("vrf", &vrf),
         "vrf-cid",
         "/run/netns/vrf-gone-for-good",
-        "eth0",
     )
-    .run_ok(&no_prev);
+    .run_ok("DEL", &no_prev);
 }
 
 #[test]
@@ -97,7 +98,7 @@ fn add_without_the_driver_fails_cleanly() {
     let p = pod("vrf-nodrv");
     let links_before = p.exec_ok(&["ip", "-o", "link", "show"]);
     let routes_before = p.exec_ok(&["ip", "route", "show", "table", "all"]);
-    let out = call(&vrf, "ADD", &p, "eth0").run(&conf("blue", Some(100)));
+    let out = on(&vrf, &p, "eth0").run("ADD", &conf("blue", Some(100)));
     assert!(!out.success);
     assert_eq!(out.json["code"], 999, "{}", out.stdout);
     assert!(
@@ -119,7 +120,7 @@ fn add_without_the_driver_fails_cleanly() {
 /// 1.1.1 reference leaves it to the kernel, which drops it).
 fn full_path(bin: &Path, prefix: &str) -> (Value, bool) {
     let p = pod(prefix);
-    call(bin, "ADD", &p, "eth0").run_ok(&conf("blue", Some(100)));
+    on(bin, &p, "eth0").run_ok("ADD", &conf("blue", Some(100)));
     let details = p.exec_json(&["ip", "-j", "-d", "link", "show", "blue"]);
     let t100 = p.exec_ok(&["ip", "route", "show", "table", "100"]);
     let moved = t100.contains("192.0.2.0/24 via 10.70.0.1 dev eth0");
@@ -135,12 +136,12 @@ fn full_path(bin: &Path, prefix: &str) -> (Value, bool) {
     // A second interface joins the same VRF.
     let mut second = conf("blue", None);
     second["prevResult"]["interfaces"][0]["name"] = json!("net1");
-    call(bin, "ADD", &p, "net1").run_ok(&second);
+    on(bin, &p, "net1").run_ok("ADD", &second);
     shared["net1_master"] = json!(master_of(&p, "net1"));
-    call(bin, "DEL", &p, "eth0").run_ok(&conf("blue", Some(100)));
+    on(bin, &p, "eth0").run_ok("DEL", &conf("blue", Some(100)));
     shared["eth0_master_after_del"] = json!(master_of(&p, "eth0"));
     shared["vrf_kept_while_in_use"] = json!(p.link("blue").is_some());
-    call(bin, "DEL", &p, "net1").run_ok(&second);
+    on(bin, &p, "net1").run_ok("DEL", &second);
     shared["vrf_deleted_when_empty"] = json!(p.link("blue").is_none());
     (shared, moved)
 }
@@ -179,7 +180,7 @@ fn routes_of_the_interface_move_into_the_vrf_table() {
     p.exec_ok(&["ip", "addr", "add", "fd70::2/64", "dev", "eth0", "nodad"]);
     p.exec_ok(&["ip", "-6", "route", "add", "fd99::/64", "via", "fd70::1"]);
     let vrf = our_binary("vrf");
-    call(&vrf, "ADD", &p, "eth0").run_ok(&conf("red", Some(200)));
+    on(&vrf, &p, "eth0").run_ok("ADD", &conf("red", Some(200)));
     let t200 = p.exec_ok(&["ip", "route", "show", "table", "200"]);
     assert!(
         t200.contains("192.0.2.0/24 via 10.70.0.1 dev eth0"),
@@ -200,7 +201,7 @@ fn routes_of_the_interface_move_into_the_vrf_table() {
         main.contains("203.0.113.0/24 via 10.71.0.1 dev net1"),
         "{main}"
     );
-    call(&vrf, "DEL", &p, "eth0").run_ok(&conf("red", Some(200)));
+    on(&vrf, &p, "eth0").run_ok("DEL", &conf("red", Some(200)));
     assert!(p.link("red").is_none());
     assert_eq!(master_of(&p, "eth0"), None);
 }

@@ -649,6 +649,21 @@ fn auto_mode_uses_host_gw_on_link_and_vxlan_through_a_router() {
     assert!(udp_packets(&n3.ns) > 0);
 }
 
+/// What node 1's flannel.1 holds for its peers: neighbours, FDB entries, our routes.
+type PeerEntries = (
+    Vec<(String, String)>,
+    Vec<(String, String)>,
+    Vec<(String, String, String, bool)>,
+);
+
+fn peer_entries(ns: &Netns) -> PeerEntries {
+    (
+        neighbours(ns, "flannel.1"),
+        fdb(ns, "flannel.1"),
+        our_routes(ns),
+    )
+}
+
 #[test]
 fn membership_change_idempotency_and_self_healing() {
     require_root!();
@@ -663,16 +678,10 @@ fn membership_change_idempotency_and_self_healing() {
     };
     c.add_two_pods_per_node();
     c.ping_all_across_nodes();
-    let n1 = &c.nodes[0].ns;
-    let vtep3 = format!("10.{}.3.0", c.net);
-    let ip3 = c.nodes[2].ip.clone();
-    let before = (
-        neighbours(n1, "flannel.1"),
-        fdb(n1, "flannel.1"),
-        our_routes(n1),
-    );
+    let before = peer_entries(&c.nodes[0].ns);
     assert_eq!((before.0.len(), before.1.len(), before.2.len()), (2, 2, 2));
     // Unrelated state that must survive every reconcile.
+    let n1 = &c.nodes[0].ns;
     ip(
         n1,
         &[
@@ -697,20 +706,34 @@ fn membership_change_idempotency_and_self_healing() {
             "static",
         ],
     );
-    let unrelated = |c: &Cluster| ip(&c.nodes[0].ns, &["route", "show"]);
 
-    // Node 3 leaves: exactly its neighbour, FDB entry and route go.
+    node3_leaves_and_comes_back_with_exactly_its_entries(&c, &before);
+
+    // The next ADD reconciles too.
+    c.write_peers(&[0, 1]);
+    c.add_pod(0);
+    assert_eq!(our_routes(&c.nodes[0].ns).len(), 1);
+    c.write_peers(&[0, 1, 2]);
+    c.add_pod(0);
+    assert_eq!(peer_entries(&c.nodes[0].ns), before);
+
+    reconciles_change_nothing_and_heal_the_device(&c, &before);
+    c.ping_all_across_nodes();
+}
+
+/// Node 3 leaves: exactly its neighbour, FDB entry and route go (unrelated routes stay); it
+/// comes back: the same entries again, and connectivity.
+fn node3_leaves_and_comes_back_with_exactly_its_entries(c: &Cluster, before: &PeerEntries) {
+    let n1 = &c.nodes[0].ns;
+    let vtep3 = format!("10.{}.3.0", c.net);
+    let ip3 = c.nodes[2].ip.clone();
     c.write_peers(&[0, 1]);
     let out = c.sync(0);
     assert!(
         out.contains("neigh +0 -1; fdb +0 -1; routes +0 -1"),
         "{out}"
     );
-    let after = (
-        neighbours(n1, "flannel.1"),
-        fdb(n1, "flannel.1"),
-        our_routes(n1),
-    );
+    let after = peer_entries(n1);
     let keep = |v: &Vec<(String, String)>| {
         v.iter()
             .filter(|e| e.0 != vtep3 && e.1 != ip3)
@@ -729,47 +752,27 @@ fn membership_change_idempotency_and_self_healing() {
             .collect::<Vec<_>>()
     );
     assert_eq!((after.0.len(), after.1.len(), after.2.len()), (1, 1, 1));
+    let unrelated = ip(n1, &["route", "show"]);
     assert!(
-        unrelated(&c).contains("172.31.99.0/24")
-            && unrelated(&c).contains(&format!("10.{}.200.0/24", c.net))
+        unrelated.contains("172.31.99.0/24")
+            && unrelated.contains(&format!("10.{}.200.0/24", c.net))
     );
     let (p1, p3) = (&c.pods[0], &c.pods[4]);
     assert!(!ping(p1, &p3.ip), "node3 still reachable after leaving");
 
-    // It comes back: the same entries again, and connectivity.
     c.write_peers(&[0, 1, 2]);
     let out = c.sync(0);
     assert!(
         out.contains("neigh +1 -0; fdb +1 -0; routes +1 -0"),
         "{out}"
     );
-    assert_eq!(
-        (
-            neighbours(n1, "flannel.1"),
-            fdb(n1, "flannel.1"),
-            our_routes(n1)
-        ),
-        before
-    );
+    assert_eq!(&peer_entries(n1), before);
     assert!(ping(p1, &p3.ip));
+}
 
-    // The next ADD reconciles too.
-    c.write_peers(&[0, 1]);
-    c.add_pod(0);
-    assert_eq!(our_routes(&c.nodes[0].ns).len(), 1);
-    c.write_peers(&[0, 1, 2]);
-    c.add_pod(0);
-    let n1 = &c.nodes[0].ns;
-    assert_eq!(
-        (
-            neighbours(n1, "flannel.1"),
-            fdb(n1, "flannel.1"),
-            our_routes(n1)
-        ),
-        before
-    );
-
-    // 100 reconciles in a row change nothing.
+/// 100 reconciles in a row change nothing (the unrelated route stays); the device deleted by
+/// hand comes back with everything on it, its VTEP MAC and MTU too.
+fn reconciles_change_nothing_and_heal_the_device(c: &Cluster, before: &PeerEntries) {
     let snapshot = || {
         let n1 = &c.nodes[0].ns;
         (
@@ -791,28 +794,18 @@ fn membership_change_idempotency_and_self_healing() {
         );
     }
     assert_eq!(snapshot(), first);
-    assert!(unrelated(&c).contains("172.31.99.0/24"));
+    assert!(ip(&c.nodes[0].ns, &["route", "show"]).contains("172.31.99.0/24"));
 
-    // The device deleted by hand comes back with everything on it.
     ip(&c.nodes[0].ns, &["link", "del", "flannel.1"]);
     let out = c.sync(0);
     assert!(out.contains("device Created"), "{out}");
-    let n1 = &c.nodes[0].ns;
-    assert_eq!(
-        (
-            neighbours(n1, "flannel.1"),
-            fdb(n1, "flannel.1"),
-            our_routes(n1)
-        ),
-        before
-    );
+    assert_eq!(&peer_entries(&c.nodes[0].ns), before);
     let again = snapshot();
     assert_eq!(
         again.0["address"], first.0["address"],
         "the VTEP MAC survives a recreate"
     );
     assert_eq!(again.0["mtu"], first.0["mtu"]);
-    c.ping_all_across_nodes();
 }
 
 #[test]

@@ -4,7 +4,8 @@
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use netns_tests::{our_binary, require_root, run_with_stdin, Netns, TempDir};
+use netns_tests::plugin::{Attachment, Impl};
+use netns_tests::{our_binary, require_root, Netns, TempDir};
 use serde_json::{json, Value};
 
 fn net_octet() -> u8 {
@@ -70,13 +71,12 @@ impl Node {
     /// Runs the plugin with `command` inside the node namespace.
     fn cni(&self, command: &str, config: &Value) -> Output {
         let bin = our_binary("vxlan");
-        let mut cmd = self.ns.command(&[bin.to_str().unwrap()]);
-        cmd.env("CNI_COMMAND", command)
-            .env("CNI_CONTAINERID", "vxlan-test-container")
-            .env("CNI_NETNS", self.pod.path_str())
-            .env("CNI_IFNAME", "eth0")
-            .env("CNI_PATH", bin.parent().unwrap());
-        run_with_stdin(&mut cmd, config.to_string().as_bytes())
+        let ours = Impl {
+            label: "ours",
+            cni_path: bin.parent().unwrap().display().to_string(),
+            bin,
+        };
+        Attachment::new(&ours, &self.ns, "vxlan-test-container", &self.pod).call(command, config)
     }
 
     fn sync(&self, config_path: &Path) -> Output {

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use netns_tests::plugin::{Attachment, Impl};
 use netns_tests::{our_binary, reference_plugin_dir, Netns, TempDir};
 use serde_json::{json, Value};
 
@@ -117,14 +118,14 @@ pub fn call_on(
     pod: &Netns,
     stdin: &Value,
 ) -> Call {
-    let mut cmd = host.command(&[plugin.to_str().unwrap()]);
-    cmd.env("CNI_COMMAND", verb)
-        .env("CNI_CONTAINERID", cid)
-        .env("CNI_NETNS", pod.path())
-        .env("CNI_IFNAME", ifname)
-        .env("CNI_PATH", cni_path)
-        .env_remove("CNI_ARGS");
-    let out = netns_tests::run_with_stdin(&mut cmd, stdin.to_string().as_bytes());
+    let imp = Impl {
+        label: "bandwidth",
+        bin: plugin.to_path_buf(),
+        cni_path: cni_path.display().to_string(),
+    };
+    let out = Attachment::new(&imp, host, cid, pod)
+        .ifname(ifname)
+        .call(verb, stdin);
     let stdout = if out.stdout.iter().all(u8::is_ascii_whitespace) {
         Value::Null
     } else {

@@ -1,131 +1,21 @@
-//! Shared helpers of the bridge e2e tests: run a bridge plugin binary (ours or the reference)
-//! directly, inside a "host" netns, with full control over env and stdin.
+//! Shared helpers of the bridge e2e tests: which bridge runs (ours or the reference; run
+//! directly inside a "host" netns through [`netns_tests::plugin`]), configs and kernel state.
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-use netns_tests::{run_with_stdin, Netns, TempDir};
+use netns_tests::{Netns, TempDir};
 use serde_json::{json, Value};
 
-/// Which implementation runs: the plugin binary and the CNI_PATH its IPAM is found in.
-#[derive(Clone, Debug)]
-pub struct Impl {
-    pub bridge: PathBuf,
-    pub cni_path: String,
-}
+#[allow(unused_imports)]
+pub use netns_tests::plugin::{text, Attachment, Impl};
 
 /// Our bridge with our host-local.
 pub fn ours() -> Impl {
-    let bridge = netns_tests::our_binary("bridge");
-    let host_local = netns_tests::our_binary("host-local");
-    let dir = host_local
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default();
-    Impl {
-        bridge,
-        cni_path: dir.display().to_string(),
-    }
+    Impl::ours("bridge")
 }
 
 /// The reference Go bridge with the reference host-local, if installed.
 pub fn reference() -> Option<Impl> {
-    let dir = netns_tests::reference_plugin_dir(&["bridge", "host-local"])?;
-    Some(Impl {
-        bridge: dir.join("bridge"),
-        cni_path: dir.display().to_string(),
-    })
-}
-
-/// One attachment: who runs, where, and as which container/interface.
-pub struct Attachment<'a> {
-    pub imp: Impl,
-    pub host: &'a Netns,
-    pub container_id: String,
-    pub netns: String,
-    pub ifname: String,
-    pub cni_args: String,
-}
-
-impl<'a> Attachment<'a> {
-    pub fn new(imp: &Impl, host: &'a Netns, container_id: &str, pod: &Netns) -> Attachment<'a> {
-        Attachment {
-            imp: imp.clone(),
-            host,
-            container_id: container_id.to_string(),
-            netns: pod.path_str().to_string(),
-            ifname: "eth0".into(),
-            cni_args: String::new(),
-        }
-    }
-
-    /// Runs the plugin with `command` and `conf` on stdin.
-    pub fn call(&self, command: &str, conf: &Value) -> Output {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", self.host.name()])
-            .arg(&self.imp.bridge)
-            .env("CNI_COMMAND", command)
-            .env("CNI_CONTAINERID", &self.container_id)
-            .env("CNI_NETNS", &self.netns)
-            .env("CNI_IFNAME", &self.ifname)
-            .env("CNI_ARGS", &self.cni_args)
-            .env("CNI_PATH", &self.imp.cni_path);
-        run_with_stdin(&mut cmd, conf.to_string().as_bytes())
-    }
-
-    /// ADD that must succeed; returns the result.
-    pub fn add(&self, conf: &Value) -> Value {
-        let out = self.call("ADD", conf);
-        assert!(
-            out.status.success(),
-            "ADD failed: {}{}",
-            text(&out.stdout),
-            text(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("bad ADD output ({e}): {}", text(&out.stdout)))
-    }
-
-    /// ADD that must fail; returns the error JSON.
-    pub fn add_err(&self, conf: &Value) -> Value {
-        let out = self.call("ADD", conf);
-        assert!(
-            !out.status.success(),
-            "ADD unexpectedly succeeded: {}",
-            text(&out.stdout)
-        );
-        serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|_| json!({"msg": text(&out.stdout), "stderr": text(&out.stderr)}))
-    }
-
-    /// DEL (with prevResult when given) that must succeed.
-    pub fn del(&self, conf: &Value, prev: Option<&Value>) {
-        let out = self.call("DEL", &with_prev(conf, prev));
-        assert!(
-            out.status.success(),
-            "DEL failed: {}{}",
-            text(&out.stdout),
-            text(&out.stderr)
-        );
-    }
-
-    /// CHECK with prevResult; returns the output.
-    pub fn check(&self, conf: &Value, prev: &Value) -> Output {
-        self.call("CHECK", &with_prev(conf, Some(prev)))
-    }
-}
-
-pub fn with_prev(conf: &Value, prev: Option<&Value>) -> Value {
-    let mut c = conf.clone();
-    if let Some(p) = prev {
-        c["prevResult"] = p.clone();
-    }
-    c
-}
-
-pub fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
+    Impl::reference("bridge")
 }
 
 /// A bridge plugin config with host-local in `ipam_dir` (ranges given), plus `extra` fields.

@@ -1,157 +1,16 @@
 //! Shared helpers of the main-plugin e2e tests (ptp, macvlan, ipvlan, vlan, host-device, dummy,
-//! tap): run a plugin binary (ours or the reference) directly inside a "host" netns, and
-//! snapshot the kernel state two implementations must agree on.
+//! tap): the crate's way of running a plugin binary (ours or the reference) directly inside a
+//! "host" netns ([`netns_tests::plugin`]), configs, and snapshots of the kernel state two
+//! implementations must agree on.
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use netns_tests::{run_with_stdin, Netns, TempDir};
 use serde_json::{json, Value};
 
-/// Which implementation runs: the plugin binary and the CNI_PATH its IPAM is found in.
-#[derive(Clone, Debug)]
-pub struct Impl {
-    pub label: &'static str,
-    pub bin: PathBuf,
-    pub cni_path: String,
-}
-
-/// Our `plugin` with our host-local.
-pub fn ours(plugin: &str) -> Impl {
-    let bin = netns_tests::our_binary(plugin);
-    let dir = netns_tests::our_binary("host-local")
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default();
-    Impl {
-        label: "ours",
-        bin,
-        cni_path: dir.display().to_string(),
-    }
-}
-
-/// The reference `plugin` with the reference host-local, if installed.
-pub fn reference(plugin: &str) -> Option<Impl> {
-    let dir = netns_tests::reference_plugin_dir(&[plugin, "host-local"])?;
-    Some(Impl {
-        label: "reference",
-        bin: dir.join(plugin),
-        cni_path: dir.display().to_string(),
-    })
-}
-
-/// The host-local of `imp`'s CNI_PATH, run directly (to hold a lease as an ADD would).
-pub fn host_local_of(imp: &Impl) -> Impl {
-    Impl {
-        label: "host-local",
-        bin: Path::new(&imp.cni_path).join("host-local"),
-        cni_path: imp.cni_path.clone(),
-    }
-}
-
-/// One attachment: who runs, in which host netns, for which container netns and interface.
-pub struct Attachment<'a> {
-    pub imp: Impl,
-    pub host: &'a Netns,
-    pub container_id: String,
-    pub netns: String,
-    pub ifname: String,
-    pub cni_args: String,
-}
-
-impl<'a> Attachment<'a> {
-    pub fn new(imp: &Impl, host: &'a Netns, container_id: &str, pod: &Netns) -> Attachment<'a> {
-        Attachment {
-            imp: imp.clone(),
-            host,
-            container_id: container_id.to_string(),
-            netns: pod.path_str().to_string(),
-            ifname: "eth0".into(),
-            cni_args: String::new(),
-        }
-    }
-
-    /// Runs the plugin with `command` and `conf` on stdin.
-    pub fn call(&self, command: &str, conf: &Value) -> Output {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", self.host.name()])
-            .arg(&self.imp.bin)
-            .env("CNI_COMMAND", command)
-            .env("CNI_CONTAINERID", &self.container_id)
-            .env("CNI_NETNS", &self.netns)
-            .env("CNI_IFNAME", &self.ifname)
-            .env("CNI_ARGS", &self.cni_args)
-            .env("CNI_PATH", &self.imp.cni_path);
-        run_with_stdin(&mut cmd, conf.to_string().as_bytes())
-    }
-
-    /// ADD that must succeed; returns the result.
-    pub fn add(&self, conf: &Value) -> Value {
-        let out = self.call("ADD", conf);
-        assert!(
-            out.status.success(),
-            "{} ADD failed: {}{}",
-            self.imp.label,
-            text(&out.stdout),
-            text(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("bad ADD output ({e}): {}", text(&out.stdout)))
-    }
-
-    /// A verb that must fail; returns the error JSON, which must be a spec error.
-    pub fn fails(&self, command: &str, conf: &Value) -> Value {
-        let out = self.call(command, conf);
-        assert!(
-            !out.status.success(),
-            "{} {command} unexpectedly succeeded: {}",
-            self.imp.label,
-            text(&out.stdout)
-        );
-        let e: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
-            panic!(
-                "{command} failure is not error JSON: {}{}",
-                text(&out.stdout),
-                text(&out.stderr)
-            )
-        });
-        assert!(e["code"].is_u64() && e["msg"].is_string(), "{e}");
-        e
-    }
-
-    /// A verb (DEL, CHECK, GC, STATUS) with prevResult when given, that must succeed.
-    pub fn ok(&self, command: &str, conf: &Value, prev: Option<&Value>) {
-        let out = self.call(command, &with_prev(conf, prev));
-        assert!(
-            out.status.success(),
-            "{} {command} failed: {}{}",
-            self.imp.label,
-            text(&out.stdout),
-            text(&out.stderr)
-        );
-    }
-
-    pub fn del(&self, conf: &Value, prev: Option<&Value>) {
-        self.ok("DEL", conf, prev);
-    }
-
-    pub fn check(&self, conf: &Value, prev: &Value) {
-        self.ok("CHECK", conf, Some(prev));
-    }
-}
-
-pub fn with_prev(conf: &Value, prev: Option<&Value>) -> Value {
-    let mut c = conf.clone();
-    if let Some(p) = prev {
-        c["prevResult"] = p.clone();
-    }
-    c
-}
-
-pub fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+#[allow(unused_imports)]
+pub use netns_tests::plugin::{text, with_prev, Attachment, Impl};
 
 /// A plugin config with host-local in `ipam_dir` (ranges given), plus `extra` fields.
 pub fn conf(
