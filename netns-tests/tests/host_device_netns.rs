@@ -446,8 +446,8 @@ fn dummy_device_moves_in_and_back_like_the_reference() {
 #[test]
 fn del_naming_another_network_gives_the_device_back() {
     require_root!();
-    let mut imps = vec![ours("host-device")];
-    imps.extend(reference("host-device"));
+    let mut imps = vec![Impl::ours("host-device")];
+    imps.extend(Impl::reference("host-device"));
     for imp in &imps {
         let host = host_with_device("hd-rn-host");
         let pod = Netns::new("hd-rn-pod");

@@ -7,7 +7,8 @@
 //! (host-local's leases are per network by design, as the reference's: that network's GC
 //! frees them.)
 
-use netns_tests::{our_bin_dir, our_binary, require_root, Netns, PluginCall, TempDir};
+use netns_tests::plugin::{Attachment, Impl};
+use netns_tests::{our_binary, require_root, Netns, TempDir};
 use serde_json::{json, Value};
 
 const CID: &str = "renamed-cid";
@@ -84,10 +85,7 @@ impl Lab {
 
     fn call(&self, command: &str, config: &Value) -> Value {
         let ty = config["type"].as_str().unwrap();
-        PluginCall::new(&our_binary(ty), command, CID, self.pod.path_str(), "eth0")
-            .env("CNI_PATH", our_bin_dir().to_str().unwrap())
-            .in_netns(&self.host)
-            .run_ok(config)
+        Attachment::new(&Impl::ours(ty), &self.host, CID, &self.pod).run_ok(command, config)
     }
 
     /// ADD of the whole chain, each plugin given the previous one's result.
