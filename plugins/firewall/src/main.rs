@@ -2,13 +2,12 @@
 //! firewall (iptables CNI-FORWARD rules, or firewalld zone sources) and applies the
 //! `ingressPolicy` isolation between bridges.
 
-mod config;
-mod error;
 mod firewalld;
 mod ingress;
 mod iptables_backend;
 mod netlink_backend;
-mod record;
+
+use firewall::{config, error, record};
 
 use std::net::IpAddr;
 
