@@ -283,8 +283,9 @@ test-unit:
 # Coverage-guided fuzzing (libFuzzer) of every parser that reads outside input: fuzz/, its
 # own workspace, one target per parser (docs/building-and-testing.md). `make fuzz` fuzzes
 # each target FUZZ_SECONDS (FUZZ_TARGETS="a b" for some) and reports what it found;
-# `make fuzz-check`, part of `make test`, builds them all and runs each on its seeds and
-# for FUZZ_CHECK_SECONDS, so a target that stops building or crashes on its seeds fails.
+# `make fuzz-check`, part of `make test`, builds them all and runs each on its committed
+# inputs (fuzz/seeds/<target>/ and fuzz/corpus.tar.xz) and for FUZZ_CHECK_SECONDS, so a
+# target that stops building or crashes on one of them fails.
 FUZZ_SECONDS ?= 60
 FUZZ_CHECK_SECONDS ?= 1
 FUZZ_TARGETS ?=

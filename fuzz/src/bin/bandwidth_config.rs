@@ -2,12 +2,8 @@
 //! `runtimeConfig.bandwidth`, Go's case-insensitive keys). Invariant: an accepted limit has
 //! both a rate and a burst, the burst in bytes below u32::MAX as the reference checks.
 #![no_main]
-// The plugin's own modules, compiled here as they are in its binary (whose parser is
-// private to it); the target uses their parser, not all of them.
-#![allow(dead_code)]
 
-#[path = "../../../plugins/bandwidth/src/config.rs"]
-mod config;
+use bandwidth::config;
 use ferrocni_fuzz::{request, requests_per_verb, split_config};
 use libfuzzer_sys::fuzz_target;
 

@@ -2,14 +2,8 @@
 //! for every verb the config's version allows. Invariants: a refusal is a well-formed CNI
 //! error; an accepted config has VLAN IDs the kernel takes.
 #![no_main]
-// The plugin's own modules, compiled here as they are in its binary (whose parser is
-// private to it); the target uses their parser, not all of them.
-#![allow(dead_code)]
 
-#[path = "../../../plugins/bridge/src/config.rs"]
-mod config;
-#[path = "../../../plugins/bridge/src/error.rs"]
-mod error;
+use bridge::config;
 use ferrocni_fuzz::{load_per_verb, split_config};
 use libfuzzer_sys::fuzz_target;
 

@@ -6,18 +6,8 @@
 //!
 //! Input: a daemon request or reply (JSON), or a plugin config (then a NUL and CNI_ARGS).
 #![no_main]
-// The plugin's own modules, compiled here as they are in its binary (whose parser is
-// private to it); the target uses their parser, not all of them.
-#![allow(dead_code)]
 
-#[path = "../../../ipam/dhcp/src/config.rs"]
-mod config;
-#[path = "../../../ipam/dhcp/src/error.rs"]
-mod error;
-#[path = "../../../ipam/dhcp/src/message.rs"]
-mod message;
-#[path = "../../../ipam/dhcp/src/protocol.rs"]
-mod protocol;
+use dhcp::{config, protocol};
 use ferrocni_fuzz::{check_error, request, requests_per_verb, same_json, split_config};
 use libfuzzer_sys::fuzz_target;
 

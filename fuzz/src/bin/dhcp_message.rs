@@ -6,18 +6,8 @@
 //!
 //! Input: a DHCP message as it arrives in a UDP datagram (captured replies are seeds).
 #![no_main]
-// The plugin's own modules, compiled here as they are in its binary (whose parser is
-// private to it); the target uses their parser, not all of them.
-#![allow(dead_code)]
 
-#[path = "../../../ipam/dhcp/src/client.rs"]
-mod client;
-#[path = "../../../ipam/dhcp/src/lease.rs"]
-mod lease;
-#[path = "../../../ipam/dhcp/src/message.rs"]
-mod message;
-#[path = "../../../ipam/dhcp/src/rawsock.rs"]
-mod rawsock;
+use dhcp::{lease, message};
 use ferrocni_fuzz::check_json_round_trip;
 use libcni::result::CniResult;
 use libfuzzer_sys::fuzz_target;

@@ -2,16 +2,8 @@
 //! read by DEL and GC), decoded as the plugin decodes them. Invariant: a record read back
 //! after being written is the same record.
 #![no_main]
-// The plugin's own modules, compiled here as they are in its binary (whose parser is
-// private to it); the target uses their parser, not all of them.
-#![allow(dead_code)]
 
-#[path = "../../../plugins/firewall/src/config.rs"]
-mod config;
-#[path = "../../../plugins/firewall/src/error.rs"]
-mod error;
-#[path = "../../../plugins/firewall/src/record.rs"]
-mod record;
+use firewall::record;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

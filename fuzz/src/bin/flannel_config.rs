@@ -5,21 +5,9 @@
 //!
 //! Input: the config, then a NUL and the `subnet.env` text.
 #![no_main]
-// The plugin's own modules, compiled here as they are in its binary (whose parser is
-// private to it); the target uses their parser, not all of them.
-#![allow(dead_code)]
 
-#[path = "../../../plugins/flannel/src/config.rs"]
-mod config;
-#[path = "../../../plugins/flannel/src/delegate.rs"]
-mod delegate;
-#[path = "../../../plugins/flannel/src/error.rs"]
-mod error;
-#[path = "../../../plugins/flannel/src/scratch.rs"]
-mod scratch;
-#[path = "../../../plugins/flannel/src/subnet_env.rs"]
-mod subnet_env;
 use ferrocni_fuzz::{check_error, request, requests_per_verb, same_json};
+use flannel::{config, delegate, scratch, subnet_env};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

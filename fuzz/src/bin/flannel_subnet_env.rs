@@ -1,12 +1,8 @@
 //! flanneld's `subnet.env` as the flannel plugin reads it (`SubnetEnv::parse`). Invariant:
 //! what it read, written back the way flanneld writes the file, reads back the same.
 #![no_main]
-// The plugin's own modules, compiled here as they are in its binary (whose parser is
-// private to it); the target uses their parser, not all of them.
-#![allow(dead_code)]
 
-#[path = "../../../plugins/flannel/src/subnet_env.rs"]
-mod subnet_env;
+use flannel::subnet_env;
 use libfuzzer_sys::fuzz_target;
 use subnet_env::SubnetEnv;
 

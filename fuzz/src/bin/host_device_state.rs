@@ -2,14 +2,8 @@
 //! addresses), decoded as the plugin decodes them (strict JSON: only ours are read). Invariant: a state read back after being
 //! written is the same.
 #![no_main]
-// The plugin's own modules, compiled here as they are in its binary (whose parser is
-// private to it); the target uses their parser, not all of them.
-#![allow(dead_code)]
 
-#[path = "../../../plugins/host-device/src/error.rs"]
-mod error;
-#[path = "../../../plugins/host-device/src/state.rs"]
-mod state;
+use host_device::state;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -3,16 +3,10 @@
 //! `prevResult`. Invariants: a refusal is a well-formed CNI error; an accepted mark bit is
 //! one the kernel's 32-bit mark has.
 #![no_main]
-// The plugin's own modules, compiled here as they are in its binary (whose parser is
-// private to it); the target uses their parser, not all of them.
-#![allow(dead_code)]
 
-#[path = "../../../plugins/portmap/src/config.rs"]
-mod config;
-#[path = "../../../plugins/portmap/src/error.rs"]
-mod error;
 use ferrocni_fuzz::{check_error, request, requests_per_verb, split_config};
 use libfuzzer_sys::fuzz_target;
+use portmap::config;
 
 fuzz_target!(|data: &[u8]| {
     let (stdin, cni_args) = split_config(data);

@@ -2,15 +2,9 @@
 //! reference's shape plus our owner), read by DEL and GC. Invariants: a backup read back after
 //! being written is the same; keeping older originals keeps every field either had.
 #![no_main]
-// The plugin's own modules, compiled here as they are in its binary (whose parser is
-// private to it); the target uses their parser, not all of them.
-#![allow(dead_code)]
 
-#[path = "../../../plugins/tuning/src/backup.rs"]
-mod backup;
-#[path = "../../../plugins/tuning/src/error.rs"]
-mod error;
 use libfuzzer_sys::fuzz_target;
+use tuning::backup;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(backup) = libcni::gojson::from_slice::<backup::Backup>(data) else {

@@ -2,16 +2,10 @@
 //! promiscuous, allmulti, txQLen, from the config, `runtimeConfig` and CNI_ARGS), for every
 //! verb its version allows. Invariant: a refusal is a well-formed CNI error.
 #![no_main]
-// The plugin's own modules, compiled here as they are in its binary (whose parser is
-// private to it); the target uses their parser, not all of them.
-#![allow(dead_code)]
 
-#[path = "../../../plugins/tuning/src/config.rs"]
-mod config;
-#[path = "../../../plugins/tuning/src/error.rs"]
-mod error;
 use ferrocni_fuzz::{load_per_verb, split_config};
 use libfuzzer_sys::fuzz_target;
+use tuning::config;
 
 fuzz_target!(|data: &[u8]| {
     let (stdin, cni_args) = split_config(data);

@@ -1,15 +1,10 @@
 //! `dhcp`: the IPAM plugin (it asks the daemon for a lease) and, as `dhcp daemon`, the
 //! daemon that acquires and maintains the leases inside the container netns.
 
-mod client;
-mod config;
 mod daemon;
 mod duration;
-mod error;
-mod lease;
-mod message;
-mod protocol;
-mod rawsock;
+
+use dhcp::{client, config, error, lease, protocol};
 
 use libcni::result::CniResult;
 use libcni::skel::{self, CmdArgs, Plugin};

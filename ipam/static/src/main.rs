@@ -1,8 +1,7 @@
 //! `static`: an IPAM plugin that returns the addresses, routes and DNS settings it is given.
 //! Nothing is allocated, so DEL and GC have nothing to release.
 
-mod config;
-mod error;
+use static_ipam::{config, error};
 
 use libcni::result::IpConfig;
 use libcni::skel::{self, CmdArgs, Plugin};

@@ -3,12 +3,13 @@
 //! veth; egress (from the container) is redirected to an IFB device carrying its own TBF.
 
 mod check;
-mod config;
 mod error;
 mod host;
 mod ifb;
 mod setup;
 mod shaping;
+
+use bandwidth::config;
 
 use libcni::error::CniError;
 use libcni::result::CniResult;

@@ -3,10 +3,10 @@
 
 mod add;
 mod check;
-mod config;
 mod del;
-mod error;
 mod gateway;
+
+use bridge::{config, error};
 
 use attach::ipam::{Ipam, LinkedIpam};
 use attach::netfilter::{LiveNetfilter, Netfilter};

@@ -3,13 +3,12 @@
 //! `ingressPolicy` isolation between bridges.
 
 mod chains;
-mod config;
-mod error;
 mod firewalld;
 mod ingress;
 mod iptables_backend;
 mod netlink_backend;
-mod record;
+
+use firewall::{config, error, record};
 
 use std::net::IpAddr;
 

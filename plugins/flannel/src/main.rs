@@ -3,11 +3,7 @@
 //! ferrocni-agent), builds a bridge + host-local delegate config from it, saves that config
 //! per container and delegates ADD/CHECK/DEL/GC/STATUS to it.
 
-mod config;
-mod delegate;
-mod error;
-mod scratch;
-mod subnet_env;
+use flannel::{config, delegate, error, scratch, subnet_env};
 
 use libcni::invoke;
 use libcni::result::CniResult;

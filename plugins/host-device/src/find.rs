@@ -31,7 +31,8 @@ impl Sysfs {
         Sysfs(PathBuf::from("/sys"))
     }
 
-    #[cfg(test)]
+    /// A sysfs tree elsewhere (the binary's tests build one; not cfg(test): they link this
+    /// library built without it).
     pub fn at(root: impl Into<PathBuf>) -> Sysfs {
         Sysfs(root.into())
     }

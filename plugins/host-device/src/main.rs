@@ -5,13 +5,11 @@
 //! ADD, DEL, CHECK and GC are generic over netkit's kernel seam and attach's IPAM; the binary
 //! runs them on the live kernel and the executed IPAM plugin.
 
-mod config;
-mod error;
-mod find;
 mod moves;
-mod state;
 #[cfg(test)]
 mod tests;
+
+use host_device::{config, error, find, state};
 
 use attach::errors::Failures;
 use attach::ipam::{ExecIpam, Ipam};

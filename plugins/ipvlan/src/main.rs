@@ -5,8 +5,7 @@
 //! ADD, DEL and CHECK are generic over netkit's kernel seam and attach's IPAM; the binary runs
 //! them on the live kernel and the executed IPAM plugin.
 
-mod config;
-mod error;
+use ipvlan::{config, error};
 
 use attach::ipam::{ExecIpam, Ipam};
 use attach::rollback::Rollback;

@@ -1,8 +1,7 @@
 //! The `macvlan` CNI plugin: a macvlan link on a host interface (the master), renamed to
 //! `CNI_IFNAME` inside the container, addressed by IPAM or left layer 2.
 
-mod config;
-mod error;
+use macvlan::{config, error};
 
 use attach::ipam::{ExecIpam, Ipam};
 use attach::rollback::{self, Rollback};

@@ -8,11 +8,11 @@
 
 mod add;
 mod check;
-mod config;
 mod del;
-mod error;
 #[cfg(test)]
 mod tests;
+
+use ptp::{config, error};
 
 use attach::ipam::{ExecIpam, Ipam};
 use attach::netfilter::{LiveNetfilter, Netfilter};

@@ -2,9 +2,9 @@
 //! own routing table holding the interface's routes, and a rule sending traffic from that
 //! address to it; with `table` set only the rules are added.
 
-mod config;
-mod error;
 mod routing;
+
+use sbr::{config, error};
 
 use std::os::fd::AsRawFd;
 

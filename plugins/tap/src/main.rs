@@ -2,8 +2,7 @@
 //! (for a VM in the pod to attach to), with its MAC, MTU, queues, owner and group, optionally a
 //! port of a bridge inside the container, addressed by IPAM or left layer 2.
 
-mod config;
-mod error;
+use tap::{config, error};
 
 use attach::ipam::{ExecIpam, Ipam};
 use attach::rollback::{self, Rollback};

@@ -1,11 +1,10 @@
 //! `tuning`: a chained CNI plugin that sets sysctls and link attributes on the container
 //! interface, backs the original link values up and restores them on DEL.
 
-mod backup;
-mod config;
-mod error;
 mod link_settings;
 mod sysctls;
+
+use tuning::{backup, config, error};
 
 use libcni::result::CniResult;
 use libcni::skel::{self, CmdArgs, Plugin};

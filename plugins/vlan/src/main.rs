@@ -1,8 +1,7 @@
 //! The `vlan` CNI plugin: an 802.1Q VLAN link on a host interface (the master), renamed to
 //! `CNI_IFNAME` inside the container and addressed by IPAM.
 
-mod config;
-mod error;
+use vlan::{config, error};
 
 use attach::ipam::{ExecIpam, Ipam};
 use attach::rollback::{self, Rollback};
