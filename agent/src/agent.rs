@@ -13,6 +13,7 @@ use tokio::time::{sleep, sleep_until, Instant};
 use crate::backend::{registry, Backend, Node};
 use crate::error::{AgentError, Stage, StoreFailure};
 use crate::manager::etcd::EtcdManager;
+use crate::manager::kube::KubeManager;
 use crate::manager::{LeaseRequest, LeaseWatch, OwnLease, Snapshot, SubnetManager, WatchEvent};
 use crate::membership::Membership;
 use crate::node::addr;
@@ -46,8 +47,7 @@ pub struct Agent<M: SubnetManager> {
     config_changed: bool,
 }
 
-pub async fn run(opts: Options) -> Result<(), AgentError> {
-    let public_ip = addr::public_ip(&opts)?;
+pub async fn run(mut opts: Options) -> Result<(), AgentError> {
     if !opts.once {
         http::start(&http::Listen {
             ip: opts.healthz_ip,
@@ -56,6 +56,16 @@ pub async fn run(opts: Options) -> Result<(), AgentError> {
         })
         .await?;
     }
+    if opts.kube.enabled {
+        let (manager, net) = KubeManager::connect(&opts).await?;
+        // An operator's public-ip-overwrite on the Node wins over the interface's address.
+        let (v4, v6) = manager.public_ip_overwrites().await?;
+        opts.public_ip = v4.or(opts.public_ip);
+        opts.public_ipv6 = v6.or(opts.public_ipv6);
+        let public_ip = addr::public_ip(&opts)?;
+        return run_on(opts, manager, net, public_ip).await;
+    }
+    let public_ip = addr::public_ip(&opts)?;
     let (manager, net) = EtcdManager::connect(&opts).await?;
     run_on(opts, manager, net, public_ip).await
 }

@@ -36,6 +36,15 @@ Options:
   --ip-masq                      write FLANNEL_IPMASQ=true and keep masquerade rules (default false)
   --cni-conf-template PATH       conflist template to render with the lease
   --cni-conf-dir DIR             where the rendered conflist goes (default /etc/cni/net.d)
+  --kube-subnet-mgr              leases are Kubernetes Nodes (podCIDR and annotations) instead
+                                 of etcd keys; the node is NODE_NAME (or POD_NAMESPACE/POD_NAME)
+  --kube-api-url URL             the API server (default: the kubeconfig's, or in a pod the
+                                 service account's KUBERNETES_SERVICE_HOST/PORT)
+  --kubeconfig-file PATH         kubeconfig to use (default: the pod's service account)
+  --kube-annotation-prefix P     node annotation prefix (default flannel.alpha.coreos.com)
+  --net-config-path PATH         network config in kube mode (default /etc/kube-flannel/net-conf.json)
+  --set-node-network-unavailable in kube mode, set the node's NetworkUnavailable condition to
+                                 False once up (default true; =false leaves it alone)
 ";
 
 /// `--help` after the backends' flags.
@@ -94,8 +103,33 @@ impl std::fmt::Debug for Credentials {
     }
 }
 
+/// flanneld's `--kube-subnet-mgr` and the flags that go with it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KubeOptions {
+    pub enabled: bool,
+    pub api_url: Option<String>,
+    pub kubeconfig: Option<PathBuf>,
+    pub annotation_prefix: String,
+    pub net_config_path: PathBuf,
+    pub set_node_network_unavailable: bool,
+}
+
+impl Default for KubeOptions {
+    fn default() -> KubeOptions {
+        KubeOptions {
+            enabled: false,
+            api_url: None,
+            kubeconfig: None,
+            annotation_prefix: "flannel.alpha.coreos.com".into(),
+            net_config_path: "/etc/kube-flannel/net-conf.json".into(),
+            set_node_network_unavailable: true,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Options {
+    pub kube: KubeOptions,
     pub etcd_endpoints: Vec<String>,
     pub etcd_prefix: String,
     pub etcd_tls: TlsFiles,
@@ -123,6 +157,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Options {
         Options {
+            kube: KubeOptions::default(),
             etcd_endpoints: vec!["http://127.0.0.1:2379".into()],
             etcd_prefix: "/coreos.com/network".into(),
             etcd_tls: TlsFiles::default(),
@@ -159,8 +194,17 @@ pub enum Invocation {
 
 /// The agent's own flags that are switches, and those that take a value (the backends' take
 /// one).
-const SWITCHES: &[&str] = &["--once", "--ip-masq"];
+const SWITCHES: &[&str] = &[
+    "--once",
+    "--ip-masq",
+    "--kube-subnet-mgr",
+    "--set-node-network-unavailable",
+];
 const VALUED: &[&str] = &[
+    "--kube-api-url",
+    "--kubeconfig-file",
+    "--kube-annotation-prefix",
+    "--net-config-path",
     "--etcd-endpoints",
     "--etcd-prefix",
     "--etcd-cafile",
@@ -331,6 +375,12 @@ fn apply(
     match flag {
         "--once" => o.once = switch()?,
         "--ip-masq" => o.ip_masq = switch()?,
+        "--kube-subnet-mgr" => o.kube.enabled = switch()?,
+        "--set-node-network-unavailable" => o.kube.set_node_network_unavailable = switch()?,
+        "--kube-api-url" => o.kube.api_url = Some(need()?),
+        "--kubeconfig-file" => o.kube.kubeconfig = path(need()?),
+        "--kube-annotation-prefix" => o.kube.annotation_prefix = need()?,
+        "--net-config-path" => o.kube.net_config_path = need()?.into(),
         "--etcd-endpoints" => {
             o.etcd_endpoints = need()?
                 .split(',')

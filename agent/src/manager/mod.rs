@@ -7,14 +7,14 @@
 //! - [`etcd`]: flannel's etcd layout (`<prefix>/config`, `<prefix>/subnets/<key>`), etcd v3
 //!   over gRPC; a resume point is a revision.
 //!
-//! Another store (the Kubernetes API: Node objects' `podCIDR` and annotations, list and watch
-//! with a `resourceVersion`) is one more module implementing the same traits: its resume point
-//! is a `resourceVersion`, its "410 Gone" a [`WatchEvent::Relist`].
+//! - [`kube`]: flanneld's `--kube-subnet-mgr`, Node objects' `podCIDR` and annotations, list
+//!   and watch; a resume point is a `resourceVersion`, "410 Gone" a [`WatchEvent::Relist`].
 //!
 //! When the agent stops, its lease stays in the store for the next agent (as flanneld's does):
 //! nothing is revoked.
 
 pub mod etcd;
+pub mod kube;
 pub mod startup;
 
 use std::collections::BTreeMap;

@@ -22,6 +22,8 @@ pub enum Unreadable {
     /// Listed without its value (larger than a whole response of the store): the store's
     /// words, after "its value is".
     NotListed(String),
+    /// A Kubernetes node whose podCIDRs or annotations name no usable lease (what is wrong).
+    BadAnnotation(String),
 }
 
 impl fmt::Display for Unreadable {
@@ -33,6 +35,7 @@ impl fmt::Display for Unreadable {
             ),
             Unreadable::NotLeaseJson(e) => write!(f, "its value is not flannel lease JSON ({e})"),
             Unreadable::NotListed(why) => write!(f, "its value is {why}"),
+            Unreadable::BadAnnotation(why) => write!(f, "its node is not a usable lease: {why}"),
         }
     }
 }

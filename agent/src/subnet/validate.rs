@@ -104,7 +104,9 @@ impl Reason {
             Reason::Unreadable(Unreadable::TooLarge { .. } | Unreadable::NotListed(_)) => {
                 Class::TooLarge
             }
-            Reason::Unreadable(Unreadable::NotLeaseJson(_)) => Class::Unreadable,
+            Reason::Unreadable(Unreadable::NotLeaseJson(_) | Unreadable::BadAnnotation(_)) => {
+                Class::Unreadable
+            }
             Reason::Subnet(_) => Class::Subnet,
             Reason::Overlap { .. } => Class::Overlap,
             Reason::Underlay { .. } => Class::PublicIp,
