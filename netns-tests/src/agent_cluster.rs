@@ -63,6 +63,18 @@ pub fn iperf_rate(server: &Pod, client: &Pod) -> f64 {
     crate::cluster::iperf(server, client, 2).map_or(0.0, |r| r.bits_per_second)
 }
 
+/// Every pod pings every other.
+pub fn assert_pods_mesh(pods: &[Pod]) {
+    eprintln!("pods: {:?}", pods.iter().map(|p| &p.ip).collect::<Vec<_>>());
+    for (i, from) in pods.iter().enumerate() {
+        for (j, to) in pods.iter().enumerate() {
+            if i != j {
+                assert_ping(from, to);
+            }
+        }
+    }
+}
+
 /// Three nodes with an agent and a pod each, on one etcd.
 pub struct Cluster {
     pub pods: Vec<Pod>,
@@ -164,17 +176,7 @@ impl Cluster {
     }
 
     pub fn assert_full_mesh(&self) {
-        eprintln!(
-            "pods: {:?}",
-            self.pods.iter().map(|p| &p.ip).collect::<Vec<_>>()
-        );
-        for (i, from) in self.pods.iter().enumerate() {
-            for (j, to) in self.pods.iter().enumerate() {
-                if i != j {
-                    assert_ping(from, to);
-                }
-            }
-        }
+        assert_pods_mesh(&self.pods);
     }
 
     /// The frames the switch sees while pod 1 pings pod 2 three times.

@@ -17,6 +17,7 @@ use super::error::KubeStoreError;
 use super::index::NodeIndex;
 use super::publish::Publisher;
 use crate::error::AgentError;
+use crate::log;
 use crate::manager::{LeaseWatch, WatchEvent};
 
 pub type NodeEvents = Pin<Box<dyn Stream<Item = Result<KubeEvent<Node>, kube::Error>>>>;
@@ -78,6 +79,10 @@ impl LeaseWatch for KubeWatch {
                 }
                 KubeEvent::Bookmark(b) => (Vec::new(), Some(b.metadata.resource_version), false),
                 KubeEvent::Error(status) if status.code == 410 => {
+                    log!(
+                        "watch on nodes expired at resourceVersion {} (410 Gone); re-listing",
+                        index.resume
+                    );
                     index.synced = false;
                     return Ok(Some(WatchEvent::Relist));
                 }
