@@ -79,7 +79,7 @@ DEB_NAME  := ferrocni_$(VERSION)_$(DEB_ARCH)
 
 .PHONY: all build static-target install install-units image test test-deps test-release test-dist \
         test-unit test-kernel test-kernel-run test-kernel-tmp lint bench layout-profile dist clean fuzz fuzz-check \
-        demo demo-cluster
+        demo demo-cluster kube-bins
 
 all: build
 
@@ -203,12 +203,21 @@ test-deps:
 # (as root) the driver-dependent ones in a VM on a stock kernel (test-kernel).
 # Binaries are built first because end-to-end tests exec them.
 test: test-deps
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory kube-bins; else \
+	    echo "note: the Kubernetes binaries (make kube-bins) are built as root only; the tests needing them skip"; fi
 	$(CARGO) build --workspace --bins
 	$(CARGO) test --workspace --no-fail-fast
 	$(MAKE) --no-print-directory fuzz-check
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory test-kernel-run; else \
 	    echo "note: the kernel tests (make test-kernel) need root; not run"; fi
 	$(MAKE) test-release
+
+# Kubernetes 1.20.2 (apiserver, controller-manager, scheduler, kubelet, kube-proxy, kubectl)
+# built from Debian 12's source package for the Kubernetes tests, into a cache outside the
+# checkout: ${FERROCNI_KUBE_CACHE:-$HOME/.cache/ferrocni}/kubernetes-1.20.2/bin. About 6-8
+# minutes the first time (and a 34 MB download, kept in the cache), seconds once built.
+kube-bins:
+	netns-tests/kube/build-kubernetes
 
 # The end-to-end tests listed in netns-tests/vm/kernel-tests.txt, in a QEMU VM booted on the
 # stock kernel (Debian's linux-image-amd64) with this machine's root filesystem, where a missing

@@ -67,6 +67,10 @@ pub struct EtcdOptions {
     pub auth: Option<EtcdAuth>,
     /// More etcd flags, for every member.
     pub extra: Vec<String>,
+    /// Member 0's client port; member `i` listens on `client_port + 100 * i` and peers one
+    /// above. Two clusters in one netns (the agents' and a Kubernetes control plane's) need
+    /// different ones.
+    pub client_port: u16,
 }
 
 impl Default for EtcdOptions {
@@ -77,6 +81,7 @@ impl Default for EtcdOptions {
             tls: None,
             auth: None,
             extra: Vec::new(),
+            client_port: 2379,
         }
     }
 }
@@ -107,6 +112,11 @@ impl EtcdOptions {
 
     pub fn args(mut self, extra: &[&str]) -> Self {
         self.extra.extend(extra.iter().map(|s| s.to_string()));
+        self
+    }
+
+    pub fn client_port(mut self, port: u16) -> Self {
+        self.client_port = port;
         self
     }
 
@@ -144,7 +154,7 @@ impl Etcd {
         let dir = TempDir::new("etcd");
         // Ports only need to be unique inside the cluster's own netns.
         let client_ports: Vec<u16> = (0..options.members)
-            .map(|i| 2379 + 100 * i as u16)
+            .map(|i| options.client_port + 100 * i as u16)
             .collect();
         let mut etcd = Etcd {
             ns: ns.name().to_string(),

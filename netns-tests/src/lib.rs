@@ -42,6 +42,7 @@ pub mod cri;
 pub mod etcd;
 pub mod exec_floor;
 pub mod frr;
+pub mod kube;
 pub mod netfilter;
 pub mod plugin;
 pub mod private_host;
