@@ -59,7 +59,7 @@ pub async fn run(mut opts: Options) -> Result<(), AgentError> {
     if opts.kube.enabled {
         let (manager, net) = KubeManager::connect(&opts).await?;
         // An operator's public-ip-overwrite on the Node wins over the interface's address.
-        let (v4, v6) = manager.public_ip_overwrites().await?;
+        let (v4, v6) = manager.public_ip_overwrites();
         opts.public_ip = v4.or(opts.public_ip);
         opts.public_ipv6 = v6.or(opts.public_ipv6);
         let public_ip = addr::public_ip(&opts)?;

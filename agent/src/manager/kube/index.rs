@@ -139,12 +139,21 @@ impl NodeIndex {
     /// Records `node`; returns its key.
     fn upsert(&mut self, node: NodeFacts) -> Option<SubnetKey> {
         let name = node.name.clone();
-        if let Some(old) = self.entries.remove(&name) {
-            if let Some(key) = old.lease.key {
-                self.unclaim(&key, old.created, &name);
+        let old = self.entries.remove(&name);
+        if let Some(key) = old.as_ref().and_then(|o| o.lease.key) {
+            self.unclaim(&key, old.as_ref().map_or(0, |o| o.created), &name);
+        }
+        let mut lease = self.annotations.lease_of(&node, self.dual_stack);
+        // Annotations broken on a node that had a good lease for the same podCIDR (an
+        // operator's edit its agent will undo): the last good value stands, as flanneld keeps
+        // its last lease for a node it cannot read.
+        if let (Some(new), Some(old)) = (lease.as_mut(), old.as_ref()) {
+            if new.attrs.is_err() && new.key.is_some() && new.key == old.lease.key {
+                if let Ok(good) = &old.lease.attrs {
+                    new.attrs = Ok(good.clone());
+                }
             }
         }
-        let lease = self.annotations.lease_of(&node, self.dual_stack);
         let version = fingerprint(&node);
         let created = node.created;
         if name == self.own_name {
@@ -340,6 +349,27 @@ mod tests {
             "{changes:?}"
         );
         assert!(i.snapshot().leases.is_empty());
+    }
+
+    #[test]
+    fn broken_annotations_keep_the_last_good_value() {
+        let mut i = index(vec![node("b", 2, "10.244.2.0/24", "192.168.1.2")]);
+        let mut broken = node("b", 2, "10.244.2.0/24", "192.168.1.2");
+        broken
+            .annotations
+            .remove(&format!("{DEFAULT_PREFIX}/public-ip"));
+        let changes = i.node_changed(broken);
+        assert!(
+            matches!(&changes[..], [Change::Put { lease, .. }] if lease.attrs.is_ok()),
+            "{changes:?}"
+        );
+        // A node first seen broken is refused.
+        let mut fresh = node("c", 3, "10.244.3.0/24", "192.168.1.3");
+        fresh
+            .annotations
+            .remove(&format!("{DEFAULT_PREFIX}/public-ip"));
+        let changes = i.node_changed(fresh);
+        assert!(matches!(&changes[..], [Change::Put { lease, .. }] if lease.attrs.is_err()));
     }
 
     #[test]

@@ -71,6 +71,8 @@ pub struct KubeManager {
     set_network_unavailable: bool,
     index: Rc<RefCell<NodeIndex>>,
     publisher: Rc<Publisher>,
+    /// The operator's public-ip-overwrite and public-ipv6-overwrite on this node, at start.
+    overwrites: (Option<Ipv4Addr>, Option<Ipv6Addr>),
 }
 
 impl KubeManager {
@@ -84,12 +86,24 @@ impl KubeManager {
         let net = read_net_config(&kube.net_config_path)?;
         let (client, server) = connect::client(kube).await?;
         let source = connect::node_name_source(|k| std::env::var(k).ok())?;
-        let node_name = retry_until(STORE_NAME, opts.startup_timeout, |left| {
-            let (client, server, source) = (&client, &server, source.clone());
+        let nodes: Api<Node> = Api::all(client.clone());
+        let (node_name, own) = retry_until(STORE_NAME, opts.startup_timeout, |left| {
+            let (client, nodes, server, source) = (&client, &nodes, &server, source.clone());
             async move {
-                match tokio::time::timeout(left, connect::node_name(client, server, source)).await {
-                    Ok(Ok(name)) => Attempt::Done(name),
-                    Ok(Err(e @ KubeStoreError::Request { .. })) => Attempt::Retry(e.into()),
+                let attempt = async {
+                    let name = connect::node_name(client, server, source).await?;
+                    let own = nodes.get_opt(&name).await.map_err(|e| {
+                        KubeStoreError::request(server, format!("GET node {name}"), e)
+                    })?;
+                    Ok::<_, KubeStoreError>((name, own.as_ref().map(NodeFacts::from_node)))
+                };
+                match tokio::time::timeout(left, attempt).await {
+                    Ok(Ok(found)) => Attempt::Done(found),
+                    // A refusal is retried too: an apiserver that has just started
+                    // answers 403 until its RBAC caches are filled.
+                    Ok(Err(
+                        e @ (KubeStoreError::Request { .. } | KubeStoreError::Refused { .. }),
+                    )) => Attempt::Retry(e.into()),
                     Ok(Err(e)) => Attempt::Fatal(e.into()),
                     Err(_) => Attempt::Retry(
                         KubeStoreError::Request {
@@ -116,7 +130,12 @@ impl KubeManager {
             },
         })?;
         log!("node {node_name}, Kubernetes API {server}");
-        let nodes: Api<Node> = Api::all(client);
+        let overwrites = own.as_ref().map_or((None, None), |node| {
+            (
+                names.public_ip_overwrite(node),
+                names.public_ipv6_overwrite(node),
+            )
+        });
         let dual_stack = net.ipv6.is_some();
         let index = NodeIndex::new(names.clone(), dual_stack, &node_name);
         let manager = KubeManager {
@@ -133,23 +152,15 @@ impl KubeManager {
             dual_stack,
             set_network_unavailable: kube.set_node_network_unavailable,
             index: Rc::new(RefCell::new(index)),
+            overwrites,
         };
         Ok((manager, net))
     }
 
-    /// The operator's public-ip-overwrite (and public-ipv6-overwrite) on this node: the
-    /// addresses the backend uses instead of the interface's. Reads the node once.
-    pub async fn public_ip_overwrites(
-        &self,
-    ) -> Result<(Option<Ipv4Addr>, Option<Ipv6Addr>), AgentError> {
-        let Some(node) = self.get_own().await? else {
-            return Ok((None, None));
-        };
-        let names = &self.publisher.names;
-        Ok((
-            names.public_ip_overwrite(&node),
-            names.public_ipv6_overwrite(&node),
-        ))
+    /// The operator's public-ip-overwrite (and public-ipv6-overwrite) on this node at start:
+    /// the addresses the backend uses instead of the interface's.
+    pub fn public_ip_overwrites(&self) -> (Option<Ipv4Addr>, Option<Ipv6Addr>) {
+        self.overwrites
     }
 
     fn request_failed(&self, what: &str, e: kube::Error) -> AgentError {
@@ -343,7 +354,14 @@ impl SubnetManager for KubeManager {
         loop {
             match self.try_acquire(request).await {
                 Ok(own) => return Ok(own),
-                Err(e) if e.store_failure() == Some(StoreFailure::Transient) => {
+                // Refusals too: RBAC may be filling its caches after an apiserver restart
+                // (a missing ClusterRole says so in every retry's line).
+                Err(e)
+                    if matches!(
+                        e.store_failure(),
+                        Some(StoreFailure::Transient | StoreFailure::Refused)
+                    ) && !matches!(e, AgentError::BadConfig { .. }) =>
+                {
                     warn!("acquiring this node's subnet: {e}; retrying in {ACQUIRE_RETRY:?}");
                     sleep(ACQUIRE_RETRY).await;
                 }
