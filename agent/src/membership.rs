@@ -322,11 +322,12 @@ impl Membership {
 }
 
 fn report_junk(budget: &mut LogBudget, junk: &JunkKey) {
-    budget.report(Class::NotALeaseKey, || {
-        format!(
+    budget.report(Class::NotALeaseKey, || match &junk.why {
+        Some(why) => format!("ignoring {}: {why}", junk.shown),
+        None => format!(
             "ignoring key {}: not a flannel subnet lease key",
             junk.shown
-        )
+        ),
     });
 }
 

@@ -54,9 +54,11 @@ const SERVICE_CIDR6: &str = "fd00:96::/112";
 /// The issuer and audience of service-account tokens.
 const ISSUER: &str = "https://kubernetes.default.svc";
 /// How long the apiserver may take to answer /readyz, and the controllers to run.
-const READY_WITHIN: Duration = Duration::from_secs(90);
+// Generous: only a failure waits it out, and a VM without KVM needs minutes where a host
+// needs seconds.
+const READY_WITHIN: Duration = Duration::from_secs(300);
 /// How long a controller may take to act (a podCIDR, a token Secret).
-const CONTROLLER_WITHIN: Duration = Duration::from_secs(30);
+const CONTROLLER_WITHIN: Duration = Duration::from_secs(120);
 
 /// Where `build-kubernetes` caches: `FERROCNI_KUBE_CACHE`, else `$HOME/.cache/ferrocni`.
 pub fn kube_cache_dir() -> PathBuf {

@@ -64,13 +64,19 @@ impl KubeCluster {
     /// The control plane with the manifest applied and three registered nodes, whose
     /// agents are not started yet.
     pub fn new(tag: &str, net_conf: &str) -> Option<KubeCluster> {
+        KubeCluster::new_with(tag, net_conf, KubeOptions::default())
+    }
+
+    /// [`KubeCluster::new`] on a control plane started with `options` (a dual-stack cluster
+    /// CIDR...); on a dual-stack network (`EnableIPv6`) the agents get `--public-ipv6`.
+    pub fn new_with(tag: &str, net_conf: &str, options: KubeOptions) -> Option<KubeCluster> {
         if !have_tools() {
             return None;
         }
         kube_bin_dir()?;
         let underlay = Underlay::new(tag);
         eprintln!("{tag}: starting the control plane");
-        let control = ControlPlane::start(&underlay.ns, KubeOptions::default());
+        let control = ControlPlane::start(&underlay.ns, options);
         control.kubectl_apply(&manifest());
         let token = control.service_account_token(NAMESPACE, SERVICE_ACCOUNT);
         let kubeconfig = control.kubeconfig_for_token(&token);
@@ -92,7 +98,8 @@ impl KubeCluster {
         for i in 0..c.nodes.len() {
             let node = &c.nodes[i];
             c.control.register_node(&node_name(node.index), &node.ip);
-            let agent = c.agent_for(i);
+            let mut agent = c.agent_for(i);
+            agent.dual = net_conf.contains(r#""EnableIPv6":true"#);
             c.agents.push(agent);
         }
         Some(c)

@@ -68,11 +68,13 @@ impl StoredLease {
 }
 
 /// A record among the leases that is not a lease (etcd: a key under `<prefix>/subnets/` that
-/// is no lease key): remembered by a fingerprint of its name and version (to log it once),
-/// and shown clipped.
+/// is no lease key; Kubernetes: a managed node whose podCIDRs name no lease of its own):
+/// remembered by a fingerprint of its name and version (to log it once), and shown clipped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JunkKey {
     pub shown: String,
+    /// Why it is no lease, when the store says more than "not a lease key".
+    pub why: Option<String>,
     pub fingerprint: u64,
 }
 
@@ -83,7 +85,16 @@ impl JunkKey {
         version.hash(&mut h);
         JunkKey {
             shown: shown_key(name),
+            why: None,
             fingerprint: h.finish(),
+        }
+    }
+
+    /// A record named `name` that is no lease because of `why`.
+    pub fn with_reason(name: &str, version: i64, why: String) -> JunkKey {
+        JunkKey {
+            why: Some(why),
+            ..JunkKey::new(name.as_bytes(), version)
         }
     }
 }

@@ -26,6 +26,8 @@ pub struct Annotations {
     pub public_ipv6: String,
     pub public_ip_overwrite: String,
     pub public_ipv6_overwrite: String,
+    pub node_public_ip: String,
+    pub node_public_ipv6: String,
 }
 
 impl Annotations {
@@ -62,6 +64,8 @@ impl Annotations {
             public_ipv6: name("public-ipv6"),
             public_ip_overwrite: name("public-ip-overwrite"),
             public_ipv6_overwrite: name("public-ipv6-overwrite"),
+            node_public_ip: name("node-public-ip"),
+            node_public_ipv6: name("node-public-ipv6"),
         })
     }
 
@@ -158,14 +162,19 @@ impl Annotations {
         out
     }
 
-    /// The operator's `public-ip-overwrite` on this node, when it holds an IPv4 address.
+    /// The address an operator set for this node: `public-ip-overwrite`, else
+    /// `node-public-ip` (flanneld reads both), when it holds an IPv4 address.
     pub fn public_ip_overwrite(&self, node: &NodeFacts) -> Option<Ipv4Addr> {
-        node.annotation(&self.public_ip_overwrite)?.parse().ok()
+        [&self.public_ip_overwrite, &self.node_public_ip]
+            .into_iter()
+            .find_map(|name| node.annotation(name)?.parse().ok())
     }
 
-    /// The operator's `public-ipv6-overwrite` on this node, when it holds an IPv6 address.
+    /// Likewise for IPv6: `public-ipv6-overwrite`, else `node-public-ipv6`.
     pub fn public_ipv6_overwrite(&self, node: &NodeFacts) -> Option<Ipv6Addr> {
-        node.annotation(&self.public_ipv6_overwrite)?.parse().ok()
+        [&self.public_ipv6_overwrite, &self.node_public_ipv6]
+            .into_iter()
+            .find_map(|name| node.annotation(name)?.parse().ok())
     }
 }
 

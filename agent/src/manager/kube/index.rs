@@ -238,8 +238,11 @@ impl NodeIndex {
                 format!("its podCIDR {key} is held by node {holder}, registered before it")
             }
         };
-        let shown = format!("node {name} ({why})");
-        Some(JunkKey::new(shown.as_bytes(), e.version))
+        Some(JunkKey::with_reason(
+            &format!("node {name}"),
+            e.version,
+            why,
+        ))
     }
 }
 
@@ -328,7 +331,7 @@ mod tests {
         let changes = i.node_changed(node("c", 3, "10.244.2.0/24", "192.168.1.3"));
         // b still holds it: the same lease, and c reported.
         assert!(matches!(&changes[0], Change::Put { lease, .. } if lease.created == 2));
-        assert!(matches!(&changes[1], Change::NotALease(j) if j.shown.contains("node c")));
+        assert!(matches!(&changes[1], Change::NotALease(j) if j.shown == "node c"));
         assert_eq!(i.snapshot().junk.len(), 1);
         let changes = i.node_deleted("b");
         assert!(matches!(&changes[..], [Change::Put { lease, .. }] if lease.created == 3));
@@ -376,7 +379,9 @@ mod tests {
     fn bad_podcidrs_are_reported_not_leased() {
         let mut i = index(vec![]);
         let changes = i.node_changed(node("b", 2, "10.244.2.1/24", "192.168.1.2"));
-        assert!(matches!(&changes[..], [Change::NotALease(j)] if j.shown.contains("podCIDR")));
+        assert!(
+            matches!(&changes[..], [Change::NotALease(j)] if j.why.as_deref().is_some_and(|w| w.contains("podCIDR")))
+        );
         assert_eq!(i.snapshot().junk.len(), 1);
     }
 }
