@@ -64,22 +64,8 @@ impl Publisher {
     }
 
     async fn patch_annotations(&self, set: BTreeMap<String, String>) -> Result<(), KubeStoreError> {
-        let body = json!({"metadata": {"annotations": set}});
-        self.nodes
-            .patch_status(
-                &self.node_name,
-                &PatchParams::default(),
-                &Patch::Strategic(body),
-            )
+        self.patch_status(json!({"metadata": {"annotations": set}}), "annotations")
             .await
-            .map_err(|e| {
-                KubeStoreError::request(
-                    &self.server,
-                    format!("PATCH node {} annotations", self.node_name),
-                    e,
-                )
-            })?;
-        Ok(())
     }
 
     /// Sets the node's `NetworkUnavailable` condition to False, as flanneld does.
@@ -93,6 +79,16 @@ impl Publisher {
             "lastTransitionTime": now,
             "lastHeartbeatTime": now,
         }]}});
+        self.patch_status(body, "condition NetworkUnavailable")
+            .await
+    }
+
+    /// A strategic-merge patch of this node through its `status` subresource.
+    async fn patch_status(
+        &self,
+        body: serde_json::Value,
+        what: &str,
+    ) -> Result<(), KubeStoreError> {
         self.nodes
             .patch_status(
                 &self.node_name,
@@ -103,7 +99,7 @@ impl Publisher {
             .map_err(|e| {
                 KubeStoreError::request(
                     &self.server,
-                    format!("PATCH node {} condition NetworkUnavailable", self.node_name),
+                    format!("PATCH node {} {what}", self.node_name),
                     e,
                 )
             })?;
