@@ -45,6 +45,7 @@ pub mod frr;
 pub mod kube;
 pub mod kube_cluster;
 pub mod netfilter;
+pub mod oci;
 pub mod plugin;
 pub mod private_host;
 pub mod reboot;
