@@ -44,6 +44,7 @@ pub mod exec_floor;
 pub mod frr;
 pub mod kube;
 pub mod kube_cluster;
+pub mod kubelet;
 pub mod netfilter;
 pub mod oci;
 pub mod plugin;
