@@ -31,7 +31,7 @@ Options:
   --public-ip IP                 this node's underlay address (default: first IPv4 of --iface)
   --public-ipv6 IP               this node's IPv6 underlay address, for a dual-stack network
                                  (default: first global IPv6 of --iface)
-  --iface NAME                   underlay interface
+  --iface NAME                   underlay interface (default: the default route's)
   --subnet-file PATH             (default /run/flannel/subnet.env)
   --ip-masq                      write FLANNEL_IPMASQ=true and keep masquerade rules (default false)
   --cni-conf-template PATH       conflist template to render with the lease

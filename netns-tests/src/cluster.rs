@@ -169,6 +169,19 @@ pub fn nth(cidr: &str, n: u32) -> Ipv4Addr {
 }
 
 impl Node {
+    /// A default route to the underlay switch (the control plane's address, and Service
+    /// addresses kube-proxy translates, are reached through it).
+    pub fn route_default_via_switch(&self) {
+        self.ns.exec_ok(&[
+            "ip",
+            "route",
+            "add",
+            "default",
+            "via",
+            &Underlay::switch_ip(),
+        ]);
+    }
+
     /// Node `index` in `ns`, whose `eth0` is there: its underlay addresses on `eth0`, `lo` and
     /// `eth0` up, IPv4 and IPv6 forwarding on (it routes for its pods).
     fn on_eth0(ns: Netns, index: u8) -> Node {

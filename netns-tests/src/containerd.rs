@@ -22,7 +22,6 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
 use crate::cri::{
     CriClient, CriError, LinuxPodSandboxConfig, PodSandboxConfig, PodSandboxMetadata,
@@ -124,8 +123,11 @@ impl CriNode {
             std::os::unix::fs::symlink(&target, work.join("bin").join(name))
                 .expect("symlink a plugin into bin_dir");
         }
-        fs::write(work.join("config.toml"), containerd_config(work.path()))
-            .expect("write config.toml");
+        fs::write(
+            work.join("config.toml"),
+            containerd_config(work.path(), &work.join("bin"), &work.join("conf")),
+        )
+        .expect("write config.toml");
         let image = build_sandbox_image(&work.join("image"));
         let host = PrivateHost::start(work.path());
         let mut node = CriNode {
@@ -181,54 +183,19 @@ impl CriNode {
 
     /// The last lines of containerd's log, for failure messages.
     pub fn log_tail(&self, lines: usize) -> String {
-        let text = fs::read_to_string(self.log_path()).unwrap_or_default();
-        let all: Vec<&str> = text.lines().collect();
-        all[all.len().saturating_sub(lines)..].join("\n")
+        tail(&self.log_path(), lines)
     }
 
     /// Starts containerd in the private host and waits until its CRI answers.
     pub fn start_containerd(&mut self) {
         assert!(self.containerd.is_none(), "containerd is already running");
-        let log = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.log_path())
-            .expect("open containerd.log");
-        let config = self.work.join("config.toml");
-        let mut cmd = self
-            .host
-            .command(&["containerd", "--config", &config.display().to_string()]);
-        cmd.stdin(Stdio::null())
-            .stdout(log.try_clone().expect("dup log"))
-            .stderr(log);
-        // nsenter execs containerd in place: this child is containerd itself.
-        self.containerd = Some(
-            private_host::die_with_parent(&mut cmd)
-                .spawn()
-                .expect("spawn containerd"),
+        let (child, cri) = start_containerd(
+            &self.host,
+            &self.work.join("config.toml"),
+            &self.socket(),
+            &self.log_path(),
         );
-        let mut cri = CriClient::new(&self.socket(), Duration::from_secs(120))
-            .unwrap_or_else(|e| panic!("{e}"));
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            match cri.version() {
-                Ok(v) if v.runtime_name == "containerd" => break,
-                Ok(v) => panic!("unexpected runtime behind the socket: {v:?}"),
-                Err(e) => {
-                    let exited = self
-                        .containerd
-                        .as_mut()
-                        .and_then(|c| c.try_wait().ok().flatten());
-                    if exited.is_some() || Instant::now() > deadline {
-                        panic!(
-                            "containerd did not come up ({e}; exit: {exited:?}):\n{}",
-                            self.log_tail(30)
-                        );
-                    }
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-            }
-        }
+        self.containerd = Some(child);
         self.cri = Some(cri);
     }
 
@@ -242,30 +209,15 @@ impl CriNode {
     }
 
     fn import_image(&mut self, archive: &Path) {
-        let socket = self.socket().display().to_string();
-        self.host.exec_ok(&[
-            "ctr",
-            "--address",
-            &socket,
-            "--namespace",
-            "k8s.io",
-            "images",
-            "import",
-            "--snapshotter",
-            "native",
-            &archive.display().to_string(),
-        ]);
-        // The CRI plugin learns about the image from containerd's events: wait for it, or its
-        // first RunPodSandbox would try to pull.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !matches!(self.cri().image_status(SANDBOX_IMAGE), Ok(Some(_))) {
-            assert!(
-                Instant::now() < deadline,
-                "the CRI does not see {SANDBOX_IMAGE} after ctr import:\n{}",
-                self.log_tail(20)
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let log = self.log_path();
+        import_image(
+            &self.host,
+            &self.socket(),
+            self.cri.as_mut().expect("containerd is not running"),
+            archive,
+            SANDBOX_IMAGE,
+            &log,
+        );
     }
 
     /// Polls the CRI's NetworkReady condition until it is `want`; returns whether it got there.
@@ -395,6 +347,90 @@ impl Drop for CriNode {
     }
 }
 
+/// Starts containerd with `config` in `host` (its output appended to `log`) and waits until
+/// its CRI answers on `socket`; the process (dying with this thread) and the CRI client.
+pub(crate) fn start_containerd(
+    host: &PrivateHost,
+    config: &Path,
+    socket: &Path,
+    log: &Path,
+) -> (Child, CriClient) {
+    let log_file = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("open containerd.log");
+    let mut cmd = host.command(&["containerd", "--config", &config.display().to_string()]);
+    cmd.stdin(Stdio::null())
+        .stdout(log_file.try_clone().expect("dup log"))
+        .stderr(log_file);
+    // nsenter (and the cgroup-joining shell) exec containerd in place: this child is
+    // containerd itself.
+    let mut child = private_host::die_with_parent(&mut cmd)
+        .spawn()
+        .expect("spawn containerd");
+    let mut cri =
+        CriClient::new(socket, Duration::from_secs(120)).unwrap_or_else(|e| panic!("{e}"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match cri.version() {
+            Ok(v) if v.runtime_name == "containerd" => return (child, cri),
+            Ok(v) => panic!("unexpected runtime behind the socket: {v:?}"),
+            Err(e) => {
+                let exited = child.try_wait().ok().flatten();
+                if exited.is_some() || Instant::now() > deadline {
+                    panic!(
+                        "containerd did not come up ({e}; exit: {exited:?}):\n{}",
+                        tail(log, 30)
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+/// `ctr images import`s `archive` into the CRI's namespace and waits until the CRI sees
+/// `image` (or its first RunPodSandbox or container would try to pull it).
+pub(crate) fn import_image(
+    host: &PrivateHost,
+    socket: &Path,
+    cri: &mut CriClient,
+    archive: &Path,
+    image: &str,
+    log: &Path,
+) {
+    host.exec_ok(&[
+        "ctr",
+        "--address",
+        &socket.display().to_string(),
+        "--namespace",
+        "k8s.io",
+        "images",
+        "import",
+        "--snapshotter",
+        "native",
+        &archive.display().to_string(),
+    ]);
+    // The CRI plugin learns about the image from containerd's events.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !matches!(cri.image_status(image), Ok(Some(_))) {
+        assert!(
+            Instant::now() < deadline,
+            "the CRI does not see {image} after ctr import:\n{}",
+            tail(log, 20)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The last `lines` lines of the file at `path`.
+pub(crate) fn tail(path: &Path, lines: usize) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
 /// Whether a TCP socket listens on `port` in the netns of process `pid`.
 fn listens(pid: i32, port: u16) -> bool {
     const TCP_LISTEN: &str = "0A";
@@ -411,9 +447,11 @@ fn listens(pid: i32, port: u16) -> bool {
     })
 }
 
-/// containerd's configuration (version 2, containerd 1.6): everything under `work`.
-fn containerd_config(work: &Path) -> String {
+/// containerd's configuration (version 2, containerd 1.6): everything under `work` but the
+/// CRI's CNI `bin_dir` and `conf_dir`.
+pub(crate) fn containerd_config(work: &Path, bin_dir: &Path, conf_dir: &Path) -> String {
     let w = work.display();
+    let (bin_dir, conf_dir) = (bin_dir.display(), conf_dir.display());
     format!(
         r#"version = 2
 root = "{w}/root"
@@ -458,37 +496,11 @@ disabled_plugins = [
         SystemdCgroup = false
 
   [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{w}/bin"
-    conf_dir = "{w}/conf"
+    bin_dir = "{bin_dir}"
+    conf_dir = "{conf_dir}"
     max_conf_num = 1
 "#
     )
-}
-
-/// The OCI platform name of this machine's architecture.
-fn oci_architecture() -> &'static str {
-    match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        "x86" => "386",
-        "powerpc64" => "ppc64le",
-        other => other,
-    }
-}
-
-/// Writes `bytes` as a blob of the OCI layout at `layout`; returns its descriptor.
-fn write_blob(layout: &Path, media_type: &str, bytes: &[u8]) -> Value {
-    let digest = format!("{:x}", Sha256::digest(bytes));
-    let path = layout.join("blobs/sha256").join(&digest);
-    fs::write(&path, bytes).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
-    json!({"mediaType": media_type, "digest": format!("sha256:{digest}"), "size": bytes.len()})
-}
-
-fn run_ok(cmd: &mut Command) {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    success_stdout(&format!("{cmd:?}"), out);
 }
 
 /// Builds the sandbox image in `dir`: a root filesystem of busybox-static and its applets, an
@@ -530,70 +542,16 @@ pub fn build_sandbox_image(dir: &Path) -> PathBuf {
     fs::set_permissions(&cgi, std::os::unix::fs::PermissionsExt::from_mode(0o755))
         .expect("chmod the cgi");
 
-    let layout = dir.join("oci");
-    fs::create_dir_all(layout.join("blobs/sha256")).expect("create the OCI layout");
-    let layer_tar = dir.join("layer.tar");
-    run_ok(
-        Command::new("tar")
-            .args(["--numeric-owner", "--owner=0", "--group=0", "-C"])
-            .arg(&rootfs)
-            .arg("-cf")
-            .arg(&layer_tar)
-            .arg("."),
-    );
-    let layer = write_blob(
-        &layout,
-        "application/vnd.oci.image.layer.v1.tar",
-        &fs::read(&layer_tar).expect("read layer.tar"),
-    );
-    let config = json!({
-        "architecture": oci_architecture(),
-        "os": "linux",
-        "config": {
+    let archive = crate::oci::write_image(
+        dir,
+        &rootfs,
+        SANDBOX_IMAGE,
+        json!({
             "Env": ["PATH=/bin"],
             "Cmd": ["/bin/httpd", "-f", "-p", POD_HTTP_PORT.to_string(), "-h", "/www"],
             "WorkingDir": "/",
-        },
-        "rootfs": {"type": "layers", "diff_ids": [layer["digest"]]},
-    });
-    let config = write_blob(
-        &layout,
-        "application/vnd.oci.image.config.v1+json",
-        config.to_string().as_bytes(),
-    );
-    let manifest = json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": config,
-        "layers": [layer],
-    });
-    let mut manifest = write_blob(
-        &layout,
-        "application/vnd.oci.image.manifest.v1+json",
-        manifest.to_string().as_bytes(),
-    );
-    manifest["annotations"] = json!({
-        "io.containerd.image.name": SANDBOX_IMAGE,
-        "org.opencontainers.image.ref.name": "latest",
-    });
-    let index = json!({"schemaVersion": 2, "manifests": [manifest]});
-    fs::write(layout.join("index.json"), index.to_string()).expect("index.json");
-    fs::write(
-        layout.join("oci-layout"),
-        r#"{"imageLayoutVersion":"1.0.0"}"#,
-    )
-    .expect("oci-layout");
-
-    let archive = dir.join("sandbox-image.tar");
-    run_ok(
-        Command::new("tar")
-            .arg("-C")
-            .arg(&layout)
-            .arg("-cf")
-            .arg(&archive)
-            .args(["oci-layout", "index.json", "blobs"]),
+        }),
     );
     let _ = fs::remove_dir_all(&rootfs);
-    let _ = fs::remove_file(&layer_tar);
     archive
 }

@@ -157,6 +157,8 @@ pub struct ControlPlane {
     apiserver_args: Vec<String>,
     apiserver: Option<Child>,
     controller_manager: Option<Child>,
+    /// Started by [`ControlPlane::start_scheduler`] (only tests with kubelets need one).
+    scheduler: Option<Child>,
     /// Numbers the kubeconfig files [`ControlPlane::kubeconfig_for_token`] writes.
     kubeconfigs: AtomicUsize,
     etcd: Etcd,
@@ -202,6 +204,7 @@ impl ControlPlane {
             admin_kubeconfig,
             apiserver: None,
             controller_manager: None,
+            scheduler: None,
             kubeconfigs: AtomicUsize::new(0),
             pki,
             etcd,
@@ -329,6 +332,21 @@ impl ControlPlane {
         cidrs
     }
 
+    /// Starts kube-scheduler (as admin, no leader election, no serving port): pods get nodes.
+    pub fn start_scheduler(&mut self) {
+        if self.scheduler.is_some() {
+            return;
+        }
+        let args = vec![
+            format!("--kubeconfig={}", self.admin_kubeconfig.display()),
+            "--leader-elect=false".into(),
+            "--port=0".into(),
+            "--secure-port=0".into(),
+            "--profiling=false".into(),
+        ];
+        self.scheduler = Some(self.spawn("kube-scheduler", &args));
+    }
+
     /// Kills the apiserver (SIGKILL, as a crash) and starts it again on the same etcd,
     /// certificates and flags; returns once /readyz answers.
     pub fn restart_apiserver(&mut self) {
@@ -367,9 +385,10 @@ impl ControlPlane {
         String::from_utf8(token).expect("a service-account token is text")
     }
 
-    /// Resident memory of the apiserver and the controller-manager together, in KiB.
+    /// Resident memory of the apiserver, the controller-manager and the scheduler together, in
+    /// KiB.
     pub fn rss_kib(&self) -> u64 {
-        [&self.apiserver, &self.controller_manager]
+        [&self.apiserver, &self.controller_manager, &self.scheduler]
             .iter()
             .filter_map(|c| c.as_ref())
             .map(|c| rss_kib(c.id()))
@@ -465,12 +484,20 @@ impl ControlPlane {
 impl Drop for ControlPlane {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            for component in ["kube-apiserver", "kube-controller-manager"] {
+            for component in [
+                "kube-apiserver",
+                "kube-controller-manager",
+                "kube-scheduler",
+            ] {
                 eprintln!("{}", self.log_tail(component, 15));
             }
         }
-        // The controller-manager first: it would only log the apiserver's going.
-        for child in [&mut self.controller_manager, &mut self.apiserver] {
+        // The apiserver last: the others would only log its going.
+        for child in [
+            &mut self.scheduler,
+            &mut self.controller_manager,
+            &mut self.apiserver,
+        ] {
             if let Some(mut c) = child.take() {
                 let _ = c.kill();
                 let _ = c.wait();
@@ -641,7 +668,7 @@ fn first_ipv4(ns: &Netns) -> Option<String> {
 }
 
 /// VmRSS of process `pid`, in KiB (0 when it is gone).
-fn rss_kib(pid: u32) -> u64 {
+pub fn rss_kib(pid: u32) -> u64 {
     fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
         .lines()

@@ -15,10 +15,55 @@ use serde_json::Value;
 
 use crate::success_stdout;
 
-/// Shell run by the holder: private /run and /var/lib, loopback up, then wait forever.
-const HOLDER_SCRIPT: &str =
-    "set -e; mount -t tmpfs ferrocni-run /run; mount -t tmpfs ferrocni-varlib /var/lib; \
-     mkdir -p /run/netns /var/lib/cni; ip link set lo up; touch \"$1\"; exec sleep 86400";
+/// Shell run by the holder: private /run and /var/lib, the spec's setup, loopback up, then
+/// wait forever.
+fn holder_script(setup: &str) -> String {
+    format!(
+        "set -e; mount -t tmpfs ferrocni-run /run; mount -t tmpfs ferrocni-varlib /var/lib; \
+         mkdir -p /run/netns /var/lib/cni; {setup}\nip link set lo up; touch \"$1\"; exec sleep 86400"
+    )
+}
+
+/// What a [`PrivateHost`] is beyond a fresh netns and a mount namespace with private /run and
+/// /var/lib (the default: a container engine's host).
+#[derive(Clone, Debug, Default)]
+pub struct HostSpec {
+    /// A network namespace to join (its path) instead of a fresh one.
+    pub netns: Option<PathBuf>,
+    /// Fresh IPC, UTS and cgroup namespaces too, entered by [`PrivateHost::command`] (a
+    /// kubelet node's).
+    pub node_namespaces: bool,
+    /// `cgroup.procs` files (one per hierarchy) the holder, and every command entering the
+    /// host, joins first: the root of the cgroup namespace.
+    pub cgroup_procs: Vec<PathBuf>,
+    /// Shell the holder runs (under `set -e`) after its private mounts.
+    pub setup: String,
+}
+
+impl HostSpec {
+    /// `argv` run after joining the spec's cgroups (as is when there are none).
+    fn in_cgroups(&self, argv: Vec<String>) -> Command {
+        if self.cgroup_procs.is_empty() {
+            let mut cmd = Command::new(&argv[0]);
+            cmd.args(&argv[1..]);
+            return cmd;
+        }
+        let procs: Vec<String> = self
+            .cgroup_procs
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        let mut cmd = Command::new("sh");
+        cmd.args([
+            "-c",
+            "for f in $1; do echo $$ > \"$f\"; done; shift; exec \"$@\"",
+            "sh",
+            &procs.join(" "),
+        ])
+        .args(argv);
+        cmd
+    }
+}
 
 /// Whether `tool` is on PATH or in the usual system directories.
 pub fn tool_exists(tool: &str) -> bool {
@@ -56,37 +101,63 @@ pub fn die_with_parent(cmd: &mut Command) -> &mut Command {
 pub struct PrivateHost {
     holder: Option<Child>,
     pid: u32,
+    spec: HostSpec,
 }
+
+/// The namespaces a command enters beyond net and mount when the spec has node namespaces.
+const NODE_NAMESPACES: [&str; 3] = ["--ipc", "--uts", "--cgroup"];
 
 impl PrivateHost {
     /// Starts the holder and waits until its private mounts are in place. `ready_dir` is a
     /// directory of the caller's (the holder touches a file there when it is ready).
     pub fn start(ready_dir: &Path) -> PrivateHost {
+        PrivateHost::start_with(ready_dir, HostSpec::default())
+    }
+
+    /// [`PrivateHost::start`] as `spec` says (a node's namespaces, a netns of the caller's).
+    pub fn start_with(ready_dir: &Path, spec: HostSpec) -> PrivateHost {
         let ready = ready_dir.join("holder-ready");
         let _ = std::fs::remove_file(&ready);
-        let mut cmd = Command::new("unshare");
-        cmd.args([
-            "--net",
-            "--mount",
-            "--propagation",
-            "private",
-            "--",
-            "sh",
-            "-c",
-            HOLDER_SCRIPT,
-            "holder",
-        ])
-        .arg(&ready);
+        let mut argv: Vec<String> = Vec::new();
+        match &spec.netns {
+            Some(netns) => argv.extend([
+                "nsenter".into(),
+                format!("--net={}", netns.display()),
+                "--".into(),
+                "unshare".into(),
+            ]),
+            None => argv.extend(["unshare".into(), "--net".into()]),
+        }
+        argv.push("--mount".into());
+        if spec.node_namespaces {
+            argv.extend(NODE_NAMESPACES.iter().map(|n| n.to_string()));
+        }
+        argv.extend(
+            ["--propagation", "private", "--", "sh", "-c"]
+                .iter()
+                .map(|a| a.to_string()),
+        );
+        argv.extend([
+            holder_script(&spec.setup),
+            "holder".into(),
+            ready.display().to_string(),
+        ]);
+        let mut cmd = spec.in_cgroups(argv);
         let holder = die_with_parent(&mut cmd).spawn().expect("spawn unshare");
-        let host = PrivateHost {
+        let mut host = PrivateHost {
             pid: holder.id(),
             holder: Some(holder),
+            spec,
         };
         let deadline = Instant::now() + Duration::from_secs(10);
         while !ready.exists() {
+            let exited = host
+                .holder
+                .as_mut()
+                .and_then(|h| h.try_wait().ok().flatten());
             assert!(
-                Instant::now() < deadline,
-                "namespace holder did not get ready"
+                exited.is_none() && Instant::now() < deadline,
+                "namespace holder did not get ready (exit: {exited:?})"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -100,11 +171,18 @@ impl PrivateHost {
 
     /// `argv` inside the holder's network and mount namespaces.
     pub fn command(&self, argv: &[&str]) -> Command {
-        let mut cmd = Command::new("nsenter");
-        cmd.arg(format!("--target={}", self.pid))
-            .args(["--net", "--mount", "--"])
-            .args(argv);
-        cmd
+        let mut full = vec![
+            "nsenter".to_string(),
+            format!("--target={}", self.pid),
+            "--net".into(),
+            "--mount".into(),
+        ];
+        if self.spec.node_namespaces {
+            full.extend(NODE_NAMESPACES.iter().map(|n| n.to_string()));
+        }
+        full.push("--".into());
+        full.extend(argv.iter().map(|a| a.to_string()));
+        self.spec.in_cgroups(full)
     }
 
     /// Runs `argv` inside the private host (killed after two minutes).

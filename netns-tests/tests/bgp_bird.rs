@@ -77,14 +77,7 @@ impl Cluster {
         let mut pods = Vec::new();
         for i in 1..=count {
             let mut node = underlay.add_node(i);
-            node.ns.exec_ok(&[
-                "ip",
-                "route",
-                "add",
-                "default",
-                "via",
-                &Underlay::switch_ip(),
-            ]);
+            node.route_default_via_switch();
             pods.push(node.add_pod(&subnet(i)));
             nodes.push(node);
         }
