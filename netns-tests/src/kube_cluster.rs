@@ -129,8 +129,7 @@ impl KubeCluster {
         for (node, subnet) in self.nodes.iter().zip(&self.subnets) {
             let pod_cidr = self.control.wait_pod_cidr(&node_name(node.index));
             assert_eq!(
-                *subnet,
-                pod_cidr,
+                *subnet, pod_cidr,
                 "node {}: the agent's subnet is not the node's podCIDR",
                 node.index
             );

@@ -43,6 +43,7 @@ pub mod etcd;
 pub mod exec_floor;
 pub mod frr;
 pub mod kube;
+pub mod kube_cluster;
 pub mod netfilter;
 pub mod plugin;
 pub mod private_host;

@@ -8,9 +8,9 @@
 
 use std::process::Command;
 
+use netns_tests::agent_cluster::require_tools;
 use netns_tests::cluster::{assert_ping, ping, wait_until, CONVERGE};
 use netns_tests::kube_cluster::{node_name, KubeCluster, PREFIX};
-use netns_tests::agent_cluster::require_tools;
 use netns_tests::{kernel_has, require_driver, require_root};
 
 fn net_conf(backend: &str) -> String {
@@ -20,13 +20,19 @@ fn net_conf(backend: &str) -> String {
 /// Every node carries flanneld's annotations for its lease, and NetworkUnavailable=False.
 fn assert_flanneld_annotations(c: &KubeCluster, backend: &str) {
     for (i, node) in c.nodes.iter().enumerate() {
-        assert_eq!(c.annotation(i, "kube-subnet-manager").as_deref(), Some("true"));
+        assert_eq!(
+            c.annotation(i, "kube-subnet-manager").as_deref(),
+            Some("true")
+        );
         assert_eq!(c.annotation(i, "backend-type").as_deref(), Some(backend));
         assert_eq!(c.annotation(i, "public-ip"), Some(node.ip.clone()));
         let data = c.annotation(i, "backend-data").expect("backend-data");
         serde_json::from_str::<serde_json::Value>(&data).expect("backend-data is JSON");
         let json = c.control.node_json(&node_name(node.index)).expect("node");
-        let conditions = json["status"]["conditions"].as_array().cloned().unwrap_or_default();
+        let conditions = json["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         let unavailable = conditions
             .iter()
             .find(|c| c["type"] == "NetworkUnavailable")
@@ -53,10 +59,14 @@ fn kube_vxlan_cluster() {
     c.assert_full_mesh();
     assert_flanneld_annotations(&c, "vxlan");
     let data = c.annotation(0, "backend-data").unwrap();
-    assert!(data.contains(r#""VNI":1"#) && data.contains("VtepMAC"), "{data}");
+    assert!(
+        data.contains(r#""VNI":1"#) && data.contains("VtepMAC"),
+        "{data}"
+    );
 
     eprintln!("an operator removes node 1's public-ip annotation: it comes back");
-    c.control.kubectl_ok(&["annotate", "node", "node1", &format!("{PREFIX}/public-ip-")]);
+    c.control
+        .kubectl_ok(&["annotate", "node", "node1", &format!("{PREFIX}/public-ip-")]);
     c.wait("node 1's public-ip annotation was not restored", || {
         c.annotation(0, "public-ip").as_deref() == Some(c.nodes[0].ip.as_str())
     });
@@ -77,9 +87,10 @@ fn kube_vxlan_cluster() {
     c.control.delete_node(&node_name(3));
     let gone = c.subnets[2].clone();
     for i in 0..2 {
-        c.wait(&format!("node {} still routes to node 3's {gone}", i + 1), || {
-            !routes_to(&c, i, &gone)
-        });
+        c.wait(
+            &format!("node {} still routes to node 3's {gone}", i + 1),
+            || !routes_to(&c, i, &gone),
+        );
     }
     assert!(!ping(&c.pods[0].ns, &c.pods[2].ip));
     assert_ping(&c.pods[0], &c.pods[1]);
@@ -104,7 +115,9 @@ fn kube_host_gw_cluster_and_an_expired_watch() {
     // Frozen, node 1's agent misses node 3's deletion and the churn after it; the apiserver
     // restarts meanwhile (its new watch cache starts after them): the agent's watch ends, and
     // watching again from where it was answers 410 Gone.
-    eprintln!("node 1's agent is frozen while node 3 goes, the nodes churn and the apiserver restarts");
+    eprintln!(
+        "node 1's agent is frozen while node 3 goes, the nodes churn and the apiserver restarts"
+    );
     let pid = c.agents[0].pid().expect("agent 1 runs").to_string();
     run(&["kill", "-STOP", &pid]);
     c.control.delete_node(&node_name(3));
