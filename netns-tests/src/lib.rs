@@ -44,6 +44,7 @@ pub mod exec_floor;
 pub mod frr;
 pub mod kube;
 pub mod kube_cluster;
+pub mod kube_scale;
 pub mod netfilter;
 pub mod plugin;
 pub mod private_host;
