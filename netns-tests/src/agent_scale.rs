@@ -24,10 +24,11 @@ const CHURN_SECONDS: usize = 10;
 const JOIN_GOAL: Duration = Duration::from_secs(5);
 const CHANGE_GOAL: Duration = Duration::from_secs(1);
 const METRICS_PORT: u16 = 19_471;
+const JOIN_WITHIN: Duration = Duration::from_secs(60);
 
-/// Peer `i`'s lease: subnet key, value, VTEP address (what its ARP entry is for) and MAC.
-fn peer(i: usize) -> (String, String, String, String) {
-    let (a, b) = (128 + i / 256, i % 256);
+/// Peer `i`'s addresses, the same in both the etcd and the Kubernetes sections: its subnet
+/// `10.<a>.<b>.0/24` as (a, b), its underlay address and its VTEP's MAC.
+pub(crate) fn peer_addresses(i: usize) -> ((usize, usize), String, String) {
     let underlay = format!("10.99.{}.{}", 1 + i / 250, 2 + i % 250);
     let mac = format!(
         "0e:00:00:{:02x}:{:02x}:{:02x}",
@@ -35,6 +36,12 @@ fn peer(i: usize) -> (String, String, String, String) {
         (i >> 8) & 0xff,
         i & 0xff
     );
+    ((128 + i / 256, i % 256), underlay, mac)
+}
+
+/// Peer `i`'s lease: subnet key, value, VTEP address (what its ARP entry is for) and MAC.
+fn peer(i: usize) -> (String, String, String, String) {
+    let ((a, b), underlay, mac) = peer_addresses(i);
     let value = format!(
         r#"{{"PublicIP":"{underlay}","PublicIPv6":null,"BackendType":"vxlan","BackendData":{{"VNI":1,"VtepMAC":"{mac}"}}}}"#
     );
@@ -46,7 +53,7 @@ fn peer(i: usize) -> (String, String, String, String) {
     )
 }
 
-fn http_get(ns: &Netns, url: &str) -> Option<String> {
+pub(crate) fn http_get(ns: &Netns, url: &str) -> Option<String> {
     let out = ns
         .command(&["curl", "-sf", "--max-time", "5", url])
         .output()
@@ -56,7 +63,7 @@ fn http_get(ns: &Netns, url: &str) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-fn sample(page: &str, name: &str) -> Option<f64> {
+pub(crate) fn sample(page: &str, name: &str) -> Option<f64> {
     page.lines()
         .filter(|l| l.starts_with(name))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
@@ -64,7 +71,12 @@ fn sample(page: &str, name: &str) -> Option<f64> {
 }
 
 fn programmed(ns: &Netns) -> Option<f64> {
-    let page = http_get(ns, &format!("http://127.0.0.1:{METRICS_PORT}/metrics"))?;
+    programmed_on(ns, METRICS_PORT)
+}
+
+/// The peers the agent whose metrics listen on loopback `port` has programmed.
+pub(crate) fn programmed_on(ns: &Netns, port: u16) -> Option<f64> {
+    let page = http_get(ns, &format!("http://127.0.0.1:{port}/metrics"))?;
     sample(&page, "ferrocni_agent_leases{state=\"programmed\"}")
 }
 
@@ -73,6 +85,74 @@ fn neighbour_is(ns: &Netns, ip: &str, mac: &str) -> bool {
     ns.command(&["ip", "neigh", "show", "dev", "flannel.1", "to", ip])
         .output()
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(mac))
+}
+
+/// Starts `agent` and waits until its metrics (on loopback `port`) count `peers` programmed:
+/// its pid and how long that took; `None`, with the agent's last lines, if it did not within
+/// `within`.
+pub(crate) fn start_until_programmed(
+    agent: &mut Agent,
+    ns: &Netns,
+    port: u16,
+    peers: usize,
+    within: Duration,
+) -> Option<(u32, Duration)> {
+    let started = Instant::now();
+    agent.start();
+    let pid = agent.pid()?;
+    while started.elapsed() < within && !agent.exited() {
+        if programmed_on(ns, port) == Some(peers as f64) {
+            return Some((pid, started.elapsed()));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    println!(
+        "  the agent did not program {peers} peers within {} s; its last lines:\n  {}",
+        within.as_secs(),
+        log_tail(agent)
+    );
+    None
+}
+
+/// The agent's last five log lines, newest first, for a report.
+pub(crate) fn log_tail(agent: &Agent) -> String {
+    let log = agent.log();
+    let tail: Vec<&str> = log.lines().rev().take(5).collect();
+    tail.join("\n  ")
+}
+
+/// A netns for one simulated node: its loopback up, the underlay a veth pair with `eth0` at
+/// 10.99.0.1/16; `None`, saying why, if it cannot be set up.
+pub(crate) fn node_netns(prefix: &str) -> Option<Netns> {
+    let ns = Netns::new(prefix);
+    for cmd in [
+        vec!["ip", "link", "set", "lo", "up"],
+        vec![
+            "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth1",
+        ],
+        vec!["ip", "addr", "add", "10.99.0.1/16", "dev", "eth0"],
+        vec!["ip", "link", "set", "eth0", "up"],
+        vec!["ip", "link", "set", "eth1", "up"],
+    ] {
+        if !ns.command(&cmd).status().is_ok_and(|s| s.success()) {
+            println!("  skipped: {cmd:?} failed");
+            return None;
+        }
+    }
+    Some(ns)
+}
+
+/// The permanent ARP entries on flannel.1 (one per programmed peer).
+pub(crate) fn arp_entries(ns: &Netns) -> usize {
+    ns.command(&["ip", "neigh", "show", "dev", "flannel.1"])
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter(|l| l.contains("PERMANENT"))
+                .count()
+        })
+        .unwrap_or(0)
 }
 
 /// (RSS now, peak RSS) in KiB and CPU seconds (user + system) of `pid`.
@@ -158,21 +238,7 @@ impl Lab {
     /// The netns (the underlay a veth pair in it) and etcd, sized for the load.
     fn start() -> Option<Lab> {
         let dir = TempDir::new("agent-scale");
-        let ns = Netns::new("fcb-agent");
-        for cmd in [
-            vec!["ip", "link", "set", "lo", "up"],
-            vec![
-                "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "eth1",
-            ],
-            vec!["ip", "addr", "add", "10.99.0.1/16", "dev", "eth0"],
-            vec!["ip", "link", "set", "eth0", "up"],
-            vec!["ip", "link", "set", "eth1", "up"],
-        ] {
-            if !ns.command(&cmd).status().is_ok_and(|s| s.success()) {
-                println!("  skipped: {cmd:?} failed");
-                return None;
-            }
-        }
+        let ns = node_netns("fcb-agent")?;
         let options = EtcdOptions::default().args(&[
             "--max-txn-ops=20000",
             "--max-request-bytes=33554432",
@@ -216,38 +282,10 @@ impl Lab {
                 "--healthz-ip=127.0.0.1",
             ]);
         agent.binary = Some(binary.to_path_buf());
-        let started = Instant::now();
-        agent.start();
-        let pid = agent.pid()?;
-        let mut joined = None;
-        while started.elapsed() < Duration::from_secs(60) {
-            if programmed(&self.ns) == Some(NODES as f64) {
-                joined = Some(started.elapsed());
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let Some(join) = joined else {
-            let log = agent.log();
-            let tail: Vec<&str> = log.lines().rev().take(5).collect();
-            println!(
-                "  the agent did not program {NODES} peers within 60 s; its last lines:\n  {}",
-                tail.join("\n  ")
-            );
-            return None;
-        };
+        let (pid, join) =
+            start_until_programmed(&mut agent, &self.ns, METRICS_PORT, NODES, JOIN_WITHIN)?;
         // Check the kernel, not just the agent's word: every peer's ARP entry.
-        let neigh = self
-            .ns
-            .command(&["ip", "neigh", "show", "dev", "flannel.1"])
-            .output()
-            .map(|o| {
-                String::from_utf8_lossy(&o.stdout)
-                    .lines()
-                    .filter(|l| l.contains("PERMANENT"))
-                    .count()
-            })
-            .unwrap_or(0);
+        let neigh = arp_entries(&self.ns);
         let (rss, _, cpu_join) = usage(pid);
         println!(
             "  join: {NODES} peers programmed in {:.2} s (goal ≤ {} s: {}); {neigh} ARP entries on flannel.1",

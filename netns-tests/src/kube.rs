@@ -246,6 +246,16 @@ impl ControlPlane {
         self.admin_kubeconfig.clone()
     }
 
+    /// The token of the harness's `system:masters` user, for clients other than kubectl.
+    pub fn admin_token(&self) -> &str {
+        &self.pki.admin_token
+    }
+
+    /// The kube-apiserver's pid while it runs (to read its CPU time).
+    pub fn apiserver_pid(&self) -> Option<u32> {
+        self.apiserver.as_ref().map(Child::id)
+    }
+
     /// The etcd the apiserver stores into (to compact it, or to stop it).
     pub fn etcd(&self) -> &Etcd {
         &self.etcd
@@ -595,7 +605,7 @@ fn controller_manager_args(
 }
 
 /// A Node as kubelet 1.20 creates it at registration.
-fn node_object(name: &str, internal_ip: &str) -> serde_json::Value {
+pub(crate) fn node_object(name: &str, internal_ip: &str) -> serde_json::Value {
     let arch = match std::env::consts::ARCH {
         "x86_64" => "amd64",
         "aarch64" => "arm64",

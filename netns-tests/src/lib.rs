@@ -45,6 +45,7 @@ pub mod frr;
 pub mod kube;
 pub mod kube_cluster;
 pub mod kubelet;
+pub mod kube_scale;
 pub mod netfilter;
 pub mod oci;
 pub mod plugin;
