@@ -405,6 +405,14 @@ mod tests {
         no_gr.own_subnet = "10.96.7.192/26".parse().unwrap();
         no_gr.as_number = 4_200_000_000;
         variants.push(no_gr);
+        let mut fast = samples::sample_sessions();
+        fast.peers[0].bfd = true;
+        fast.peers[0].timers.hold_time = Some(3);
+        fast.peers[0].timers.keepalive_time = Some(1);
+        let mut detect = samples::sample(&fast);
+        detect.mesh_bfd = true;
+        detect.mesh_timers.hold_time = Some(0);
+        variants.push(detect);
         for (i, mut c) in variants.into_iter().enumerate() {
             c.log_file = &log;
             let file = dir.join(format!("bird-{i}.conf"));

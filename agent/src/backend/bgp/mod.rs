@@ -6,11 +6,13 @@
 //!
 //! The parts:
 //! - [`options`]: the `Backend` object (`ASNumber`, `NodeToNodeMesh`, `Peers`,
-//!   `GracefulRestart`, `GracefulRestartTime`) and the node flags (`--bgp-peers`,
-//!   `--bird-binary`, `--bgp-dir`);
+//!   `GracefulRestart`, `GracefulRestartTime`, `KeepaliveTime`, `HoldTime`, `BFD`) and the
+//!   node flags (`--bgp-peers`, `--bird-binary`, `--bgp-dir`);
+//! - [`secret`]: peer passwords, which only BIRD's configuration file ever shows;
 //! - [`sessions`]: which BGP sessions the node runs, and their BIRD protocol names;
 //! - [`render`]: the BIRD configuration, a pure function (filters and timers explained there);
 //! - [`bird`]: BIRD's files, `bird -p -c`, starting, adopting, watching and stopping BIRD;
+//! - [`blackhole`]: the kernel's blackhole route for this node's subnet;
 //! - [`control`]: BIRD's control socket (`birdc`'s protocol);
 //! - [`status`], [`metrics`]: the sessions' state, its log lines and metric families;
 //! - [`driver`]: [`Bgp`], BIRD driven for one node: `apply` (render, check, start or
@@ -24,6 +26,7 @@
 //! SIGTERM BIRD stops for a graceful restart: routes stay, the next agent's BIRD takes over.
 
 pub mod bird;
+pub mod blackhole;
 pub mod control;
 pub mod driver;
 pub mod error;
@@ -31,6 +34,7 @@ pub mod metrics;
 pub mod options;
 pub mod plane;
 pub mod render;
+pub mod secret;
 pub mod sessions;
 pub mod status;
 
@@ -58,11 +62,7 @@ mod tests {
         let o = BgpOptions {
             node_to_node_mesh: false,
             graceful_restart: false,
-            peers: vec![Peer {
-                ip: "192.0.2.1".parse().unwrap(),
-                as_number: 64512,
-                password: None,
-            }],
+            peers: vec![Peer::new("192.0.2.1".parse().unwrap(), 64512)],
             ..BgpOptions::default()
         };
         assert_eq!(
