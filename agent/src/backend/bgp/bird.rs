@@ -4,7 +4,7 @@
 //!
 //! BIRD runs with `-f` in a process group of its own (a terminal's Ctrl-C reaches the agent,
 //! which stops BIRD gracefully; BIRD takes SIGINT and SIGTERM as an orderly shutdown that
-//! withdraws every route). Its log goes to its own file (`log` in the configuration); what it
+//! withdraws this node's subnet from every peer, though its kernel routes stay: `persist`). Its log goes to its own file (`log` in the configuration); what it
 //! prints before reading the configuration goes to `bird.stderr`, quoted when it fails to start.
 
 use std::fs::{self, File};
@@ -270,7 +270,7 @@ impl Process {
         false
     }
 
-    /// SIGKILL, never SIGTERM (which withdraws every route).
+    /// SIGKILL, never SIGTERM (which withdraws this node's subnet from every peer).
     pub fn kill(&mut self) {
         match self {
             Process::Child(c) => {

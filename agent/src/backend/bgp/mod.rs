@@ -24,6 +24,7 @@
 //! This node's lease is `{"PublicIP": …, "PublicIPv6": null, "BackendType": "bgp"}`
 //! ([`BACKEND_TYPE`], no backend data); pods' MTU is the underlay's ([`MTU_OVERHEAD`] = 0). On
 //! SIGTERM BIRD stops for a graceful restart: routes stay, the next agent's BIRD takes over.
+//! BIRD never removes its kernel routes (`persist`): the agent does, in [`Bgp::shutdown`].
 
 pub mod bird;
 pub mod blackhole;
