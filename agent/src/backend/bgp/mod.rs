@@ -70,5 +70,21 @@ mod tests {
             o.describe(),
             "bgp AS 64512, no node mesh, 1 configured peer, no graceful restart"
         );
+        let o = BgpOptions {
+            mesh_bfd: true,
+            mesh_timers: options::Timers {
+                keepalive_time: Some(1),
+                hold_time: Some(3),
+            },
+            peers: vec![Peer {
+                bfd: true,
+                ..Peer::new("192.0.2.1".parse().unwrap(), 64512)
+            }],
+            ..BgpOptions::default()
+        };
+        assert_eq!(
+            o.describe(),
+            "bgp AS 64512, node-to-node mesh (hold time 3 s, keepalive 1 s, BFD), 1 configured peer (1 with BFD), graceful restart 120 s"
+        );
     }
 }
