@@ -842,7 +842,8 @@ fn bgp_bfd_detects_a_cut_link_within_a_second() {
 }
 
 /// Without BFD the hold time (3 s here, keepalives every second) bounds the same detection:
-/// more than a second, no more than the hold time (and the polling's slack).
+/// more than a second, no more than the hold time (and a second of polling and scheduling
+/// slack on a loaded machine).
 #[test]
 fn bgp_hold_time_detects_a_cut_link() {
     require_root!();
@@ -854,7 +855,7 @@ fn bgp_hold_time_detects_a_cut_link() {
     };
     for (who, t) in [("node 1", d.node), ("the router", d.router)] {
         assert!(
-            t > Duration::from_secs(1) && t < Duration::from_millis(3_500),
+            t > Duration::from_secs(1) && t < Duration::from_secs(4),
             "{who}: {t:?}"
         );
     }
