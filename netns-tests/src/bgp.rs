@@ -386,6 +386,30 @@ pub fn router_conf(nodes: &[&str], router_as: u32, password: &str, networks: &[&
     c
 }
 
+/// bgpd lines to append to [`router_conf`]: BFD with each of `nodes`, with bfdd's profile
+/// `profile`. The nodes' sessions are multihop (BIRD's `multihop`), so bgpd's must be too
+/// (`ebgp-multihop`): BFD is then multihop BFD on both sides.
+pub fn router_bfd_lines(nodes: &[&str], profile: &str) -> String {
+    nodes
+        .iter()
+        .map(|ip| {
+            format!(
+                " neighbor {ip} ebgp-multihop 2\n neighbor {ip} bfd\n neighbor {ip} bfd profile {profile}\n"
+            )
+        })
+        .collect()
+}
+
+/// bfdd's configuration: profile `name` with `interval_ms` transmit and receive intervals and
+/// a detection multiplier of 3. `minimum-ttl 60`: bfdd takes multihop BFD packets arriving with
+/// a TTL of 254 or more by default, and BIRD sends its multihop ones with the system's default
+/// TTL (64).
+pub fn bfdd_conf(name: &str, interval_ms: u32) -> String {
+    format!(
+        "bfd\n profile {name}\n  receive-interval {interval_ms}\n  transmit-interval {interval_ms}\n  detect-multiplier 3\n  minimum-ttl 60\n exit\n!\n"
+    )
+}
+
 /// bgpd as a route reflector in AS `as_number`: every address of the underlay may connect
 /// (`bgp listen range`) and is a reflector client. `coalesce-time`: bgpd holds a new client's
 /// first table back for 1 s + 50 ms per known peer (10 s from 180 peers on) by default, to

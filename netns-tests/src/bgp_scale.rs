@@ -551,11 +551,7 @@ impl Speaker {
         fs::create_dir_all(dir).ok()?;
         let sessions = Sessions {
             mesh: Vec::new(),
-            peers: vec![Peer {
-                ip: Underlay::switch_ip().parse().ok()?,
-                as_number: AS_NUMBER,
-                password: None,
-            }],
+            peers: vec![Peer::new(Underlay::switch_ip().parse().ok()?, AS_NUMBER)],
         };
         let log = dir.join("bird.log");
         let text = render(&BirdConfig {
@@ -566,6 +562,8 @@ impl Speaker {
             sessions: &sessions,
             graceful_restart: true,
             graceful_restart_time: 120,
+            mesh_timers: Default::default(),
+            mesh_bfd: false,
             log_file: &log,
         });
         let conf = dir.join("bird.conf");

@@ -1,10 +1,10 @@
-//! FRR (zebra + bgpd) as the third-party router of the BGP tests, run inside a test's network
+//! FRR (zebra + bgpd, and bfdd when asked) as the third-party router of the BGP tests, run inside a test's network
 //! namespace with every file of its own in a temporary directory: configuration, pid files, vty
 //! sockets (`vtysh --vty_socket`), zebra's API socket and logs. The daemons run as the `frr`
 //! user (as Debian's package runs them; the directory is handed to it). What FRR writes at
 //! fixed places (`/var/tmp/frr/<daemon>.<pid>`, `/run/frr`) lands on tmpfs mounts private to
 //! each daemon's mount namespace (the one `ip netns exec` makes), which vanish with it.
-//! Dropping an [`Frr`] stops both daemons (zebra takes its routes out of the kernel).
+//! Dropping an [`Frr`] stops its daemons (zebra takes its routes out of the kernel).
 //!
 //! ```no_run
 //! # use netns_tests::{frr::Frr, Netns};
@@ -29,10 +29,11 @@ const VTYSH: &str = "vtysh";
 const PRIVATE_MOUNTS: &str =
     "set -e; mount -t tmpfs ferrocni-frr /var/tmp; mount -t tmpfs ferrocni-frr /run; exec \"$0\" \"$@\"";
 
-/// zebra and bgpd of one router.
+/// zebra, bgpd and (with [`Frr::start_with_bfd`]) bfdd of one router.
 pub struct Frr {
     dir: TempDir,
     zebra: Option<Child>,
+    bfdd: Option<Child>,
     bgpd: Option<Child>,
 }
 
@@ -49,6 +50,20 @@ impl Frr {
     /// bgpd answers on its vty. The `datacenter` profile: 3 s keepalives, no advertisement
     /// delay. `None` (with a line saying why) when FRR is not installed.
     pub fn start(ns: &Netns, bgpd_conf: &str) -> Option<Frr> {
+        Frr::start_daemons(ns, bgpd_conf, None)
+    }
+
+    /// [`Frr::start`] with bfdd too (started before bgpd, configured with `bfdd_conf`), for
+    /// `neighbor ... bfd` in bgpd's configuration. `None` when FRR or its bfdd is missing.
+    pub fn start_with_bfd(ns: &Netns, bgpd_conf: &str, bfdd_conf: &str) -> Option<Frr> {
+        if !Path::new(DAEMONS).join("bfdd").is_file() {
+            eprintln!("FRR's bfdd missing (apt-get install frr)");
+            return None;
+        }
+        Frr::start_daemons(ns, bgpd_conf, Some(bfdd_conf))
+    }
+
+    fn start_daemons(ns: &Netns, bgpd_conf: &str, bfdd_conf: Option<&str>) -> Option<Frr> {
         if !Frr::available() {
             eprintln!("FRR missing (apt-get install frr): zebra, bgpd, vtysh and the frr user");
             return None;
@@ -68,10 +83,18 @@ impl Frr {
         let mut frr = Frr {
             dir,
             zebra: None,
+            bfdd: None,
             bgpd: None,
         };
         frr.zebra = Some(frr.spawn(ns, "zebra", &[]));
         frr.wait_for("zebra", |f| f.dir.join("zserv.api").exists());
+        if let Some(conf) = bfdd_conf {
+            std::fs::write(frr.dir.join("bfdd.conf"), conf).expect("bfdd.conf");
+            let ctl = frr.dir.join("bfdd.sock");
+            let ctl = ctl.to_str().expect("bfdd socket path").to_string();
+            frr.bfdd = Some(frr.spawn(ns, "bfdd", &["--bfdctl", &ctl]));
+            frr.wait_for("bfdd", |f| f.vtysh(&["show bfd peers"]).status.success());
+        }
         frr.bgpd = Some(frr.spawn(ns, "bgpd", &["-F", "datacenter"]));
         frr.wait_for("bgpd", |f| f.vtysh(&["show bgp summary"]).status.success());
         Some(frr)
@@ -109,10 +132,10 @@ impl Frr {
     fn wait_for(&mut self, daemon: &str, ready: impl Fn(&Frr) -> bool) {
         let deadline = Instant::now() + Duration::from_secs(15);
         while !ready(self) {
-            let child = if daemon == "zebra" {
-                &mut self.zebra
-            } else {
-                &mut self.bgpd
+            let child = match daemon {
+                "zebra" => &mut self.zebra,
+                "bfdd" => &mut self.bfdd,
+                _ => &mut self.bgpd,
             };
             if let Some(c) = child.as_mut() {
                 if let Ok(Some(status)) = c.try_wait() {
@@ -132,9 +155,9 @@ impl Frr {
         }
     }
 
-    /// The daemons' pids (zebra, bgpd).
+    /// The daemons' pids (zebra, bfdd if started, bgpd).
     pub fn pids(&self) -> Vec<u32> {
-        [&self.zebra, &self.bgpd]
+        [&self.zebra, &self.bfdd, &self.bgpd]
             .into_iter()
             .flatten()
             .map(Child::id)
@@ -218,6 +241,22 @@ impl Frr {
         out
     }
 
+    /// BFD peers and their status (`up`, `down`, ...), by peer address.
+    pub fn bfd_peers(&self) -> Vec<(String, String)> {
+        let v = self.vtysh_json("show bfd peers json");
+        let mut out: Vec<(String, String)> = v
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| {
+                let s = |k: &str| p.get(k).and_then(Value::as_str).unwrap_or_default();
+                (s("peer").to_string(), s("status").to_string())
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
     /// BGP neighbours and their state (`Established`, `Active`, ...).
     pub fn neighbours(&self) -> Vec<(String, String)> {
         let v = self.vtysh_json("show bgp neighbors json");
@@ -255,6 +294,7 @@ impl Frr {
 impl Drop for Frr {
     fn drop(&mut self) {
         Frr::stop(&mut self.bgpd);
+        Frr::stop(&mut self.bfdd);
         Frr::stop(&mut self.zebra);
     }
 }

@@ -6,18 +6,25 @@
 //! their own addresses, the router learns every subnet and a host behind it reaches a pod
 //! directly, the router's bogus announcements change nothing, an agent restart loses no ping, a
 //! node leaving is withdrawn, a route reflector replaces the mesh, `/metrics` shows the
-//! sessions, and bad options stop the agent at start naming the option. Needs etcd, bird2,
+//! sessions, and bad options stop the agent at start naming the option. The secrets: the
+//! router's TCP MD5 password comes from files (`PasswordFile`, `--bgp-peers IP:AS:@FILE`) and
+//! shows in no log. Safety: a node's subnet is a kernel blackhole before its first pod, and a
+//! BIRD stopped from outside with SIGTERM leaves the routes in the kernel until the agent has
+//! started it again. Failure detection: a node's link cut is noticed within a second with BFD
+//! (by the other nodes and by FRR's bfdd), within the hold time without. Needs etcd, bird2,
 //! frr and curl (`.ci/packages.txt`); no special kernel driver (BGP is TCP).
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use netns_tests::agent::Agent;
+use netns_tests::agent::{bird_pid, Agent};
 use netns_tests::agent_cluster::{require_tools, Cluster};
 use netns_tests::bgp::{
-    kernel_routes, outside_host, reflector_conf, router_conf, KernelRoute, OUTSIDE_HOST,
+    bfdd_conf, kernel_routes, outside_host, reflector_conf, router_bfd_lines, router_conf,
+    KernelRoute, OUTSIDE_HOST,
 };
 use netns_tests::cluster::{ping, udp_source_seen, wait_until, Node, Pinger, Underlay, CONVERGE};
 use netns_tests::etcd::{lease_key, Etcd, EtcdOptions, PREFIX};
@@ -32,6 +39,8 @@ const GR_SECS: u64 = 8;
 /// cluster network and a prefix outside it. No node may take any of them.
 const BOGUS: &[&str] = &["0.0.0.0/0", "10.244.250.5/32", "192.168.99.0/24"];
 const METRICS_PORT: u16 = 19_472;
+/// The agent's blackhole route for a node's own subnet, as `ip route` shows it.
+const BLACKHOLE: &str = "proto static metric 1000000";
 
 fn have_tools() -> bool {
     require_tools(&["etcd", "etcdctl", "bird", "curl"])
@@ -119,10 +128,25 @@ fn bgp_mesh_with_router_on_etcd() {
         return;
     }
     let sw = Underlay::switch_ip();
+    // The router's password in files, as a mounted secret: one for the network's Peers, one
+    // for node 2's own flag (the same password: no conflict). Node 1's flag entry names the
+    // router without a password: the network's stays.
+    let secrets = TempDir::new("bgpe-md5");
+    let (net_file, node_file) = (secrets.join("router.md5"), secrets.join("node2.md5"));
+    fs::write(&net_file, format!("{PASSWORD}\n")).unwrap();
+    fs::write(&node_file, PASSWORD).unwrap();
     let backend = format!(
-        r#"{{"Type":"bgp","GracefulRestartTime":{GR_SECS},"Peers":[{{"PeerIP":"{sw}","ASNumber":{ROUTER_AS},"Password":"{PASSWORD}"}}]}}"#
+        r#"{{"Type":"bgp","GracefulRestartTime":{GR_SECS},"Peers":[{{"PeerIP":"{sw}","ASNumber":{ROUTER_AS},"PasswordFile":"{}"}}]}}"#,
+        net_file.display()
     );
     let mut c = Cluster::new("bgpe", &network_config(&backend));
+    c.agents[0]
+        .extra
+        .push(format!("--bgp-peers={sw}:{ROUTER_AS}"));
+    c.agents[1].extra.push(format!(
+        "--bgp-peers={sw}:{ROUTER_AS}:@{}",
+        node_file.display()
+    ));
     // The switch routes: between the nodes and the network behind it, where a host is.
     c.underlay
         .ns
@@ -140,6 +164,10 @@ fn bgp_mesh_with_router_on_etcd() {
     };
     with_metrics(&mut c);
     let started = Instant::now();
+    for a in &mut c.agents {
+        a.start();
+    }
+    blackhole_before_any_pod(&c);
     c.start_agents();
     converge(&c, &[0, 1, 2]);
     eprintln!(
@@ -179,7 +207,131 @@ fn bgp_mesh_with_router_on_etcd() {
     );
 
     agent_restart_loses_no_ping(&mut c);
+    bird_sigterm_keeps_the_routes(&c);
+    no_password_in_any_log(&c);
     node3_leaves_and_is_withdrawn(&mut c, &frr);
+}
+
+/// Whether node `node` has the agent's blackhole route for `subnet`.
+fn has_blackhole(node: &Node, subnet: &str) -> bool {
+    let want = format!("blackhole {subnet} {BLACKHOLE}");
+    node.ns
+        .exec_ok(&["ip", "route", "show", "type", "blackhole"])
+        .lines()
+        .any(|l| l.trim() == want)
+}
+
+/// Each node has its lease, no pod yet (no `cni0`), and its subnet is a blackhole in its
+/// kernel: traffic for pod addresses not yet in use is dropped, not sent back to the router.
+fn blackhole_before_any_pod(c: &Cluster) {
+    for (i, a) in c.agents.iter().enumerate() {
+        let subnet = a.wait_for_subnet();
+        let node = &c.nodes[i];
+        assert!(
+            wait_until(CONVERGE, || has_blackhole(node, &subnet)),
+            "node {}: no blackhole route for {subnet}: {}\n{}",
+            i + 1,
+            node.ns.exec_ok(&["ip", "route"]),
+            a.log()
+        );
+        assert!(
+            !node.ns.exec_ok(&["ip", "link"]).contains("cni0"),
+            "node {} has a pod bridge already",
+            i + 1
+        );
+    }
+}
+
+/// The routes are the agent's to remove: BIRD stopped from outside with SIGTERM (an orderly
+/// shutdown, which used to flush its routes) leaves every route in node 1's kernel, polled
+/// without a gap until the agent has started BIRD again; then the sessions come back.
+fn bird_sigterm_keeps_the_routes(c: &Cluster) {
+    let want = expected_routes(c, 0, &[0, 1, 2]);
+    let dir = c.agents[0].bgp_dir();
+    let pid = bird_pid(&dir).expect("node 1's BIRD");
+    let restarts_before = c.agents[0].log().matches("BIRD started again").count();
+    // SAFETY: kill(2) on the test's own BIRD; no memory-safety preconditions.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let killed = Instant::now();
+    // Polls while BIRD is gone and not started again yet.
+    let mut polls = 0;
+    let mut exited_after = None;
+    loop {
+        let have = kernel_routes(&c.nodes[0].ns, "bird");
+        assert_eq!(
+            have,
+            want,
+            "node 1's BIRD routes {:?} after BIRD's SIGTERM\n{}",
+            killed.elapsed(),
+            c.agents[0].log()
+        );
+        if exited_after.is_some() {
+            polls += 1;
+        } else if !Path::new(&format!("/proc/{pid}/comm")).exists() {
+            exited_after = Some(killed.elapsed());
+        }
+        if c.agents[0].log().matches("BIRD started again").count() > restarts_before {
+            break;
+        }
+        assert!(
+            killed.elapsed() < CONVERGE,
+            "the agent did not start BIRD again\n{}",
+            c.agents[0].log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let restarted = killed.elapsed();
+    let exited_after = exited_after.expect("BIRD exits on SIGTERM");
+    assert!(polls > 0, "no poll while BIRD was gone");
+    eprintln!(
+        "BIRD SIGTERMed on node 1: exited after {exited_after:?}, started again by the agent after {restarted:?}; the {} routes stayed in the kernel, {polls} polls in between",
+        want.len()
+    );
+    let log = c.agents[0].log();
+    assert!(
+        log.contains("BIRD started again in graceful recovery"),
+        "{log}"
+    );
+    assert!(
+        has_blackhole(&c.nodes[0], &c.subnets[0]),
+        "the blackhole route went with BIRD"
+    );
+    assert_metrics(
+        c,
+        0,
+        &["ferrocni_agent_bgp_sessions{state=\"established\"} 3"],
+    );
+    converge(c, &[0, 1, 2]);
+}
+
+/// The password is in BIRD's configuration (mode 0600) and nowhere else: not in the agents'
+/// logs, not in BIRD's.
+fn no_password_in_any_log(c: &Cluster) {
+    for (i, a) in c.agents.iter().enumerate() {
+        let dir = a.bgp_dir();
+        for (what, text) in [
+            ("agent log", a.log()),
+            (
+                "bird.log",
+                fs::read_to_string(dir.join("bird.log")).unwrap_or_default(),
+            ),
+            (
+                "bird.stderr",
+                fs::read_to_string(dir.join("bird.stderr")).unwrap_or_default(),
+            ),
+        ] {
+            assert!(
+                !text.contains(PASSWORD),
+                "node {}: the password is in its {what}",
+                i + 1
+            );
+        }
+        assert!(
+            a.log().len() > 1000,
+            "node {}: a suspiciously short log",
+            i + 1
+        );
+    }
 }
 
 /// The leases, subnet.env and BIRD's files are what the backend promises, and node 1 routes
@@ -216,6 +368,12 @@ fn leases_and_bird_files_as_promised(c: &Cluster) {
             .contains(&format!("password \"{PASSWORD}\";")));
         assert!(!dir.join("bird.conf.new").exists());
         assert!(c.agents[i].log().contains("BIRD started"));
+    }
+    // With pods, the bridge's route for the subnet wins over the blackhole.
+    for (i, n) in c.nodes.iter().enumerate() {
+        assert!(has_blackhole(n, &c.subnets[i]), "node {}", i + 1);
+        let via = n.ns.exec_ok(&["ip", "route", "get", &c.pods[i].ip]);
+        assert!(via.contains("dev cni0"), "node {}: {via}", i + 1);
     }
     let route = c.nodes[0]
         .ns
@@ -469,6 +627,9 @@ fn bgp_bad_options_refused_at_start() {
     let files = TempDir::new("bgpbad");
     let agent = Agent::new(&node, &etcd, files.path()).args(&["--startup-timeout=5"]);
     let good = network_config(r#"{"Type":"bgp"}"#);
+    let pw_b = files.join("pw-b");
+    fs::write(&pw_b, "pw-b\n").unwrap();
+    let with_b = format!("--bgp-peers=192.0.2.1:64512:@{}", pw_b.display());
     for (config, flag, needle) in [
         (
             network_config(r#"{"Type":"bgp","ASNumber":0}"#),
@@ -495,6 +656,34 @@ fn bgp_bad_options_refused_at_start() {
             Some("--bird-binary=/nonexistent/bird"),
             "BIRD binary \"/nonexistent/bird\" not found",
         ),
+        (
+            network_config(&format!(
+                r#"{{"Type":"bgp","Peers":[{{"PeerIP":"192.0.2.1","Password":"a","PasswordFile":"{}"}}]}}"#,
+                pw_b.display()
+            )),
+            None,
+            "\"Backend.Peers[0].PasswordFile\" is given beside Password: give one of them",
+        ),
+        (
+            network_config(r#"{"Type":"bgp","Peers":[{"PeerIP":"192.0.2.1","Password":"pw-a"}]}"#),
+            Some(with_b.as_str()),
+            "\"--bgp-peers\" gives peer 192.0.2.1 another password than the network's Backend.Peers",
+        ),
+        (
+            good.clone(),
+            Some("--bgp-peers=192.0.2.1:64512:pw-inline"),
+            "the third field must be @FILE",
+        ),
+        (
+            network_config(r#"{"Type":"bgp","HoldTime":2}"#),
+            None,
+            "\"Backend.HoldTime\" 2 is outside 0 or 3..65535 seconds",
+        ),
+        (
+            network_config(r#"{"Type":"bgp","Peers":[{"PeerIP":"192.0.2.1","KeepaliveTime":5,"HoldTime":3}]}"#),
+            None,
+            "\"Backend.Peers[0].KeepaliveTime\" 5 s is not shorter than the hold time (3 s)",
+        ),
     ] {
         etcd.ctl_ok(&["put", &format!("{PREFIX}/config"), &config]);
         let stderr = files.join("stderr");
@@ -514,6 +703,9 @@ fn bgp_bad_options_refused_at_start() {
             said.contains(" ERROR ferrocni-agent: fatal: ") && said.contains(needle),
             "{config} {flag:?}: {said}"
         );
+        for secret in ["pw-a", "pw-b", "pw-inline"] {
+            assert!(!said.contains(secret), "a password in the error: {said}");
+        }
         assert_eq!(
             etcd.ctl_ok(&[
                 "get",
@@ -526,5 +718,183 @@ fn bgp_bad_options_refused_at_start() {
             "a lease was taken ({config} {flag:?})"
         );
         assert!(!agent.bgp_dir().join("bird.pid").exists());
+    }
+}
+
+/// `birdc show bfd sessions` of an agent's BIRD.
+fn bfd_sessions(agent: &Agent) -> String {
+    let socket = agent.bgp_dir().join("bird.ctl");
+    std::process::Command::new("birdc")
+        .arg("-s")
+        .arg(&socket)
+        .args(["show", "bfd", "sessions"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
+}
+
+/// How many of an agent's BFD sessions are up.
+fn bfd_up(agent: &Agent) -> usize {
+    bfd_sessions(agent)
+        .lines()
+        .filter(|l| l.contains(" Up "))
+        .count()
+}
+
+/// How long after node 3's link went down its subnet left node 1's kernel and the router's
+/// BGP table.
+struct Detection {
+    node: Duration,
+    router: Duration,
+}
+
+/// Three agents and FRR (with bfdd), every session with a 1 s keepalive and a 3 s hold time,
+/// BFD on all of them or none (with BFD, node 2's agent restarts first, under pings: what a
+/// planned restart costs with BFD); then node 3's link is cut (`ip link set eth0 down` in its
+/// namespace) and node 1 and the router are watched until node 3's subnet is gone.
+fn failure_detection(tag: &str, bfd: bool) -> Option<Detection> {
+    let sw = Underlay::switch_ip();
+    let timers = r#""KeepaliveTime":1,"HoldTime":3"#;
+    let backend = format!(
+        r#"{{"Type":"bgp","GracefulRestartTime":{GR_SECS},"BFD":{bfd},{timers},"Peers":[{{"PeerIP":"{sw}","ASNumber":{ROUTER_AS},"Password":"{PASSWORD}","BFD":{bfd},{timers}}}]}}"#
+    );
+    let mut c = Cluster::new(tag, &network_config(&backend));
+    for n in &c.nodes {
+        n.ns.exec_ok(&["ip", "route", "add", "default", "via", &sw]);
+    }
+    let node_ips: Vec<&str> = c.nodes.iter().map(|n| n.ip.as_str()).collect();
+    let mut conf = router_conf(&node_ips, ROUTER_AS, PASSWORD, &[]);
+    if bfd {
+        conf.push_str(&router_bfd_lines(&node_ips, "fast"));
+    }
+    let frr = Frr::start_with_bfd(&c.underlay.ns, &conf, &bfdd_conf("fast", 100))?;
+    c.start_agents();
+    converge(&c, &[0, 1, 2]);
+    let subnet3 = c.subnets[2].clone();
+    let router_has3 = || router_pod_routes(&frr).iter().any(|(p, _)| *p == subnet3);
+    assert!(
+        wait_until(CONVERGE, router_has3),
+        "the router did not learn node 3's subnet\n{}",
+        frr.log("bgpd")
+    );
+    if bfd {
+        let all_up = || {
+            let peers = frr.bfd_peers();
+            peers.len() == 3 && peers.iter().all(|(_, s)| s == "up")
+        };
+        assert!(
+            wait_until(CONVERGE, all_up),
+            "FRR's BFD peers: {}\nnode 1's: {}\n{}",
+            String::from_utf8_lossy(&frr.vtysh(&["show bfd peers"]).stdout),
+            bfd_sessions(&c.agents[0]),
+            frr.log("bfdd")
+        );
+        // Node 1: BFD with node 2, node 3 and the router.
+        assert!(
+            wait_until(CONVERGE, || bfd_up(&c.agents[0]) == 3),
+            "node 1's BFD sessions: {}",
+            bfd_sessions(&c.agents[0])
+        );
+    } else {
+        assert!(frr.bfd_peers().is_empty(), "{:?}", frr.bfd_peers());
+    }
+    if bfd {
+        // A planned restart with BFD: BIRD brings a session down whenever its BFD session
+        // goes down, graceful restart or not, so the other nodes and the router drop node 2's
+        // routes until its BIRD is back. Measured, and bounded: traffic comes back.
+        let (forth, back) = (
+            Pinger::start(&c.pods[0].ns, &c.pods[1].ip, 8),
+            Pinger::start(&c.pods[1].ns, &c.pods[0].ip, 8),
+        );
+        std::thread::sleep(Duration::from_millis(500));
+        c.agents[1].stop();
+        c.agents[1].start();
+        for (what, pinger) in [("pod 1 -> pod 2", forth), ("pod 2 -> pod 1", back)] {
+            let (sent, received) = pinger.finish();
+            eprintln!(
+                "{what} across node 2's agent restart with BFD: {received} of {sent} pings answered ({} ms without answer)",
+                (sent - received) * 50
+            );
+            assert!(sent > 100, "only {sent} pings sent");
+            // 20 pings a second: no more than 3 s lost.
+            assert!(sent - received <= 60, "{what}: {received} of {sent}");
+        }
+        converge(&c, &[0, 1, 2]);
+        assert!(
+            wait_until(CONVERGE, || bfd_up(&c.agents[0]) == 3),
+            "node 1's BFD sessions after node 2's restart: {}",
+            bfd_sessions(&c.agents[0])
+        );
+    }
+    let node1 = &c.nodes[0];
+    let node1_has3 = || {
+        kernel_routes(&node1.ns, "bird")
+            .iter()
+            .any(|r| r.dst == subnet3)
+    };
+    assert!(node1_has3());
+    let cut = Instant::now();
+    c.nodes[2]
+        .ns
+        .exec_ok(&["ip", "link", "set", "eth0", "down"]);
+    let gone_within = |has: &(dyn Fn() -> bool + Sync)| -> Duration {
+        while has() {
+            assert!(cut.elapsed() < CONVERGE, "node 3's subnet stayed");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        cut.elapsed()
+    };
+    let (node, router) = std::thread::scope(|s| {
+        let node = s.spawn(|| gone_within(&node1_has3));
+        let router = s.spawn(|| gone_within(&router_has3));
+        (node.join().unwrap(), router.join().unwrap())
+    });
+    eprintln!(
+        "node 3's link cut ({}): its subnet left node 1's kernel after {node:?}, the router's table after {router:?}",
+        if bfd { "BFD 100 ms x 3, hold time 3 s" } else { "no BFD, hold time 3 s, keepalive 1 s" }
+    );
+    // Node 2 is untouched: its session with node 1 and the router stay, so do its routes.
+    assert!(kernel_routes(&c.nodes[1].ns, "bird")
+        .iter()
+        .any(|r| r.dst == c.subnets[0]));
+    Some(Detection { node, router })
+}
+
+/// BFD on the mesh (`Backend.BFD`) and on the router's session (`Peers[].BFD`): a node whose
+/// link is cut loses its routes on the other nodes and on the router within a second.
+#[test]
+fn bgp_bfd_detects_a_cut_link_within_a_second() {
+    require_root!();
+    if !have_tools() {
+        return;
+    }
+    let Some(d) = failure_detection("bgpbfd", true) else {
+        return;
+    };
+    assert!(d.node < Duration::from_secs(1), "node 1: {:?}", d.node);
+    assert!(
+        d.router < Duration::from_secs(1),
+        "the router: {:?}",
+        d.router
+    );
+}
+
+/// Without BFD the hold time (3 s here, keepalives every second) bounds the same detection:
+/// more than a second, no more than the hold time (and a second of polling and scheduling
+/// slack on a loaded machine).
+#[test]
+fn bgp_hold_time_detects_a_cut_link() {
+    require_root!();
+    if !have_tools() {
+        return;
+    }
+    let Some(d) = failure_detection("bgphold", false) else {
+        return;
+    };
+    for (who, t) in [("node 1", d.node), ("the router", d.router)] {
+        assert!(
+            t > Duration::from_secs(1) && t < Duration::from_secs(4),
+            "{who}: {t:?}"
+        );
     }
 }

@@ -6,7 +6,8 @@
 //! behind it reaching a pod by its own address, bogus announcements changing nothing, a removed
 //! member withdrawn at once while the other sessions stay up, pod traffic kept across a
 //! graceful stop and restart, a BIRD crash and an agent crash, and a route reflector instead of
-//! the mesh. Needs `bird2` (bird, birdc) and `frr`.
+//! the mesh; the node's subnet a kernel blackhole that follows the subnet and goes with a
+//! shutdown. Needs `bird2` (bird, birdc) and `frr`.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -149,6 +150,16 @@ impl Cluster {
 
     fn bird_routes(&self, i: u8) -> Vec<KernelRoute> {
         kernel_routes(&self.nodes[usize::from(i - 1)].ns, "bird")
+    }
+
+    /// Node `i`'s blackhole routes (`ip route show type blackhole`), one per line.
+    fn blackholes(&self, i: u8) -> Vec<String> {
+        self.nodes[usize::from(i - 1)]
+            .ns
+            .exec_ok(&["ip", "route", "show", "type", "blackhole"])
+            .lines()
+            .map(|l| l.trim().to_string())
+            .collect()
     }
 
     /// Waits until every node in `members` has exactly the routes to the other members.
@@ -372,7 +383,14 @@ fn removed_member_withdrawn_at_once_others_undisturbed() {
         .sessions()
         .iter()
         .all(|s| s.1 == "Established")));
-    let before = c.bgp[1].sessions();
+    // BIRD may move a session's `since` a millisecond after it shows Established (the
+    // protocol's own state change follows the connection's): read it once it holds still.
+    let mut before = c.bgp[1].sessions();
+    assert!(wait_until(CONVERGE, || {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = c.bgp[1].sessions();
+        std::mem::replace(&mut before, now) == before
+    }));
 
     // Node 1's lease goes: nodes 2 and 3 drop it; its subnet leaves both within a second.
     let (n2, n3) = (Underlay::node_ip(2), Underlay::node_ip(3));
@@ -418,12 +436,32 @@ fn removed_member_withdrawn_at_once_others_undisturbed() {
         c.bird_routes(1)
     );
 
+    // Node 3 given another subnet (its lease acquired again): the blackhole moves with it.
+    let blackhole = |s: &str| vec![format!("blackhole {s} proto static metric 1000000")];
+    assert_eq!(c.blackholes(3), blackhole(&subnet(3)));
+    c.bgp[2].apply("10.244.33.0/24", &[n2.as_str()]);
+    assert_eq!(c.blackholes(3), blackhole("10.244.33.0/24"));
+    c.apply(3, std::slice::from_ref(&n2));
+    assert_eq!(c.blackholes(3), blackhole(&subnet(3)));
+
     // Node 3 leaves the backend for good (shutdown, not a graceful stop): node 2 loses its
-    // subnet at once, and node 3's kernel loses BIRD's routes.
+    // subnet at once, and node 3's kernel loses BIRD's routes and the subnet's blackhole.
+    assert_eq!(
+        c.blackholes(3),
+        vec![format!(
+            "blackhole {} proto static metric 1000000",
+            subnet(3)
+        )]
+    );
     let said = c.bgp[2].shutdown();
     assert!(said.contains("withdrawn"), "{said}");
+    assert!(
+        said.ends_with("and 1 blackhole route(s) of this node's subnet"),
+        "{said}"
+    );
     c.converge(&[2]);
     assert_eq!(c.bird_routes(3), vec![]);
+    assert_eq!(c.blackholes(3), Vec::<String>::new());
 }
 
 /// Waits until node `restarted` is out of graceful recovery and node `helper` holds none of

@@ -4,7 +4,7 @@
 //!
 //! BIRD runs with `-f` in a process group of its own (a terminal's Ctrl-C reaches the agent,
 //! which stops BIRD gracefully; BIRD takes SIGINT and SIGTERM as an orderly shutdown that
-//! withdraws every route). Its log goes to its own file (`log` in the configuration); what it
+//! withdraws this node's subnet from every peer, though its kernel routes stay: `persist`). Its log goes to its own file (`log` in the configuration); what it
 //! prints before reading the configuration goes to `bird.stderr`, quoted when it fails to start.
 
 use std::fs::{self, File};
@@ -270,7 +270,7 @@ impl Process {
         false
     }
 
-    /// SIGKILL, never SIGTERM (which withdraws every route).
+    /// SIGKILL, never SIGTERM (which withdraws this node's subnet from every peer).
     pub fn kill(&mut self) {
         match self {
             Process::Child(c) => {
@@ -405,6 +405,14 @@ mod tests {
         no_gr.own_subnet = "10.96.7.192/26".parse().unwrap();
         no_gr.as_number = 4_200_000_000;
         variants.push(no_gr);
+        let mut fast = samples::sample_sessions();
+        fast.peers[0].bfd = true;
+        fast.peers[0].timers.hold_time = Some(3);
+        fast.peers[0].timers.keepalive_time = Some(1);
+        let mut detect = samples::sample(&fast);
+        detect.mesh_bfd = true;
+        detect.mesh_timers.hold_time = Some(0);
+        variants.push(detect);
         for (i, mut c) in variants.into_iter().enumerate() {
             c.log_file = &log;
             let file = dir.join(format!("bird-{i}.conf"));

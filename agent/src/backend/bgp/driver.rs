@@ -1,7 +1,9 @@
 //! [`Bgp`]: BIRD driven by the agent. `apply` renders the node's configuration, has BIRD check
 //! it, and starts BIRD (or adopts the one a previous agent left running) or reconfigures it; a
 //! watcher thread restarts BIRD when it dies and reads the sessions' state every few seconds
-//! (for the log and the metrics); `stop` shuts BIRD down for a graceful restart.
+//! (for the log and the metrics); `stop` shuts BIRD down for a graceful restart. `apply` also
+//! keeps the kernel's blackhole route for the node's subnet ([`blackhole`]), which `shutdown`
+//! removes with BIRD's routes.
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
@@ -16,10 +18,11 @@ use std::time::{Duration, Instant};
 use ipnetwork::Ipv4Network;
 
 use super::bird::{self, Paths, Process};
+use super::blackhole;
 use super::control::{self, Control};
 use super::error::BgpError;
 use super::metrics::{self, Counters, Family};
-use super::options::{BgpOptions, NodeSettings, Peer};
+use super::options::{merge_peers, BgpOptions, NodeSettings, Peer};
 use super::render::{render, BirdConfig};
 use super::sessions::Sessions;
 use super::status::{self, Session};
@@ -101,7 +104,8 @@ impl Report {
 struct Settings {
     opts: BgpOptions,
     node: NodeInfo,
-    node_peers: Vec<Peer>,
+    /// The network's `Peers` and the node's `--bgp-peers`, merged.
+    peers: Vec<Peer>,
     binary: PathBuf,
     paths: Paths,
 }
@@ -116,6 +120,8 @@ struct State {
     /// When a dead BIRD is due to be started again, and the delay after the next death.
     restart_at: Option<Instant>,
     restart_delay: Duration,
+    /// The subnet whose blackhole route this backend put in the kernel.
+    blackhole: Option<Ipv4Network>,
 }
 
 #[derive(Default)]
@@ -137,16 +143,17 @@ pub struct Bgp {
 }
 
 impl Bgp {
-    /// Checks the settings (BIRD found, directory usable) and starts the watcher; BIRD itself
-    /// starts at the first [`Bgp::apply`].
+    /// Checks the settings (BIRD found, directory usable, the node's peers agree with the
+    /// network's) and starts the watcher; BIRD itself starts at the first [`Bgp::apply`].
     pub fn new(opts: BgpOptions, settings: NodeSettings, node: NodeInfo) -> Result<Bgp, BgpError> {
+        let peers = merge_peers(&opts.peers, &settings.peers)?;
         let binary = bird::find_binary(&settings.bird_binary)?;
         let paths = Paths::new(&settings.dir)?;
         let shared = Arc::new(Shared {
             settings: Settings {
                 opts,
                 node,
-                node_peers: settings.peers,
+                peers,
                 binary,
                 paths,
             },
@@ -208,7 +215,7 @@ impl Bgp {
             )));
         }
         let mesh = s.opts.node_to_node_mesh.then_some(mesh_peers);
-        let sessions = Sessions::new(s.node.public_ip, mesh, &s.opts.peers, &s.node_peers);
+        let sessions = Sessions::new(s.node.public_ip, mesh, &s.peers);
         let text = render(&BirdConfig {
             router_id: s.node.public_ip,
             as_number: s.opts.as_number,
@@ -217,9 +224,17 @@ impl Bgp {
             sessions: &sessions,
             graceful_restart: s.opts.graceful_restart,
             graceful_restart_time: s.opts.graceful_restart_time,
+            mesh_timers: s.opts.mesh_timers,
+            mesh_bfd: s.opts.mesh_bfd,
             log_file: &s.paths.log,
         });
         let mut st = self.shared.lock_state();
+        // A blackhole of an earlier subnet (a lease acquired again, another agent's) goes first.
+        if st.blackhole != Some(own_subnet) {
+            blackhole::remove(s.node.network, Some(own_subnet))?;
+        }
+        blackhole::install(own_subnet)?;
+        st.blackhole = Some(own_subnet);
         let action = self.shared.converge(&mut st, &text)?;
         let (added, removed) = diff(&st.sessions, &sessions);
         st.sessions = sessions.clone();
@@ -285,7 +300,8 @@ impl Bgp {
 
     /// Shuts BIRD down for good (a backend change, a node leaving): every peer is told and
     /// withdraws this node's subnet, and BIRD's routes leave the kernel, also those a BIRD
-    /// stopped for a graceful restart left there.
+    /// stopped for a graceful restart left there (BIRD's kernel protocol is `persist`: BIRD
+    /// itself never removes them), and so does the subnet's blackhole route.
     pub fn shutdown(&mut self) -> Result<String, BgpError> {
         self.stop_watcher();
         let shared = &self.shared;
@@ -308,8 +324,10 @@ impl Bgp {
             }
         };
         let flushed = bird::flush_kernel_routes(s.node.network)?;
+        let blackholes = blackhole::remove(s.node.network, None)?;
+        st.blackhole = None;
         Ok(format!(
-            "{what}; {flushed} BIRD route(s) left in the kernel removed"
+            "{what}; {flushed} BIRD route(s) left in the kernel removed, and {blackholes} blackhole route(s) of this node's subnet"
         ))
     }
 
@@ -591,11 +609,7 @@ mod tests {
         };
         let new = Sessions {
             mesh: vec![ip("10.0.0.3")],
-            peers: vec![super::super::options::Peer {
-                ip: ip("192.0.2.1"),
-                as_number: 1,
-                password: None,
-            }],
+            peers: vec![Peer::new(ip("192.0.2.1"), 1)],
         };
         assert_eq!(
             diff(&old, &new),

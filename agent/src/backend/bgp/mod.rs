@@ -6,11 +6,13 @@
 //!
 //! The parts:
 //! - [`options`]: the `Backend` object (`ASNumber`, `NodeToNodeMesh`, `Peers`,
-//!   `GracefulRestart`, `GracefulRestartTime`) and the node flags (`--bgp-peers`,
-//!   `--bird-binary`, `--bgp-dir`);
+//!   `GracefulRestart`, `GracefulRestartTime`, `KeepaliveTime`, `HoldTime`, `BFD`) and the
+//!   node flags (`--bgp-peers`, `--bird-binary`, `--bgp-dir`);
+//! - [`secret`]: peer passwords, which only BIRD's configuration file ever shows;
 //! - [`sessions`]: which BGP sessions the node runs, and their BIRD protocol names;
 //! - [`render`]: the BIRD configuration, a pure function (filters and timers explained there);
 //! - [`bird`]: BIRD's files, `bird -p -c`, starting, adopting, watching and stopping BIRD;
+//! - [`blackhole`]: the kernel's blackhole route for this node's subnet;
 //! - [`control`]: BIRD's control socket (`birdc`'s protocol);
 //! - [`status`], [`metrics`]: the sessions' state, its log lines and metric families;
 //! - [`driver`]: [`Bgp`], BIRD driven for one node: `apply` (render, check, start or
@@ -22,8 +24,10 @@
 //! This node's lease is `{"PublicIP": …, "PublicIPv6": null, "BackendType": "bgp"}`
 //! ([`BACKEND_TYPE`], no backend data); pods' MTU is the underlay's ([`MTU_OVERHEAD`] = 0). On
 //! SIGTERM BIRD stops for a graceful restart: routes stay, the next agent's BIRD takes over.
+//! BIRD never removes its kernel routes (`persist`): the agent does, in [`Bgp::shutdown`].
 
 pub mod bird;
+pub mod blackhole;
 pub mod control;
 pub mod driver;
 pub mod error;
@@ -31,6 +35,7 @@ pub mod metrics;
 pub mod options;
 pub mod plane;
 pub mod render;
+pub mod secret;
 pub mod sessions;
 pub mod status;
 
@@ -58,16 +63,28 @@ mod tests {
         let o = BgpOptions {
             node_to_node_mesh: false,
             graceful_restart: false,
-            peers: vec![Peer {
-                ip: "192.0.2.1".parse().unwrap(),
-                as_number: 64512,
-                password: None,
-            }],
+            peers: vec![Peer::new("192.0.2.1".parse().unwrap(), 64512)],
             ..BgpOptions::default()
         };
         assert_eq!(
             o.describe(),
             "bgp AS 64512, no node mesh, 1 configured peer, no graceful restart"
+        );
+        let o = BgpOptions {
+            mesh_bfd: true,
+            mesh_timers: options::Timers {
+                keepalive_time: Some(1),
+                hold_time: Some(3),
+            },
+            peers: vec![Peer {
+                bfd: true,
+                ..Peer::new("192.0.2.1".parse().unwrap(), 64512)
+            }],
+            ..BgpOptions::default()
+        };
+        assert_eq!(
+            o.describe(),
+            "bgp AS 64512, node-to-node mesh (hold time 3 s, keepalive 1 s, BFD), 1 configured peer (1 with BFD), graceful restart 120 s"
         );
     }
 }

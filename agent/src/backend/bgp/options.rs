@@ -5,12 +5,13 @@
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::error::BgpError;
+use super::secret::{read_password_file, Secret};
 use crate::backend::flag::Flag;
 
 /// Calico's default AS number (a private 16-bit AS).
@@ -21,6 +22,9 @@ pub const DEFAULT_GRACEFUL_RESTART_TIME: u16 = 120;
 pub const MAX_GRACEFUL_RESTART_TIME: u16 = 4095;
 /// Linux's TCP MD5 key limit (TCP_MD5SIG_MAXKEYLEN).
 pub const MAX_PASSWORD_LEN: usize = 80;
+/// BIRD's hold time when none is set, and the bounds of a set one (0: no keepalives at all).
+pub const DEFAULT_HOLD_TIME: u16 = 240;
+pub const MIN_HOLD_TIME: u16 = 3;
 pub const DEFAULT_BIRD_BINARY: &str = "bird";
 pub const DEFAULT_DIR: &str = "/run/ferrocni/bgp";
 
@@ -52,10 +56,10 @@ pub const DIR: Flag = Flag {
 /// starts (a bad value stops a bgp node only).
 pub const PEERS: Flag = Flag {
     name: "--bgp-peers",
-    value: "IP:AS[,IP:AS...]",
+    value: "IP:AS[:@FILE][,...]",
     help: &[
         "BGP peers of this node only, on top of the network's Peers (a",
-        "rack's top-of-rack router)",
+        "rack's top-of-rack router); @FILE: the TCP MD5 password's file",
     ],
     default: None,
     check: Flag::any_value,
@@ -72,8 +76,28 @@ const OPTIONS: &[&str] = &[
     "Peers",
     "GracefulRestart",
     "GracefulRestartTime",
+    "KeepaliveTime",
+    "HoldTime",
+    "BFD",
 ];
-const PEER_FIELDS: &[&str] = &["PeerIP", "ASNumber", "Password"];
+const PEER_FIELDS: &[&str] = &[
+    "PeerIP",
+    "ASNumber",
+    "Password",
+    "PasswordFile",
+    "KeepaliveTime",
+    "HoldTime",
+    "BFD",
+];
+
+/// A session's BGP timers, in seconds (BIRD's `keepalive time`, `hold time`); unset: BIRD's
+/// defaults (hold 240, keepalive a third of the hold time).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Timers {
+    pub keepalive_time: Option<u16>,
+    /// 0: no hold timer and no keepalives.
+    pub hold_time: Option<u16>,
+}
 
 /// A BGP peer outside the node mesh (a top-of-rack router, a route reflector): iBGP when its
 /// AS is the cluster's, eBGP otherwise.
@@ -81,8 +105,24 @@ const PEER_FIELDS: &[&str] = &["PeerIP", "ASNumber", "Password"];
 pub struct Peer {
     pub ip: Ipv4Addr,
     pub as_number: u32,
-    /// TCP MD5 signature key (RFC 2385).
-    pub password: Option<String>,
+    /// TCP MD5 signature key (RFC 2385), from `Password` or read from `PasswordFile`.
+    pub password: Option<Secret>,
+    pub timers: Timers,
+    /// A BFD session beside the BGP one: a dead link drops the session within a second.
+    pub bfd: bool,
+}
+
+impl Peer {
+    /// A peer without password, timers of its own or BFD.
+    pub fn new(ip: Ipv4Addr, as_number: u32) -> Peer {
+        Peer {
+            ip,
+            as_number,
+            password: None,
+            timers: Timers::default(),
+            bfd: false,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,6 +137,10 @@ pub struct BgpOptions {
     pub graceful_restart: bool,
     /// How long peers keep them, in seconds.
     pub graceful_restart_time: u16,
+    /// The node-to-node sessions' timers (`Backend.KeepaliveTime`, `Backend.HoldTime`).
+    pub mesh_timers: Timers,
+    /// BFD on the node-to-node sessions (`Backend.BFD`).
+    pub mesh_bfd: bool,
 }
 
 impl Default for BgpOptions {
@@ -107,6 +151,8 @@ impl Default for BgpOptions {
             peers: Vec::new(),
             graceful_restart: true,
             graceful_restart_time: DEFAULT_GRACEFUL_RESTART_TIME,
+            mesh_timers: Timers::default(),
+            mesh_bfd: false,
         }
     }
 }
@@ -145,6 +191,8 @@ impl BgpOptions {
                     )
                 })?;
         }
+        opts.mesh_timers = timers(backend, "Backend")?;
+        opts.mesh_bfd = field::<bool>(backend, "Backend", "BFD")?.unwrap_or(false);
         if let Some(list) = libcni::gojson::get(backend, "Peers") {
             opts.peers = peers(list, opts.as_number)?;
         }
@@ -152,31 +200,73 @@ impl BgpOptions {
     }
 }
 
-/// The value of `--bgp-peers`: `IP:AS[,IP:AS...]`, this node's own peers (a rack's router).
-/// Empty means none.
+/// The value of `--bgp-peers`: `IP:AS[:@FILE][,...]`, this node's own peers (a rack's
+/// router), `@FILE` naming a file that holds the peer's TCP MD5 password (never the password
+/// itself: a command line is visible to every user in `ps`). Empty means none.
 pub fn parse_peers_flag(value: &str) -> Result<Vec<Peer>, BgpError> {
     let flag = "--bgp-peers";
     let mut out: Vec<Peer> = Vec::new();
     for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let (ip, asn) = item.split_once(':').ok_or_else(|| {
+        let (ip, rest) = item.split_once(':').ok_or_else(|| {
             BgpError::option(
                 flag,
-                format!("entry {item:?} is not IP:AS (192.0.2.1:64512)"),
+                format!("entry {item:?} is not IP:AS[:@FILE] (192.0.2.1:64512)"),
             )
         })?;
+        let (asn, file) = match rest.split_once(':') {
+            Some((asn, file)) => (asn, Some(file.trim())),
+            None => (rest, None),
+        };
         let ip = peer_ip(flag, ip.trim())?;
         let asn = asn.trim().parse::<u32>().map_err(|_| {
-            BgpError::option(flag, format!("entry {item:?}: {asn:?} is not an AS number"))
+            BgpError::option(flag, format!("entry {ip}: {asn:?} is not an AS number"))
         })?;
         let as_number = as_number(flag, asn)?;
         if out.iter().any(|p| p.ip == ip) {
             return Err(BgpError::option(flag, format!("lists {ip} twice")));
         }
-        out.push(Peer {
-            ip,
-            as_number,
-            password: None,
-        });
+        let mut peer = Peer::new(ip, as_number);
+        if let Some(file) = file {
+            // Only a file: the entry is not quoted here, it may be a password.
+            let path = file.strip_prefix('@').filter(|p| !p.is_empty()).ok_or_else(|| {
+                BgpError::option(
+                    flag,
+                    format!("entry {ip}: the third field must be @FILE, the password's file (a password is never given on the command line)"),
+                )
+            })?;
+            let at = format!("{flag} entry {ip}");
+            peer.password = password_from_file(&at, Path::new(path))?;
+        }
+        out.push(peer);
+    }
+    Ok(out)
+}
+
+/// The peers of this node: the network's `Peers` and its `--bgp-peers`. A flag entry for an
+/// address the network lists replaces that entry's AS and keeps its timers and BFD (the flag
+/// has no syntax for them) and its password when the flag gives none; two different
+/// passwords for one peer are refused (which one the router expects is not for us to guess).
+pub fn merge_peers(network: &[Peer], node: &[Peer]) -> Result<Vec<Peer>, BgpError> {
+    let mut out: Vec<Peer> = network.to_vec();
+    for p in node {
+        let Some(known) = out.iter_mut().find(|q| q.ip == p.ip) else {
+            out.push(p.clone());
+            continue;
+        };
+        let password = match (&known.password, &p.password) {
+            (Some(a), Some(b)) if a != b => {
+                return Err(BgpError::option(
+                    "--bgp-peers",
+                    format!(
+                        "gives peer {} another password than the network's Backend.Peers: give it in one place only",
+                        p.ip
+                    ),
+                ))
+            }
+            (a, b) => b.clone().or_else(|| a.clone()),
+        };
+        known.as_number = p.as_number;
+        known.password = password;
     }
     Ok(out)
 }
@@ -189,7 +279,7 @@ pub struct NodeSettings {
     /// `--bgp-dir`: BIRD's configuration, control socket (`bird.ctl`), pid file and log.
     pub dir: PathBuf,
     /// `--bgp-peers`: peers of this node only, on top of the network's `Peers` (an entry here
-    /// replaces a network-wide one for the same address).
+    /// is merged with a network-wide one for the same address: [`merge_peers`]).
     pub peers: Vec<Peer>,
 }
 
@@ -259,8 +349,8 @@ fn peer_ip(option: &str, text: &str) -> Result<Ipv4Addr, BgpError> {
     Ok(ip)
 }
 
-/// `Backend.Peers`: a list of `{"PeerIP", "ASNumber", "Password"}`; `ASNumber` defaults to the
-/// cluster's (iBGP).
+/// `Backend.Peers`: a list of `{"PeerIP", "ASNumber", "Password" or "PasswordFile",
+/// "KeepaliveTime", "HoldTime", "BFD"}`; `ASNumber` defaults to the cluster's (iBGP).
 fn peers(list: &Value, cluster_as: u32) -> Result<Vec<Peer>, BgpError> {
     let items = list.as_array().ok_or_else(|| {
         BgpError::option(
@@ -290,17 +380,88 @@ fn peers(list: &Value, cluster_as: u32) -> Result<Vec<Peer>, BgpError> {
             Some(n) => self::as_number(&format!("{at}.ASNumber"), n)?,
             None => cluster_as,
         };
-        let password = field::<String>(obj, &at, "Password")?.filter(|p| !p.is_empty());
-        if let Some(p) = &password {
-            check_password(&format!("{at}.Password"), p)?;
-        }
-        out.push(Peer {
-            ip,
-            as_number,
-            password,
-        });
+        let mut peer = Peer::new(ip, as_number);
+        peer.password = password(obj, &at)?;
+        peer.timers = timers(obj, &at)?;
+        peer.bfd = field::<bool>(obj, &at, "BFD")?.unwrap_or(false);
+        out.push(peer);
     }
     Ok(out)
+}
+
+/// A peer's `Password` or `PasswordFile` (not both); an empty one is none.
+fn password(obj: &Map<String, Value>, at: &str) -> Result<Option<Secret>, BgpError> {
+    let inline = field::<String>(obj, at, "Password")?.filter(|p| !p.is_empty());
+    let file = field::<String>(obj, at, "PasswordFile")?.filter(|p| !p.is_empty());
+    match (inline, file) {
+        (Some(_), Some(_)) => Err(BgpError::option(
+            format!("{at}.PasswordFile"),
+            "is given beside Password: give one of them",
+        )),
+        (Some(p), None) => {
+            check_password(&format!("{at}.Password"), &p)?;
+            Ok(Some(Secret::new(p)))
+        }
+        (None, Some(path)) => password_from_file(&format!("{at}.PasswordFile"), Path::new(&path)),
+        (None, None) => Ok(None),
+    }
+}
+
+/// The password in `path`, held to the same rules as one given inline; an empty file is none.
+fn password_from_file(option: &str, path: &Path) -> Result<Option<Secret>, BgpError> {
+    let secret = read_password_file(option, path)?;
+    if secret.expose().is_empty() {
+        return Ok(None);
+    }
+    check_password(option, secret.expose())?;
+    Ok(Some(secret))
+}
+
+/// `KeepaliveTime` and `HoldTime` of `obj` (the Backend object or a peer): a hold time of 0
+/// (no keepalives) or at least 3 s, as BGP allows; a keepalive shorter than the hold time.
+fn timers(obj: &Map<String, Value>, at: &str) -> Result<Timers, BgpError> {
+    let seconds = |name: &str| -> Result<Option<(String, u16)>, BgpError> {
+        let option = format!("{at}.{name}");
+        let Some(n) = field::<u64>(obj, at, name)? else {
+            return Ok(None);
+        };
+        let s = u16::try_from(n)
+            .map_err(|_| BgpError::option(&option, format!("{n} is above 65535 seconds")))?;
+        Ok(Some((option, s)))
+    };
+    let hold_time = seconds("HoldTime")?;
+    if let Some((option, h)) = &hold_time {
+        if (1..MIN_HOLD_TIME).contains(h) {
+            return Err(BgpError::option(
+                option,
+                format!("{h} is outside 0 or {MIN_HOLD_TIME}..65535 seconds"),
+            ));
+        }
+    }
+    let hold_time = hold_time.map(|(_, h)| h);
+    let keepalive_time = seconds("KeepaliveTime")?;
+    if let Some((option, k)) = &keepalive_time {
+        let hold = hold_time.unwrap_or(DEFAULT_HOLD_TIME);
+        if *k == 0 {
+            return Err(BgpError::option(option, "0 is outside 1..65535 seconds"));
+        }
+        if hold == 0 {
+            return Err(BgpError::option(
+                option,
+                "is set, but a HoldTime of 0 sends no keepalives",
+            ));
+        }
+        if *k >= hold {
+            return Err(BgpError::option(
+                option,
+                format!("{k} s is not shorter than the hold time ({hold} s)"),
+            ));
+        }
+    }
+    Ok(Timers {
+        keepalive_time: keepalive_time.map(|(_, k)| k),
+        hold_time,
+    })
 }
 
 /// BIRD's configuration strings have no escapes (a `"` ends one, a line break is an error),
@@ -351,38 +512,177 @@ mod tests {
     fn every_option() {
         let o = parse(
             r#"{"Type":"bgp","ASNumber":65001,"NodeToNodeMesh":false,"GracefulRestart":false,
-                "GracefulRestartTime":30,"Peers":[
-                  {"PeerIP":"192.0.2.1","ASNumber":65000,"Password":"s3cret"},
-                  {"PeerIP":"192.0.2.2"},
+                "GracefulRestartTime":30,"KeepaliveTime":1,"HoldTime":3,"BFD":true,"Peers":[
+                  {"PeerIP":"192.0.2.1","ASNumber":65000,"Password":"s3cret","BFD":true,
+                   "KeepaliveTime":2,"HoldTime":9},
+                  {"PeerIP":"192.0.2.2","HoldTime":0},
                   {"PeerIP":"192.0.2.3","Password":""}]}"#,
         )
         .unwrap();
+        let ip = |s: &str| s.parse::<Ipv4Addr>().unwrap();
+        let first = Peer {
+            password: Some(Secret::new("s3cret")),
+            timers: Timers {
+                keepalive_time: Some(2),
+                hold_time: Some(9),
+            },
+            bfd: true,
+            ..Peer::new(ip("192.0.2.1"), 65000)
+        };
+        // No ASNumber: iBGP, the cluster's AS.
+        let second = Peer {
+            timers: Timers {
+                keepalive_time: None,
+                hold_time: Some(0),
+            },
+            ..Peer::new(ip("192.0.2.2"), 65001)
+        };
         assert_eq!(
             o,
             BgpOptions {
                 as_number: 65001,
                 node_to_node_mesh: false,
-                peers: vec![
-                    Peer {
-                        ip: "192.0.2.1".parse().unwrap(),
-                        as_number: 65000,
-                        password: Some("s3cret".into()),
-                    },
-                    // No ASNumber: iBGP, the cluster's AS.
-                    Peer {
-                        ip: "192.0.2.2".parse().unwrap(),
-                        as_number: 65001,
-                        password: None,
-                    },
-                    Peer {
-                        ip: "192.0.2.3".parse().unwrap(),
-                        as_number: 65001,
-                        password: None,
-                    },
-                ],
+                peers: vec![first, second, Peer::new(ip("192.0.2.3"), 65001)],
                 graceful_restart: false,
                 graceful_restart_time: 30,
+                mesh_timers: Timers {
+                    keepalive_time: Some(1),
+                    hold_time: Some(3),
+                },
+                mesh_bfd: true,
             }
+        );
+    }
+
+    /// The options' `Debug` (what a `{:?}` in a log line would print) holds no password.
+    #[test]
+    fn debug_holds_no_password() {
+        let o =
+            parse(r#"{"Type":"bgp","Peers":[{"PeerIP":"192.0.2.1","Password":"topsecret-md5"}]}"#)
+                .unwrap();
+        let text = format!("{o:?} {o:#?} {:?}", o.peers[0]);
+        assert!(!text.contains("topsecret"), "{text}");
+        assert!(text.contains("<redacted>"), "{text}");
+    }
+
+    #[test]
+    fn password_files() {
+        let dir = std::env::temp_dir().join(format!("bgp-options-pw-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("good");
+        std::fs::write(&good, "from-a-file\n").unwrap();
+        let quoted = dir.join("quoted");
+        std::fs::write(&quoted, "a\"b\n").unwrap();
+        let empty = dir.join("empty");
+        std::fs::write(&empty, "\n").unwrap();
+        let long = dir.join("long");
+        std::fs::write(&long, "k".repeat(81)).unwrap();
+        let peer = |file: &std::path::Path| {
+            format!(
+                r#"{{"Type":"bgp","Peers":[{{"PeerIP":"192.0.2.1","PasswordFile":"{}"}}]}}"#,
+                file.display()
+            )
+        };
+        let o = parse(&peer(&good)).unwrap();
+        assert_eq!(
+            o.peers[0].password.as_ref().map(Secret::expose),
+            Some("from-a-file")
+        );
+        assert_eq!(parse(&peer(&empty)).unwrap().peers[0].password, None);
+        for (file, needle) in [
+            (
+                &quoted,
+                "\"Backend.Peers[0].PasswordFile\" may not hold a double quote",
+            ),
+            (&long, "\"Backend.Peers[0].PasswordFile\" is 81 bytes long"),
+            (
+                &dir.join("missing"),
+                "\"Backend.Peers[0].PasswordFile\" password file ",
+            ),
+        ] {
+            let e = err(&peer(file));
+            assert!(e.contains(needle), "{e}");
+        }
+        let both = format!(
+            r#"{{"Type":"bgp","Peers":[{{"PeerIP":"192.0.2.1","Password":"x","PasswordFile":"{}"}}]}}"#,
+            good.display()
+        );
+        assert!(err(&both).contains(
+            "\"Backend.Peers[0].PasswordFile\" is given beside Password: give one of them"
+        ));
+
+        // The flag's @FILE form.
+        let flag = format!("192.0.2.1:64512:@{}, 192.0.2.2:65000", good.display());
+        let peers = parse_peers_flag(&flag).unwrap();
+        assert_eq!(
+            peers[0].password.as_ref().map(Secret::expose),
+            Some("from-a-file")
+        );
+        assert_eq!(peers[1], Peer::new("192.0.2.2".parse().unwrap(), 65000));
+        for (value, needle) in [
+            (
+                "192.0.2.1:1:inline".to_string(),
+                "\"--bgp-peers\" entry 192.0.2.1: the third field must be @FILE",
+            ),
+            ("192.0.2.1:1:@".to_string(), "the third field must be @FILE"),
+            (
+                format!("192.0.2.1:1:@{}", quoted.display()),
+                "\"--bgp-peers entry 192.0.2.1\" may not hold a double quote",
+            ),
+            (
+                format!("192.0.2.1:1:@{}", dir.join("missing").display()),
+                "\"--bgp-peers entry 192.0.2.1\" password file ",
+            ),
+        ] {
+            let e = parse_peers_flag(&value).unwrap_err().to_string();
+            assert!(e.contains(needle), "{value}: {e}");
+            assert!(!e.contains("inline"), "the error quotes the password: {e}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn node_peers_merge_with_the_network_ones() {
+        let ip = |s: &str| s.parse::<Ipv4Addr>().unwrap();
+        let with_pw = |p: Peer, pw: &str| Peer {
+            password: Some(Secret::new(pw)),
+            ..p
+        };
+        let network = vec![
+            Peer {
+                bfd: true,
+                timers: Timers {
+                    keepalive_time: Some(1),
+                    hold_time: Some(3),
+                },
+                ..with_pw(Peer::new(ip("192.0.2.1"), 65000), "net")
+            },
+            Peer::new(ip("192.0.2.2"), 65000),
+        ];
+        // No password on the flag: the network's stays (with its timers and BFD); the AS is
+        // the flag's.
+        let merged = merge_peers(&network, &[Peer::new(ip("192.0.2.1"), 65009)]).unwrap();
+        assert_eq!(merged[0].as_number, 65009);
+        assert_eq!(merged[0].password, Some(Secret::new("net")));
+        assert!(merged[0].bfd && merged[0].timers.hold_time == Some(3));
+        assert_eq!(merged[1], network[1]);
+        // The same password twice is no conflict; a password on the flag alone is taken; a
+        // new address is added.
+        let node = vec![
+            with_pw(Peer::new(ip("192.0.2.1"), 65000), "net"),
+            with_pw(Peer::new(ip("192.0.2.2"), 65000), "node"),
+            Peer::new(ip("198.51.100.1"), 65100),
+        ];
+        let merged = merge_peers(&network, &node).unwrap();
+        assert_eq!(merged[0].password, Some(Secret::new("net")));
+        assert_eq!(merged[1].password, Some(Secret::new("node")));
+        assert_eq!(merged[2], node[2]);
+        // Two different passwords: refused, naming the peer, quoting neither.
+        let other = with_pw(Peer::new(ip("192.0.2.1"), 65000), "other");
+        let e = merge_peers(&network, &[other]).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "\"--bgp-peers\" gives peer 192.0.2.1 another password than the network's Backend.Peers: give it in one place only"
         );
     }
 
@@ -407,7 +707,7 @@ mod tests {
     #[test]
     fn bad_options_are_named() {
         for (json, needle) in [
-            (r#"{"Type":"bgp","AsNum":1}"#, "\"Backend.AsNum\" is not an option of the bgp backend (it takes ASNumber, NodeToNodeMesh, Peers, GracefulRestart, GracefulRestartTime)"),
+            (r#"{"Type":"bgp","AsNum":1}"#, "\"Backend.AsNum\" is not an option of the bgp backend (it takes ASNumber, NodeToNodeMesh, Peers, GracefulRestart, GracefulRestartTime, KeepaliveTime, HoldTime, BFD)"),
             (r#"{"Type":"bgp","ASNumber":0}"#, "\"Backend.ASNumber\" 0 is outside"),
             (r#"{"Type":"bgp","ASNumber":-5}"#, "\"Backend.ASNumber\" cannot be decoded"),
             (r#"{"Type":"bgp","ASNumber":4294967296}"#, "\"Backend.ASNumber\" cannot be decoded"),
@@ -424,10 +724,22 @@ mod tests {
             (r#"{"Type":"bgp","Peers":[{"PeerIP":"0.0.0.0"}]}"#, "0.0.0.0 cannot be a BGP peer"),
             (r#"{"Type":"bgp","Peers":[{"PeerIP":"192.0.2.1"},{"PeerIP":"192.0.2.1"}]}"#, "\"Backend.Peers[1].PeerIP\" 192.0.2.1 is listed twice"),
             (r#"{"Type":"bgp","Peers":[{"PeerIP":"192.0.2.1","ASNumber":0}]}"#, "\"Backend.Peers[0].ASNumber\" 0 is outside"),
-            (r#"{"Type":"bgp","Peers":[{"PeerIP":"192.0.2.1","Port":179}]}"#, "\"Backend.Peers[0].Port\" is not a field of a bgp peer (it takes PeerIP, ASNumber, Password)"),
+            (r#"{"Type":"bgp","Peers":[{"PeerIP":"192.0.2.1","Port":179}]}"#, "\"Backend.Peers[0].Port\" is not a field of a bgp peer (it takes PeerIP, ASNumber, Password, PasswordFile, KeepaliveTime, HoldTime, BFD)"),
             (r#"{"Type":"bgp","Peers":[{"PeerIP":"192.0.2.1","Password":"a\"b"}]}"#, "\"Backend.Peers[0].Password\" may not hold a double quote"),
             (r#"{"Type":"bgp","Peers":[{"PeerIP":"192.0.2.1","Password":"a\nb"}]}"#, "\"Backend.Peers[0].Password\" may not hold"),
             (r#"{"Type":"bgp","Peers":[{"PeerIP":"192.0.2.1","Password":7}]}"#, "\"Backend.Peers[0].Password\" cannot be decoded"),
+            (r#"{"Type":"bgp","HoldTime":2}"#, "\"Backend.HoldTime\" 2 is outside 0 or 3..65535 seconds"),
+            (r#"{"Type":"bgp","HoldTime":65536}"#, "\"Backend.HoldTime\" 65536 is above 65535 seconds"),
+            (r#"{"Type":"bgp","HoldTime":-1}"#, "\"Backend.HoldTime\" cannot be decoded"),
+            (r#"{"Type":"bgp","KeepaliveTime":0}"#, "\"Backend.KeepaliveTime\" 0 is outside 1..65535 seconds"),
+            (r#"{"Type":"bgp","KeepaliveTime":3,"HoldTime":3}"#, "\"Backend.KeepaliveTime\" 3 s is not shorter than the hold time (3 s)"),
+            (r#"{"Type":"bgp","KeepaliveTime":240}"#, "\"Backend.KeepaliveTime\" 240 s is not shorter than the hold time (240 s)"),
+            (r#"{"Type":"bgp","KeepaliveTime":1,"HoldTime":0}"#, "\"Backend.KeepaliveTime\" is set, but a HoldTime of 0 sends no keepalives"),
+            (r#"{"Type":"bgp","BFD":"on"}"#, "\"Backend.BFD\" cannot be decoded"),
+            (r#"{"Type":"bgp","Peers":[{"PeerIP":"192.0.2.1","HoldTime":1}]}"#, "\"Backend.Peers[0].HoldTime\" 1 is outside 0 or 3..65535"),
+            (r#"{"Type":"bgp","Peers":[{"PeerIP":"192.0.2.1","KeepaliveTime":10,"HoldTime":9}]}"#, "\"Backend.Peers[0].KeepaliveTime\" 10 s is not shorter than the hold time (9 s)"),
+            (r#"{"Type":"bgp","Peers":[{"PeerIP":"192.0.2.1","BFD":1}]}"#, "\"Backend.Peers[0].BFD\" cannot be decoded"),
+            (r#"{"Type":"bgp","Peers":[{"PeerIP":"192.0.2.1","PasswordFile":5}]}"#, "\"Backend.Peers[0].PasswordFile\" cannot be decoded"),
         ] {
             let e = err(json);
             assert!(e.contains(needle), "{json}: {e}");
@@ -448,16 +760,8 @@ mod tests {
         assert_eq!(
             parse_peers_flag("192.0.2.1:64512, 198.51.100.7:65000,").unwrap(),
             vec![
-                Peer {
-                    ip: "192.0.2.1".parse().unwrap(),
-                    as_number: 64512,
-                    password: None,
-                },
-                Peer {
-                    ip: "198.51.100.7".parse().unwrap(),
-                    as_number: 65000,
-                    password: None,
-                },
+                Peer::new("192.0.2.1".parse().unwrap(), 64512),
+                Peer::new("198.51.100.7".parse().unwrap(), 65000),
             ]
         );
         for (value, needle) in [

@@ -47,17 +47,37 @@ impl Backend for BgpOptions {
 
     fn describe(&self) -> String {
         let mesh = if self.node_to_node_mesh {
-            "node-to-node mesh"
+            let mut detection = Vec::new();
+            if let Some(h) = self.mesh_timers.hold_time {
+                detection.push(format!("hold time {h} s"));
+            }
+            if let Some(k) = self.mesh_timers.keepalive_time {
+                detection.push(format!("keepalive {k} s"));
+            }
+            if self.mesh_bfd {
+                detection.push("BFD".to_string());
+            }
+            if detection.is_empty() {
+                "node-to-node mesh".to_string()
+            } else {
+                format!("node-to-node mesh ({})", detection.join(", "))
+            }
         } else {
-            "no node mesh"
+            "no node mesh".to_string()
         };
         let gr = if self.graceful_restart {
             format!("graceful restart {} s", self.graceful_restart_time)
         } else {
             "no graceful restart".into()
         };
+        let bfd_peers = self.peers.iter().filter(|p| p.bfd).count();
+        let bfd_peers = if bfd_peers > 0 {
+            format!(" ({bfd_peers} with BFD)")
+        } else {
+            String::new()
+        };
         format!(
-            "bgp AS {}, {mesh}, {} configured peer{}, {gr}",
+            "bgp AS {}, {mesh}, {} configured peer{}{bfd_peers}, {gr}",
             self.as_number,
             self.peers.len(),
             if self.peers.len() == 1 { "" } else { "s" }

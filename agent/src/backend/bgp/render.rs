@@ -19,6 +19,14 @@
 //!   shutdown leaves the kernel routes and peers keep this node's routes for the restart time;
 //!   `bird -R` then holds the kernel table as it is until the sessions are back or
 //!   [`RECOVERY_WAIT_SECS`] pass.
+//! - The kernel protocol is `persist`: a BIRD that exits in any way (a SIGTERM from outside,
+//!   `birdc down`) leaves its routes in the kernel, and pods keep talking until the agent has
+//!   started BIRD again (in recovery). The agent removes them itself when it gives the backend
+//!   up (`Bgp::shutdown`).
+//! - BFD (`protocol bfd`, `bfd on` in the sessions that ask for it): a peer that stops
+//!   answering is dropped within [`BFD_INTERVAL_MS`] × [`BFD_MULTIPLIER`] instead of the hold
+//!   time. The sessions are multihop, so BFD is too (RFC 5883, UDP 4784): the other side must
+//!   run multihop BFD towards this node.
 //! - Mesh sessions: one side connects, the other (the lower address) is passive, as Calico
 //!   does; both connecting at once races with a restarting peer's graceful restart.
 //! - Timers for convergence in about a second: see the constants below.
@@ -29,6 +37,7 @@ use std::path::Path;
 
 use ipnetwork::Ipv4Network;
 
+use super::options::Timers;
 use super::sessions::{protocol_name, SessionKind, Sessions};
 
 /// After `bird -R`, how long BIRD waits for its peers before syncing the kernel table (BIRD's
@@ -49,6 +58,10 @@ pub const ERROR_WAIT_SECS: (u32, u32) = (1, 10);
 /// A 1 s timer bounds that wait, for little CPU (measured with and without it:
 /// docs/benchmarks.md, "bgp: the bgp backend at scale").
 pub const DEVICE_SCAN_SECS: u32 = 1;
+/// BFD's transmit and receive interval, and how many missed packets bring a session down: a
+/// dead peer is noticed in 300 ms.
+pub const BFD_INTERVAL_MS: u32 = 100;
+pub const BFD_MULTIPLIER: u32 = 3;
 /// BIRD's own log: rotated at this size, one old file kept.
 pub const LOG_LIMIT_BYTES: u64 = 4 << 20;
 
@@ -64,6 +77,9 @@ pub struct BirdConfig<'a> {
     pub sessions: &'a Sessions,
     pub graceful_restart: bool,
     pub graceful_restart_time: u16,
+    /// The node-to-node sessions' timers and BFD (a peer's are its own).
+    pub mesh_timers: Timers,
+    pub mesh_bfd: bool,
     /// BIRD's log file (the old one goes to the same name + `.old`).
     pub log_file: &'a Path,
 }
@@ -147,6 +163,10 @@ fn write_config(o: &mut String, c: &BirdConfig) -> std::fmt::Result {
         "  ipv4 {{ import filter kernel_next_hops; export filter kernel_pod_routes; }};"
     )?;
     writeln!(o, "  learn;")?;
+    writeln!(
+        o,
+        "  persist;  # BIRD's exit leaves the routes; the agent removes them"
+    )?;
     writeln!(o, "  graceful restart;")?;
     writeln!(o, "  scan time 10;")?;
     writeln!(o, "}}")?;
@@ -154,6 +174,14 @@ fn write_config(o: &mut String, c: &BirdConfig) -> std::fmt::Result {
     writeln!(o, "  ipv4;")?;
     writeln!(o, "  route {} blackhole;", c.own_subnet)?;
     writeln!(o, "}}")?;
+    let mesh_bfd = c.mesh_bfd && !c.sessions.mesh.is_empty();
+    if mesh_bfd || c.sessions.peers.iter().any(|p| p.bfd) {
+        let opts = format!("interval {BFD_INTERVAL_MS} ms; multiplier {BFD_MULTIPLIER};");
+        writeln!(o, "protocol bfd {{")?;
+        writeln!(o, "  interface \"*\" {{ {opts} }};")?;
+        writeln!(o, "  multihop {{ {opts} }};")?;
+        writeln!(o, "}}")?;
+    }
     writeln!(o)?;
     writeln!(o, "template bgp pods {{")?;
     writeln!(o, "  local {} as {};", c.router_id, c.as_number)?;
@@ -186,6 +214,7 @@ fn write_config(o: &mut String, c: &BirdConfig) -> std::fmt::Result {
             protocol_name(SessionKind::Mesh, *ip)
         )?;
         writeln!(o, "  neighbor {ip} as {};", c.as_number)?;
+        write_failure_detection(o, &c.mesh_timers, c.mesh_bfd)?;
         if *ip > c.router_id {
             writeln!(
                 o,
@@ -203,9 +232,24 @@ fn write_config(o: &mut String, c: &BirdConfig) -> std::fmt::Result {
         )?;
         writeln!(o, "  neighbor {} as {};", p.ip, p.as_number)?;
         if let Some(password) = &p.password {
-            writeln!(o, "  password \"{password}\";")?;
+            writeln!(o, "  password \"{}\";", password.expose())?;
         }
+        write_failure_detection(o, &p.timers, p.bfd)?;
         writeln!(o, "}}")?;
+    }
+    Ok(())
+}
+
+/// A session's timers (BIRD's defaults when unset) and BFD.
+fn write_failure_detection(o: &mut String, t: &Timers, bfd: bool) -> std::fmt::Result {
+    if let Some(h) = t.hold_time {
+        writeln!(o, "  hold time {h};")?;
+    }
+    if let Some(k) = t.keepalive_time {
+        writeln!(o, "  keepalive time {k};")?;
+    }
+    if bfd {
+        writeln!(o, "  bfd on;")?;
     }
     Ok(())
 }
@@ -213,6 +257,7 @@ fn write_config(o: &mut String, c: &BirdConfig) -> std::fmt::Result {
 #[cfg(test)]
 pub(super) mod tests {
     use super::super::options::Peer;
+    use super::super::secret::Secret;
     use super::*;
 
     pub fn sample_sessions() -> Sessions {
@@ -222,9 +267,8 @@ pub(super) mod tests {
                 "172.31.250.3".parse().unwrap(),
             ],
             peers: vec![Peer {
-                ip: "192.0.2.1".parse().unwrap(),
-                as_number: 65000,
-                password: Some("s3cret".into()),
+                password: Some(Secret::new("s3cret")),
+                ..Peer::new("192.0.2.1".parse().unwrap(), 65000)
             }],
         }
     }
@@ -238,6 +282,8 @@ pub(super) mod tests {
             sessions,
             graceful_restart: true,
             graceful_restart_time: 120,
+            mesh_timers: Timers::default(),
+            mesh_bfd: false,
             log_file: Path::new("/run/ferrocni/bgp/bird.log"),
         }
     }
@@ -255,6 +301,7 @@ pub(super) mod tests {
             "  if source = RTS_BGP && net != OWN_SUBNET && net ~ [ 10.244.0.0/16{16,24} ] then accept;",
             "  if net ~ [ 10.244.0.0/16+ ] then reject;",
             "  route 10.244.2.0/24 blackhole;",
+            "  persist;",
             "  local 172.31.250.2 as 64512;",
             "  graceful restart on;",
             "  graceful restart time 120;",
@@ -284,6 +331,58 @@ pub(super) mod tests {
         assert!(!text.contains("graceful restart time"), "{text}");
         assert!(text.contains("[ 10.96.0.0/12{12,26} ]"), "{text}");
         assert!(!text.contains("protocol bgp"), "{text}");
+    }
+
+    /// Timers and BFD: the Backend's on the mesh sessions, each peer's on its own; no BFD
+    /// protocol when no session asks for it.
+    #[test]
+    fn timers_and_bfd() {
+        let mut sessions = sample_sessions();
+        let text = render(&sample(&sessions));
+        assert!(
+            !text.contains("bfd") && !text.contains("hold time"),
+            "{text}"
+        );
+        sessions.peers[0].bfd = true;
+        sessions.peers[0].timers = Timers {
+            keepalive_time: Some(2),
+            hold_time: Some(6),
+        };
+        let text = render(&sample(&sessions));
+        assert!(text.contains("protocol bfd {\n  interface \"*\" { interval 100 ms; multiplier 3; };\n  multihop { interval 100 ms; multiplier 3; };\n}"), "{text}");
+        assert!(
+            text.contains(
+                "  password \"s3cret\";\n  hold time 6;\n  keepalive time 2;\n  bfd on;\n}"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "protocol bgp mesh_172_31_250_1 from pods {\n  neighbor 172.31.250.1 as 64512;\n}"
+            ),
+            "{text}"
+        );
+        sessions.peers[0] = Peer::new("192.0.2.1".parse().unwrap(), 65000);
+        let mut c = sample(&sessions);
+        c.mesh_bfd = true;
+        c.mesh_timers = Timers {
+            keepalive_time: None,
+            hold_time: Some(0),
+        };
+        let text = render(&c);
+        assert!(text.contains("protocol bfd {"), "{text}");
+        assert!(text.contains("protocol bgp mesh_172_31_250_1 from pods {\n  neighbor 172.31.250.1 as 64512;\n  hold time 0;\n  bfd on;\n}"), "{text}");
+        assert!(
+            text.contains(
+                "protocol bgp peer_192_0_2_1 from pods {\n  neighbor 192.0.2.1 as 65000;\n}"
+            ),
+            "{text}"
+        );
+        // BFD for a mesh that has no session yet: nothing to run.
+        let empty = Sessions::default();
+        let mut c = sample(&empty);
+        c.mesh_bfd = true;
+        assert!(!render(&c).contains("bfd"));
     }
 
     #[test]

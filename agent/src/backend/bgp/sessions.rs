@@ -57,17 +57,13 @@ pub struct Sessions {
 }
 
 impl Sessions {
-    /// `own_ip` never gets a session. A node flag peer replaces a network peer of the same
-    /// address, and an address that is a configured peer gets no mesh session of its own (a
-    /// node acting as route reflector is configured once, as a peer).
-    pub fn new(
-        own_ip: Ipv4Addr,
-        mesh: Option<&[Ipv4Addr]>,
-        network_peers: &[Peer],
-        node_peers: &[Peer],
-    ) -> Sessions {
+    /// `own_ip` never gets a session. `peers` are this node's configured peers (the network's
+    /// and the node's, merged: [`merge_peers`](super::options::merge_peers)); an address that
+    /// is a configured peer gets no mesh session of its own (a node acting as route reflector
+    /// is configured once, as a peer).
+    pub fn new(own_ip: Ipv4Addr, mesh: Option<&[Ipv4Addr]>, configured: &[Peer]) -> Sessions {
         let mut peers: BTreeMap<Ipv4Addr, Peer> = BTreeMap::new();
-        for p in network_peers.iter().chain(node_peers) {
+        for p in configured {
             if p.ip != own_ip {
                 peers.insert(p.ip, p.clone());
             }
@@ -117,11 +113,7 @@ mod tests {
     }
 
     fn peer(s: &str, asn: u32) -> Peer {
-        Peer {
-            ip: ip(s),
-            as_number: asn,
-            password: None,
-        }
+        Peer::new(ip(s), asn)
     }
 
     #[test]
@@ -162,10 +154,9 @@ mod tests {
             Some(&mesh),
             &[
                 peer("10.0.0.9", 64512),
-                peer("192.0.2.1", 65000),
+                peer("192.0.2.1", 65001),
                 peer("10.0.0.1", 1),
             ],
-            &[peer("192.0.2.1", 65001)],
         );
         assert_eq!(s.mesh, vec![ip("10.0.0.2"), ip("10.0.0.3")]);
         assert_eq!(
@@ -173,7 +164,7 @@ mod tests {
             vec![peer("10.0.0.9", 64512), peer("192.0.2.1", 65001)]
         );
         assert_eq!(s.to_string(), "2 mesh sessions, 2 peers");
-        let no_mesh = Sessions::new(own, None, &[], &[]);
+        let no_mesh = Sessions::new(own, None, &[]);
         assert!(no_mesh.is_empty());
     }
 }
