@@ -155,7 +155,10 @@ impl Ctx<'_> {
             sets: BTreeMap::new(),
             grants: Vec::new(),
         };
-        for (direction, rules) in [(Direction::Ingress, &p.ingress), (Direction::Egress, &p.egress)] {
+        for (direction, rules) in [
+            (Direction::Ingress, &p.ingress),
+            (Direction::Egress, &p.egress),
+        ] {
             let Some(rules) = rules else { continue };
             let sets: Vec<RuleSets> = rules
                 .iter()
@@ -232,13 +235,17 @@ impl Ctx<'_> {
                 })
                 .collect()
         };
-        if !pod_peers.is_empty() {
+        // An egress rule whose ports are all named needs the NamedPorts sets alone.
+        let plain = direction == Direction::Ingress
+            || rule.ports.is_empty()
+            || rule.ports.iter().any(|p| matches!(p, Port::Range(..)));
+        if plain && !pod_peers.is_empty() {
             for family in FAMILIES {
                 let name = new_set(PeerClass::Pods, SetKind::Addresses, family);
                 out.pods.insert(family, name);
             }
         }
-        for family in block_families {
+        for family in block_families.into_iter().filter(|_| plain) {
             let name = new_set(PeerClass::Blocks, SetKind::Intervals, family);
             out.blocks.insert(family, name);
         }
@@ -283,14 +290,17 @@ impl Ctx<'_> {
                     continue;
                 }
                 for ip in &pod.ips {
-                    let peer = rule.peers.is_empty()
-                        || matched.contains(&i)
-                        || in_spans(&spans, *ip);
+                    let peer =
+                        rule.peers.is_empty() || matched.contains(&i) || in_spans(&spans, *ip);
                     if !peer {
                         continue;
                     }
                     for (proto, name) in &named {
-                        for np in pod.ports.iter().filter(|np| np.name == *name && np.protocol == *proto) {
+                        for np in pod
+                            .ports
+                            .iter()
+                            .filter(|np| np.name == *name && np.protocol == *proto)
+                        {
                             elements(
                                 out.named.get(&Family::of(*ip)),
                                 Element::AddrPort(*ip, *proto, np.port),

@@ -61,7 +61,8 @@ impl Plan {
                     changes.sets_created.insert(name.clone(), n.clone());
                 }
                 Some(n) => {
-                    let added: Vec<Element> = n.elements.difference(&set.elements).copied().collect();
+                    let added: Vec<Element> =
+                        n.elements.difference(&set.elements).copied().collect();
                     let removed: Vec<Element> =
                         set.elements.difference(&n.elements).copied().collect();
                     if !added.is_empty() || !removed.is_empty() {
@@ -83,7 +84,9 @@ impl Plan {
                     changes.targets.insert(*ip, TargetChange::Removed);
                 }
                 Some(n) if n != t => {
-                    changes.targets.insert(*ip, TargetChange::Changed(n.clone()));
+                    changes
+                        .targets
+                        .insert(*ip, TargetChange::Changed(n.clone()));
                 }
                 Some(_) => {}
             }

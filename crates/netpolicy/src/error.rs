@@ -13,7 +13,9 @@ pub enum PolicyError {
         value: String,
         reason: String,
     },
-    #[error("policy {policy}: {field}: {except} is not a strict subset of the block's cidr {cidr}")]
+    #[error(
+        "policy {policy}: {field}: {except} is not a strict subset of the block's cidr {cidr}"
+    )]
     ExceptOutsideCidr {
         policy: PolicyKey,
         field: String,
@@ -47,7 +49,9 @@ pub enum PolicyError {
         field: String,
         value: String,
     },
-    #[error("policy {policy}: {field}: unknown operator {value:?} (In, NotIn, Exists or DoesNotExist)")]
+    #[error(
+        "policy {policy}: {field}: unknown operator {value:?} (In, NotIn, Exists or DoesNotExist)"
+    )]
     UnknownOperator {
         policy: PolicyKey,
         field: String,
@@ -75,7 +79,9 @@ pub enum PolicyError {
     },
     #[error("policy {policy}: {field}: more than two policy types")]
     TooManyPolicyTypes { policy: PolicyKey, field: String },
-    #[error("policy {policy}: {field}: a peer needs a podSelector, a namespaceSelector or an ipBlock")]
+    #[error(
+        "policy {policy}: {field}: a peer needs a podSelector, a namespaceSelector or an ipBlock"
+    )]
     EmptyPeer { policy: PolicyKey, field: String },
     #[error("policy {policy}: {field}: an ipBlock peer may not also have a selector")]
     IpBlockWithSelector { policy: PolicyKey, field: String },

@@ -125,14 +125,24 @@ fn side(
 
 fn write_side(f: &mut fmt::Formatter<'_>, what: &str, addr: IpAddr, side: &Side) -> fmt::Result {
     match side {
-        Side::NotAPod => write!(f, "{what} {addr}: allowed: no pod's address, no policy applies"),
+        Side::NotAPod => write!(
+            f,
+            "{what} {addr}: allowed: no pod's address, no policy applies"
+        ),
         Side::NotIsolated(pod) => write!(
             f,
             "{what} {pod} ({addr}): allowed: not isolated, no policy selects it"
         ),
         Side::Allowed { pod, policy, rule } => {
-            let kind = if what == "egress from" { "egress" } else { "ingress" };
-            write!(f, "{what} {pod} ({addr}): allowed by {policy} {kind} rule {rule}")
+            let kind = if what == "egress from" {
+                "egress"
+            } else {
+                "ingress"
+            };
+            write!(
+                f,
+                "{what} {pod} ({addr}): allowed by {policy} {kind} rule {rule}"
+            )
         }
         Side::Denied { pod, isolated_by } => {
             write!(f, "{what} {pod} ({addr}): denied: isolated by ")?;

@@ -133,7 +133,10 @@ mod tests {
 
     #[test]
     fn except_carved_out() {
-        let got = carve(span("10.0.0.0/16"), &[span("10.0.1.0/24"), span("10.0.3.0/24")]);
+        let got = carve(
+            span("10.0.0.0/16"),
+            &[span("10.0.1.0/24"), span("10.0.3.0/24")],
+        );
         assert_eq!(
             show(&got),
             [
@@ -156,13 +159,20 @@ mod tests {
         );
         assert_eq!(show(&got), ["10.0.0.64-10.0.0.191"]);
         // Everything carved: nothing left.
-        assert!(carve(span("10.0.0.0/24"), &[span("10.0.0.0/25"), span("10.0.0.128/25")]).is_empty());
+        assert!(carve(
+            span("10.0.0.0/24"),
+            &[span("10.0.0.0/25"), span("10.0.0.128/25")]
+        )
+        .is_empty());
     }
 
     #[test]
     fn whole_spaces() {
         assert_eq!(show(&[span("0.0.0.0/0")]), ["0.0.0.0-255.255.255.255"]);
-        assert_eq!(show(&[span("::/0")]), ["::-ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"]);
+        assert_eq!(
+            show(&[span("::/0")]),
+            ["::-ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"]
+        );
         let got = carve(span("::/0"), &[span("fd00::/8")]);
         assert_eq!(
             show(&got),

@@ -110,12 +110,24 @@ mod tests {
 
     #[test]
     fn stable_and_readable() {
-        let n = set_name(&key("prod", "allow-web"), Direction::Ingress, 0, PeerClass::Pods, Family::V4);
+        let n = set_name(
+            &key("prod", "allow-web"),
+            Direction::Ingress,
+            0,
+            PeerClass::Pods,
+            Family::V4,
+        );
         // The value is fixed: a name must not change between builds or restarts.
         assert_eq!(n, "prod.allow-web.i0.pod4.3acdafa162f96706");
         assert_eq!(
             n,
-            set_name(&key("prod", "allow-web"), Direction::Ingress, 0, PeerClass::Pods, Family::V4)
+            set_name(
+                &key("prod", "allow-web"),
+                Direction::Ingress,
+                0,
+                PeerClass::Pods,
+                Family::V4
+            )
         );
     }
 
@@ -139,9 +151,21 @@ mod tests {
             set_name(&base, Direction::Ingress, 1, PeerClass::Pods, Family::V4),
             set_name(&base, Direction::Ingress, 0, PeerClass::Blocks, Family::V4),
             set_name(&base, Direction::Ingress, 0, PeerClass::Pods, Family::V6),
-            set_name(&key("prod", "allow-web2"), Direction::Ingress, 0, PeerClass::Pods, Family::V4),
+            set_name(
+                &key("prod", "allow-web2"),
+                Direction::Ingress,
+                0,
+                PeerClass::Pods,
+                Family::V4,
+            ),
             // The separator is hashed: "a"/"bc" is not "ab"/"c".
-            set_name(&key("pro", "dallow-web"), Direction::Ingress, 0, PeerClass::Pods, Family::V4),
+            set_name(
+                &key("pro", "dallow-web"),
+                Direction::Ingress,
+                0,
+                PeerClass::Pods,
+                Family::V4,
+            ),
         ];
         let unique: std::collections::BTreeSet<_> = names.iter().collect();
         assert_eq!(unique.len(), names.len());
@@ -153,10 +177,26 @@ mod tests {
         let a = "p".repeat(253);
         let mut b = a.clone();
         b.replace_range(252.., "q");
-        let na = set_name(&key(&ns, &a), Direction::Egress, 12345, PeerClass::NamedPorts, Family::V6);
-        let nb = set_name(&key(&ns, &b), Direction::Egress, 12345, PeerClass::NamedPorts, Family::V6);
+        let na = set_name(
+            &key(&ns, &a),
+            Direction::Egress,
+            12345,
+            PeerClass::NamedPorts,
+            Family::V6,
+        );
+        let nb = set_name(
+            &key(&ns, &b),
+            Direction::Egress,
+            12345,
+            PeerClass::NamedPorts,
+            Family::V6,
+        );
         assert!(na.len() <= 100, "{na}");
         assert_ne!(na, nb);
-        assert!(na.starts_with(&format!("{}.{}.e12345.np6.", "n".repeat(24), "p".repeat(40))));
+        assert!(na.starts_with(&format!(
+            "{}.{}.e12345.np6.",
+            "n".repeat(24),
+            "p".repeat(40)
+        )));
     }
 }

@@ -72,7 +72,9 @@ impl fmt::Display for Element {
         match self {
             Element::Addr(a) => write!(f, "{a}"),
             Element::Interval(a, b) => write!(f, "{a}-{b}"),
-            Element::AddrPort(a, p, port) => write!(f, "{a} . {} . {port}", p.as_str().to_lowercase()),
+            Element::AddrPort(a, p, port) => {
+                write!(f, "{a} . {} . {port}", p.as_str().to_lowercase())
+            }
         }
     }
 }
@@ -102,7 +104,9 @@ impl AddrSet {
                     .next_back()
                     .is_some_and(|e| match e {
                         Element::Interval(first, last) => {
-                            Family::of(*first) == Family::of(addr) && *first <= addr && addr <= *last
+                            Family::of(*first) == Family::of(addr)
+                                && *first <= addr
+                                && addr <= *last
                         }
                         _ => false,
                     })

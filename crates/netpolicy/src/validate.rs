@@ -8,8 +8,8 @@ use ipnetwork::IpNetwork;
 
 use crate::error::PolicyError;
 use crate::interval::{self, Span};
-use crate::plan::Family;
 use crate::model::{LabelSelector, Peer, Policy, PolicyKey, PolicyPort, PortSpec, Protocol, Rule};
+use crate::plan::Family;
 use crate::selector::{Expr, Scope, Selector};
 
 /// A policy the apiserver would admit.
@@ -45,7 +45,10 @@ pub(crate) enum CheckedPeer {
         scope: Scope,
     },
     /// The block with its exceptions carved out (`spans` may be empty when they cover it).
-    Block { family: Family, spans: Vec<Span> },
+    Block {
+        family: Family,
+        spans: Vec<Span>,
+    },
 }
 
 /// Whether the apiserver would admit `policy`; if not, why (the first field refused).
@@ -471,7 +474,10 @@ mod tests {
             policy_types: Some(vec!["Ingress".into(), "Egress".into(), "Ingress".into()]),
             ..policy()
         };
-        assert_eq!(err(&p), "policy prod/db: spec.policyTypes: more than two policy types");
+        assert_eq!(
+            err(&p),
+            "policy prod/db: spec.policyTypes: more than two policy types"
+        );
     }
 
     #[test]
@@ -482,14 +488,21 @@ mod tests {
             end_port: end,
         };
         let one = |p: PolicyPort| {
-            check(&with_ingress(vec![p], vec![])).map(|c| c.ingress.expect("ingress")[0].ports[0].clone())
+            check(&with_ingress(vec![p], vec![]))
+                .map(|c| c.ingress.expect("ingress")[0].ports[0].clone())
         };
-        assert_eq!(one(port(None, Some(PortSpec::Number(80)), None)), Ok(Port::Range(Protocol::Tcp, 80, 80)));
+        assert_eq!(
+            one(port(None, Some(PortSpec::Number(80)), None)),
+            Ok(Port::Range(Protocol::Tcp, 80, 80))
+        );
         assert_eq!(
             one(port(Some("SCTP"), Some(PortSpec::Number(3000)), Some(3100))),
             Ok(Port::Range(Protocol::Sctp, 3000, 3100))
         );
-        assert_eq!(one(port(Some("UDP"), None, None)), Ok(Port::Range(Protocol::Udp, 0, 65535)));
+        assert_eq!(
+            one(port(Some("UDP"), None, None)),
+            Ok(Port::Range(Protocol::Udp, 0, 65535))
+        );
         assert_eq!(
             one(port(None, Some(PortSpec::Name("http".into())), None)),
             Ok(Port::Named(Protocol::Tcp, "http".into()))
@@ -521,7 +534,8 @@ mod tests {
         );
         for bad in ["", "HTTP", "80", "-http", "ht--tp", "a-very-long-port-name"] {
             assert!(
-                e(port(None, Some(PortSpec::Name(bad.into())), None)).contains("is not a valid port name"),
+                e(port(None, Some(PortSpec::Name(bad.into())), None))
+                    .contains("is not a valid port name"),
                 "{bad}"
             );
         }
@@ -529,7 +543,11 @@ mod tests {
 
     #[test]
     fn peers() {
-        let c = check(&with_ingress(vec![], vec![block("10.0.0.7/16", &["10.0.1.0/24"])])).expect("valid");
+        let c = check(&with_ingress(
+            vec![],
+            vec![block("10.0.0.7/16", &["10.0.1.0/24"])],
+        ))
+        .expect("valid");
         let CheckedPeer::Block { spans, .. } = &c.ingress.expect("ingress")[0].peers[0] else {
             panic!("a block")
         };
@@ -624,8 +642,12 @@ mod tests {
             sel(req("app", "DoesNotExist", &["x"])),
             Err("policy prod/db: spec.podSelector.matchExpressions[0].values: operator DoesNotExist takes no values".into())
         );
-        assert!(sel(req("-app", "Exists", &[])).unwrap_err().contains("not a valid label key"));
-        assert!(sel(req("app", "In", &["a b"])).unwrap_err().contains("not a valid label value"));
+        assert!(sel(req("-app", "Exists", &[]))
+            .unwrap_err()
+            .contains("not a valid label key"));
+        assert!(sel(req("app", "In", &["a b"]))
+            .unwrap_err()
+            .contains("not a valid label value"));
         let p = Policy {
             pod_selector: LabelSelector {
                 match_labels: [("app".to_string(), "x/y".to_string())].into(),
