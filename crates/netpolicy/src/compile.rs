@@ -11,6 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::ops::Range;
 use std::sync::Arc;
 
 use crate::error::PolicyError;
@@ -21,7 +22,7 @@ use crate::plan::{
     AddrSet, Clause, ClausePeer, ClausePorts, Direction, Element, Family, Isolation, Plan,
     PortRange, SetKind, Target,
 };
-use crate::selector::{self, NamespaceIndex};
+use crate::selector::{self, NamespaceIndex, Selector};
 use crate::validate::{self, Checked, CheckedPeer, CheckedRule, Port};
 
 /// A plan and the policies left out of it (the apiserver would have refused them).
@@ -62,9 +63,17 @@ pub fn compile_for(cluster: &Cluster, local: impl Fn(&Pod) -> bool) -> Compiled 
                 .collect()
         })
         .collect();
+    let mut by_namespace: BTreeMap<&str, Range<usize>> = BTreeMap::new();
+    for (i, p) in pods.iter().enumerate() {
+        by_namespace
+            .entry(p.namespace.as_str())
+            .and_modify(|r| r.end = i + 1)
+            .or_insert(i..i + 1);
+    }
     let ctx = Ctx {
         pods: &pods,
         owned: &owned,
+        by_namespace,
         nsx: NamespaceIndex::new(&cluster.namespaces),
     };
 
@@ -119,6 +128,8 @@ struct Ctx<'a> {
     /// Pods with addresses, sorted by namespace/name.
     pods: &'a [&'a Pod],
     owned: &'a [Vec<IpAddr>],
+    /// Each namespace's pods: one range of `pods`, as they are sorted.
+    by_namespace: BTreeMap<&'a str, Range<usize>>,
     nsx: NamespaceIndex<'a>,
 }
 
@@ -143,7 +154,12 @@ const FAMILIES: [Family; 2] = [Family::V4, Family::V6];
 impl Ctx<'_> {
     fn policy(&self, p: &Checked, local: &impl Fn(&Pod) -> bool) -> Part {
         let key = Arc::new(p.key.clone());
-        let targets: Vec<usize> = (0..self.pods.len())
+        let own = self
+            .by_namespace
+            .get(p.key.namespace.as_str())
+            .cloned()
+            .unwrap_or_default();
+        let targets: Vec<usize> = own
             .filter(|&i| {
                 let pod = self.pods[i];
                 !self.owned[i].is_empty()
@@ -224,17 +240,25 @@ impl Ctx<'_> {
         let spans = interval::union(spans);
 
         // Pods the selectors match (indexes into self.pods).
-        let matched: Vec<usize> = if pod_peers.is_empty() {
-            Vec::new()
-        } else {
-            (0..self.pods.len())
-                .filter(|&i| {
-                    pod_peers.iter().any(|(pods, scope)| {
-                        selector::peer_matches(&key.namespace, pods, scope, &self.nsx, self.pods[i])
-                    })
+        // The pod peers' scopes are judged once per namespace, their selectors per pod.
+        let mut matched: Vec<usize> = Vec::new();
+        for (namespace, range) in self.by_namespace.iter().filter(|_| !pod_peers.is_empty()) {
+            let peers: Vec<&Selector> = pod_peers
+                .iter()
+                .filter(|(_, scope)| {
+                    selector::in_scope(scope, &key.namespace, namespace, &self.nsx)
                 })
-                .collect()
-        };
+                .map(|(pods, _)| *pods)
+                .collect();
+            if peers.is_empty() {
+                continue;
+            }
+            matched.extend(
+                range
+                    .clone()
+                    .filter(|&i| selector::pod_matches(&peers, self.pods[i])),
+            );
+        }
         // An egress rule whose ports are all named needs the NamedPorts sets alone.
         let plain = direction == Direction::Ingress
             || rule.ports.is_empty()

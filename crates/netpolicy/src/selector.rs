@@ -90,22 +90,23 @@ pub(crate) fn selects(namespace: &str, selector: &Selector, pod: &Pod) -> bool {
     !pod.host_network && pod.namespace == namespace && selector.matches(&pod.labels)
 }
 
-/// Whether a pod peer (`pods` in `scope`) of a policy of `namespace` matches `pod`.
-pub(crate) fn peer_matches(
-    namespace: &str,
-    pods: &Selector,
+/// Whether a pod peer's `scope`, in a policy of `policy_namespace`, takes in `namespace`.
+pub(crate) fn in_scope(
     scope: &Scope,
+    policy_namespace: &str,
+    namespace: &str,
     nsx: &NamespaceIndex<'_>,
-    pod: &Pod,
 ) -> bool {
-    if pod.host_network {
-        return false;
+    match scope {
+        Scope::Own => namespace == policy_namespace,
+        Scope::Matching(ns) => ns.matches(nsx.labels(namespace)),
     }
-    let in_scope = match scope {
-        Scope::Own => pod.namespace == namespace,
-        Scope::Matching(ns) => ns.matches(nsx.labels(&pod.namespace)),
-    };
-    in_scope && pods.matches(&pod.labels)
+}
+
+/// Whether one of the pod selectors of the peers whose scope takes in `pod`'s namespace
+/// matches it.
+pub(crate) fn pod_matches(selectors: &[&Selector], pod: &Pod) -> bool {
+    !pod.host_network && selectors.iter().any(|s| s.matches(&pod.labels))
 }
 
 #[cfg(test)]
@@ -174,6 +175,17 @@ mod tests {
         let mut host = pod("a", &[]);
         host.host_network = true;
         assert!(!selects("a", &all, &host));
+    }
+
+    /// A pod peer (`pods` in `scope`) of a policy of `namespace`, on `pod`.
+    fn peer_matches(
+        namespace: &str,
+        pods: &Selector,
+        scope: &Scope,
+        nsx: &NamespaceIndex<'_>,
+        pod: &Pod,
+    ) -> bool {
+        in_scope(scope, namespace, &pod.namespace, nsx) && pod_matches(&[pods], pod)
     }
 
     #[test]
