@@ -539,6 +539,17 @@ fn parse_timestamp(s: &str) -> Option<SystemTime> {
     Some(UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_millis(millis.parse().ok()?))
 }
 
+/// The backend's configuration `text` with its import filter (which, with no lease given,
+/// refuses everything) replaced by one taking every /24 of the network but the node's own.
+fn stand_in_import(text: &str) -> Option<String> {
+    let start = text.find("filter import_pod_subnets {")?;
+    let end = start + text[start..].find("\n}\n")? + 3;
+    let filter = format!(
+        "filter import_pod_subnets {{\n  if net = OWN_SUBNET then reject;\n  if net ~ [ {NETWORK}{{24,24}} ] then accept;\n  reject;\n}}\n"
+    );
+    Some(format!("{}{filter}{}", &text[..start], &text[end..]))
+}
+
 /// A plain BIRD speaking for a node without an agent (the reflector part's stand-ins).
 struct Speaker {
     child: Child,
@@ -546,7 +557,8 @@ struct Speaker {
 
 impl Speaker {
     /// BIRD in `node`'s namespace with the backend's configuration for `subnet`, peering with
-    /// the reflector only.
+    /// the reflector only. A stand-in knows no lease, so its import filter takes any node-sized
+    /// prefix of the network ([`stand_in_import`]); the agents' nodes are the ones measured.
     fn start(node: &Node, subnet: Subnet, dir: &Path) -> Option<Speaker> {
         fs::create_dir_all(dir).ok()?;
         let sessions = Sessions {
@@ -560,12 +572,14 @@ impl Speaker {
             own_subnet: format!("{}/{}", subnet.0, subnet.1).parse().ok()?,
             network: NETWORK.parse().ok()?,
             sessions: &sessions,
+            leases: &[],
             graceful_restart: true,
             graceful_restart_time: 120,
             mesh_timers: Default::default(),
             mesh_bfd: false,
             log_file: &log,
         });
+        let text = stand_in_import(&text)?;
         let conf = dir.join("bird.conf");
         fs::write(&conf, text).ok()?;
         let child = node
@@ -755,6 +769,32 @@ fn reflector(agent: &Path, nodes: u8, joins: &mut Vec<(String, Vec<Duration>)>) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stand_ins_import_every_node_subnet() {
+        let sessions = Sessions::default();
+        let text = render(&BirdConfig {
+            router_id: Ipv4Addr::new(172, 31, 250, 1),
+            as_number: AS_NUMBER,
+            own_subnet: "10.244.1.0/24".parse().unwrap(),
+            network: NETWORK.parse().unwrap(),
+            sessions: &sessions,
+            leases: &[],
+            graceful_restart: true,
+            graceful_restart_time: 120,
+            mesh_timers: Default::default(),
+            mesh_bfd: false,
+            log_file: Path::new("/tmp/bird.log"),
+        });
+        let out = stand_in_import(&text).unwrap();
+        assert!(out.contains("filter import_pod_subnets {\n  if net = OWN_SUBNET then reject;\n  if net ~ [ 10.244.0.0/16{24,24} ] then accept;\n  reject;\n}\nfilter export_own_subnet {"), "{out}");
+        assert_eq!(
+            out.matches("filter import_pod_subnets {").count(),
+            1,
+            "{out}"
+        );
+        assert!(!out.contains("case"), "{out}");
+    }
 
     #[test]
     fn reads_the_agents_log() {

@@ -52,6 +52,16 @@ fn subnet(i: u8) -> String {
     format!("10.244.{i}.0/24")
 }
 
+/// A mesh member as `bgp-node` takes it: node `j`'s address with its lease, `subnet(j)`.
+fn with_lease(ip: &str) -> String {
+    let j: u8 = ip
+        .rsplit('.')
+        .next()
+        .and_then(|o| o.parse().ok())
+        .unwrap_or_else(|| panic!("{ip} is not a node's address"));
+    format!("{ip}={}", subnet(j))
+}
+
 /// A cluster of `count` nodes, each with one pod and a default route via the switch (the
 /// router), and their backends (not started yet: [`Cluster::start`]).
 struct Cluster {
@@ -120,9 +130,12 @@ impl Cluster {
         }
     }
 
+    /// Node `i` applies its subnet with the mesh `peers`, each with its lease (node `j`'s
+    /// address with [`subnet`]`(j)`).
     fn apply(&mut self, i: u8, peers: &[String]) -> String {
-        let peers: Vec<&str> = peers.iter().map(String::as_str).collect();
-        self.bgp[usize::from(i - 1)].apply(&subnet(i), &peers)
+        let members: Vec<String> = peers.iter().map(|ip| with_lease(ip)).collect();
+        let members: Vec<&str> = members.iter().map(String::as_str).collect();
+        self.bgp[usize::from(i - 1)].apply(&subnet(i), &members)
     }
 
     fn all_but(&self, i: u8) -> Vec<String> {

@@ -5,8 +5,9 @@
 //!
 //! `bgp-node --public-ip IP --network CIDR --bgp-dir DIR --options JSON
 //!  [--bird-binary PATH] [--bgp-peers IP:AS,...]`, then one command a line:
-//! - `apply SUBNET [IP,IP...]` → `ok <started|recovering|adopted|reconfigured|unchanged>` or
-//!   `err <message>`;
+//! - `apply SUBNET [IP[=SUBNET],...]` → `ok <started|recovering|adopted|reconfigured|unchanged>`
+//!   or `err <message>`: the mesh, each member with its lease's subnet (a member without one
+//!   has no lease: nothing is learned from it);
 //! - `refresh` (read the sessions now) → `ok`;
 //! - `metrics` → the metric families, then `end`;
 //! - `stop` (graceful) / `shutdown` (withdraw everything) → `ok <what stays>`, and exit.
@@ -17,7 +18,9 @@ use std::io::{BufRead, Write};
 use std::net::Ipv4Addr;
 use std::process::ExitCode;
 
-use ferrocni_agent::backend::bgp::{self, Action, Bgp, BgpOptions, NodeInfo, NodeSettings};
+use ferrocni_agent::backend::bgp::{
+    self, Action, Bgp, BgpOptions, LeaseRoute, NodeInfo, NodeSettings,
+};
 use ferrocni_agent::backend::Backend;
 use ferrocni_agent::log;
 
@@ -63,6 +66,7 @@ fn run() -> Result<(), String> {
     if let Some(p) = flag("--bgp-peers") {
         settings.peers = bgp::parse_peers_flag(&p).map_err(|e| e.to_string())?;
     }
+    let as_number = opts.as_number;
     log!("{}", opts.describe());
     let mut bgp = Bgp::new(opts, settings, node).map_err(|e| e.to_string())?;
     log!(
@@ -75,7 +79,7 @@ fn run() -> Result<(), String> {
         let line = line.map_err(|e| e.to_string())?;
         let words: Vec<&str> = line.split_whitespace().collect();
         let answer = match words.as_slice() {
-            ["apply", subnet, rest @ ..] => apply(&bgp, subnet, rest.first().copied()),
+            ["apply", subnet, rest @ ..] => apply(&bgp, subnet, rest.first().copied(), as_number),
             ["refresh"] => {
                 bgp.refresh();
                 "ok".to_string()
@@ -105,20 +109,37 @@ fn run() -> Result<(), String> {
     Ok(())
 }
 
-fn apply(bgp: &Bgp, subnet: &str, peers: Option<&str>) -> String {
+fn apply(bgp: &Bgp, subnet: &str, members: Option<&str>, as_number: u32) -> String {
     let Ok(subnet) = subnet.parse() else {
         return format!("err bad subnet {subnet:?}");
     };
-    let peers: Result<Vec<Ipv4Addr>, _> = peers
+    let mut peers: Vec<Ipv4Addr> = Vec::new();
+    let mut leases: Vec<LeaseRoute> = Vec::new();
+    for entry in members
         .unwrap_or_default()
         .split(',')
-        .filter(|p| !p.is_empty())
-        .map(str::parse)
-        .collect();
-    let Ok(peers) = peers else {
-        return "err bad peer list".into();
-    };
-    match bgp.apply(subnet, &peers) {
+        .filter(|e| !e.is_empty())
+    {
+        let (ip, lease) = match entry.split_once('=') {
+            Some((ip, lease)) => (ip, Some(lease)),
+            None => (entry, None),
+        };
+        let Ok(ip) = ip.parse::<Ipv4Addr>() else {
+            return format!("err bad peer address in {entry:?}");
+        };
+        peers.push(ip);
+        if let Some(lease) = lease {
+            let Ok(lease) = lease.parse() else {
+                return format!("err bad lease subnet in {entry:?}");
+            };
+            leases.push(LeaseRoute {
+                subnet: lease,
+                next_hop: ip,
+                origin_as: as_number,
+            });
+        }
+    }
+    match bgp.apply(subnet, &peers, &leases) {
         Ok(report) => {
             if let Some(line) = report.log_line() {
                 log!("{line}");

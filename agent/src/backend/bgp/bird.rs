@@ -413,6 +413,10 @@ mod tests {
         detect.mesh_bfd = true;
         detect.mesh_timers.hold_time = Some(0);
         variants.push(detect);
+        // No other node's lease yet: the import filter refuses everything.
+        let mut alone = samples::sample(&empty);
+        alone.leases = &[];
+        variants.push(alone);
         for (i, mut c) in variants.into_iter().enumerate() {
             c.log_file = &log;
             let file = dir.join(format!("bird-{i}.conf"));

@@ -23,6 +23,7 @@ use super::control::{self, Control};
 use super::error::BgpError;
 use super::metrics::{self, Counters, Family};
 use super::options::{merge_peers, BgpOptions, NodeSettings, Peer};
+use super::origin::LeaseRoute;
 use super::render::{render, BirdConfig};
 use super::sessions::Sessions;
 use super::status::{self, Session};
@@ -197,13 +198,15 @@ impl Bgp {
         &self.shared.settings.paths.socket
     }
 
-    /// Makes BIRD run with the configuration for `own_subnet` and the mesh `mesh_peers` (the
-    /// other nodes' `PublicIP`s; ignored without `NodeToNodeMesh`). Blocking: a first start
+    /// Makes BIRD run with the configuration for `own_subnet`, the mesh `mesh_peers` (the
+    /// other nodes' `PublicIP`s; ignored without `NodeToNodeMesh`) and the other nodes'
+    /// `leases` (the only routes BIRD imports, whoever announces them). Blocking: a first start
     /// waits for BIRD's control socket, a reconfiguration for BIRD's answer.
     pub fn apply(
         &self,
         own_subnet: Ipv4Network,
         mesh_peers: &[Ipv4Addr],
+        leases: &[LeaseRoute],
     ) -> Result<Report, BgpError> {
         let s = &self.shared.settings;
         if own_subnet.prefix() < s.node.network.prefix()
@@ -222,6 +225,7 @@ impl Bgp {
             own_subnet,
             network: s.node.network,
             sessions: &sessions,
+            leases,
             graceful_restart: s.opts.graceful_restart,
             graceful_restart_time: s.opts.graceful_restart_time,
             mesh_timers: s.opts.mesh_timers,
@@ -646,7 +650,7 @@ mod tests {
         let bgp = Bgp::new(BgpOptions::default(), settings, node).unwrap();
         for subnet in ["10.245.1.0/24", "10.0.0.0/8"] {
             let e = bgp
-                .apply(subnet.parse().unwrap(), &[])
+                .apply(subnet.parse().unwrap(), &[], &[])
                 .unwrap_err()
                 .to_string();
             assert_eq!(

@@ -10,6 +10,7 @@
 //!   node flags (`--bgp-peers`, `--bird-binary`, `--bgp-dir`);
 //! - [`secret`]: peer passwords, which only BIRD's configuration file ever shows;
 //! - [`sessions`]: which BGP sessions the node runs, and their BIRD protocol names;
+//! - [`origin`]: origin validation, the import filter's rules from the other nodes' leases;
 //! - [`render`]: the BIRD configuration, a pure function (filters and timers explained there);
 //! - [`bird`]: BIRD's files, `bird -p -c`, starting, adopting, watching and stopping BIRD;
 //! - [`blackhole`]: the kernel's blackhole route for this node's subnet;
@@ -33,6 +34,7 @@ pub mod driver;
 pub mod error;
 pub mod metrics;
 pub mod options;
+pub mod origin;
 pub mod plane;
 pub mod render;
 pub mod secret;
@@ -42,6 +44,7 @@ pub mod status;
 pub use driver::{Action, Bgp, MetricsReader, NodeInfo, Report};
 pub use error::BgpError;
 pub use options::{parse_peers_flag, BgpOptions, NodeSettings, Peer};
+pub use origin::LeaseRoute;
 pub use plane::{BgpPlane, REGISTRATION};
 
 /// flannel's `Backend.Type`, and this node's lease `BackendType`.

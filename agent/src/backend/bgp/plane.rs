@@ -10,6 +10,7 @@ use std::sync::Arc;
 use super::driver::{Bgp, NodeInfo};
 use super::error::BgpError;
 use super::options::{self, parse_peers_flag, BgpOptions, NodeSettings};
+use super::origin::LeaseRoute;
 use super::{BACKEND_TYPE, MTU_OVERHEAD};
 use crate::backend::underlay::Underlay;
 use crate::backend::{
@@ -130,6 +131,7 @@ impl Backend for BgpOptions {
         );
         Ok(Box::new(BgpPlane {
             bgp,
+            as_number: self.as_number,
             learns,
             public_ip: node.public_ip,
             iface: node.iface(),
@@ -160,9 +162,33 @@ pub fn mesh_members(own: &SubnetKey, own_ip: Ipv4Addr, peers: &[Peer]) -> Vec<Ip
     ips
 }
 
+/// The other nodes' leases, as the import filter checks routes against them (never ours, nor
+/// one claiming our address). `as_number`: the cluster's AS, every node's today.
+pub fn lease_routes(
+    own: &SubnetKey,
+    own_ip: Ipv4Addr,
+    peers: &[Peer],
+    as_number: u32,
+) -> Vec<LeaseRoute> {
+    let mut v: Vec<LeaseRoute> = peers
+        .iter()
+        .filter(|p| p.key.v4 != own.v4 && p.attrs.public_ip != own_ip)
+        .map(|p| LeaseRoute {
+            subnet: p.key.v4,
+            next_hop: p.attrs.public_ip,
+            origin_as: as_number,
+        })
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
 /// The bgp backend on this node.
 pub struct BgpPlane {
     bgp: Bgp,
+    /// The cluster's AS: the origin of every node's subnet.
+    as_number: u32,
     /// Whether the node has anyone to learn routes from (the mesh, or configured peers).
     learns: bool,
     public_ip: Ipv4Addr,
@@ -185,7 +211,8 @@ impl DataPlane for BgpPlane {
             .into());
         }
         let members = mesh_members(own, self.public_ip, peers);
-        let report = self.bgp.apply(own.v4, &members)?;
+        let leases = lease_routes(own, self.public_ip, peers, self.as_number);
+        let report = self.bgp.apply(own.v4, &members, &leases)?;
         Ok(Pass {
             mtu: underlay.mtu,
             // Reached through their mesh session, or through the configured routers.
@@ -317,7 +344,7 @@ mod tests {
     }
 
     #[test]
-    fn mesh_is_every_other_address_once() {
+    fn mesh_is_every_other_address_once_and_leases_every_other_lease() {
         let own = SubnetKey::parse("10.244.1.0-24").unwrap();
         let own_ip: Ipv4Addr = "192.168.1.1".parse().unwrap();
         let peers = [
@@ -343,6 +370,21 @@ mod tests {
                 r#"{"PublicIP":"192.168.1.1","BackendType":"bgp"}"#,
             ),
         ];
+        let leases = lease_routes(&own, own_ip, &peers, 64512);
+        let pairs: Vec<(String, String)> = leases
+            .iter()
+            .map(|l| (l.subnet.to_string(), l.next_hop.to_string()))
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                ("10.244.2.0/24", "192.168.1.2"),
+                ("10.244.3.0/24", "192.168.1.3"),
+                ("10.244.9.0/24", "192.168.1.3"),
+            ]
+            .map(|(s, ip)| (s.to_string(), ip.to_string()))
+        );
+        assert!(leases.iter().all(|l| l.origin_as == 64512));
         assert_eq!(
             mesh_members(&own, own_ip, &peers),
             vec![

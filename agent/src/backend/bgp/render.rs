@@ -4,12 +4,14 @@
 //!   blocks), exported to every peer with this node's address as next hop. With pods running,
 //!   the `cni0` connected route (from the direct protocol) is the preferred one for the same
 //!   prefix; the export filter takes whichever is best, so the announcement never changes.
-//! - Imported: only other nodes' subnets, prefixes inside the cluster network no shorter than
-//!   the network and no longer than a node subnet, never this node's own. A default route, a
-//!   host route, a more specific slice of someone's subnet or anything outside the network is
-//!   refused (counted for the metrics, not kept: a router sending a full table costs no
-//!   memory): nodes announce exactly their subnet, so a longer prefix could only hijack part of
-//!   one; a shorter one inside the network is a router's legitimate aggregate of several.
+//! - Imported: only other nodes' subnets, each exactly as leased and from its own node
+//!   ([`origin`]: the next hop is the lease's `PublicIP`, or, through a router that rewrote
+//!   it, the AS path starts in the lease's AS), never this node's own. Anything else (a
+//!   default route, a prefix no node leases, a slice of someone's subnet, an aggregate, a
+//!   subnet through a next hop or from an AS not its node's) is refused: counted for the
+//!   metrics, not kept, so a router sending a full table costs no memory. The rules change
+//!   with the leases; a reconfiguration with another import filter makes BIRD evaluate the
+//!   routes already learned again (a route refresh from each peer), with no session restart.
 //! - Kernel: BGP routes only (`proto bird`, BIRD's metric 32), each via the announcing node's
 //!   address. Next hops resolve recursively (`multihop`, `gateway recursive`) through the
 //!   connected networks (direct protocol) and the kernel's own routes (`learn`, everything
@@ -38,6 +40,7 @@ use std::path::Path;
 use ipnetwork::Ipv4Network;
 
 use super::options::Timers;
+use super::origin::{self, LeaseRoute};
 use super::sessions::{protocol_name, SessionKind, Sessions};
 
 /// After `bird -R`, how long BIRD waits for its peers before syncing the kernel table (BIRD's
@@ -75,6 +78,8 @@ pub struct BirdConfig<'a> {
     /// The cluster `Network` (a node subnet's length is this node's, flannel's `SubnetLen`).
     pub network: Ipv4Network,
     pub sessions: &'a Sessions,
+    /// The other nodes' leases: the only routes imported.
+    pub leases: &'a [LeaseRoute],
     pub graceful_restart: bool,
     pub graceful_restart_time: u16,
     /// The node-to-node sessions' timers and BFD (a peer's are its own).
@@ -121,14 +126,11 @@ fn write_config(o: &mut String, c: &BirdConfig) -> std::fmt::Result {
     writeln!(o)?;
     writeln!(
         o,
-        "# Other nodes' subnets: inside {net}, /{} to /{}, never ours.",
-        net.prefix(),
-        c.own_subnet.prefix()
+        "# Other nodes' subnets, exactly as leased, from their own node; never ours."
     )?;
     writeln!(o, "filter import_pod_subnets {{")?;
     writeln!(o, "  if net = OWN_SUBNET then reject;")?;
-    writeln!(o, "  if net ~ [ {pods} ] then accept;")?;
-    writeln!(o, "  reject;")?;
+    origin::write_rules(o, c.leases)?;
     writeln!(o, "}}")?;
     writeln!(o, "filter export_own_subnet {{")?;
     writeln!(o, "  if net = OWN_SUBNET then accept;")?;
@@ -273,8 +275,26 @@ pub(super) mod tests {
         }
     }
 
+    /// The mesh's leases: nodes 1 and 3 (node 3 with a second, stale lease).
+    pub fn sample_leases() -> Vec<LeaseRoute> {
+        [
+            ("10.244.1.0/24", "172.31.250.1"),
+            ("10.244.3.0/24", "172.31.250.3"),
+            ("10.244.9.0/24", "172.31.250.3"),
+        ]
+        .iter()
+        .map(|(subnet, ip)| LeaseRoute {
+            subnet: subnet.parse().unwrap(),
+            next_hop: ip.parse().unwrap(),
+            origin_as: 64512,
+        })
+        .collect()
+    }
+
     pub fn sample(sessions: &Sessions) -> BirdConfig<'_> {
         BirdConfig {
+            // A test's configuration lives as long as the test: leaking it is harmless.
+            leases: Box::leak(sample_leases().into_boxed_slice()),
             router_id: "172.31.250.2".parse().unwrap(),
             as_number: 64512,
             own_subnet: "10.244.2.0/24".parse().unwrap(),
@@ -297,7 +317,10 @@ pub(super) mod tests {
             "router id 172.31.250.2;",
             "graceful restart wait 10;",
             "define OWN_SUBNET = 10.244.2.0/24;",
-            "  if net ~ [ 10.244.0.0/16{16,24} ] then accept;",
+            "filter import_pod_subnets {\n  if net = OWN_SUBNET then reject;\n",
+            "    172.31.250.1: if net ~ [ 10.244.1.0/24 ] then accept; reject;",
+            "    172.31.250.3: if net ~ [ 10.244.3.0/24, 10.244.9.0/24 ] then accept; reject;",
+            "      if net ~ [ 10.244.1.0/24, 10.244.3.0/24, 10.244.9.0/24 ] && bgp_path.last = 64512 then accept;\n      reject;\n  }\n}",
             "  if source = RTS_BGP && net != OWN_SUBNET && net ~ [ 10.244.0.0/16{16,24} ] then accept;",
             "  if net ~ [ 10.244.0.0/16+ ] then reject;",
             "  route 10.244.2.0/24 blackhole;",
