@@ -4,7 +4,9 @@
 //! leases and `FLANNEL_MTU` are what the backend promises, each node learns the others' subnets
 //! by BGP (`proto bird`, via the announcing node), pods talk across nodes unencapsulated with
 //! their own addresses, the router learns every subnet and a host behind it reaches a pod
-//! directly, the router's bogus announcements change nothing, an agent restart loses no ping, a
+//! directly, the router's bogus announcements change nothing, nor do its hijacks of a subnet
+//! (unleased, a slice of a node's, a node's own through the router's next hop and AS), a
+//! lease appearing makes its already-learned route count with no session restarted, an agent restart loses no ping, a
 //! node leaving is withdrawn, a route reflector replaces the mesh, `/metrics` shows the
 //! sessions, and bad options stop the agent at start naming the option. The secrets: the
 //! router's TCP MD5 password comes from files (`PasswordFile`, `--bgp-peers IP:AS:@FILE`) and
@@ -183,6 +185,7 @@ fn bgp_mesh_with_router_on_etcd() {
     c.assert_routed_unencapsulated();
     router_learns_every_subnet_and_routes_to_pods(&c, &frr, &host);
     bogus_announcements_refused_on_every_node(&c, &frr);
+    hijacks_refused_and_a_new_lease_learned(&c, &frr);
 
     // /metrics: three sessions up (two nodes, the router), two subnets learned.
     assert_metrics(
@@ -463,6 +466,153 @@ fn bogus_announcements_refused_on_every_node(c: &Cluster, frr: &Frr) {
             );
         }
     }
+}
+
+/// `birdc show protocols` of an agent's BIRD: each BGP session's name, state and since.
+fn bird_sessions(agent: &Agent) -> Vec<String> {
+    let socket = agent.bgp_dir().join("bird.ctl");
+    std::process::Command::new("birdc")
+        .arg("-s")
+        .arg(&socket)
+        .args(["show", "protocols"])
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter(|l| l.starts_with("mesh_") || l.starts_with("peer_"))
+                .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Waits until node `n`'s count of refused updates from the router reaches `at_least`.
+fn wait_refused(c: &Cluster, i: usize, at_least: usize) {
+    let sw = Underlay::switch_ip();
+    let refused =
+        format!("ferrocni_agent_bgp_peer_updates_refused_total{{peer=\"{sw}\",kind=\"peer\"}}");
+    let counted = || {
+        metrics(&c.nodes[i]).lines().any(|l| {
+            l.strip_prefix(&refused)
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .is_some_and(|v| v >= at_least as f64)
+        })
+    };
+    assert!(
+        wait_until(CONVERGE, counted),
+        "node {}: fewer than {at_least} refused:\n{}",
+        i + 1,
+        metrics(&c.nodes[i])
+    );
+}
+
+/// Origin validation against the leases. The router announces, with its own next hop and its
+/// own AS as the path's origin: a subnet no node leases, a slice of node 1's subnet, and node
+/// 1's subnet itself (an eBGP route, which BGP would prefer to the mesh's). No node takes any;
+/// nodes 2 and 3 keep reaching node 1's subnet through node 1. Then a lease appears for the
+/// unleased subnet, naming the router as its node: every node installs the route it had
+/// refused, with no session restarted; the lease goes, and so does the route.
+fn hijacks_refused_and_a_new_lease_learned(c: &Cluster, frr: &Frr) {
+    let sw = Underlay::switch_ip();
+    let unleased = (1..=20)
+        .map(|k| format!("10.244.{k}.0/24"))
+        .find(|s| !c.subnets.contains(s))
+        .expect("a free subnet");
+    let node1 = &c.subnets[0];
+    let slice = node1.replace(".0/24", ".128/25");
+    let hijacks = [unleased.clone(), slice.clone(), node1.clone()];
+    let lines: Vec<String> = hijacks.iter().map(|p| format!(" network {p}")).collect();
+    let router = format!("router bgp {ROUTER_AS}");
+    let mut config = vec![router.as_str(), " address-family ipv4 unicast"];
+    config.extend(lines.iter().map(String::as_str));
+    frr.configure(&config);
+    let sessions_before: Vec<Vec<String>> = c.agents.iter().map(bird_sessions).collect();
+    for (i, n) in c.nodes.iter().enumerate() {
+        assert!(
+            wait_until(CONVERGE, || {
+                let sent = frr.advertised(&n.ip);
+                hijacks.iter().all(|p| sent.contains(p))
+            }),
+            "the router did not send {hijacks:?} to node {}: {:?}",
+            i + 1,
+            frr.advertised(&n.ip)
+        );
+        wait_refused(c, i, BOGUS.len() + hijacks.len());
+        assert_eq!(
+            kernel_routes(&n.ns, "bird"),
+            expected_routes(c, i, &[0, 1, 2]),
+            "node {}",
+            i + 1
+        );
+        for p in [&unleased, &slice] {
+            assert!(
+                !n.ns
+                    .exec_ok(&["ip", "route", "show", p])
+                    .contains("proto bird"),
+                "node {} took {p}",
+                i + 1
+            );
+        }
+    }
+    // Nodes 2 and 3 still reach node 1's pod through node 1.
+    for i in [1, 2] {
+        assert!(ping(&c.pods[i].ns, &c.pods[0].ip), "pod {} -> pod 1", i + 1);
+    }
+
+    // The lease appears: the route already learned (and refused) is taken, no session flaps.
+    let key = lease_key(&unleased);
+    c.etcd.put(
+        &key,
+        &format!(r#"{{"PublicIP":"{sw}","PublicIPv6":null,"BackendType":"bgp"}}"#),
+    );
+    let learned_at = Instant::now();
+    let via_router = format!("via {sw} dev eth0 proto bird");
+    for (i, n) in c.nodes.iter().enumerate() {
+        assert!(
+            wait_until(CONVERGE, || n
+                .ns
+                .exec_ok(&["ip", "route", "show", &unleased])
+                .contains(&via_router)),
+            "node {}: no route to {unleased} via the router once leased:\n{}\n{}",
+            i + 1,
+            n.ns.exec_ok(&["ip", "route"]),
+            c.agents[i].log()
+        );
+    }
+    eprintln!(
+        "a refused route was installed on every node {:?} after its lease appeared",
+        learned_at.elapsed()
+    );
+    // The others stay refused: the lease is for its subnet only.
+    for n in &c.nodes {
+        assert!(!n
+            .ns
+            .exec_ok(&["ip", "route", "show", &slice])
+            .contains("proto bird"));
+    }
+    c.etcd.ctl_ok(&["del", &key]);
+    for (i, n) in c.nodes.iter().enumerate() {
+        assert!(
+            wait_until(CONVERGE, || !n
+                .ns
+                .exec_ok(&["ip", "route", "show", &unleased])
+                .contains("proto bird")),
+            "node {}: the route to {unleased} stayed after its lease went",
+            i + 1
+        );
+    }
+    let sessions_after: Vec<Vec<String>> = c.agents.iter().map(bird_sessions).collect();
+    assert_eq!(
+        sessions_after, sessions_before,
+        "a session restarted while the import rules changed"
+    );
+
+    let lines: Vec<String> = hijacks.iter().map(|p| format!(" no network {p}")).collect();
+    let router = format!("router bgp {ROUTER_AS}");
+    let mut config = vec![router.as_str(), " address-family ipv4 unicast"];
+    config.extend(lines.iter().map(String::as_str));
+    frr.configure(&config);
+    converge(c, &[0, 1, 2]);
 }
 
 /// Node 2's agent restarts (SIGTERM, then started again) while pod 1 pings pod 2 and pod 2

@@ -104,7 +104,7 @@ pub fn families(counters: &Counters, sessions: &[Session]) -> Vec<Family> {
         Family {
             name: "ferrocni_agent_bgp_peer_updates_refused_total",
             kind: "counter",
-            help: "Announcements from a peer that the import filter refused (not another node's pod subnet), since the session came up.",
+            help: "Announcements from a peer that the import filter refused (not exactly another node's leased subnet, from that node), since the session came up.",
             samples: per_peer(&|s| s.routes.refused_updates),
         },
     ]
