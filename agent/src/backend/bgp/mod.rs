@@ -20,7 +20,7 @@
 //!   reconfigure), `stop` (graceful restart), `shutdown` (withdraw), metrics;
 //! - [`plane`]: the agent's side: the options as a `Backend` ([`REGISTRATION`]) and
 //!   [`BgpPlane`], the `DataPlane` whose passes call [`Bgp::apply`] with this node's subnet and
-//!   the `PublicIP` of every other `"BackendType":"bgp"` lease.
+//!   every other `"BackendType":"bgp"` lease (its `PublicIP` and subnet).
 //!
 //! This node's lease is `{"PublicIP": …, "PublicIPv6": null, "BackendType": "bgp"}`
 //! ([`BACKEND_TYPE`], no backend data); pods' MTU is the underlay's ([`MTU_OVERHEAD`] = 0). On
