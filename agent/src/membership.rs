@@ -322,7 +322,7 @@ impl Membership {
 }
 
 fn report_junk(budget: &mut LogBudget, junk: &JunkKey) {
-    budget.report(Class::NotALeaseKey, || match &junk.why {
+    budget.report(junk.class, || match &junk.why {
         Some(why) => format!("ignoring {}: {why}", junk.shown),
         None => format!(
             "ignoring key {}: not a flannel subnet lease key",

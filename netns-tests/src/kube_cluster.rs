@@ -33,6 +33,9 @@ pub const SERVICE_ACCOUNT: &str = "flannel";
 /// flanneld's annotation prefix.
 pub const PREFIX: &str = "flannel.alpha.coreos.com";
 
+/// The agents' metrics port (each node has its own netns).
+pub const METRICS_PORT: u16 = 19_473;
+
 /// The name node `index` is registered under.
 pub fn node_name(index: u8) -> String {
     format!("node{index}")
@@ -120,6 +123,7 @@ impl KubeCluster {
             &format!("--kubeconfig-file={}", self.kubeconfig.display()),
             &format!("--net-config-path={}", self.net_conf.display()),
             "--resync-interval=3",
+            &format!("--metrics-port={METRICS_PORT}"),
         ]);
         agent.ip6 = node.ip6.clone();
         agent.env.push(("NODE_NAME".into(), node_name(node.index)));

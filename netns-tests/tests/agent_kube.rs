@@ -9,9 +9,9 @@
 use std::process::Command;
 
 use netns_tests::agent_cluster::require_tools;
-use netns_tests::cluster::{assert_ping, ping, wait_until, CONVERGE};
+use netns_tests::cluster::{assert_ping, http_get, ping, wait_until, CONVERGE};
 use netns_tests::kube::KubeOptions;
-use netns_tests::kube_cluster::{node_name, KubeCluster, PREFIX};
+use netns_tests::kube_cluster::{node_name, KubeCluster, METRICS_PORT, PREFIX};
 use netns_tests::{kernel_has, require_driver, require_root};
 
 fn net_conf(backend: &str) -> String {
@@ -89,6 +89,20 @@ fn rogue_nodes_are_refused(c: &KubeCluster) {
         }
         assert!(!routes_to(c, i, "10.99.0.0/24"));
         assert!(!routes_to(c, i, "10.244.200.0/24"));
+        // Counted as etcd leases are, once each (a Node is updated for other reasons too):
+        // a subnet outside the network, an overlap, a public IP that is a pod's.
+        let metrics = http_get(&c.nodes[i].ns, METRICS_PORT, "/metrics").expect("metrics");
+        let refused = |reason: &str| -> u64 {
+            let name = format!("ferrocni_agent_leases_refused_total{{reason=\"{reason}\"}} ");
+            metrics
+                .lines()
+                .find_map(|l| l.strip_prefix(name.as_str())?.parse().ok())
+                .unwrap_or(0)
+        };
+        for reason in ["subnet", "overlap", "public_ip"] {
+            assert_eq!(refused(reason), 1, "node {}: {reason}:\n{metrics}", i + 1);
+        }
+        assert_eq!(refused("not_a_lease_key"), 0, "node {}:\n{metrics}", i + 1);
     }
     for (name, ..) in &rogues {
         c.control.delete_node(name);

@@ -29,6 +29,7 @@ use crate::ops::log::{clip, escape_controls};
 use crate::subnet::config::NetConfig;
 use crate::subnet::key::SubnetKey;
 use crate::subnet::lease::{LeaseAttrs, Unreadable};
+use crate::subnet::validate::Class;
 
 /// How many characters of a junk record's name a log line shows.
 const NAME_SHOWN_CHARS: usize = 120;
@@ -75,6 +76,8 @@ pub struct JunkKey {
     pub shown: String,
     /// Why it is no lease, when the store says more than "not a lease key".
     pub why: Option<String>,
+    /// How `/metrics` counts the refusal.
+    pub class: Class,
     pub fingerprint: u64,
 }
 
@@ -86,15 +89,23 @@ impl JunkKey {
         JunkKey {
             shown: shown_key(name),
             why: None,
+            class: Class::NotALeaseKey,
             fingerprint: h.finish(),
         }
     }
 
-    /// A record named `name` that is no lease because of `why`.
-    pub fn with_reason(name: &str, version: i64, why: String) -> JunkKey {
+    /// A record named `name` that is no lease because of `why`, counted as `class`. Known by
+    /// its name and reason, not its version: a record that is updated and still wrong for the
+    /// same reason is reported once (a Node is updated for many things besides its podCIDRs).
+    pub fn with_reason(name: &str, class: Class, why: String) -> JunkKey {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        name.hash(&mut h);
+        why.hash(&mut h);
         JunkKey {
+            shown: shown_key(name.as_bytes()),
             why: Some(why),
-            ..JunkKey::new(name.as_bytes(), version)
+            class,
+            fingerprint: h.finish(),
         }
     }
 }

@@ -69,6 +69,22 @@ impl Annotations {
         })
     }
 
+    /// Every name above: all the agent reads of a node's annotations.
+    pub fn names(&self) -> [&str; 10] {
+        [
+            &self.kube_subnet_manager,
+            &self.backend_type,
+            &self.backend_data,
+            &self.backend_v6_data,
+            &self.public_ip,
+            &self.public_ipv6,
+            &self.public_ip_overwrite,
+            &self.public_ipv6_overwrite,
+            &self.node_public_ip,
+            &self.node_public_ipv6,
+        ]
+    }
+
     /// What a node managed by a kube subnet manager (flanneld's or ours) says as a lease:
     /// `None` when it is not one yet (no `kube-subnet-manager: "true"`, or no podCIDR).
     pub fn lease_of(&self, node: &NodeFacts, dual_stack: bool) -> Option<NodeLease> {

@@ -14,6 +14,7 @@ use std::hash::{Hash, Hasher};
 use super::annotations::{Annotations, NodeFacts, NodeLease};
 use crate::manager::{Change, JunkKey, Snapshot, StoredLease};
 use crate::subnet::key::SubnetKey;
+use crate::subnet::validate::Class;
 
 /// One managed node as known.
 #[derive(Debug, Clone)]
@@ -154,7 +155,7 @@ impl NodeIndex {
                 }
             }
         }
-        let version = fingerprint(&node);
+        let version = fingerprint(&self.annotations, &node);
         let created = node.created;
         if name == self.own_name {
             self.own = Some(node);
@@ -225,33 +226,36 @@ impl NodeIndex {
     /// Why a managed node is not a lease: podCIDRs that name no key, or a key an older node
     /// holds.
     fn junk_of(&self, name: &str, e: &Entry) -> Option<JunkKey> {
-        let why = match e.lease.key {
+        let (class, why) = match e.lease.key {
             None => match &e.lease.attrs {
-                Err(why) => why.to_string(),
-                Ok(_) => "no usable podCIDR".to_string(),
+                Err(why) => (Class::Unreadable, why.to_string()),
+                Ok(_) => (Class::Subnet, "no usable podCIDR".to_string()),
             },
             Some(key) => {
                 let holder = self.holder_name(&key)?;
                 if holder == name {
                     return None;
                 }
-                format!("its podCIDR {key} is held by node {holder}, registered before it")
+                (
+                    Class::Overlap,
+                    format!("its podCIDR {key} is held by node {holder}, registered before it"),
+                )
             }
         };
-        Some(JunkKey::with_reason(
-            &format!("node {name}"),
-            e.version,
-            why,
-        ))
+        Some(JunkKey::with_reason(&format!("node {name}"), class, why))
     }
 }
 
 /// What changes when a node's podCIDRs or annotations change, and only then (a kubelet's
 /// status updates leave it alone).
-fn fingerprint(node: &NodeFacts) -> i64 {
+/// A version of what the agent reads of `node`: its podCIDRs and our annotations. Other
+/// annotations (the TTL controller's, an operator's) leave it as it was.
+fn fingerprint(names: &Annotations, node: &NodeFacts) -> i64 {
     let mut h = DefaultHasher::new();
     node.pod_cidrs.hash(&mut h);
-    node.annotations.hash(&mut h);
+    for name in names.names() {
+        node.annotation(name).hash(&mut h);
+    }
     // Positive, as versions are elsewhere.
     (h.finish() >> 1) as i64
 }
@@ -310,6 +314,11 @@ mod tests {
         assert!(i
             .node_changed(node("b", 2, "10.244.2.0/24", "192.168.1.2"))
             .is_empty());
+        // Annotations the agent does not read (the TTL controller's) change nothing either.
+        let mut ttl = node("b", 2, "10.244.2.0/24", "192.168.1.2");
+        ttl.annotations
+            .insert("node.alpha.kubernetes.io/ttl".into(), "0".into());
+        assert!(i.node_changed(ttl).is_empty());
         let changes = i.node_changed(node("b", 2, "10.244.2.0/24", "192.168.1.9"));
         assert!(matches!(&changes[..], [Change::Put { .. }]), "{changes:?}");
     }
@@ -331,8 +340,25 @@ mod tests {
         let changes = i.node_changed(node("c", 3, "10.244.2.0/24", "192.168.1.3"));
         // b still holds it: the same lease, and c reported.
         assert!(matches!(&changes[0], Change::Put { lease, .. } if lease.created == 2));
-        assert!(matches!(&changes[1], Change::NotALease(j) if j.shown == "node c"));
+        let Change::NotALease(junk) = &changes[1] else {
+            panic!("{changes:?}")
+        };
+        assert_eq!(
+            (junk.shown.as_str(), junk.class),
+            ("node c", Class::Overlap)
+        );
         assert_eq!(i.snapshot().junk.len(), 1);
+        // Still refused for the same reason after another update: the same record (logged
+        // and counted once).
+        let mut again = node("c", 3, "10.244.2.0/24", "192.168.1.3");
+        again
+            .annotations
+            .insert(format!("{DEFAULT_PREFIX}/backend-data"), "null".into());
+        let changes = i.node_changed(again);
+        assert!(
+            matches!(changes.last(), Some(Change::NotALease(j)) if j.fingerprint == junk.fingerprint),
+            "{changes:?}"
+        );
         let changes = i.node_deleted("b");
         assert!(matches!(&changes[..], [Change::Put { lease, .. }] if lease.created == 3));
         let changes = i.node_deleted("c");
