@@ -1,4 +1,4 @@
-//! Inputs to [`Plan`]: each policy checked ([`crate::validate`]), its rules' sets filled from
+//! Inputs to [`Plan`]: each policy checked (`validate`), its rules' sets filled from
 //! the pods, and its clauses added to every address it selects.
 //!
 //! Choices where the API leaves room (see docs/network-policy.md):

@@ -1,7 +1,7 @@
 //! Why a packet would be allowed or dropped: the egress side (the sender's policies) and the
 //! ingress side (the receiver's), each allowed by a policy's rule, denied by the policies that
 //! isolate the pod, or not isolated at all, read from a [`Plan`] exactly as the data plane
-//! would decide (compile it for every pod, [`crate::compile`]). Traffic between two addresses
+//! would decide (compile it for every pod, `compile`). Traffic between two addresses
 //! of one pod never leaves it and is always allowed.
 
 use std::fmt;

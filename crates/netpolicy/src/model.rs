@@ -1,7 +1,7 @@
 //! The compiler's input: small types in the shape of the Kubernetes API objects, which the agent
 //! fills from Pods, Namespaces and NetworkPolicies. Fields the apiserver types as free strings
 //! (protocols, operators, CIDRs, policy types) stay strings here, so what the apiserver would
-//! refuse is refused by [`crate::validate`], naming the field, instead of being lost in a
+//! refuse is refused by `validate`, naming the field, instead of being lost in a
 //! conversion. Field names follow the API's JSON (camelCase) for serde.
 
 use std::collections::BTreeMap;
@@ -87,7 +87,7 @@ pub struct Policy {
     /// `spec.podSelector`: required by the API; empty selects every pod of the namespace.
     pub pod_selector: LabelSelector,
     /// `spec.policyTypes` as written (`Ingress`, `Egress`); `None` or empty takes the API's
-    /// default (see [`crate::validate`]).
+    /// default (see `validate`).
     pub policy_types: Option<Vec<String>>,
     pub ingress: Vec<Rule>,
     pub egress: Vec<Rule>,

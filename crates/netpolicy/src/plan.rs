@@ -1,7 +1,7 @@
 //! The compiled plan: what an nf_tables table enforcing the policies holds, in sorted maps so
-//! two compiles of the same inputs are equal and a change is a small [`crate::diff`].
+//! two compiles of the same inputs are equal and a change is a small `diff`.
 //!
-//! - **Sets**, named by [`crate::names`]: per policy, direction, rule and peer class, one per
+//! - **Sets**, named by `names`: per policy, direction, rule and peer class, one per
 //!   family: the addresses of the pods the rule's selectors match (`Pods`), the rule's
 //!   ipBlocks as non-overlapping intervals (`Blocks`), and for an egress rule with named ports
 //!   the (address, protocol, port) triples of the destination pods' ports of those names
@@ -229,7 +229,7 @@ pub struct Plan {
     pub sets: BTreeMap<Arc<str>, AddrSet>,
     pub targets: BTreeMap<IpAddr, Target>,
     /// Every address of a pod outside the host network, with its pod: which addresses are
-    /// pods' (for [`crate::explain`]); the data plane does not need it.
+    /// pods' (for `explain`); the data plane does not need it.
     pub pods: BTreeMap<IpAddr, PodKey>,
 }
 

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use crate::model::{Labels, Namespace, Pod};
 
-/// A selector the apiserver would admit (see [`crate::validate`]).
+/// A selector the apiserver would admit (see `validate`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Selector {
     pub(crate) labels: Vec<(String, String)>,
