@@ -7,7 +7,8 @@ use ipnetwork::IpNetwork;
 
 use super::expr::{
     ct_key, meta_key, BitwiseOp, CmpOp, Expr, NatType, PayloadBase, Verdict, FIB_F_DADDR,
-    FIB_RESULT_ADDRTYPE, NAT_RANGE_PROTO_RANDOM_FULLY, NAT_RANGE_PROTO_SPECIFIED, REG_1, REG_2,
+    FIB_RESULT_ADDRTYPE, NAT_RANGE_PROTO_RANDOM_FULLY, NAT_RANGE_PROTO_SPECIFIED, REG32_00, REG_1,
+    REG_2,
 };
 
 /// `NFPROTO_IPV4` / `NFPROTO_IPV6`.
@@ -239,4 +240,128 @@ pub fn verdict(v: Verdict) -> Vec<Expr> {
 /// Concatenates fragments into one expression list.
 pub fn all<const N: usize>(parts: [Vec<Expr>; N]) -> Vec<Expr> {
     parts.into_iter().flatten().collect()
+}
+
+/// `ct state STATES` (any of the `ct_state` bits): the state masked, compared to zero.
+pub fn ct_state_any(states: u32) -> Vec<Expr> {
+    vec![
+        Expr::Ct {
+            key: ct_key::STATE,
+            dreg: REG_1,
+        },
+        Expr::Bitwise {
+            sreg: REG_1,
+            dreg: REG_1,
+            op: BitwiseOp::IMPLIED,
+            mask: states.to_ne_bytes().to_vec(),
+            xor: vec![0; 4],
+        },
+        cmp(CmpOp::Neq, vec![0; 4]),
+    ]
+}
+
+/// `meta l4proto P`.
+pub fn l4proto(proto: u8) -> Vec<Expr> {
+    vec![
+        Expr::Meta {
+            key: meta_key::L4PROTO,
+            dreg: REG_1,
+        },
+        cmp(CmpOp::Eq, vec![proto]),
+    ]
+}
+
+/// `th dport FIRST-LAST` (one port: `th dport FIRST`); follows an `l4proto` match, which
+/// makes nft show it as `tcp dport`/`udp dport`/`sctp dport`.
+pub fn th_dport(first: u16, last: u16) -> Vec<Expr> {
+    let load = payload(PayloadBase::Transport, 2, 2);
+    if first == last {
+        return vec![load, cmp(CmpOp::Eq, first.to_be_bytes().to_vec())];
+    }
+    vec![
+        load,
+        Expr::Range {
+            sreg: REG_1,
+            op: CmpOp::Eq,
+            from: first.to_be_bytes().to_vec(),
+            to: last.to_be_bytes().to_vec(),
+        },
+    ]
+}
+
+/// The header offset and length of an address field.
+fn addr_field(field: Addr, v6: bool) -> (u32, u32) {
+    match (v6, field) {
+        (false, Addr::Saddr) => (12, 4),
+        (false, Addr::Daddr) => (16, 4),
+        (true, Addr::Saddr) => (8, 16),
+        (true, Addr::Daddr) => (24, 16),
+    }
+}
+
+/// `ip saddr|daddr @set` (`ip6 ...` with `v6`), the family checked first as nft does in an
+/// `inet` table.
+pub fn addr_in_set(field: Addr, v6: bool, set: &str) -> Vec<Expr> {
+    let (offset, len) = addr_field(field, v6);
+    let mut e = nfproto(v6);
+    e.push(payload(PayloadBase::Network, offset, len));
+    e.push(Expr::Lookup {
+        sreg: REG_1,
+        set: set.to_string(),
+        set_id: None,
+        invert: false,
+    });
+    e
+}
+
+/// `ip saddr|daddr vmap @map`.
+pub fn addr_vmap(field: Addr, v6: bool, map: &str) -> Vec<Expr> {
+    let (offset, len) = addr_field(field, v6);
+    let mut e = nfproto(v6);
+    e.push(payload(PayloadBase::Network, offset, len));
+    e.push(Expr::Vmap {
+        sreg: REG_1,
+        set: map.to_string(),
+        set_id: None,
+    });
+    e
+}
+
+/// `ip saddr|daddr . meta l4proto . th dport @set`: each field into consecutive 32-bit
+/// registers (an address takes one or four), then one lookup of the whole concatenation.
+pub fn addr_proto_port_in_set(field: Addr, v6: bool, set: &str) -> Vec<Expr> {
+    let (offset, len) = addr_field(field, v6);
+    let proto_reg = REG32_00 + len / 4;
+    let mut e = nfproto(v6);
+    e.push(Expr::Payload {
+        dreg: REG32_00,
+        base: PayloadBase::Network,
+        offset,
+        len,
+    });
+    e.push(Expr::Meta {
+        key: meta_key::L4PROTO,
+        dreg: proto_reg,
+    });
+    e.push(Expr::Payload {
+        dreg: proto_reg + 1,
+        base: PayloadBase::Transport,
+        offset: 2,
+        len: 2,
+    });
+    e.push(Expr::Lookup {
+        sreg: REG32_00,
+        set: set.to_string(),
+        set_id: None,
+        invert: false,
+    });
+    e
+}
+
+/// `counter` (starting at zero).
+pub fn counter() -> Vec<Expr> {
+    vec![Expr::Counter {
+        bytes: 0,
+        packets: 0,
+    }]
 }

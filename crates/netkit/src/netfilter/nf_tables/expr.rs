@@ -9,6 +9,9 @@ use super::attr::{Attr, Attrs, Writer};
 pub const REG_VERDICT: u32 = 0;
 pub const REG_1: u32 = 1;
 pub const REG_2: u32 = 2;
+/// The first 32-bit data register (the same bytes as [`REG_1`]): concatenations load each
+/// field into consecutive 32-bit registers from here.
+pub const REG32_00: u32 = 8;
 
 /// Where a payload load starts (`enum nft_payload_bases`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +63,14 @@ pub mod ct_key {
     pub const STATUS: u32 = 2;
 }
 
+/// Conntrack states (`ct state` bits).
+pub mod ct_state {
+    pub const INVALID: u32 = 1;
+    pub const ESTABLISHED: u32 = 2;
+    pub const RELATED: u32 = 4;
+    pub const NEW: u32 = 8;
+}
+
 /// A rule verdict (`NFTA_DATA_VERDICT`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
@@ -79,7 +90,7 @@ impl Verdict {
     const GOTO: i32 = -4;
     const RETURN: i32 = -5;
 
-    fn code(&self) -> i32 {
+    pub(crate) fn code(&self) -> i32 {
         match self {
             Verdict::Drop => Self::DROP,
             Verdict::Accept => Self::ACCEPT,
@@ -164,6 +175,13 @@ pub enum Expr {
         set: String,
         set_id: Option<u32>,
         invert: bool,
+    },
+    /// The verdict a verdict map holds for the register's key (nft's `vmap @map`): a lookup
+    /// whose destination is the verdict register. No verdict when the key is absent.
+    Vmap {
+        sreg: u32,
+        set: String,
+        set_id: Option<u32>,
     },
     /// A value loaded into a data register.
     ImmediateData {
@@ -258,7 +276,7 @@ impl Expr {
             Expr::Ct { .. } => "ct",
             Expr::Fib { .. } => "fib",
             Expr::Range { .. } => "range",
-            Expr::Lookup { .. } => "lookup",
+            Expr::Lookup { .. } | Expr::Vmap { .. } => "lookup",
             Expr::ImmediateData { .. } | Expr::Verdict(_) => "immediate",
             Expr::Nat { .. } => "nat",
             Expr::Masq | Expr::MasqFlags(_) => "masq",
@@ -335,6 +353,13 @@ impl Expr {
                 if *invert {
                     d.be32(5, NFT_LOOKUP_F_INV);
                 }
+            }
+            Expr::Vmap { sreg, set, set_id } => {
+                d.be32(2, *sreg).string(1, set);
+                if let Some(id) = set_id {
+                    d.be32(4, *id);
+                }
+                d.be32(3, REG_VERDICT);
             }
             Expr::ImmediateData { dreg, data } => {
                 d.be32(1, *dreg);
@@ -427,6 +452,11 @@ fn decode_data(name: &str, data: &[u8]) -> Option<Expr> {
             op: CmpOp::from_u32(u32_of(&a, 2)?)?,
             from: data_value(a.get(3))?,
             to: data_value(a.get(4))?,
+        },
+        "lookup" if a.get(3).is_some() => Expr::Vmap {
+            sreg: u32_of(&a, 2)?,
+            set: a.get(1)?.string(),
+            set_id: u32_of(&a, 4),
         },
         "lookup" => Expr::Lookup {
             sreg: u32_of(&a, 2)?,
@@ -607,6 +637,11 @@ mod tests {
                 sreg: REG_1,
                 op: CmpOp::Gte,
                 data: vec![1],
+            },
+            Expr::Vmap {
+                sreg: REG_1,
+                set: "ingress4".into(),
+                set_id: Some(2),
             },
             Expr::Other {
                 name: "quota".into(),

@@ -7,7 +7,8 @@
 //! * [`build`]: rule fragments linearized as nft linearizes them (so `nft list ruleset`
 //!   shows our rules, and their comments, as nft would have written them);
 //!   [`xt`]: rules as iptables-nft writes them (so `iptables-nft -S` shows them).
-//! * [`set`]: anonymous sets as nft creates them; [`syntax`]: nft match text (portmap's
+//! * [`set`]: anonymous sets as nft creates them; [`named_set`]: named sets and verdict
+//!   maps, filled and emptied by name; [`syntax`]: nft match text (portmap's
 //!   conditions) turned into the expressions and sets nft would make of it.
 //! * [`capture`]: our batches against the tools' captured traffic (for unit tests).
 //! * [`release`]: closing sockets without waiting for the kernel's deferred destroy work;
@@ -22,6 +23,7 @@ pub mod build;
 pub mod capture;
 pub mod expr;
 pub mod msg;
+pub mod named_set;
 pub mod release;
 pub mod set;
 pub mod shared;

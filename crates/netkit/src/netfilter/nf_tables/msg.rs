@@ -22,7 +22,9 @@ pub mod msg_type {
     pub const GETRULE: u16 = 7;
     pub const DELRULE: u16 = 8;
     pub const NEWSET: u16 = 9;
+    pub const DELSET: u16 = 11;
     pub const NEWSETELEM: u16 = 12;
+    pub const DELSETELEM: u16 = 14;
     pub const GETGEN: u16 = 16;
 }
 

@@ -9,6 +9,7 @@
 use netlink_sys::{protocols::NETLINK_NETFILTER, SocketAddr};
 
 use std::mem::ManuallyDrop;
+use std::os::fd::AsRawFd;
 
 use super::attr::Writer;
 use super::msg::{
@@ -33,6 +34,8 @@ const NLMSG_HDRLEN: usize = 16;
 const NFGENMSG_LEN: usize = 4;
 const RECV_BUF_LEN: usize = 64 * 1024;
 const DUMP_ATTEMPTS: usize = 10;
+/// A datagram size every send buffer holds (the kernel's default is 208 KiB).
+const DEFAULT_SNDBUF: usize = 64 * 1024;
 
 /// One message of a batch.
 #[derive(Debug, Clone)]
@@ -78,7 +81,12 @@ impl Batch {
         // recorded as an update, which does too (NEWTABLE with unchanged flags is a no-op).
         let defers_destroy = matches!(
             kind,
-            msg_type::DELTABLE | msg_type::DELCHAIN | msg_type::DELRULE | msg_type::NEWCHAIN
+            msg_type::DELTABLE
+                | msg_type::DELCHAIN
+                | msg_type::DELRULE
+                | msg_type::DELSET
+                | msg_type::DELSETELEM
+                | msg_type::NEWCHAIN
         );
         self.ops.push(Op {
             kind,
@@ -189,6 +197,17 @@ impl Batch {
         self
     }
 
+    /// The size of the datagram [`Batch::encode`] makes, in bytes.
+    pub fn encoded_len(&self) -> usize {
+        let framing = NLMSG_HDRLEN + NFGENMSG_LEN;
+        2 * framing
+            + self
+                .ops
+                .iter()
+                .map(|op| (framing + op.body.len() + 3) & !3)
+                .sum::<usize>()
+    }
+
     /// The datagram: BATCH_BEGIN (sequence `first_seq`), the messages, BATCH_END.
     pub fn encode(&self, first_seq: u32) -> Vec<u8> {
         let mut out = Vec::new();
@@ -296,6 +315,8 @@ pub struct Socket {
     sock: ManuallyDrop<netlink_sys::Socket>,
     seq: u32,
     buf: Vec<u8>,
+    /// The send buffer size last set (0: the default, taken to hold small batches).
+    sndbuf: usize,
 }
 
 impl Drop for Socket {
@@ -321,6 +342,7 @@ impl Socket {
             sock: ManuallyDrop::new(sock),
             seq: std::process::id().wrapping_mul(1 << 12),
             buf: Vec::with_capacity(RECV_BUF_LEN),
+            sndbuf: DEFAULT_SNDBUF,
         })
     }
 
@@ -340,6 +362,42 @@ impl Socket {
         let first = self.seq.wrapping_add(1);
         self.seq = self.seq.wrapping_add(n);
         first
+    }
+
+    /// Grows the send buffer to hold a datagram of `len` bytes. The kernel takes a whole
+    /// batch in one datagram (a batch cannot span several sends), and refuses one larger than
+    /// the socket's send buffer (EMSGSIZE); SO_SNDBUFFORCE (CAP_NET_ADMIN, which changing
+    /// nf_tables needs anyway) goes past `net.core.wmem_max`, as nft does for big rulesets.
+    fn fit_send_buffer(&mut self, len: usize) -> Result<()> {
+        // What the kernel keeps of the buffer for its own accounting, with a margin.
+        const OVERHEAD: usize = 4096;
+        if len + OVERHEAD <= self.sndbuf {
+            return Ok(());
+        }
+        let want = i32::try_from(len + OVERHEAD).map_err(|_| Error::Invalid {
+            context: "failed to size the nf_tables socket's send buffer".into(),
+            detail: format!("a batch of {len} bytes is too large"),
+        })?;
+        // SAFETY: setsockopt reads `want` (an int) through the pointer and length given.
+        let rc = unsafe {
+            libc::setsockopt(
+                self.sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_SNDBUFFORCE,
+                (&want as *const i32).cast(),
+                std::mem::size_of::<i32>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(Error::Io {
+                context: format!(
+                    "failed to grow the nf_tables socket's send buffer to {want} bytes"
+                ),
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        self.sndbuf = want as usize;
+        Ok(())
     }
 
     fn send(&mut self, bytes: &[u8], what: &str) -> Result<()> {
@@ -392,6 +450,7 @@ impl Socket {
         }
         let first = self.next_seq(batch.len() as u32 + 2);
         let bytes = batch.encode(first);
+        self.fit_send_buffer(bytes.len())?;
         self.send(&bytes, "batch")?;
         let barrier = self.next_seq(1);
         let mut req = Vec::new();
