@@ -1,0 +1,23 @@
+//! What can fail while writing a plan into the kernel.
+
+use netkit::netfilter::exec;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The kernel refused the transaction, or the socket failed; nothing of it was applied.
+    #[error("failed to write the network policy table `inet {table}` ({what}): {source}")]
+    Commit {
+        table: &'static str,
+        /// Full write or update.
+        what: &'static str,
+        #[source]
+        source: exec::Error,
+    },
+    /// Deleting the table failed.
+    #[error("failed to delete the network policy table `inet {table}`: {source}")]
+    Remove {
+        table: &'static str,
+        #[source]
+        source: exec::Error,
+    },
+}
