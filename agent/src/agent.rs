@@ -21,6 +21,7 @@ use crate::node::outputs::{self, NodeState};
 use crate::ops::http;
 use crate::ops::metrics;
 use crate::options::Options;
+use crate::policy;
 use crate::reconcile::{masquerade_wanted, PassInput, Reconciler};
 use crate::subnet::config::NetConfig;
 use crate::{debug, log, warn};
@@ -58,6 +59,14 @@ pub async fn run(mut opts: Options) -> Result<(), AgentError> {
     }
     if opts.kube.enabled {
         let (manager, net) = KubeManager::connect(&opts).await?;
+        if opts.kube.network_policy && !opts.once {
+            let plane = policy::kernel::KernelPlane::open()?;
+            let socket = &opts.kube.policy_socket;
+            policy::start(manager.client(), manager.node_name(), plane, socket)?;
+        } else {
+            // A socket a policy-enforcing run left would make the CNI chain fail every ADD.
+            policy::admit::remove_stale(&opts.kube.policy_socket);
+        }
         // An operator's public-ip-overwrite on the Node wins over the interface's address.
         let (v4, v6) = manager.public_ip_overwrites();
         opts.public_ip = v4.or(opts.public_ip);

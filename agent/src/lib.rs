@@ -11,6 +11,7 @@
 //! - [`options`]: the command line and `FLANNELD_*` variables;
 //! - [`manager`]: where leases live: the `SubnetManager` seam and its etcd implementation;
 //! - [`node`]: the node's outputs (subnet.env, conflist, install-cni, masquerade);
+//! - [`policy`]: NetworkPolicy enforcement on the Kubernetes API's objects;
 //! - [`membership`], [`reconcile`], [`agent`]: the orchestration on top (the cluster as the
 //!   agent knows it, one pass, start-up and the serve loop).
 
@@ -22,5 +23,6 @@ pub mod membership;
 pub mod node;
 pub mod ops;
 pub mod options;
+pub mod policy;
 pub mod reconcile;
 pub mod subnet;

@@ -5,12 +5,16 @@ use std::process::ExitCode;
 use ferrocni_agent::backend::registry;
 use ferrocni_agent::node::install_cni;
 use ferrocni_agent::ops::log;
+use ferrocni_agent::policy::explain;
 use ferrocni_agent::{agent, options};
 
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     if argv.first().map(String::as_str) == Some("install-cni") {
         return install_cni_main(&argv[1..]);
+    }
+    if argv.first().map(String::as_str) == Some("policy") {
+        return policy_main(&argv[1..]);
     }
     let opts = match options::from_process() {
         Ok(options::Invocation::Run(o)) => *o,
@@ -47,7 +51,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(agent::run(opts)) {
+    // A LocalSet: the policy informers run beside the serve loop on the same thread.
+    let local = tokio::task::LocalSet::new();
+    match local.block_on(&runtime, agent::run(opts)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             log::emit(log::Level::Error, &format!("fatal: {e}"));
@@ -78,6 +84,45 @@ fn install_cni_main(args: &[String]) -> ExitCode {
         }
         Err(e) => {
             log::emit(log::Level::Error, &format!("install-cni: {e}"));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `ferrocni-agent policy explain ...`: the verdict of the policies on one flow.
+fn policy_main(args: &[String]) -> ExitCode {
+    if args.first().map(String::as_str) != Some("explain") {
+        eprint!("{}", explain::USAGE);
+        return ExitCode::from(2);
+    }
+    let query = match explain::parse(&args[1..]) {
+        Ok(Some(q)) => q,
+        Ok(None) => {
+            print!("{}", explain::USAGE);
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("ferrocni-agent policy explain: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("ferrocni-agent policy explain: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(explain::run(&query)) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("ferrocni-agent policy explain: {e}");
             ExitCode::FAILURE
         }
     }

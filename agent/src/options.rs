@@ -45,6 +45,10 @@ Options:
   --net-config-path PATH         network config in kube mode (default /etc/kube-flannel/net-conf.json)
   --set-node-network-unavailable in kube mode, set the node's NetworkUnavailable condition to
                                  False once up (default true; =false leaves it alone)
+  --network-policy               in kube mode, enforce NetworkPolicies on this node's pods
+                                 (nf_tables table inet ferrocni_policy; default false)
+  --policy-socket PATH           where the CNI chain's ferrocni-policy plugin asks at ADD
+                                 (default /run/flannel/policy.sock)
 ";
 
 /// `--help` after the backends' flags.
@@ -112,6 +116,10 @@ pub struct KubeOptions {
     pub annotation_prefix: String,
     pub net_config_path: PathBuf,
     pub set_node_network_unavailable: bool,
+    /// `--network-policy`: enforce NetworkPolicies on this node's pods.
+    pub network_policy: bool,
+    /// `--policy-socket`: the admission socket of the CNI chain.
+    pub policy_socket: PathBuf,
 }
 
 impl Default for KubeOptions {
@@ -123,6 +131,8 @@ impl Default for KubeOptions {
             annotation_prefix: "flannel.alpha.coreos.com".into(),
             net_config_path: "/etc/kube-flannel/net-conf.json".into(),
             set_node_network_unavailable: true,
+            network_policy: false,
+            policy_socket: "/run/flannel/policy.sock".into(),
         }
     }
 }
@@ -199,12 +209,14 @@ const SWITCHES: &[&str] = &[
     "--ip-masq",
     "--kube-subnet-mgr",
     "--set-node-network-unavailable",
+    "--network-policy",
 ];
 const VALUED: &[&str] = &[
     "--kube-api-url",
     "--kubeconfig-file",
     "--kube-annotation-prefix",
     "--net-config-path",
+    "--policy-socket",
     "--etcd-endpoints",
     "--etcd-prefix",
     "--etcd-cafile",
@@ -332,6 +344,12 @@ pub fn parse_with_env(
         }
         (None, None) => None,
     };
+    if o.kube.network_policy && !o.kube.enabled {
+        return Err(AgentError::Usage(
+            "--network-policy needs --kube-subnet-mgr (policies are read from the Kubernetes API)"
+                .into(),
+        ));
+    }
     Ok(Invocation::Run(Box::new(o)))
 }
 
@@ -377,6 +395,8 @@ fn apply(
         "--ip-masq" => o.ip_masq = switch()?,
         "--kube-subnet-mgr" => o.kube.enabled = switch()?,
         "--set-node-network-unavailable" => o.kube.set_node_network_unavailable = switch()?,
+        "--network-policy" => o.kube.network_policy = switch()?,
+        "--policy-socket" => o.kube.policy_socket = need()?.into(),
         "--kube-api-url" => o.kube.api_url = Some(need()?),
         "--kubeconfig-file" => o.kube.kubeconfig = path(need()?),
         "--kube-annotation-prefix" => o.kube.annotation_prefix = need()?,

@@ -80,7 +80,8 @@ fn control_plane_assigns_pod_cidrs_and_runs_the_manifest() {
     ]);
     assert_eq!(ds, "flannel");
 
-    // The agent's token may do what --kube-subnet-mgr does, and nothing beyond.
+    // The agent's token may do what --kube-subnet-mgr and --network-policy do, and nothing
+    // beyond.
     let token = kube.service_account_token("kube-flannel", "flannel");
     let agent = kube.kubeconfig_for_token(&token);
     for (verb, args) in [
@@ -89,6 +90,11 @@ fn control_plane_assigns_pod_cidrs_and_runs_the_manifest() {
         ("watch", &["nodes"]),
         ("patch", &["nodes", "--subresource=status"]),
         ("get", &["pods", "-n", "kube-flannel"]),
+        ("list", &["pods", "-A"]),
+        ("watch", &["pods", "-A"]),
+        ("watch", &["namespaces"]),
+        ("list", &["networkpolicies.networking.k8s.io", "-A"]),
+        ("watch", &["networkpolicies.networking.k8s.io", "-A"]),
     ] {
         assert!(
             can(&kube, &agent, verb, args),
@@ -101,7 +107,11 @@ fn control_plane_assigns_pod_cidrs_and_runs_the_manifest() {
         ("patch", &["nodes"]),
         ("list", &["secrets", "-n", "kube-flannel"]),
         ("list", &["secrets", "-n", "kube-system"]),
-        ("list", &["pods", "-n", "kube-flannel"]),
+        ("update", &["pods", "-n", "kube-flannel"]),
+        (
+            "create",
+            &["networkpolicies.networking.k8s.io", "-n", "default"],
+        ),
     ] {
         assert!(
             !can(&kube, &agent, verb, args),

@@ -155,10 +155,18 @@ pub fn label(name: &str, value: &str) -> String {
 pub type Source = Arc<dyn Fn(&mut Samples) + Send + Sync>;
 
 static BACKEND_SOURCE: Mutex<Option<Source>> = Mutex::new(None);
+static POLICY_SOURCE: Mutex<Option<Source>> = Mutex::new(None);
 
 /// Adds the running backend's metrics to every scrape.
 pub fn set_backend_source(source: Option<Source>) {
     if let Ok(mut s) = BACKEND_SOURCE.lock() {
+        *s = source;
+    }
+}
+
+/// Adds NetworkPolicy enforcement's metrics to every scrape.
+pub fn set_policy_source(source: Option<Source>) {
+    if let Ok(mut s) = POLICY_SOURCE.lock() {
         *s = source;
     }
 }
@@ -292,9 +300,11 @@ pub fn render() -> String {
         "The latest error's message.",
         &info,
     );
-    let source = BACKEND_SOURCE.lock().ok().and_then(|s| s.clone());
-    if let Some(source) = source {
-        source(&mut samples);
+    for slot in [&BACKEND_SOURCE, &POLICY_SOURCE] {
+        let source = slot.lock().ok().and_then(|s| s.clone());
+        if let Some(source) = source {
+            source(&mut samples);
+        }
     }
     samples.into_text()
 }

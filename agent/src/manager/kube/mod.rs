@@ -76,6 +76,16 @@ pub struct KubeManager {
 }
 
 impl KubeManager {
+    /// A client on the same connection settings (for the policy informers).
+    pub fn client(&self) -> kube::Client {
+        self.nodes.clone().into_client()
+    }
+
+    /// The name of the node the agent runs on.
+    pub fn node_name(&self) -> &str {
+        &self.publisher.node_name
+    }
+
     /// Builds the client, finds this node and reads the network config, retrying an API that
     /// does not answer until `--startup-timeout`. A missing config, client configuration or
     /// node name fails at once, as does a refusal (401/403).
