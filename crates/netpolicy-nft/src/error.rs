@@ -1,4 +1,5 @@
-//! What can fail while writing a plan into the kernel.
+//! What can fail while writing a plan into the kernel. (The netkit error is boxed: it is
+//! large, and these are returned on every sync.)
 
 use netkit::netfilter::exec;
 
@@ -11,13 +12,13 @@ pub enum Error {
         /// Full write or update.
         what: &'static str,
         #[source]
-        source: exec::Error,
+        source: Box<exec::Error>,
     },
     /// Deleting the table failed.
     #[error("failed to delete the network policy table `inet {table}`: {source}")]
     Remove {
         table: &'static str,
         #[source]
-        source: exec::Error,
+        source: Box<exec::Error>,
     },
 }

@@ -110,3 +110,64 @@ fn truncate(text: &str) -> String {
     }
     text[..cut].to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use netkit::netfilter::nf_tables::expr::Expr;
+    use netpolicy::{Clause, PolicyKey, PortRange, Protocol};
+
+    use super::*;
+
+    fn clause(peer: ClausePeer, ports: ClausePorts) -> Clause {
+        Clause {
+            policy: Arc::new(PolicyKey {
+                namespace: "prod".into(),
+                name: "web".into(),
+            }),
+            rule: 0,
+            peer,
+            ports,
+        }
+    }
+
+    #[test]
+    fn one_rule_per_port_range_then_the_drop() {
+        let range = |protocol, first, last| PortRange {
+            protocol,
+            first,
+            last,
+        };
+        let iso = Isolation {
+            policies: vec![Arc::new(PolicyKey {
+                namespace: "prod".into(),
+                name: "x".repeat(200),
+            })],
+            clauses: vec![
+                clause(ClausePeer::Any, ClausePorts::Any),
+                clause(
+                    ClausePeer::InSet("s".into()),
+                    ClausePorts::Ranges(vec![
+                        range(Protocol::Tcp, 80, 80),
+                        range(Protocol::Tcp, 90, 99),
+                        range(Protocol::Udp, 0, u16::MAX),
+                    ]),
+                ),
+            ],
+        };
+        let addr: IpAddr = "10.1.2.3".parse().unwrap();
+        let rules = target_rules(Direction::Ingress, addr, &iso);
+        assert_eq!(rules.len(), 5);
+        assert!(rules.iter().all(|r| r.chain == "ingress-10.1.2.3"));
+        assert_eq!(rules[0].exprs, vec![Expr::Verdict(Verdict::Return)]);
+        let has_range = |r: &Rule| r.exprs.iter().any(|e| matches!(e, Expr::Range { .. }));
+        assert!(!has_range(&rules[1]) && has_range(&rules[2]));
+        // The whole of UDP: the set lookup (nfproto, load, lookup), the protocol alone.
+        assert_eq!(rules[3].exprs.len(), 4 + 2 + 1);
+        assert_eq!(rules[4].verdict(), Some(&Verdict::Drop));
+        let comment = rules[4].comment().unwrap();
+        assert_eq!(comment.len(), COMMENT_MAX);
+        assert_eq!(rules[1].comment().as_deref(), Some("prod/web rule 0"));
+    }
+}

@@ -5,7 +5,9 @@ use std::net::IpAddr;
 
 use netkit::netfilter::nf_tables::named_set::NamedSet;
 use netkit::netfilter::nf_tables::{Batch, Family as NftFamily, Socket, Table};
-use netpolicy::{AddrSet, Direction, Family, Isolation, Plan, SetKind, Target, TargetChange};
+use netpolicy::{
+    AddrSet, Direction, Family, Isolation, Plan, PodKey, SetKind, Target, TargetChange,
+};
 
 use crate::error::Error;
 use crate::layout::{self, FIRST_SET_ID, TABLE};
@@ -71,7 +73,7 @@ impl PolicyTable {
             } else {
                 "update"
             },
-            source,
+            source: Box::new(source),
         })?;
         self.applied = Some(plan);
         Ok(out.stats)
@@ -86,7 +88,7 @@ impl PolicyTable {
             .delete_table(NftFamily::Inet, TABLE);
         sock.commit(&batch).map_err(|source| Error::Remove {
             table: TABLE,
-            source,
+            source: Box::new(source),
         })?;
         Ok(())
     }
@@ -259,8 +261,9 @@ fn incremental(old: &Plan, new: &Plan) -> Option<Out> {
         out.stats.elements_removed += removed.len();
         out.stats.elements_added += added.len();
     }
+    // What an address no policy selects has: isolated in neither direction.
     let none = Target {
-        pod: netpolicy::PodKey {
+        pod: PodKey {
             namespace: String::new(),
             name: String::new(),
         },
@@ -270,7 +273,7 @@ fn incremental(old: &Plan, new: &Plan) -> Option<Out> {
     for (addr, change) in &changes.targets {
         let before = old.targets.get(addr).unwrap_or(&none);
         let after = match change {
-            netpolicy::TargetChange::Added(t) | netpolicy::TargetChange::Changed(t) => t,
+            TargetChange::Added(t) | TargetChange::Changed(t) => t,
             TargetChange::Removed => &none,
         };
         for direction in DIRECTIONS {

@@ -130,6 +130,14 @@ fn routed_ingress_policy_and_incremental_changes() {
     assert!(!listing.contains("fd77:2::2"), "{listing}");
     assert!(tcp_ok(&a.0, b.1, 81), "no policy left for that address");
 
+    // The policy goes: its sets with it.
+    cluster.policies.clear();
+    let stats = table.sync(&mut sock, &compile(&cluster)).unwrap();
+    assert!(!stats.full && stats.messages > 0, "{stats:?}");
+    let listing = list_table(&n.node);
+    assert!(!listing.contains("prod.web"), "{listing}");
+    assert!(listing.contains("map ingress4"), "{listing}");
+
     PolicyTable::remove(&mut sock).unwrap();
     PolicyTable::remove(&mut sock).unwrap();
     assert!(!sock
