@@ -87,6 +87,11 @@ impl Agent {
         self.dir.join("bgp")
     }
 
+    /// The NetworkPolicy admission socket (`--policy-socket`).
+    pub fn policy_socket(&self) -> PathBuf {
+        self.dir.join("policy.sock")
+    }
+
     pub fn subnet_file(&self) -> PathBuf {
         self.dir.join("subnet.env")
     }
@@ -112,6 +117,11 @@ impl Agent {
                 self.dir.join("vxlan.lock").display()
             ))
             .arg(format!("--bgp-dir={}", self.bgp_dir().display()))
+            // Its own NetworkPolicy admission socket rather than the host's /run/flannel one.
+            .arg(format!(
+                "--policy-socket={}",
+                self.policy_socket().display()
+            ))
             // flanneld's variable: each node its own key file.
             .env("WIREGUARD_KEY_FILE", self.key_file())
             .stdin(Stdio::null());
