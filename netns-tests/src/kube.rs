@@ -286,6 +286,13 @@ impl ControlPlane {
         success_stdout("kubectl apply", run_with_stdin(&mut cmd, yaml.as_bytes()))
     }
 
+    /// kubectl as admin with `input` on its stdin (`apply --validate=false -f -`...); its
+    /// output, whatever the exit status.
+    pub fn kubectl_stdin(&self, args: &[&str], input: &str) -> Output {
+        let mut cmd = self.kubectl_command(&self.admin_kubeconfig, args);
+        run_with_stdin(&mut cmd, input.as_bytes())
+    }
+
     /// Creates Node `name` as kubelet 1.20 registers its node: the well-known labels, the
     /// InternalIP and Hostname addresses, capacity, node info and Ready conditions, and no
     /// podCIDR (the controller-manager assigns it).

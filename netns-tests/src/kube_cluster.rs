@@ -165,6 +165,14 @@ impl KubeCluster {
             .map(str::to_string)
     }
 
+    /// Appends `args` (a feature flag such as `--network-policy`) to every agent's command
+    /// line: the ones not started yet run with them, and so does every later restart.
+    pub fn add_agent_args(&mut self, args: &[&str]) {
+        for agent in &mut self.agents {
+            agent.extra.extend(args.iter().map(|a| a.to_string()));
+        }
+    }
+
     /// Waits until `check` holds (bounded by [`CONVERGE`]); panics with `what` otherwise.
     pub fn wait(&self, what: &str, check: impl FnMut() -> bool) {
         assert!(wait_until(CONVERGE, check), "{what}");
