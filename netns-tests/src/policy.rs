@@ -10,8 +10,8 @@
 //! [`PolicyCluster::check`] polls a list of [`Flow`]s (bounded by [`POLICY_WITHIN`]) until
 //! every one is as expected, records how long that took since the last change (the change
 //! latency), checks the whole list once more, and panics with a table of every flow (and each
-//! node's `inet ferrocni_policy` table) when it does not hold. Dropping a [`PolicyCluster`]
-//! kills its servers and then drops the cluster.
+//! node's nf_tables ruleset, the agent's `inet ferrocni_policy` table among them) when it does
+//! not hold. Dropping a [`PolicyCluster`] kills its servers, then drops the cluster.
 //!
 //! ```no_run
 //! use netns_tests::policy::{Flow, PolicyCluster, Proto};
@@ -26,7 +26,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
@@ -45,6 +45,8 @@ pub const UDP_PORTS: &[&str] = &["5353", "5432"];
 pub const SCTP_PORT: u16 = 5432;
 /// A polling round's probe timeout: a denied flow costs this much per round.
 const POLL_TIMEOUT_MS: u64 = 300;
+/// The shortest polling round (the change latency's resolution when every flow answers).
+const MIN_ROUND: Duration = Duration::from_millis(50);
 /// The confirming round's: longer, so that a slow answer is not taken for a denial.
 const CONFIRM_TIMEOUT_MS: u64 = 1000;
 /// How long objects of a fresh namespace may wait for its `default` service account (the
@@ -52,8 +54,6 @@ const CONFIRM_TIMEOUT_MS: u64 = 1000;
 const NAMESPACE_READY_WITHIN: Duration = Duration::from_secs(60);
 /// How long a server may take to bind its ports.
 const SERVER_READY_WITHIN: Duration = Duration::from_secs(10);
-/// The nf_tables table the agent enforces policies in (dumped when a check fails).
-pub const POLICY_TABLE: &str = "ferrocni_policy";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Proto {
@@ -362,6 +362,8 @@ impl PolicyCluster {
             if holds(&flows, &outcomes) {
                 break round_started.saturating_duration_since(since);
             }
+            // Rounds of answered probes are quick: no busy loop while waiting for a denial.
+            std::thread::sleep(MIN_ROUND.saturating_sub(round_started.elapsed()));
             if Instant::now() > deadline {
                 panic!(
                     "{step}: flows not as expected within {POLICY_WITHIN:?} after {:?} \
@@ -517,15 +519,14 @@ impl PolicyCluster {
             .collect()
     }
 
-    /// `nft list table inet ferrocni_policy` of every node, for a failure's message.
+    /// Every node's whole nf_tables ruleset (the agent's `inet ferrocni_policy` table and
+    /// whatever else filters or rewrites), for a failure's message.
     fn policy_tables(&self) -> String {
         let mut text = String::new();
         for node in &self.kube.nodes {
-            let out = node
-                .ns
-                .exec(&["nft", "list", "table", "inet", POLICY_TABLE]);
+            let out = node.ns.exec(&["nft", "list", "ruleset"]);
             text.push_str(&format!(
-                "--- node{}: nft list table inet {POLICY_TABLE} ---\n{}{}\n",
+                "--- node{}: nft list ruleset ---\n{}{}\n",
                 node.index,
                 String::from_utf8_lossy(&out.stdout),
                 String::from_utf8_lossy(&out.stderr)
@@ -627,7 +628,18 @@ impl Drop for Prober {
     }
 }
 
-/// `ip netns exec <from> probe connect <proto> <to> <port> <timeout_ms>`.
+/// UDP probes' source ports, each used once per test process (below the kernel's ephemeral
+/// range): a probe that reused an earlier, allowed probe's 5-tuple would ride its conntrack
+/// entry (up to 120 s) through a policy that denies it now.
+const UDP_SOURCE_PORTS: std::ops::Range<u32> = 20_000..32_000;
+static NEXT_UDP_SOURCE: AtomicU32 = AtomicU32::new(0);
+
+fn udp_source_port() -> u32 {
+    let n = NEXT_UDP_SOURCE.fetch_add(1, Ordering::Relaxed);
+    UDP_SOURCE_PORTS.start + n % UDP_SOURCE_PORTS.len() as u32
+}
+
+/// `ip netns exec <from> probe connect <proto> <to> <port> <timeout_ms> [source port]`.
 fn probe_command(probe: &Path, flow: &Flow, timeout_ms: u64) -> Command {
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", &flow.from.netns])
@@ -636,6 +648,9 @@ fn probe_command(probe: &Path, flow: &Flow, timeout_ms: u64) -> Command {
         .arg(flow.port.to_string())
         .arg(timeout_ms.to_string())
         .stdin(Stdio::null());
+    if flow.proto == Proto::Udp {
+        cmd.arg(udp_source_port().to_string());
+    }
     cmd
 }
 

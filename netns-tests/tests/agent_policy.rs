@@ -4,10 +4,12 @@
 //! ports `pg` 5432/TCP and `dns` 5353/UDP), `web` on node 2 and `web2` on node 1 (db's bridge:
 //! the bridged path); namespace `dev` (team=b) has `tool` and `tool2` on node 3. Each step
 //! changes policies or labels and probes TCP and UDP both ways until the data path shows the
-//! change (its latency is printed at the end): no policy, default-deny ingress (egress,
-//! replies and the node's own probes still pass), a named port, a namespace AND pod selector
-//! and a label change, an ipBlock with an exception, a port range, egress, every policy
-//! deleted, and an agent restart under a default-deny that never lets a denied probe through.
+//! change (its latency is printed at the end): no policy; default-deny ingress (egress,
+//! replies and the node's own probes still pass; a pod started later is isolated too); a named
+//! port; a namespace AND pod selector, then label changes; an ipBlock with an exception; a
+//! port range (`endPort`, which a 1.20 apiserver drops: then port 5000 alone); egress; every
+//! policy deleted; and an agent restart under a default-deny that lets no denied probe through.
+//! While the agent lacks `--network-policy`, only the first step runs.
 
 use std::time::{Duration, Instant};
 
@@ -134,6 +136,12 @@ fn network_policies_on_a_vxlan_cluster() {
     flows.push(Flow::tcp(&node1, &p.web2, 5432, true));
     flows.push(Flow::tcp(&node2, &p.web, 5432, true));
     c.check("b. default-deny ingress", &flows);
+    // A pod that starts under the policy is isolated as soon as it runs.
+    let late = c.add_pod("prod", "late", 1, &[("app", "late")], &[]);
+    c.changed("pod prod/late running");
+    let mut flows = both_ways(&late, &p.tool, true, false);
+    flows.extend(both_ways(&late, &p.web, false, false));
+    c.check("b. a pod started under default-deny", &flows);
 
     eprintln!("c. web may reach db on the named port pg");
     c.apply(&web_to_db_pg());

@@ -3,14 +3,16 @@
 //!
 //! ```text
 //! probe serve <tcp|udp|sctp> <port|first-last>...   echo servers until killed; prints `ready`
-//! probe connect <tcp|udp|sctp> <ip> <port> <timeout_ms>
+//! probe connect <tcp|udp|sctp> <ip> <port> <timeout_ms> [udp_source_port]
 //! ```
 //!
 //! `serve` echoes one line per TCP or SCTP connection (SCTP: a one-to-one stream socket) and
 //! every UDP datagram. `connect` sends a line and waits for its echo: exit 0 when answered,
 //! 1 when not (refused, unreachable, timed out, wrong echo), with one word on stdout saying
 //! which. Exit 2 is a usage error, 3 means the kernel has no SCTP (both commands print
-//! `unsupported sctp` then, and the harness skips SCTP probes).
+//! `unsupported sctp` then, and the harness skips SCTP probes). A UDP probe may be given its
+//! source port: a new one per probe keeps it out of the conntrack entry an earlier, allowed
+//! probe left (an entry that would let it through whatever the policy says now).
 
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
@@ -69,7 +71,7 @@ fn main() -> ExitCode {
             eprintln!("probe: {why}");
             eprintln!(
                 "usage: probe serve <tcp|udp|sctp> <port|first-last>...\n       \
-                 probe connect <tcp|udp|sctp> <ip> <port> <timeout_ms>"
+                 probe connect <tcp|udp|sctp> <ip> <port> <timeout_ms> [udp_source_port]"
             );
             ExitCode::from(EXIT_USAGE)
         }
@@ -270,10 +272,20 @@ fn sctp_listen(port: u16) -> Result<OwnedFd, Failure> {
 }
 
 fn connect(args: &[String]) -> Result<u8, Failure> {
-    let [proto, ip, port, timeout_ms] = args else {
-        return Err(Failure::Usage(
-            "connect takes <proto> <ip> <port> <timeout_ms>".into(),
-        ));
+    let (proto, ip, port, timeout_ms, source_port) = match args {
+        [proto, ip, port, timeout_ms] => (proto, ip, port, timeout_ms, None),
+        [proto, ip, port, timeout_ms, source] => (proto, ip, port, timeout_ms, Some(source)),
+        _ => {
+            return Err(Failure::Usage(
+                "connect takes <proto> <ip> <port> <timeout_ms> [udp_source_port]".into(),
+            ))
+        }
+    };
+    let source_port: u16 = match source_port {
+        Some(p) => p
+            .parse()
+            .map_err(|e| Failure::Usage(format!("bad source port {p:?}: {e}")))?,
+        None => 0,
     };
     let proto = Proto::parse(proto).map_err(Failure::Usage)?;
     let ip: Ipv4Addr = ip
@@ -289,7 +301,7 @@ fn connect(args: &[String]) -> Result<u8, Failure> {
     let deadline = Instant::now() + timeout;
     let answer = match proto {
         Proto::Tcp => tcp_exchange(SocketAddrV4::new(ip, port), timeout, deadline),
-        Proto::Udp => udp_exchange(SocketAddrV4::new(ip, port), deadline),
+        Proto::Udp => udp_exchange(SocketAddrV4::new(ip, port), source_port, deadline),
         Proto::Sctp => sctp_exchange(ip, port, deadline)?,
     };
     match answer {
@@ -347,8 +359,9 @@ fn tcp_exchange(
     }
 }
 
-fn udp_exchange(to: SocketAddrV4, deadline: Instant) -> Result<(), &'static str> {
-    let socket = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).map_err(|e| why_not(&e))?;
+/// `source_port` 0: one the kernel picks.
+fn udp_exchange(to: SocketAddrV4, source_port: u16, deadline: Instant) -> Result<(), &'static str> {
+    let socket = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, source_port)).map_err(|e| why_not(&e))?;
     socket.connect(to).map_err(|e| why_not(&e))?;
     let mut buf = [0u8; 64];
     loop {
