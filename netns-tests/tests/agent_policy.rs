@@ -5,10 +5,11 @@
 //! the bridged path); namespace `dev` (team=b) has `tool` and `tool2` on node 3. Each step
 //! changes policies or labels and probes TCP and UDP both ways until the data path shows the
 //! change (its latency is printed at the end): no policy; default-deny ingress (egress,
-//! replies and the node's own probes still pass; a pod started later is isolated too); a named
-//! port; a namespace AND pod selector, then label changes; an ipBlock with an exception; a
-//! port range (`endPort`, which a 1.20 apiserver drops: then port 5000 alone); egress; every
-//! policy deleted; and an agent restart under a default-deny that lets no denied probe through.
+//! replies and the node's own probes still pass; a pod started later is isolated, until it has
+//! succeeded); a named port; a namespace AND pod selector, then label changes; an ipBlock with
+//! an exception; a port range (`endPort`, which a 1.20 apiserver drops: then port 5000 alone);
+//! egress; every policy deleted; and an agent restart under a default-deny that lets no denied
+//! probe through.
 //! While the agent lacks `--network-policy`, only the first step runs.
 
 use std::time::{Duration, Instant};
@@ -142,6 +143,16 @@ fn network_policies_on_a_vxlan_cluster() {
     let mut flows = both_ways(&late, &p.tool, true, false);
     flows.extend(both_ways(&late, &p.web, false, false));
     c.check("b. a pod started under default-deny", &flows);
+    // Once it has succeeded it is no pod of prod any more: nothing isolates its address.
+    c.pod_succeeded("prod", "late");
+    c.check(
+        "b. a succeeded pod is no longer selected",
+        &[
+            Flow::tcp(&p.tool, &late, 5432, true),
+            Flow::udp(&p.tool, &late, 5353, true),
+            Flow::tcp(&p.tool, &p.web, 5432, false),
+        ],
+    );
 
     eprintln!("c. web may reach db on the named port pg");
     c.apply(&web_to_db_pg());
