@@ -14,8 +14,8 @@
 //! not hold. Dropping a [`PolicyCluster`] kills its servers, then drops the cluster.
 //!
 //! ```no_run
-//! use netns_tests::policy::{Flow, PolicyCluster, Proto};
-//! let Some(mut c) = PolicyCluster::start("kpol", std::path::Path::new("probe"), true)
+//! use netns_tests::policy::{Flow, PolicyCluster};
+//! let Some(mut c) = PolicyCluster::start("kpol", std::path::Path::new("probe"))
 //! else { return };
 //! c.namespace("prod", &[("team", "a")]);
 //! let db = c.add_pod("prod", "db", 0, &[("app", "db")], &[]);
@@ -171,6 +171,8 @@ pub struct PolicyCluster {
     probe: PathBuf,
     /// Whether the kernel has SCTP (SCTP flows are skipped, with a printed line, when not).
     pub sctp: bool,
+    /// Whether the agents run with `--network-policy`.
+    pub enforcing: bool,
     /// When the last change (policy, label) was written, and what it was; taken by the next
     /// check, which times it.
     changed: Option<(Instant, String)>,
@@ -180,16 +182,17 @@ pub struct PolicyCluster {
 }
 
 impl PolicyCluster {
-    /// A vxlan [`KubeCluster`] whose agents enforce policies when `enforce` (they get
-    /// `--network-policy`), started; `probe` is the `probe` binary
-    /// (`env!("CARGO_BIN_EXE_probe")`). `None` (with a printed line) when the Kubernetes
-    /// binaries or the cluster tools are missing.
-    pub fn start(tag: &str, probe: &Path, enforce: bool) -> Option<PolicyCluster> {
+    /// A vxlan [`KubeCluster`], started, whose agents enforce policies (`--network-policy`)
+    /// when this build of the agent has the flag ([`PolicyCluster::enforcing`]); `probe` is
+    /// the `probe` binary (`env!("CARGO_BIN_EXE_probe")`). `None` (with a printed line) when
+    /// the Kubernetes binaries or the cluster tools are missing.
+    pub fn start(tag: &str, probe: &Path) -> Option<PolicyCluster> {
         let mut kube = KubeCluster::new(
             tag,
             r#"{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}"#,
         )?;
-        if enforce {
+        let enforcing = agent_has_network_policy();
+        if enforcing {
             kube.add_agent_args(&["--network-policy"]);
         }
         kube.start_agents();
@@ -203,6 +206,7 @@ impl PolicyCluster {
             adopted: vec![false; kube.pods.len()],
             probe: probe.to_path_buf(),
             sctp,
+            enforcing,
             changed: None,
             latencies: Vec::new(),
             kube,
@@ -287,19 +291,22 @@ impl PolicyCluster {
         self.changed(&format!("label {kind} {name} {}", labels.join(" ")));
     }
 
-    /// Applies a NetworkPolicy (or any object), as admin, without kubectl's client-side schema
-    /// check (1.20's schema predates `endPort`; the apiserver decides what it keeps).
+    /// Applies a NetworkPolicy (or any object), as admin: [`PolicyCluster::apply_yaml`].
     pub fn apply(&mut self, object: &serde_json::Value) {
-        let name = object["metadata"]["name"]
-            .as_str()
-            .unwrap_or("?")
-            .to_string();
-        let out = self.kube.control.kubectl_stdin(
-            &["apply", "--validate=false", "-f", "-"],
-            &object.to_string(),
-        );
-        success_stdout(&format!("applying {name}"), out);
-        self.changed(&format!("apply {name}"));
+        let name = object["metadata"]["name"].as_str().unwrap_or("?");
+        self.apply_yaml(&format!("apply {name}"), &object.to_string());
+    }
+
+    /// `kubectl apply` of a YAML (or JSON) manifest, as admin, without kubectl's client-side
+    /// schema check (1.20's schema predates `endPort`; the apiserver decides what it keeps);
+    /// `what` names the change for the next check's latency.
+    pub fn apply_yaml(&mut self, what: &str, manifest: &str) {
+        let out = self
+            .kube
+            .control
+            .kubectl_stdin(&["apply", "--validate=false", "-f", "-"], manifest);
+        success_stdout(what, out);
+        self.changed(what);
     }
 
     /// NetworkPolicy `namespace/name` as the apiserver stored it.

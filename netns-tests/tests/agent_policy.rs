@@ -14,9 +14,7 @@
 
 use std::time::{Duration, Instant};
 
-use netns_tests::policy::{
-    agent_has_network_policy, both_ways, ContainerPort, Endpoint, Flow, PolicyCluster, Proto,
-};
+use netns_tests::policy::{both_ways, ContainerPort, Endpoint, Flow, PolicyCluster, Proto};
 use netns_tests::require_root;
 use serde_json::{json, Value};
 
@@ -81,9 +79,8 @@ fn everything_allowed(p: &Pods, node1: &Endpoint) -> Vec<Flow> {
 #[test]
 fn network_policies_on_a_vxlan_cluster() {
     require_root!();
-    let enforce = agent_has_network_policy();
     let probe = std::path::Path::new(env!("CARGO_BIN_EXE_probe"));
-    let Some(mut c) = PolicyCluster::start("kpol", probe, enforce) else {
+    let Some(mut c) = PolicyCluster::start("kpol", probe) else {
         return;
     };
     let started = Instant::now();
@@ -112,7 +109,7 @@ fn network_policies_on_a_vxlan_cluster() {
 
     eprintln!("a. no policy: every flow is allowed");
     c.check("a. no policy", &everything_allowed(&p, &node1));
-    if !enforce {
+    if !c.enforcing {
         eprintln!(
             "skipping steps b to i: this ferrocni-agent has no --network-policy (its --help \
              does not list it)"
