@@ -270,7 +270,7 @@ impl DeniedCounts {
         out.family(
             "ferrocni_agent_policy_denied_total",
             "counter",
-            "Packets the NetworkPolicy table dropped and logged (at most 50 a second per pod \
+            "Packets the NetworkPolicy table dropped and logged (at most 50 a second per address \
              and direction), by direction, isolated pod and isolating policies.",
             &samples,
         );
