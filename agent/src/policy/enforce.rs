@@ -5,8 +5,10 @@
 //! A policy the compiler refuses (or cannot read) is logged once per version and enforced as
 //! nothing, as the apiserver would never have stored it.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,6 +38,10 @@ pub struct Synced {
 pub trait Dataplane {
     fn sync(&mut self, plan: &Plan) -> Result<Synced, String>;
 }
+
+/// The last plan committed, shared with the tasks that read it on the loop's thread (the
+/// denied-flow reporter): a borrow never spans an await, so it never meets the loop's.
+pub type SharedPlan = Rc<RefCell<Option<Plan>>>;
 
 /// How long to wait before retrying a failed commit.
 const RETRY: Duration = Duration::from_secs(1);
@@ -141,8 +147,9 @@ pub struct Enforcer<D: Dataplane> {
     pub store: Store,
     node: String,
     plane: D,
-    /// The last plan committed (what `explain` reads on this node).
-    pub plan: Option<Plan>,
+    /// The last plan committed (what `explain` and the denied-flow reporter read on this
+    /// node).
+    pub plan: SharedPlan,
     /// Refusals already logged, by policy key, with their text.
     reported: BTreeMap<String, String>,
     figures: Arc<Figures>,
@@ -154,16 +161,22 @@ impl<D: Dataplane> Enforcer<D> {
             store: Store::default(),
             node: node.to_string(),
             plane,
-            plan: None,
+            plan: SharedPlan::default(),
             reported: BTreeMap::new(),
             figures: Arc::new(Figures::default()),
         }
     }
 
-    /// Makes the figures part of every `/metrics` scrape.
-    pub fn publish_metrics(&self) {
+    /// Makes the figures, and `more` (another part's families), part of every `/metrics`
+    /// scrape.
+    pub fn publish_metrics(&self, more: Option<metrics::Source>) {
         let figures = self.figures.clone();
-        metrics::set_policy_source(Some(Arc::new(move |out: &mut Samples| figures.render(out))));
+        metrics::set_policy_source(Some(Arc::new(move |out: &mut Samples| {
+            figures.render(out);
+            if let Some(more) = &more {
+                more(out);
+            }
+        })));
     }
 
     /// Compiles the store for this node's pods and commits the plan.
@@ -204,7 +217,7 @@ impl<D: Dataplane> Enforcer<D> {
         let elements: usize = compiled.plan.sets.values().map(|s| s.elements.len()).sum();
         f.elements.store(elements as u64, Ordering::Relaxed);
         if synced.is_ok() {
-            self.plan = Some(compiled.plan);
+            *self.plan.borrow_mut() = Some(compiled.plan);
         }
         synced
     }
@@ -443,7 +456,8 @@ mod tests {
             .apply(Update::Listed(Kind::Policies, vec![deny_all()]));
         let s = e.enforce().expect("synced");
         assert!(s.full);
-        let plan = e.plan.as_ref().expect("plan");
+        let plan = e.plan.borrow();
+        let plan = plan.as_ref().expect("plan");
         let targets: Vec<String> = plan.targets.keys().map(|a| a.to_string()).collect();
         assert_eq!(targets, ["10.0.1.2"]);
     }
@@ -468,7 +482,7 @@ mod tests {
             )],
         ));
         e.enforce().expect("synced");
-        assert!(e.plan.as_ref().expect("plan").targets.is_empty());
+        assert!(e.plan.borrow().as_ref().expect("plan").targets.is_empty());
         assert_eq!(e.figures.refused.load(Ordering::Relaxed), 1);
         assert_eq!(e.reported.len(), 1);
     }
@@ -557,7 +571,7 @@ mod tests {
         e.store
             .apply(Update::Listed(Kind::Policies, vec![deny_all()]));
         assert!(e.enforce().is_err());
-        assert!(e.plan.is_none());
+        assert!(e.plan.borrow().is_none());
         assert_eq!(e.figures.failures.load(Ordering::Relaxed), 1);
     }
 }

@@ -12,9 +12,11 @@
 //! - `enforce`: the loop from updates and admissions to commits, and its metrics;
 //! - `admit`: the socket the CNI chain asks at a pod's ADD;
 //! - `kernel`: the data plane, the kernel's table;
+//! - `denied`: the packets the table drops, logged and counted (it reads enforce's plan);
 //! - `explain`: `ferrocni-agent policy explain`, the verdict on one flow.
 
 pub mod admit;
+pub mod denied;
 pub mod enforce;
 pub mod explain;
 pub mod informer;
@@ -66,7 +68,8 @@ pub fn start<D: Dataplane + 'static>(
         tx,
     ));
     let enforcer = Enforcer::new(node, plane);
-    enforcer.publish_metrics();
+    let denied_metrics = denied::start(enforcer.plan.clone());
+    enforcer.publish_metrics(denied_metrics);
     tokio::task::spawn_local(enforce::run(enforcer, rx, admit_rx));
     Ok(())
 }

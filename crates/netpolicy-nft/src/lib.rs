@@ -13,6 +13,7 @@
 //!     map ingress6, egress4, egress6 { ... }
 //!     chain ingress-10.1.2.3 {
 //!         ip saddr @prod.web.i0.pod4.<hash> tcp dport 80-90 return comment "prod/web rule 0"
+//!         limit rate 50/second burst 20 packets log prefix "i 10.1.2.3" group 7361 snaplen 128
 //!         counter drop comment "prod/deny prod/web"
 //!     }
 //!     chain forward {
@@ -35,7 +36,11 @@
 //!   matches the peer's SOURCE address, egress its DESTINATION; a named-ports set matches
 //!   `ip daddr . meta l4proto . th dport`; a port range is `meta l4proto P th dport A-B`, a
 //!   single port a compare, a whole protocol the protocol alone. What no clause allows
-//!   reaches the final `counter drop`, whose comment names the isolating policies.
+//!   reaches the final `counter drop`, whose comment names the isolating policies, after a
+//!   rule that logs it to nfnetlink_log group [`LOG_GROUP`] at most 50 packets a second
+//!   (burst 20) per chain, prefixed `i <address>` or `e <address>` ([`parse_log_prefix`]
+//!   reads it back): a listener (the agent) sees the denied flows, and with none bound to
+//!   the group the rule costs the rate limit's bookkeeping only.
 //! * **The base chain, `forward`**: replies and related packets of allowed connections pass
 //!   first (conntrack), then the sender's egress chain, then the receiver's ingress chain: a
 //!   jumped chain that returns continues with the next rule, so a new connection must pass
@@ -58,14 +63,19 @@
 //! sets no longer used deleted last. Large transactions (tens of thousands of elements and
 //! rules, several MB) go in one datagram: the netlink socket's send buffer is grown to fit.
 //!
-//! Modules: `error`; `layout` (names, sets and keys); `rules` (the chains' rules, using
-//! layout); `sync` (the transactions, using both).
+//! Modules: `error`; `layout` (names, sets and keys); `denied_log` (the log rule before
+//! each drop, its group and prefix); `rules` (the chains' rules, using layout and
+//! denied_log); `sync` (the transactions, using them).
 
+mod denied_log;
 mod error;
 mod layout;
 mod rules;
 mod sync;
 
+pub use denied_log::{
+    log_prefix, parse_log_prefix, LOG_BURST, LOG_GROUP, LOG_RATE_PER_SECOND, LOG_SNAPLEN,
+};
 pub use error::Error;
 pub use layout::{FORWARD_CHAIN, TABLE};
 pub use sync::{PolicyTable, SyncStats};

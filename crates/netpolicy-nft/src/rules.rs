@@ -1,5 +1,5 @@
 //! The rules: the base chain's, and those of an isolated address's chain (one `return` per
-//! clause and port range, then `counter drop`).
+//! clause and port range, then the rate-limited log, then `counter drop`).
 
 use std::net::IpAddr;
 
@@ -9,6 +9,7 @@ use netkit::netfilter::nf_tables::{msg::COMMENT_MAX, POLICY_ACCEPT};
 use netkit::netfilter::nf_tables::{Chain, Expr, Family as NftFamily, Hook, Rule, Verdict};
 use netpolicy::{ClausePeer, ClausePorts, Direction, Family, Isolation};
 
+use crate::denied_log::log_exprs;
 use crate::layout::protocol_number;
 use crate::layout::{self, FORWARD_CHAIN, TABLE};
 
@@ -55,7 +56,8 @@ pub fn target_chain(direction: Direction, addr: IpAddr) -> Chain {
 }
 
 /// The rules of `addr`'s chain for `direction`: what its clauses allow returns (to the
-/// base chain, which goes on with the next check), everything else is counted and dropped.
+/// base chain, which goes on with the next check), everything else is logged (rate-limited,
+/// a rule of its own so the limit never spares a packet the drop) and counted and dropped.
 pub fn target_rules(direction: Direction, addr: IpAddr, isolation: &Isolation) -> Vec<Rule> {
     let chain = layout::chain_name(direction, addr);
     let v6 = addr.is_ipv6();
@@ -90,6 +92,12 @@ pub fn target_rules(direction: Direction, addr: IpAddr, isolation: &Isolation) -
         }
     }
     let policies: Vec<String> = isolation.policies.iter().map(|p| p.to_string()).collect();
+    rules.push(Rule::new(
+        NftFamily::Inet,
+        TABLE,
+        &chain,
+        log_exprs(direction, addr),
+    ));
     rules.push(
         Rule::new(
             NftFamily::Inet,
@@ -133,7 +141,7 @@ mod tests {
     }
 
     #[test]
-    fn one_rule_per_port_range_then_the_drop() {
+    fn one_rule_per_port_range_then_the_log_and_the_drop() {
         let range = |protocol, first, last| PortRange {
             protocol,
             first,
@@ -158,15 +166,20 @@ mod tests {
         };
         let addr: IpAddr = "10.1.2.3".parse().unwrap();
         let rules = target_rules(Direction::Ingress, addr, &iso);
-        assert_eq!(rules.len(), 5);
+        assert_eq!(rules.len(), 6);
         assert!(rules.iter().all(|r| r.chain == "ingress-10.1.2.3"));
         assert_eq!(rules[0].exprs, vec![Expr::Verdict(Verdict::Return)]);
         let has_range = |r: &Rule| r.exprs.iter().any(|e| matches!(e, Expr::Range { .. }));
         assert!(!has_range(&rules[1]) && has_range(&rules[2]));
         // The whole of UDP: the set lookup (nfproto, load, lookup), the protocol alone.
         assert_eq!(rules[3].exprs.len(), 4 + 2 + 1);
-        assert_eq!(rules[4].verdict(), Some(&Verdict::Drop));
-        let comment = rules[4].comment().unwrap();
+        assert!(rules[4].verdict().is_none());
+        assert!(matches!(
+            &rules[4].exprs[1],
+            Expr::Log { prefix: Some(p), group: Some(7361), snaplen: Some(128) } if p == "i 10.1.2.3"
+        ));
+        assert_eq!(rules[5].verdict(), Some(&Verdict::Drop));
+        let comment = rules[5].comment().unwrap();
         assert_eq!(comment.len(), COMMENT_MAX);
         assert_eq!(rules[1].comment().as_deref(), Some("prod/web rule 0"));
     }

@@ -9,11 +9,31 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use common::*;
+use netkit::netfilter::nflog::{LoggedPacket, Receiver};
 use netpolicy::{Cluster, Protocol};
-use netpolicy_nft::{PolicyTable, TABLE};
+use netpolicy_nft::{PolicyTable, LOG_GROUP, LOG_SNAPLEN, TABLE};
 
 fn list_table(node: &Ns) -> String {
     node.exec(&["nft", "list", "table", "inet", TABLE])
+}
+
+/// What the node's NFLOG listener received within `wait`, until `done` says it has enough.
+fn logged(
+    receiver: &mut Receiver,
+    wait: std::time::Duration,
+    done: impl Fn(&[LoggedPacket]) -> bool,
+) -> Vec<LoggedPacket> {
+    let start = std::time::Instant::now();
+    let mut got = Vec::new();
+    while !done(&got) && start.elapsed() < wait {
+        receiver.wait(std::time::Duration::from_millis(100));
+        match receiver.receive(&mut got) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("NFLOG receive: {e}"),
+        }
+    }
+    got
 }
 
 fn ips(p: &(Ns, IpAddr, IpAddr)) -> [IpAddr; 2] {
@@ -52,6 +72,7 @@ fn routed_ingress_policy_and_incremental_changes() {
         )],
     };
     let mut sock = n.node.socket();
+    let mut receiver = Receiver::open_in(&n.node.netns(), LOG_GROUP, LOG_SNAPLEN).unwrap();
     let mut table = PolicyTable::new();
     let stats = table.sync(&mut sock, &compile(&cluster)).unwrap();
     assert!(stats.full);
@@ -66,6 +87,8 @@ fn routed_ingress_policy_and_incremental_changes() {
         "tcp dport 80 return",
         "udp dport 53-54 return",
         "counter packets 0 bytes 0 drop comment \"prod/web\"",
+        "limit rate 50/second burst 20 packets log prefix \"i 10.77.2.2\" group 7361 snaplen 128",
+        "log prefix \"i fd77:2::2\" group 7361",
     ] {
         assert!(listing.contains(want), "missing {want:?} in\n{listing}");
     }
@@ -96,6 +119,30 @@ fn routed_ingress_policy_and_incremental_changes() {
         !listing.contains("counter packets 0 bytes 0 drop"),
         "the drop counted nothing:\n{listing}"
     );
+    // The denied connections were logged, with the chain's prefix and the flow.
+    let denied_to = |p: &LoggedPacket, target: IpAddr, from: IpAddr, port: u16| {
+        p.prefix == format!("i {target}")
+            && p.flow
+                .is_some_and(|f| f.src == from && f.dst_port() == Some(port))
+    };
+    let got = logged(&mut receiver, std::time::Duration::from_secs(5), |got| {
+        got.iter().any(|p| denied_to(p, b.1, a.1, 81))
+            && got.iter().any(|p| denied_to(p, b.2, c.2, 80))
+    });
+    assert!(
+        got.iter().any(|p| denied_to(p, b.1, a.1, 81)),
+        "client -> web:81 not logged: {got:?}"
+    );
+    assert!(
+        got.iter().any(|p| denied_to(p, b.2, c.2, 80)),
+        "other -> web:80 (IPv6) not logged: {got:?}"
+    );
+    assert!(got.iter().all(|p| p.group == LOG_GROUP));
+    assert!(
+        !got.iter().any(|p| denied_to(p, b.1, a.1, 80)),
+        "an allowed flow was logged: {got:?}"
+    );
+    eprintln!("{} denied packets logged", got.len());
 
     // c becomes a client: its address joins the set, no rule changes.
     cluster.pods[2].labels = labels(&[("app", "client")]);

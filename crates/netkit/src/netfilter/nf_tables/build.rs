@@ -365,3 +365,25 @@ pub fn counter() -> Vec<Expr> {
         packets: 0,
     }]
 }
+
+/// `limit rate RATE/second burst BURST packets`: true while the rule's own token bucket has
+/// a token (each rule holding it has a bucket of its own).
+pub fn limit_packets_per_second(rate: u64, burst: u32) -> Vec<Expr> {
+    vec![Expr::Limit {
+        rate,
+        unit_seconds: 1,
+        burst,
+        bytes: false,
+        invert: false,
+    }]
+}
+
+/// `log prefix "PREFIX" group GROUP snaplen SNAPLEN`: the packet's first `snaplen` bytes go
+/// to the nfnetlink_log listener of `group` (none listening: nothing happens).
+pub fn log_to_group(prefix: &str, group: u16, snaplen: u32) -> Vec<Expr> {
+    vec![Expr::Log {
+        prefix: Some(prefix.to_string()),
+        group: Some(group),
+        snaplen: Some(snaplen),
+    }]
+}

@@ -205,6 +205,23 @@ pub enum Expr {
         bytes: u64,
         packets: u64,
     },
+    /// `log [prefix P] [group G [snaplen N]]`: with a group, the packet goes to the
+    /// nfnetlink_log listeners of that group (NFLOG), at most `snaplen` bytes of it.
+    Log {
+        prefix: Option<String>,
+        group: Option<u16>,
+        snaplen: Option<u32>,
+    },
+    /// `limit rate RATE/UNIT burst BURST packets|bytes`: matches while under the rate (a
+    /// token bucket of its own per rule); `invert` for `limit rate over`.
+    Limit {
+        rate: u64,
+        /// The rate's period in seconds (1: per second, 60: per minute...).
+        unit_seconds: u64,
+        burst: u32,
+        bytes: bool,
+        invert: bool,
+    },
     /// An xtables match run through nft_compat (what iptables-nft writes for `-m X`).
     Match {
         name: String,
@@ -258,6 +275,16 @@ impl PartialEq for BitwiseOp {
 }
 /// `NFT_LOOKUP_F_INV`: the lookup matches when the key is NOT in the set.
 const NFT_LOOKUP_F_INV: u32 = 1;
+/// `NFT_LIMIT_F_INV`: `limit rate over`.
+const NFT_LIMIT_F_INV: u32 = 1;
+/// `enum nft_log_attributes` we use (level and flags belong to syslog logging, which the
+/// expression models as opaque).
+const NFTA_LOG_GROUP: u16 = 1;
+const NFTA_LOG_PREFIX: u16 = 2;
+const NFTA_LOG_SNAPLEN: u16 = 3;
+const NFTA_LOG_QTHRESHOLD: u16 = 4;
+const NFTA_LOG_LEVEL: u16 = 5;
+const NFTA_LOG_FLAGS: u16 = 6;
 
 fn value(w: &mut Writer, kind: u16, data: &[u8]) {
     w.nested(kind, |d| {
@@ -281,6 +308,8 @@ impl Expr {
             Expr::Nat { .. } => "nat",
             Expr::Masq | Expr::MasqFlags(_) => "masq",
             Expr::Counter { .. } => "counter",
+            Expr::Log { .. } => "log",
+            Expr::Limit { .. } => "limit",
             Expr::Match { .. } => "match",
             Expr::Target { .. } => "target",
             Expr::Other { name, .. } => name,
@@ -400,6 +429,34 @@ impl Expr {
             }
             Expr::Counter { bytes, packets } => {
                 d.be64(1, *bytes).be64(2, *packets);
+            }
+            Expr::Log {
+                prefix,
+                group,
+                snaplen,
+            } => {
+                if let Some(p) = prefix {
+                    d.string(NFTA_LOG_PREFIX, p);
+                }
+                if let Some(g) = group {
+                    d.bytes(NFTA_LOG_GROUP, &g.to_be_bytes());
+                }
+                if let Some(n) = snaplen {
+                    d.be32(NFTA_LOG_SNAPLEN, *n);
+                }
+            }
+            Expr::Limit {
+                rate,
+                unit_seconds,
+                burst,
+                bytes,
+                invert,
+            } => {
+                d.be64(1, *rate)
+                    .be64(2, *unit_seconds)
+                    .be32(3, *burst)
+                    .be32(4, u32::from(*bytes))
+                    .be32(5, if *invert { NFT_LIMIT_F_INV } else { 0 });
             }
             Expr::Match { name, rev, info } | Expr::Target { name, rev, info } => {
                 d.string(1, name).be32(2, *rev).bytes(3, info);
@@ -524,6 +581,28 @@ fn decode_data(name: &str, data: &[u8]) -> Option<Expr> {
             bytes: a.get(1)?.be64()?,
             packets: a.get(2)?.be64()?,
         },
+        // Syslog logging (a level, flags) and queue thresholds are not modeled.
+        "log"
+            if [NFTA_LOG_QTHRESHOLD, NFTA_LOG_LEVEL, NFTA_LOG_FLAGS]
+                .iter()
+                .all(|k| a.get(*k).is_none()) =>
+        {
+            Expr::Log {
+                prefix: a.get(NFTA_LOG_PREFIX).map(|p| p.string()),
+                group: match a.get(NFTA_LOG_GROUP) {
+                    Some(g) => Some(u16::from_be_bytes(g.value.get(..2)?.try_into().ok()?)),
+                    None => None,
+                },
+                snaplen: u32_of(&a, NFTA_LOG_SNAPLEN),
+            }
+        }
+        "limit" => Expr::Limit {
+            rate: a.get(1)?.be64()?,
+            unit_seconds: a.get(2)?.be64()?,
+            burst: u32_of(&a, 3).unwrap_or(0),
+            bytes: u32_of(&a, 4).unwrap_or(0) == 1,
+            invert: u32_of(&a, 5).unwrap_or(0) & NFT_LIMIT_F_INV != 0,
+        },
         "match" | "target" => {
             let name_ = a.get(1)?.string();
             let rev = u32_of(&a, 2)?;
@@ -643,6 +722,30 @@ mod tests {
                 set: "ingress4".into(),
                 set_id: Some(2),
             },
+            Expr::Log {
+                prefix: Some("i 10.1.2.3".into()),
+                group: Some(7361),
+                snaplen: Some(128),
+            },
+            Expr::Log {
+                prefix: None,
+                group: Some(0),
+                snaplen: None,
+            },
+            Expr::Limit {
+                rate: 50,
+                unit_seconds: 1,
+                burst: 20,
+                bytes: false,
+                invert: false,
+            },
+            Expr::Limit {
+                rate: 1024,
+                unit_seconds: 60,
+                burst: 0,
+                bytes: true,
+                invert: true,
+            },
             Expr::Other {
                 name: "quota".into(),
                 data: vec![8, 0, 1, 0, 0, 0, 0, 1],
@@ -650,6 +753,16 @@ mod tests {
         ] {
             round_trip(e);
         }
+    }
+
+    #[test]
+    fn syslog_logging_stays_opaque() {
+        let mut w = Writer::new();
+        w.string(NFTA_EXPR_NAME, "log");
+        w.nested(NFTA_EXPR_DATA, |d| {
+            d.string(NFTA_LOG_PREFIX, "x").be32(NFTA_LOG_LEVEL, 4);
+        });
+        assert!(matches!(Expr::decode(&w.buf), Some(Expr::Other { .. })));
     }
 
     #[test]

@@ -393,3 +393,23 @@ fn flannel_masquerade_matches_nft() {
         .delete_table(ip6, "flannel-ipv6");
     assert_same(&b, include_str!("testdata/nft_flannel_masq.hex"));
 }
+
+#[test]
+fn limit_and_log_to_a_group_match_nft() {
+    let (f, t) = (Family::Inet, "t1");
+    let mut b = Batch::new();
+    b.add_table(&Table::new(f, t))
+        .add_chain(&Chain::new(f, t, "c1"));
+    b.add_rule(&Rule::new(
+        f,
+        t,
+        "c1",
+        build::all([
+            build::limit_packets_per_second(50, 20),
+            build::log_to_group("i 10.1.2.3", 7361, 128),
+        ]),
+    ));
+    // `nft -f` of: add table inet t1; add chain inet t1 c1; add rule inet t1 c1 limit rate
+    // 50/second burst 20 packets log prefix "i 10.1.2.3" group 7361 snaplen 128
+    assert_same(&b, include_str!("testdata/nft_log_limit.hex"));
+}
