@@ -49,6 +49,7 @@ pub mod kubelet;
 pub mod netfilter;
 pub mod oci;
 pub mod plugin;
+pub mod policy_scale;
 pub mod private_host;
 pub mod reboot;
 pub mod rng;
