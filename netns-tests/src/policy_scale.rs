@@ -17,7 +17,7 @@
 //! this node in the ingress verdict map); policy changes one at a time (a podSelector, a
 //! port); pod changes one at a time (created with its status, deleted, relabelled, on this
 //! node and on another); a sustained churn of pods (commits per second, elements per
-//! commit from the agent's `--v=1` log); the agent's RSS and CPU.
+//! commit from the agent's `--v=1` log) and a burst of relabels; the agent's RSS and CPU.
 //! `FERROCNI_BENCH_POLICY_PODS` and `FERROCNI_BENCH_POLICY_POLICIES` set the sizes.
 
 mod cluster;
@@ -114,13 +114,8 @@ fn run_sized(binary: &Path, pods: usize, policies: usize) {
     let Some(lab) = Lab::start_with(0, "policy-scale", NODE_MASK) else {
         return;
     };
-    let extra = [
-        "--network-policy".to_string(),
-        format!("--policy-socket={}", lab.dir.join("policy.sock").display()),
-        // Each commit's size in the log.
-        "--v=1".to_string(),
-    ];
-    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    // The harness gives the agent its own --policy-socket; --v=1 logs each commit's size.
+    let extra = ["--network-policy", "--v=1"];
     let Some((agent, own_cidr)) = lab.agent(binary, CONFIG, &extra) else {
         println!("  could not write the agent's configuration");
         return;
