@@ -44,7 +44,7 @@ const CLUSTER_CIDR: &str = "10.128.0.0/9";
 const CONFIG: &str = r#"{"Network":"10.128.0.0/9","SubnetLen":24,"Backend":{"Type":"vxlan"}}"#;
 /// The agent's node address, also the apiserver's (they share the netns).
 const NODE_IP: &str = "10.99.0.1";
-const AGENT_NODE: &str = "bench-agent";
+pub(crate) const AGENT_NODE: &str = "bench-agent";
 const SIZES_ENV: &str = "FERROCNI_BENCH_KUBE_NODES";
 const DEFAULT_SIZES: [usize; 2] = [1_000, 5_000];
 /// Changes of each kind (delete, create, annotate) in the churn.
@@ -62,7 +62,7 @@ const JOIN_GOAL: Duration = Duration::from_secs(5);
 const CHANGE_GOAL: Duration = Duration::from_secs(1);
 const JOIN_WITHIN: Duration = Duration::from_secs(120);
 const CHANGE_WITHIN: Duration = Duration::from_secs(10);
-const METRICS_PORT: u16 = 19_472;
+pub(crate) const METRICS_PORT: u16 = 19_472;
 const RESYNC: Duration = Duration::from_secs(10);
 
 /// Runs the section with the agent binary `agent`, once per cluster size.
@@ -190,11 +190,11 @@ fn audit_policy() -> String {
 }
 
 /// The netns (the underlay a veth pair in it) with the control plane and, later, the agent.
-struct Lab {
+pub(crate) struct Lab {
     // Dropped in this order: the control plane's processes, the netns, the files.
-    control: ControlPlane,
-    ns: Netns,
-    dir: TempDir,
+    pub(crate) control: ControlPlane,
+    pub(crate) ns: Netns,
+    pub(crate) dir: TempDir,
     audit_log: PathBuf,
     /// The manifest's service account's kubeconfig (the agent's credentials).
     kubeconfig: PathBuf,
@@ -234,28 +234,29 @@ impl Cursor {
 }
 
 /// CPU time of the agent and the apiserver from a start, and the agent's memory at the end.
-struct Cost {
-    started: Instant,
+pub(crate) struct Cost {
+    pub(crate) started: Instant,
     agent_cpu: f64,
     apiserver_cpu: f64,
 }
 
 impl Cost {
-    fn start(joined: &Joined, control: &ControlPlane) -> Cost {
+    /// From now, for the agent `agent_pid`.
+    pub(crate) fn start(agent_pid: u32, control: &ControlPlane) -> Cost {
         Cost {
             started: Instant::now(),
-            agent_cpu: usage(joined.pid).2,
+            agent_cpu: usage(agent_pid).2,
             apiserver_cpu: usage(control.apiserver_pid().unwrap_or(0)).2,
         }
     }
 
-    fn elapsed(&self) -> Duration {
+    pub(crate) fn elapsed(&self) -> Duration {
         self.started.elapsed()
     }
 
-    fn report(&self, indent: &str, joined: &Joined, control: &ControlPlane) {
+    pub(crate) fn report(&self, indent: &str, agent_pid: u32, control: &ControlPlane) {
         let seconds = self.elapsed().as_secs_f64();
-        let (rss, peak, cpu) = usage(joined.pid);
+        let (rss, peak, cpu) = usage(agent_pid);
         let agent = cpu - self.agent_cpu;
         let apiserver = usage(control.apiserver_pid().unwrap_or(0)).2 - self.apiserver_cpu;
         println!(
@@ -268,23 +269,29 @@ impl Cost {
     }
 }
 
-/// One request of a batch ([`Lab::send_all`]).
-struct Request {
-    method: &'static str,
-    path: String,
-    body: Option<PathBuf>,
+/// One request of a batch ([`Lab::send_all`]); a PATCH's body is a JSON merge patch.
+pub(crate) struct Request {
+    pub(crate) method: &'static str,
+    pub(crate) path: String,
+    pub(crate) body: Option<PathBuf>,
 }
 
 /// One API request's answer: its status and when the first byte of the answer came, after
 /// the request was started.
-struct Answer {
-    status: u16,
-    answered_after: Duration,
+pub(crate) struct Answer {
+    pub(crate) status: u16,
+    pub(crate) answered_after: Duration,
 }
 
 impl Lab {
     fn start(nodes: usize) -> Option<Lab> {
-        let dir = TempDir::new("kube-scale");
+        Lab::start_with(nodes, "kube-scale", 24)
+    }
+
+    /// The netns and the control plane, each node's podCIDR a /`node_mask` of the cluster CIDR;
+    /// `nodes` is how many peers [`Lab::load`] would create.
+    pub(crate) fn start_with(nodes: usize, tag: &str, node_mask: u8) -> Option<Lab> {
+        let dir = TempDir::new(tag);
         let ns = node_netns("fcb-kube")?;
         let policy = dir.join("audit-policy.yaml");
         let audit_log = dir.join("audit.log");
@@ -294,7 +301,7 @@ impl Lab {
         }
         let options = KubeOptions {
             cluster_cidr: CLUSTER_CIDR.into(),
-            node_mask: 24,
+            node_mask,
             apiserver_extra: vec![
                 format!("--audit-policy-file={}", policy.display()),
                 format!("--audit-log-path={}", audit_log.display()),
@@ -309,7 +316,7 @@ impl Lab {
         let token = control.service_account_token(NAMESPACE, SERVICE_ACCOUNT);
         let kubeconfig = control.kubeconfig_for_token(&token);
         println!(
-            "  control plane up in {:.1} s (cluster CIDR {CLUSTER_CIDR}, /24 nodes)",
+            "  control plane up in {:.1} s (cluster CIDR {CLUSTER_CIDR}, /{node_mask} nodes)",
             started.elapsed().as_secs_f64()
         );
         Some(Lab {
@@ -366,7 +373,7 @@ impl Lab {
 
     /// Sends `requests` with one curl, [`LOADER_PARALLEL`] at a time; an error unless every
     /// one succeeded.
-    fn send_all(&self, name: &str, requests: &[Request]) -> Result<(), String> {
+    pub(crate) fn send_all(&self, name: &str, requests: &[Request]) -> Result<(), String> {
         let config = self.dir.join(format!("{name}.curlrc"));
         let mut curlrc = String::new();
         for (n, r) in requests.iter().enumerate() {
@@ -382,9 +389,14 @@ impl Lab {
                 r.path
             );
             if let Some(body) = &r.body {
+                let content_type = if r.method == "PATCH" {
+                    "application/merge-patch+json"
+                } else {
+                    "application/json"
+                };
                 let _ = writeln!(
                     curlrc,
-                    "data-binary = \"@{}\"\nheader = \"Content-Type: application/json\"",
+                    "data-binary = \"@{}\"\nheader = \"Content-Type: {content_type}\"",
                     body.display()
                 );
             }
@@ -429,7 +441,13 @@ impl Lab {
     }
 
     /// One request to the API as admin (`body` on stdin); `None` when curl failed to run.
-    fn request(&self, method: &str, path: &str, content_type: &str, body: &str) -> Option<Answer> {
+    pub(crate) fn request(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: &str,
+        body: &str,
+    ) -> Option<Answer> {
         let mut args = vec![
             "curl".to_string(),
             "--config".into(),
@@ -466,7 +484,7 @@ impl Lab {
     }
 
     /// The lines the audit log has now.
-    fn audit_lines(&self) -> Vec<Value> {
+    pub(crate) fn audit_lines(&self) -> Vec<Value> {
         fs::read_to_string(&self.audit_log)
             .unwrap_or_default()
             .lines()
@@ -474,13 +492,20 @@ impl Lab {
             .collect()
     }
 
-    /// Registers this node, starts the agent and waits until it has programmed every peer:
-    /// the join time, checked in the kernel.
-    fn join(&self, binary: &Path) -> Option<Joined> {
+    /// Registers this node (`bench-agent`, its podCIDR assigned by the controller-manager)
+    /// and makes its agent, not started: Kubernetes mode with the service account's
+    /// credentials, network config `net_conf`, metrics on loopback, and `extra` flags. The
+    /// agent and this node's podCIDR.
+    pub(crate) fn agent(
+        &self,
+        binary: &Path,
+        net_conf: &str,
+        extra: &[&str],
+    ) -> Option<(Agent, String)> {
         self.control.register_node(AGENT_NODE, NODE_IP);
         let own_cidr = self.control.wait_pod_cidr(AGENT_NODE);
         let conf = self.dir.join("net-conf.json");
-        fs::write(&conf, CONFIG).ok()?;
+        fs::write(&conf, net_conf).ok()?;
         let mut agent = Agent::in_netns(
             &self.ns,
             NODE_IP,
@@ -496,9 +521,17 @@ impl Lab {
             // apiserver nothing.
             &format!("--resync-interval={}", RESYNC.as_secs()),
             "--healthz-ip=127.0.0.1",
-        ]);
+        ])
+        .args(extra);
         agent.binary = Some(binary.to_path_buf());
         agent.env.push(("NODE_NAME".into(), AGENT_NODE.into()));
+        Some((agent, own_cidr))
+    }
+
+    /// Registers this node, starts the agent and waits until it has programmed every peer:
+    /// the join time, checked in the kernel.
+    fn join(&self, binary: &Path) -> Option<Joined> {
+        let (mut agent, own_cidr) = self.agent(binary, CONFIG, &[])?;
         let apiserver = self.control.apiserver_pid().unwrap_or(0);
         let (_, _, apiserver_cpu_before) = usage(apiserver);
         let (pid, join) =
@@ -547,7 +580,7 @@ impl Lab {
     /// previous one is in the kernel: each change's latency from the API's answer to the
     /// kernel. Whether every change landed.
     fn churn_one_at_a_time(&self, cursor: &mut Cursor, joined: &Joined) -> bool {
-        let cost = Cost::start(joined, &self.control);
+        let cost = Cost::start(joined.pid, &self.control);
         let mut latencies: BTreeMap<&str, Vec<Duration>> = BTreeMap::new();
         for k in 0..CHANGES_PER_KIND {
             // The MACs change on the last loaded peers, which no churn deletes.
@@ -587,14 +620,14 @@ impl Lab {
             CHANGE_GOAL.as_millis(),
             verdict(percentile(&all, 100) <= CHANGE_GOAL)
         );
-        cost.report("  ", joined, &self.control);
+        cost.report("  ", joined.pid, &self.control);
         true
     }
 
     /// The etcd section's churn: each second 25 Nodes deleted and 25 created (parallel
     /// requests); the time from the last answer to all 50 changes in the kernel.
     fn churn_sustained(&self, cursor: &mut Cursor, joined: &Joined) {
-        let cost = Cost::start(joined, &self.control);
+        let cost = Cost::start(joined.pid, &self.control);
         let half = CHURN_PER_SECOND / 2;
         let mut latencies = Vec::new();
         for second in 0..CHURN_SECONDS {
@@ -648,7 +681,7 @@ impl Lab {
             CHANGE_GOAL.as_millis(),
             verdict(percentile(&latencies, 100) <= CHANGE_GOAL)
         );
-        cost.report("  ", joined, &self.control);
+        cost.report("  ", joined.pid, &self.control);
     }
 
     fn churn_failed(&self, what: &str, joined: &Joined) {
@@ -760,7 +793,7 @@ impl Lab {
 
 /// Audit events counted by verb and resource (`get nodes 1, patch nodes/status 2`), with the
 /// request URIs of lists and watches.
-fn request_counts(events: &[Value]) -> String {
+pub(crate) fn request_counts(events: &[Value]) -> String {
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     for e in events {
         let resource = &e["objectRef"];
@@ -819,7 +852,7 @@ fn is_paged_node_list(event: &Value) -> bool {
 }
 
 /// The `p`th percentile (nearest rank) of `values`.
-fn percentile(values: &[Duration], p: usize) -> Duration {
+pub(crate) fn percentile(values: &[Duration], p: usize) -> Duration {
     let mut sorted = values.to_vec();
     sorted.sort();
     if sorted.is_empty() {
@@ -829,6 +862,6 @@ fn percentile(values: &[Duration], p: usize) -> Duration {
     sorted[rank - 1]
 }
 
-fn ms(d: Duration) -> String {
+pub(crate) fn ms(d: Duration) -> String {
     format!("{:.0} ms", d.as_secs_f64() * 1e3)
 }

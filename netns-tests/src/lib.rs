@@ -50,6 +50,7 @@ pub mod netfilter;
 pub mod oci;
 pub mod plugin;
 pub mod policy;
+pub mod policy_scale;
 pub mod private_host;
 pub mod reboot;
 pub mod rng;

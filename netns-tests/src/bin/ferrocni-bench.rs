@@ -106,7 +106,7 @@ fn usage(msg: &str) -> ! {
     eprintln!(
         "usage: ferrocni-bench [--ours DIR] [--reference DIR] [--pods N] [--concurrent N] [--scale-pods N]\n\
          \x20                     [--cri-pods N] [--udp-seconds N] [--udp-rounds N] [--trimmed] [--on-disk]\n\
-         \x20                     [--only sizes,exec,loopback,bridge,rss,concurrent,bandwidth,ptp,macvlan,ipvlan,hostlocal,scale,vxlan,wireguard,netfilter,latency,cri,agent,kube,bgp,udp]\n\
+         \x20                     [--only sizes,exec,loopback,bridge,rss,concurrent,bandwidth,ptp,macvlan,ipvlan,hostlocal,scale,vxlan,wireguard,netfilter,latency,cri,agent,kube,policy,bgp,udp]\n\
          \x20                     [--agent PATH (default target/release/ferrocni-agent)]"
     );
     std::process::exit(2)
@@ -1984,7 +1984,7 @@ fn main() {
     let plugins_needed = o.sections.is_empty()
         || o.sections
             .iter()
-            .any(|s| !["agent", "kube", "bgp"].contains(&s.as_str()));
+            .any(|s| !["agent", "kube", "policy", "bgp"].contains(&s.as_str()));
     for (what, p) in [("ours", &o.ours), ("reference", &o.reference)] {
         if plugins_needed && !p.join("bridge").exists() {
             eprintln!("no {what} plugins in {}", p.display());
@@ -2092,6 +2092,9 @@ fn main() {
     }
     if want("kube") {
         netns_tests::kube_scale::run(&o.agent);
+    }
+    if want("policy") {
+        netns_tests::policy_scale::run(&o.agent);
     }
     if want("udp") {
         // The engine's standalone driver is built beside the bench (make bench).
