@@ -45,6 +45,10 @@ pub type SharedPlan = Rc<RefCell<Option<Plan>>>;
 
 /// How long to wait before retrying a failed commit.
 const RETRY: Duration = Duration::from_secs(1);
+/// A batch of API changes ends when none comes for this long...
+const QUIET: Duration = Duration::from_millis(5);
+/// ... or after this long since the batch began, whatever keeps coming.
+const GATHER_AT_MOST: Duration = Duration::from_millis(100);
 
 /// The figures `/metrics` shows, kept by the loop.
 #[derive(Debug, Default)]
@@ -298,9 +302,22 @@ pub async fn run<D: Dataplane>(
             },
             _ = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {}
         }
-        // Everything that arrived meanwhile goes into the same commit.
+        // Everything that arrived meanwhile goes into the same commit. The informers run on
+        // this thread, so events the last compile held up are still unread in their sockets:
+        // wait for the stream to fall quiet (briefly, and not for ever under churn) so that a
+        // burst is one commit rather than one per event.
         while let Ok(u) = updates.try_recv() {
             dirty |= enforcer.store.apply(u);
+        }
+        if dirty {
+            let cap = Instant::now() + GATHER_AT_MOST;
+            while Instant::now() < cap {
+                match tokio::time::timeout(QUIET, updates.next()).await {
+                    Ok(Some(u)) => dirty |= enforcer.store.apply(u),
+                    Ok(None) => return,
+                    Err(_) => break,
+                }
+            }
         }
         while let Ok(a) = admissions.try_recv() {
             unknown.push(a);

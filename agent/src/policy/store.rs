@@ -96,7 +96,12 @@ impl Store {
                 if !p.pod.ips.is_empty() {
                     self.admitted.remove(&key);
                 }
-                self.pods.insert(key, p.clone()) != Some(p)
+                let addressed = !p.pod.ips.is_empty() || self.admitted.contains_key(&key);
+                let before = self.pods.insert(key, p.clone());
+                // A pod without an address is in no set and no target: until it has one,
+                // its changes change no plan (but its labels are kept for its admission).
+                let was_addressed = before.as_ref().is_some_and(|b| !b.pod.ips.is_empty());
+                (addressed || was_addressed) && before != Some(p)
             }
             Object::Pod(None) => {
                 self.admitted.remove(&key);
