@@ -43,8 +43,9 @@ pub const TCP_PORTS: &[&str] = &["5432", "5000-5010"];
 pub const UDP_PORTS: &[&str] = &["5353", "5432"];
 /// ... and this SCTP port when the kernel has SCTP.
 pub const SCTP_PORT: u16 = 5432;
-/// A polling round's probe timeout: a denied flow costs this much per round.
-const POLL_TIMEOUT_MS: u64 = 300;
+/// A polling round's probe timeout: a denied flow costs this much per round (answers take a
+/// few milliseconds).
+const POLL_TIMEOUT_MS: u64 = 200;
 /// The shortest polling round (the change latency's resolution when every flow answers).
 const MIN_ROUND: Duration = Duration::from_millis(50);
 /// The confirming round's: longer, so that a slow answer is not taken for a denial.
@@ -153,6 +154,27 @@ impl Drop for Server {
     }
 }
 
+/// A change to the cluster (a policy, a label, a pod's status) the next check times.
+#[derive(Clone, Debug)]
+struct Change {
+    what: String,
+    /// When its write (kubectl, or curl) started: the object is stored at some moment of
+    /// `writing` after this.
+    started: Instant,
+    writing: Duration,
+}
+
+/// How long a change took to show in the data path: at most `at_most` from the start of its
+/// write, which itself took `writing` (so the agents' part is between `at_most - writing`
+/// and `at_most`, give or take one polling round).
+#[derive(Clone, Debug)]
+pub struct Latency {
+    pub step: String,
+    pub what: String,
+    pub at_most: Duration,
+    pub writing: Duration,
+}
+
 /// A container port of a Pod object (`spec.containers[0].ports[]`).
 #[derive(Clone, Copy, Debug)]
 pub struct ContainerPort {
@@ -175,9 +197,9 @@ pub struct PolicyCluster {
     pub enforcing: bool,
     /// When the last change (policy, label) was written, and what it was; taken by the next
     /// check, which times it.
-    changed: Option<(Instant, String)>,
-    /// Each check's change latency: what changed, how long until the data path showed it.
-    pub latencies: Vec<(String, Duration)>,
+    changed: Option<Change>,
+    /// Each timed check's latency, in order.
+    pub latencies: Vec<Latency>,
     pub kube: KubeCluster,
 }
 
@@ -266,7 +288,10 @@ impl PolicyCluster {
             .kubectl_stdin(&["create", "-f", "-"], &object.to_string());
         success_stdout(&format!("creating pod {namespace}/{name}"), out);
         let node_ip = self.kube.nodes[node].ip.clone();
-        self.patch_pod_status(namespace, name, &endpoint.ip, &node_ip);
+        // The pod counts from its status on: that is the change a check times.
+        self.timed_change(&format!("pod {namespace}/{name} running"), |c| {
+            c.patch_pod_status(namespace, name, &endpoint.ip, &node_ip)
+        });
         endpoint
     }
 
@@ -287,8 +312,10 @@ impl PolicyCluster {
             args.extend(["-n", ns]);
         }
         args.extend_from_slice(labels);
-        self.kube.control.kubectl_ok(&args);
-        self.changed(&format!("label {kind} {name} {}", labels.join(" ")));
+        let what = format!("label {kind} {name} {}", labels.join(" "));
+        self.timed_change(&what, |c| {
+            c.kube.control.kubectl_ok(&args);
+        });
     }
 
     /// Applies a NetworkPolicy (or any object), as admin: [`PolicyCluster::apply_yaml`].
@@ -301,12 +328,13 @@ impl PolicyCluster {
     /// schema check (1.20's schema predates `endPort`; the apiserver decides what it keeps);
     /// `what` names the change for the next check's latency.
     pub fn apply_yaml(&mut self, what: &str, manifest: &str) {
-        let out = self
-            .kube
-            .control
-            .kubectl_stdin(&["apply", "--validate=false", "-f", "-"], manifest);
-        success_stdout(what, out);
-        self.changed(what);
+        self.timed_change(what, |c| {
+            let out = c
+                .kube
+                .control
+                .kubectl_stdin(&["apply", "--validate=false", "-f", "-"], manifest);
+            success_stdout(what, out);
+        });
     }
 
     /// NetworkPolicy `namespace/name` as the apiserver stored it.
@@ -324,30 +352,47 @@ impl PolicyCluster {
     }
 
     pub fn delete_policy(&mut self, namespace: &str, name: &str) {
-        self.kube
-            .control
-            .kubectl_ok(&["-n", namespace, "delete", "networkpolicy", name]);
-        self.changed(&format!("delete {namespace}/{name}"));
+        self.timed_change(&format!("delete {namespace}/{name}"), |c| {
+            c.kube
+                .control
+                .kubectl_ok(&["-n", namespace, "delete", "networkpolicy", name]);
+        });
     }
 
     /// Deletes every NetworkPolicy of every namespace.
     pub fn delete_all_policies(&mut self) {
-        self.kube
-            .control
-            .kubectl_ok(&["delete", "networkpolicy", "--all", "--all-namespaces"]);
-        self.changed("delete every policy");
+        self.timed_change("delete every policy", |c| {
+            c.kube
+                .control
+                .kubectl_ok(&["delete", "networkpolicy", "--all", "--all-namespaces"]);
+        });
     }
 
     /// Marks now as the moment of a change the next [`PolicyCluster::check`] times.
     pub fn changed(&mut self, what: &str) {
-        self.changed = Some((Instant::now(), what.to_string()));
+        self.timed_change(what, |_| ());
+    }
+
+    /// Runs `write` (the call that makes a change) and marks it as the change the next
+    /// [`PolicyCluster::check`] times, from the start of the write.
+    fn timed_change<T>(&mut self, what: &str, write: impl FnOnce(&Self) -> T) -> T {
+        let started = Instant::now();
+        let out = write(self);
+        self.changed = Some(Change {
+            what: what.to_string(),
+            started,
+            writing: started.elapsed(),
+        });
+        out
     }
 
     /// Polls `flows` until each is as expected (bounded by [`POLICY_WITHIN`]), records the
     /// latency of the last change under `step` (the first check after a change only), then
     /// checks them all once more; panics with a table of every flow otherwise. SCTP flows are
-    /// dropped when the kernel has no SCTP. The latency is measured to the start of the first
-    /// round that found every flow as expected (zero when there was no change to time).
+    /// dropped when the kernel has no SCTP. The latency runs from the start of the change's
+    /// write to the start of the first round that found every flow as expected: an upper
+    /// bound, since the round's probes may have seen the change long before (zero when there
+    /// was no change to time).
     pub fn check(&mut self, step: &str, flows: &[Flow]) -> Duration {
         let flows: Vec<Flow> = flows
             .iter()
@@ -355,10 +400,10 @@ impl PolicyCluster {
             .cloned()
             .collect();
         let change = self.changed.take();
-        let since = change.as_ref().map_or_else(Instant::now, |c| c.0);
+        let since = change.as_ref().map_or_else(Instant::now, |c| c.started);
         let what = change
             .as_ref()
-            .map_or("no change", |c| c.1.as_str())
+            .map_or("no change", |c| c.what.as_str())
             .to_string();
         let deadline = Instant::now() + POLICY_WITHIN;
         let mut rounds = 0;
@@ -389,12 +434,19 @@ impl PolicyCluster {
             self.policy_tables()
         );
         match change {
-            Some(_) => {
+            Some(change) => {
                 eprintln!(
-                    "{step}: {} flows as expected {latency:.3?} after {what:?} ({rounds} rounds)",
+                    "{step}: {} flows as expected at most {latency:.3?} after {what:?} was \
+                     written (the write took {:.3?}; {rounds} rounds)",
                     flows.len(),
+                    change.writing,
                 );
-                self.latencies.push((step.to_string(), latency));
+                self.latencies.push(Latency {
+                    step: step.to_string(),
+                    what,
+                    at_most: latency,
+                    writing: change.writing,
+                });
             }
             None => eprintln!(
                 "{step}: {} flows as expected ({rounds} rounds)",
@@ -444,16 +496,20 @@ impl PolicyCluster {
         }
     }
 
-    /// Prints each check's change latency, and their spread.
+    /// Prints each check's change latency (an upper bound, and the write's own time), and
+    /// their spread.
     pub fn print_latencies(&self) {
         eprintln!(
-            "change latencies (change written -> data path as expected; resolution: one \
-             polling round, {MIN_ROUND:?} to {POLL_TIMEOUT_MS} ms and more):"
+            "change latencies: at most this long from the start of the write (kubectl, curl) \
+             to a polling round that found every flow as expected; the write's own time beside"
         );
-        for (step, latency) in &self.latencies {
-            eprintln!("  {latency:>12.3?}  {step}");
+        for l in &self.latencies {
+            eprintln!(
+                "  <= {:>10.3?}  (write {:>9.3?})  {}: {}",
+                l.at_most, l.writing, l.step, l.what
+            );
         }
-        let mut all: Vec<Duration> = self.latencies.iter().map(|(_, l)| *l).collect();
+        let mut all: Vec<Duration> = self.latencies.iter().map(|l| l.at_most).collect();
         all.sort();
         if let (Some(min), Some(max)) = (all.first(), all.last()) {
             eprintln!(
@@ -569,9 +625,10 @@ impl PolicyCluster {
     /// all exited 0: it keeps its address in its status but no longer counts as a pod (its
     /// address may be another pod's by now), so no policy selects it any more.
     pub fn pod_succeeded(&mut self, namespace: &str, name: &str) {
-        let pod = self.patch_status(namespace, name, &serde_json::json!({"phase": "Succeeded"}));
+        let pod = self.timed_change(&format!("pod {namespace}/{name} succeeded"), |c| {
+            c.patch_status(namespace, name, &serde_json::json!({"phase": "Succeeded"}))
+        });
         assert_eq!(pod["phase"], "Succeeded", "pod {namespace}/{name}: {pod}");
-        self.changed(&format!("pod {namespace}/{name} succeeded"));
     }
 
     /// A merge patch of Pod `namespace/name`'s `status` subresource, as admin (kubectl 1.20

@@ -136,7 +136,6 @@ fn network_policies_on_a_vxlan_cluster() {
     c.check("b. default-deny ingress", &flows);
     // A pod that starts under the policy is isolated as soon as it runs.
     let late = c.add_pod("prod", "late", 1, &[("app", "late")], &[]);
-    c.changed("pod prod/late running");
     let mut flows = both_ways(&late, &p.tool, true, false);
     flows.extend(both_ways(&late, &p.web, false, false));
     c.check("b. a pod started under default-deny", &flows);
