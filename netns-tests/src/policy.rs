@@ -263,6 +263,25 @@ impl PolicyCluster {
         labels: &[(&str, &str)],
         ports: &[ContainerPort],
     ) -> Endpoint {
+        let endpoint = self.add_pod_unreported(namespace, name, node, labels, ports);
+        let node_ip = self.kube.nodes[node].ip.clone();
+        // The pod counts from its status on: that is the change a check times.
+        self.timed_change(&format!("pod {namespace}/{name} running"), |c| {
+            c.patch_pod_status(namespace, name, &endpoint.ip, &node_ip)
+        });
+        endpoint
+    }
+
+    /// [`PolicyCluster::add_pod`] up to the Pod object, whose status stays empty: the moment
+    /// of a real pod's CNI ADD, before the kubelet reports the address.
+    pub fn add_pod_unreported(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        node: usize,
+        labels: &[(&str, &str)],
+        ports: &[ContainerPort],
+    ) -> Endpoint {
         let (netns, ip) = if !self.adopted[node] {
             self.adopted[node] = true;
             let pod = &self.kube.pods[node];
@@ -287,12 +306,47 @@ impl PolicyCluster {
             .control
             .kubectl_stdin(&["create", "-f", "-"], &object.to_string());
         success_stdout(&format!("creating pod {namespace}/{name}"), out);
-        let node_ip = self.kube.nodes[node].ip.clone();
-        // The pod counts from its status on: that is the change a check times.
-        self.timed_change(&format!("pod {namespace}/{name} running"), |c| {
-            c.patch_pod_status(namespace, name, &endpoint.ip, &node_ip)
-        });
         endpoint
+    }
+
+    /// Whether `flow`'s probe is answered, once (no waiting for a change).
+    pub fn answered_now(&self, flow: &Flow) -> bool {
+        self.probe_all(std::slice::from_ref(flow), CONFIRM_TIMEOUT_MS)[0].answered
+    }
+
+    /// The CNI chain's `ferrocni-policy` step at `pod`'s ADD on node `node` (its prevResult
+    /// holds the pod's address), against that node's agent; the plugin's exit status,
+    /// stdout and stderr.
+    pub fn policy_step_add(&self, node: usize, pod: &Endpoint) -> std::process::Output {
+        let (namespace, name) = pod.name.split_once('/').expect("namespace/name");
+        let subnet_len = self.kube.subnets[node]
+            .split_once('/')
+            .map_or("24", |(_, l)| l)
+            .to_string();
+        let config = serde_json::json!({
+            "cniVersion": "1.0.0",
+            "name": "cbr0",
+            "type": "ferrocni-policy",
+            "socket": self.kube.agents[node].policy_socket(),
+            "prevResult": {
+                "cniVersion": "1.0.0",
+                "interfaces": [{"name": "eth0", "sandbox": format!("/var/run/netns/{}", pod.netns)}],
+                "ips": [{"address": format!("{}/{subnet_len}", pod.ip), "interface": 0}],
+            },
+        });
+        crate::run_with_stdin(
+            Command::new(our_binary("ferrocni-policy"))
+                .env("CNI_COMMAND", "ADD")
+                .env("CNI_CONTAINERID", format!("policy-{namespace}-{name}"))
+                .env("CNI_NETNS", format!("/var/run/netns/{}", pod.netns))
+                .env("CNI_IFNAME", "eth0")
+                .env("CNI_PATH", "/nonexistent")
+                .env(
+                    "CNI_ARGS",
+                    format!("IgnoreUnknown=1;K8S_POD_NAMESPACE={namespace};K8S_POD_NAME={name}"),
+                ),
+            config.to_string().as_bytes(),
+        )
     }
 
     /// Node `node`'s own netns (0-based) as a probe source (a kubelet's health probe).

@@ -8,8 +8,9 @@
 //! replies and the node's own probes still pass; a pod started later is isolated, until it has
 //! succeeded); a named port; a namespace AND pod selector, then label changes; an ipBlock with
 //! an exception; a port range (`endPort`, which a 1.20 apiserver drops: then port 5000 alone);
-//! egress; every policy deleted; and an agent restart under a default-deny that lets no denied
-//! probe through.
+//! egress; every policy deleted; an agent restart under a default-deny that lets no denied
+//! probe through; and a new pod covered by the CNI chain's `ferrocni-policy` step the moment
+//! its ADD returns, before the kubelet reports its address.
 //! While the agent lacks `--network-policy`, only the first step runs.
 
 use std::time::{Duration, Instant};
@@ -341,6 +342,40 @@ fn network_policies_on_a_vxlan_cluster() {
     }
     c.check("i. after the restart", &flows);
 
+    eprintln!("j. a new pod is covered at its ADD, before the kubelet reports its address");
+    let fresh = c.add_pod_unreported("prod", "fresh", 1, &[("app", "fresh")], &[]);
+    // Without the CNI step the agent cannot know the address yet: nothing isolates it.
+    let to_fresh = Flow::tcp(&p.tool, &fresh, 5432, false);
+    assert!(
+        c.answered_now(&to_fresh),
+        "j. prod/fresh was isolated before its ADD told the agent its address"
+    );
+    let step = c.policy_step_add(1, &fresh);
+    assert!(
+        step.status.success(),
+        "j. the ferrocni-policy step failed: {}{}",
+        String::from_utf8_lossy(&step.stdout),
+        String::from_utf8_lossy(&step.stderr)
+    );
+    let result: Value = serde_json::from_slice(&step.stdout).expect("the step's result");
+    assert_eq!(
+        result["ips"][0]["address"]
+            .as_str()
+            .map(|a| a.split('/').next()),
+        Some(Some(fresh.ip.as_str())),
+        "j. the step must pass prevResult on: {result}"
+    );
+    // The moment the step returns, the default-deny covers the pod: no waiting.
+    assert!(
+        !c.answered_now(&to_fresh),
+        "j. prod/fresh was not isolated when its ADD returned"
+    );
+    assert!(
+        !c.answered_now(&Flow::udp(&p.tool, &fresh, 5353, false)),
+        "j. prod/fresh was not isolated (UDP) when its ADD returned"
+    );
+    // Egress is not restricted in prod.
+    assert!(c.answered_now(&Flow::tcp(&fresh, &p.tool, 5432, true)));
     c.print_latencies();
     eprintln!(
         "steps a to i took {:?} after the cluster was up",
