@@ -38,10 +38,7 @@ fn main() -> ExitCode {
     log::set_verbosity(opts.verbosity);
     ferrocni_agent::log!("{} starting", options::VERSION_LINE);
     // One thread is plenty: the agent mostly waits on etcd; reconciles run as a child process.
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match one_thread_runtime() {
         Ok(rt) => rt,
         Err(e) => {
             log::emit(
@@ -106,10 +103,7 @@ fn policy_main(args: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match one_thread_runtime() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("ferrocni-agent policy explain: cannot start the async runtime: {e}");
@@ -126,4 +120,10 @@ fn policy_main(args: &[String]) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn one_thread_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
 }

@@ -16,7 +16,7 @@
 use std::time::{Duration, Instant};
 
 use netns_tests::policy::{both_ways, ContainerPort, Endpoint, Flow, PolicyCluster, Proto};
-use netns_tests::require_root;
+use netns_tests::{our_binary, require_root};
 use serde_json::{json, Value};
 
 /// How long the prober keeps probing after the restarted agent started (its first sync).
@@ -341,6 +341,33 @@ fn network_policies_on_a_vxlan_cluster() {
         );
     }
     c.check("i. after the restart", &flows);
+
+    eprintln!("i. policy explain, with the agent's own service account");
+    let explain = |from: &str, to: &str, port: &str| {
+        let out = std::process::Command::new(our_binary("ferrocni-agent"))
+            .args(["policy", "explain"])
+            .arg(format!("--kubeconfig-file={}", c.kube.kubeconfig.display()))
+            .args([from, to, port])
+            .output()
+            .expect("ferrocni-agent policy explain");
+        assert!(
+            out.status.success(),
+            "policy explain {from} {to} {port}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let denied = explain("dev/tool", "prod/db", "5432");
+    assert!(
+        denied.starts_with(&format!("{} -> {}:5432 TCP: denied", p.tool.ip, p.db.ip))
+            && denied.contains("prod/default-deny-ingress"),
+        "{denied}"
+    );
+    let allowed = explain("prod/web", "prod/db", "TCP/5432");
+    assert!(
+        allowed.contains(": allowed") && allowed.contains("prod/web-to-db-pg"),
+        "{allowed}"
+    );
 
     eprintln!("j. a new pod is covered at its ADD, before the kubelet reports its address");
     let fresh = c.add_pod_unreported("prod", "fresh", 1, &[("app", "fresh")], &[]);
