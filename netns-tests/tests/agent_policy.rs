@@ -344,7 +344,10 @@ fn network_policies_on_a_vxlan_cluster() {
 
     eprintln!("i. policy explain, with the agent's own service account");
     let explain = |from: &str, to: &str, port: &str| {
-        let out = std::process::Command::new(our_binary("ferrocni-agent"))
+        // From node 1, where the apiserver is reachable.
+        let out = std::process::Command::new("ip")
+            .args(["netns", "exec", c.kube.nodes[0].ns.name()])
+            .arg(our_binary("ferrocni-agent"))
             .args(["policy", "explain"])
             .arg(format!("--kubeconfig-file={}", c.kube.kubeconfig.display()))
             .args([from, to, port])
