@@ -522,6 +522,13 @@ fn base_configs(scratch: &Path, prev: &Value) -> Vec<(&'static str, Value)> {
         ),
         ("sbr", chained("sbr", json!({"table": 150}))),
         (
+            "ferrocni-policy",
+            chained(
+                "ferrocni-policy",
+                json!({"socket": scratch.join("policy.sock"), "timeout": 2}),
+            ),
+        ),
+        (
             "vrf",
             chained("vrf", json!({"vrfname": "fzvrf0", "table": 1001})),
         ),

@@ -30,8 +30,10 @@ use crate::warn;
 pub const WAIT: Duration = Duration::from_secs(10);
 /// How long a client may take to send its request.
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
-/// A request is a few names and two addresses.
+/// A request is a few names and a few addresses.
 const MAX_REQUEST: u64 = 4096;
+/// The most addresses one request may give.
+const MAX_ADDRESSES: usize = 16;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Request {
@@ -129,9 +131,10 @@ pub fn parse(line: &str) -> Result<Request, String> {
             r.namespace, r.name
         ));
     }
-    if r.ips.is_empty() || r.ips.len() > 2 {
+    // A pod has one address per family; several attachments' results may hold a few more.
+    if r.ips.is_empty() || r.ips.len() > MAX_ADDRESSES {
         return Err(format!(
-            "pod {}/{}: {} address(es) given, 1 or 2 expected",
+            "pod {}/{}: {} address(es) given, 1 to {MAX_ADDRESSES} expected",
             r.namespace,
             r.name,
             r.ips.len()

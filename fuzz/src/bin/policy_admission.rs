@@ -36,7 +36,7 @@ fn acceptable(namespace: &str, name: &str, ips: &[IpAddr]) -> bool {
     !namespace.is_empty()
         && !name.is_empty()
         && !namespace.contains('/')
-        && (1..=2).contains(&ips.len())
+        && (1..=16).contains(&ips.len())
 }
 
 fn check_round_trip(r: &Request) {
