@@ -514,15 +514,31 @@ impl Bench {
                 }
             }
         }
+        self.report_changes("policy changes", commits, &latencies, &work);
+        cost.report("  ", self.pid, &self.lab.control);
+        // Sets come and go with the policies' targets.
+        self.learn_sets();
+    }
+
+    /// Prints one line on a series of changes (`what`): how many and in how many commits
+    /// since `commits`, the API answer to kernel latency overall and per kind (median/p99)
+    /// against the goal, and the agent's own compile and commit time of each.
+    fn report_changes<K: std::fmt::Display>(
+        &self,
+        what: &str,
+        commits: f64,
+        latencies: &BTreeMap<K, Vec<Duration>>,
+        work: &[Duration],
+    ) {
         let all: Vec<Duration> = latencies.values().flatten().copied().collect();
         let mut line = format!(
-            "  policy changes, one at a time: {} changes, {} commits; API answer to kernel: median {} p99 {}",
+            "  {what}, one at a time: {} changes, {} commits; API answer to kernel: median {} p99 {}",
             all.len(),
             self.commits() - commits,
             ms(percentile(&all, 50)),
             ms(percentile(&all, 99))
         );
-        for (kind, l) in &latencies {
+        for (kind, l) in latencies {
             line.push_str(&format!(
                 "; {kind} {}/{}",
                 ms(percentile(l, 50)),
@@ -533,12 +549,9 @@ impl Bench {
             "{line} (goal < {} ms: {}); the agent's compile and commit of each: median {} p99 {}",
             CHANGE_GOAL.as_millis(),
             verdict(percentile(&all, 100) < CHANGE_GOAL),
-            ms(percentile(&work, 50)),
-            ms(percentile(&work, 99))
+            ms(percentile(work, 50)),
+            ms(percentile(work, 99))
         );
-        cost.report("  ", self.pid, &self.lab.control);
-        // Sets come and go with the policies' targets.
-        self.learn_sets();
     }
 
     /// Moves policy `k`'s podSelector to another app of its namespace; `None` when that shows
@@ -635,28 +648,7 @@ impl Bench {
                 }
             }
         }
-        let all: Vec<Duration> = latencies.values().flatten().copied().collect();
-        let mut line = format!(
-            "  pod changes, one at a time: {} changes, {} commits; API answer to kernel: median {} p99 {}",
-            all.len(),
-            self.commits() - commits,
-            ms(percentile(&all, 50)),
-            ms(percentile(&all, 99))
-        );
-        for (kind, l) in &latencies {
-            line.push_str(&format!(
-                "; {kind} {}/{}",
-                ms(percentile(l, 50)),
-                ms(percentile(l, 99))
-            ));
-        }
-        println!(
-            "{line} (goal < {} ms: {}); the agent's compile and commit of each: median {} p99 {}",
-            CHANGE_GOAL.as_millis(),
-            verdict(percentile(&all, 100) < CHANGE_GOAL),
-            ms(percentile(&work, 50)),
-            ms(percentile(&work, 99))
-        );
+        self.report_changes("pod changes", commits, &latencies, &work);
         cost.report("  ", self.pid, &self.lab.control);
     }
 

@@ -575,36 +575,12 @@ mod tests {
     /// hook, so a datagram to 127.0.0.1 hits it) feeds the counter through the real socket.
     #[test]
     fn the_task_counts_what_the_kernel_logs() {
-        use netkit::netfilter::nf_tables::Table;
-        use netkit::netfilter::nf_tables::{build, Batch, Chain, Family, Hook, Rule, Socket};
         if !netkit::testutil::is_root() {
             eprintln!("skipped: needs root");
             return;
         }
         let tn = netkit::testutil::TestNetns::new("denied");
-        tn.ip(&["link", "set", "lo", "up"]);
-        let ns = tn.open().unwrap();
-        let (f, t) = (Family::Inet, "denied_test");
-        let mut batch = Batch::new();
-        batch.add_table(&Table::new(f, t)).add_chain(&Chain::base(
-            f,
-            t,
-            "out",
-            "filter",
-            Hook::Output,
-            0,
-            None,
-        ));
-        batch.add_rule(&Rule::new(
-            f,
-            t,
-            "out",
-            build::all([
-                build::l4proto_dport(17, 5432),
-                build::log_to_group("i 127.0.0.1", LOG_GROUP, LOG_SNAPLEN),
-            ]),
-        ));
-        Socket::open_in(&ns).unwrap().commit(&batch).unwrap();
+        let ns = tn.with_udp_log_rule("denied_test", 5432, "i 127.0.0.1", LOG_GROUP, LOG_SNAPLEN);
         let text = std::thread::spawn(move || {
             let _guard = ns.enter().unwrap();
             let rt = tokio::runtime::Builder::new_current_thread()

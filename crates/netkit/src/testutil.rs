@@ -92,6 +92,49 @@ impl TestNetns {
         }
         serde_json::from_str(&text).expect("ip -j output is JSON")
     }
+
+    /// Sets `lo` up and commits table `table` (inet) with an output-hook chain whose one rule
+    /// sends each UDP datagram to port `dport` to NFLOG group `group` with `prefix`, copying
+    /// `snaplen` bytes: a datagram sent to 127.0.0.1 inside the netns is logged. Returns the
+    /// opened netns.
+    pub fn with_udp_log_rule(
+        &self,
+        table: &str,
+        dport: u16,
+        prefix: &str,
+        group: u16,
+        snaplen: u32,
+    ) -> Netns {
+        use crate::netfilter::nf_tables::{build, Batch, Chain, Family, Hook, Rule, Table};
+        self.ip(&["link", "set", "lo", "up"]);
+        let ns = self.open().expect("open the test netns");
+        let f = Family::Inet;
+        let mut batch = Batch::new();
+        batch
+            .add_table(&Table::new(f, table))
+            .add_chain(&Chain::base(
+                f,
+                table,
+                "out",
+                "filter",
+                Hook::Output,
+                0,
+                None,
+            ))
+            .add_rule(&Rule::new(
+                f,
+                table,
+                "out",
+                build::all([
+                    build::l4proto_dport(17, dport),
+                    build::log_to_group(prefix, group, snaplen),
+                ]),
+            ));
+        crate::netfilter::nf_tables::Socket::open_in(&ns)
+            .and_then(|mut sock| sock.commit(&batch))
+            .expect("commit the log rule");
+        ns
+    }
 }
 
 impl Drop for TestNetns {

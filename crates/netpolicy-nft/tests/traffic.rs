@@ -78,20 +78,21 @@ fn routed_ingress_policy_and_incremental_changes() {
     assert!(stats.full);
     assert_eq!(stats.chains_written, 2, "{stats:?}");
     let listing = list_table(&n.node);
-    for want in [
-        "ip saddr vmap @egress4",
-        "ip6 daddr vmap @ingress6",
-        "ct state established,related accept",
-        "10.77.2.2 : jump ingress-10.77.2.2",
-        "chain ingress-fd77:2::2",
-        "tcp dport 80 return",
-        "udp dport 53-54 return",
-        "counter packets 0 bytes 0 drop comment \"prod/web\"",
-        "limit rate 50/second burst 20 packets log prefix \"i 10.77.2.2\" group 7361 snaplen 128",
-        "log prefix \"i fd77:2::2\" group 7361",
-    ] {
-        assert!(listing.contains(want), "missing {want:?} in\n{listing}");
-    }
+    assert_listing_has(
+        &listing,
+        &[
+            "ip saddr vmap @egress4",
+            "ip6 daddr vmap @ingress6",
+            "ct state established,related accept",
+            "10.77.2.2 : jump ingress-10.77.2.2",
+            "chain ingress-fd77:2::2",
+            "tcp dport 80 return",
+            "udp dport 53-54 return",
+            "counter packets 0 bytes 0 drop comment \"prod/web\"",
+            "limit rate 50/second burst 20 packets log prefix \"i 10.77.2.2\" group 7361 snaplen 128",
+            "log prefix \"i fd77:2::2\" group 7361",
+        ],
+    );
 
     for fam in [1, 2] {
         let to = |p: &(Ns, IpAddr, IpAddr)| if fam == 1 { p.1 } else { p.2 };
@@ -243,15 +244,16 @@ fn bridged_named_ports_and_ip_blocks() {
     let mut table = PolicyTable::new();
     table.sync(&mut sock, &compile(&cluster)).unwrap();
     let listing = list_table(&n.node);
-    for want in [
-        "type ipv4_addr . inet_proto . inet_service",
-        "type ipv6_addr . inet_proto . inet_service",
-        "flags interval",
-        "10.78.0.3 . tcp . 8080",
-        "ip daddr . meta l4proto . th dport @",
-    ] {
-        assert!(listing.contains(want), "missing {want:?} in\n{listing}");
-    }
+    assert_listing_has(
+        &listing,
+        &[
+            "type ipv4_addr . inet_proto . inet_service",
+            "type ipv6_addr . inet_proto . inet_service",
+            "flags interval",
+            "10.78.0.3 . tcp . 8080",
+            "ip daddr . meta l4proto . th dport @",
+        ],
+    );
     for fam in [1, 2] {
         let to = |p: &(Ns, IpAddr, IpAddr)| if fam == 1 { p.1 } else { p.2 };
         assert!(tcp_ok(&a.0, to(b), 8080), "client -> b:http (family {fam})");

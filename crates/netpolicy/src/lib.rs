@@ -14,7 +14,8 @@
 //! - [`names`]: the sets' names;
 //! - [`compile`]: inputs to plan;
 //! - [`diff`]: what changes between two plans;
-//! - [`explain`]: the verdict on a packet, and why.
+//! - [`explain`]: the verdict on a packet, and why;
+//! - [`sample`]: a synthetic cluster of the benches' shape.
 
 pub mod compile;
 pub mod diff;
@@ -24,6 +25,7 @@ mod interval;
 pub mod model;
 pub mod names;
 pub mod plan;
+pub mod sample;
 pub mod selector;
 pub mod validate;
 

@@ -208,6 +208,29 @@ pub struct Node {
     pub pods: Vec<(Ns, IpAddr, IpAddr)>,
 }
 
+/// A new netns `name` wired to `node` by a veth pair: the node's end `host` (left down and
+/// without an address), the pod's end `eth0`, up with `v4` and `v6` (each with its prefix).
+fn veth_pod(node: &Ns, name: &str, host: &str, v4: &str, v6: &str) -> Ns {
+    let pod = Ns::new(name);
+    let peer = format!("{host}-pod");
+    node.exec(&[
+        "ip", "link", "add", host, "type", "veth", "peer", "name", &peer,
+    ]);
+    node.exec(&["ip", "link", "set", &peer, "netns", &pod.name]);
+    pod.exec(&["ip", "link", "set", &peer, "name", "eth0"]);
+    pod.exec(&["ip", "addr", "add", v4, "dev", "eth0"]);
+    pod.exec(&["ip", "addr", "add", v6, "dev", "eth0", "nodad"]);
+    pod.exec(&["ip", "link", "set", "eth0", "up"]);
+    pod
+}
+
+/// Asserts that `listing` (an nft listing) contains each of `wanted`.
+pub fn assert_listing_has(listing: &str, wanted: &[&str]) {
+    for want in wanted {
+        assert!(listing.contains(want), "missing {want:?} in\n{listing}");
+    }
+}
+
 /// Waits until `ns` reaches `to` (IPv6 addresses and neighbours take a moment to be usable).
 fn wait_reachable(ns: &Ns, to: &str) {
     for _ in 0..50 {
@@ -239,14 +262,15 @@ impl Node {
         node.exec(&["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"]);
         let mut pods = Vec::new();
         for i in 0..count {
-            let pod = Ns::new(&format!("pod{i}"));
             let n = i + 1;
-            let (host, peer) = (format!("r{n}"), format!("p{n}"));
-            node.exec(&[
-                "ip", "link", "add", &host, "type", "veth", "peer", "name", &peer,
-            ]);
-            node.exec(&["ip", "link", "set", &peer, "netns", &pod.name]);
-            pod.exec(&["ip", "link", "set", &peer, "name", "eth0"]);
+            let host = format!("r{n}");
+            let pod = veth_pod(
+                &node,
+                &format!("pod{i}"),
+                &host,
+                &format!("10.77.{n}.2/24"),
+                &format!("fd77:{n}::2/64"),
+            );
             node.exec(&[
                 "ip",
                 "addr",
@@ -265,24 +289,6 @@ impl Node {
                 "nodad",
             ]);
             node.exec(&["ip", "link", "set", &host, "up"]);
-            pod.exec(&[
-                "ip",
-                "addr",
-                "add",
-                &format!("10.77.{n}.2/24"),
-                "dev",
-                "eth0",
-            ]);
-            pod.exec(&[
-                "ip",
-                "addr",
-                "add",
-                &format!("fd77:{n}::2/64"),
-                "dev",
-                "eth0",
-                "nodad",
-            ]);
-            pod.exec(&["ip", "link", "set", "eth0", "up"]);
             pod.exec(&[
                 "ip",
                 "route",
@@ -319,33 +325,16 @@ impl Node {
         node.exec(&["sysctl", "-qw", "net.bridge.bridge-nf-call-ip6tables=1"]);
         let mut pods = Vec::new();
         for i in 0..count {
-            let pod = Ns::new(&format!("bpod{i}"));
             let n = i + 2;
-            let (host, peer) = (format!("veth{n}"), format!("p{n}"));
-            node.exec(&[
-                "ip", "link", "add", &host, "type", "veth", "peer", "name", &peer,
-            ]);
-            node.exec(&["ip", "link", "set", &peer, "netns", &pod.name]);
-            node.exec(&["ip", "link", "set", &host, "master", "cni0", "up"]);
-            pod.exec(&["ip", "link", "set", &peer, "name", "eth0"]);
-            pod.exec(&[
-                "ip",
-                "addr",
-                "add",
+            let host = format!("veth{n}");
+            let pod = veth_pod(
+                &node,
+                &format!("bpod{i}"),
+                &host,
                 &format!("10.78.0.{n}/24"),
-                "dev",
-                "eth0",
-            ]);
-            pod.exec(&[
-                "ip",
-                "addr",
-                "add",
                 &format!("fd78::{n}/64"),
-                "dev",
-                "eth0",
-                "nodad",
-            ]);
-            pod.exec(&["ip", "link", "set", "eth0", "up"]);
+            );
+            node.exec(&["ip", "link", "set", &host, "master", "cni0", "up"]);
             let v4 = format!("10.78.0.{n}").parse().unwrap();
             let v6 = format!("fd78::{n}").parse().unwrap();
             pods.push((pod, v4, v6));

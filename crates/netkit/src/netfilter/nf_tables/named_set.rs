@@ -14,39 +14,27 @@
 use super::attr::Writer;
 use super::expr::Verdict;
 use super::msg::{msg_type, Family};
-use super::set::{interval_elements, key_type, Element};
-use super::socket::Batch;
+use super::set::{
+    interval_elements, key_type, Element, NFTA_DATA_VALUE, NFTA_SET_ELEM_FLAGS, NFTA_SET_ELEM_KEY,
+    NFTA_SET_ELEM_LIST_ELEMENTS, NFTA_SET_ELEM_LIST_SET, NFTA_SET_ELEM_LIST_SET_ID,
+    NFTA_SET_ELEM_LIST_TABLE, NFTA_SET_FLAGS, NFTA_SET_ID, NFTA_SET_KEY_LEN, NFTA_SET_KEY_TYPE,
+    NFTA_SET_NAME, NFTA_SET_TABLE, NFTA_SET_USERDATA, NFT_SET_ELEM_INTERVAL_END, NFT_SET_INTERVAL,
+    UDATA_SET_KEYBYTEORDER,
+};
+use super::socket::{Batch, NLM_F_CREATE};
 
-const NLM_F_CREATE: u16 = 0x400;
-
-const NFT_SET_INTERVAL: u32 = 0x4;
+// The attributes anonymous sets share come from the set module; these are a named set's own.
 const NFT_SET_MAP: u32 = 0x8;
-const NFT_SET_ELEM_INTERVAL_END: u32 = 0x1;
 /// `NFT_DATA_VERDICT`: the data type of a verdict map.
 const NFT_DATA_VERDICT: u32 = 0xffff_ff00;
 
-const NFTA_SET_TABLE: u16 = 1;
-const NFTA_SET_NAME: u16 = 2;
-const NFTA_SET_FLAGS: u16 = 3;
-const NFTA_SET_KEY_TYPE: u16 = 4;
-const NFTA_SET_KEY_LEN: u16 = 5;
 const NFTA_SET_DATA_TYPE: u16 = 6;
 const NFTA_SET_DATA_LEN: u16 = 7;
-const NFTA_SET_ID: u16 = 10;
-const NFTA_SET_USERDATA: u16 = 13;
-const NFTA_SET_ELEM_LIST_TABLE: u16 = 1;
-const NFTA_SET_ELEM_LIST_SET: u16 = 2;
-const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
-const NFTA_SET_ELEM_LIST_SET_ID: u16 = 4;
-const NFTA_SET_ELEM_KEY: u16 = 1;
 const NFTA_SET_ELEM_DATA: u16 = 2;
-const NFTA_SET_ELEM_FLAGS: u16 = 3;
-const NFTA_DATA_VALUE: u16 = 1;
 const NFTA_DATA_VERDICT: u16 = 2;
 const NFTA_VERDICT_CODE: u16 = 1;
 const NFTA_VERDICT_CHAIN: u16 = 2;
-/// libnftnl's set userdata: key byte order (2: big endian, as addresses are).
-const UDATA_SET_KEYBYTEORDER: u8 = 0;
+/// The key byte order in libnftnl's set userdata (2: big endian, as addresses are).
 const BYTEORDER_BIG_ENDIAN: u32 = 2;
 /// Bits per field in a concatenated datatype id (nft's `TYPE_BITS`).
 const CONCAT_TYPE_BITS: u32 = 6;

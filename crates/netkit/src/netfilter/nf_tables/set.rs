@@ -10,37 +10,36 @@
 
 use super::attr::Writer;
 use super::msg::{msg_type, Family};
-use super::socket::Batch;
+use super::socket::{Batch, NLM_F_CREATE};
 
-const NLM_F_CREATE: u16 = 0x400;
 /// The name nft gives anonymous sets; the kernel replaces `%d`.
 pub const ANON_SET_NAME: &str = "__set%d";
 
 const NFT_SET_ANONYMOUS: u32 = 0x1;
 const NFT_SET_CONSTANT: u32 = 0x2;
-const NFT_SET_INTERVAL: u32 = 0x4;
-const NFT_SET_ELEM_INTERVAL_END: u32 = 0x1;
+pub(crate) const NFT_SET_INTERVAL: u32 = 0x4;
+pub(crate) const NFT_SET_ELEM_INTERVAL_END: u32 = 0x1;
 
-const NFTA_SET_TABLE: u16 = 1;
-const NFTA_SET_NAME: u16 = 2;
-const NFTA_SET_FLAGS: u16 = 3;
-const NFTA_SET_KEY_TYPE: u16 = 4;
-const NFTA_SET_KEY_LEN: u16 = 5;
+pub(crate) const NFTA_SET_TABLE: u16 = 1;
+pub(crate) const NFTA_SET_NAME: u16 = 2;
+pub(crate) const NFTA_SET_FLAGS: u16 = 3;
+pub(crate) const NFTA_SET_KEY_TYPE: u16 = 4;
+pub(crate) const NFTA_SET_KEY_LEN: u16 = 5;
 const NFTA_SET_DESC: u16 = 9;
 const NFTA_SET_DESC_SIZE: u16 = 1;
-const NFTA_SET_ID: u16 = 10;
-const NFTA_SET_USERDATA: u16 = 13;
-const NFTA_SET_ELEM_LIST_TABLE: u16 = 1;
-const NFTA_SET_ELEM_LIST_SET: u16 = 2;
-const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
-const NFTA_SET_ELEM_LIST_SET_ID: u16 = 4;
-const NFTA_SET_ELEM_KEY: u16 = 1;
-const NFTA_SET_ELEM_FLAGS: u16 = 3;
+pub(crate) const NFTA_SET_ID: u16 = 10;
+pub(crate) const NFTA_SET_USERDATA: u16 = 13;
+pub(crate) const NFTA_SET_ELEM_LIST_TABLE: u16 = 1;
+pub(crate) const NFTA_SET_ELEM_LIST_SET: u16 = 2;
+pub(crate) const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
+pub(crate) const NFTA_SET_ELEM_LIST_SET_ID: u16 = 4;
+pub(crate) const NFTA_SET_ELEM_KEY: u16 = 1;
+pub(crate) const NFTA_SET_ELEM_FLAGS: u16 = 3;
 const NFTA_SET_ELEM_USERDATA: u16 = 6;
-const NFTA_DATA_VALUE: u16 = 1;
+pub(crate) const NFTA_DATA_VALUE: u16 = 1;
 
 /// libnftnl's set userdata types.
-const UDATA_SET_KEYBYTEORDER: u8 = 0;
+pub(crate) const UDATA_SET_KEYBYTEORDER: u8 = 0;
 const UDATA_SET_MERGE_ELEMENTS: u8 = 2;
 const UDATA_SET_KEY_TYPEOF: u8 = 3;
 const UDATA_TYPEOF_EXPR: u8 = 0;

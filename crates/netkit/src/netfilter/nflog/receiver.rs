@@ -193,7 +193,6 @@ mod tests {
     use std::time::Instant;
 
     use super::*;
-    use crate::netfilter::nf_tables::{build, Batch, Chain, Family, Hook, Rule, Socket, Table};
     use crate::netfilter::nflog::Transport;
     use crate::testutil::TestNetns;
 
@@ -204,29 +203,7 @@ mod tests {
     fn a_logged_packet_arrives_with_prefix_and_flow() {
         crate::skip_unless_root!();
         let tn = TestNetns::new("nflog");
-        tn.ip(&["link", "set", "lo", "up"]);
-        let ns = tn.open().unwrap();
-        let (f, t) = (Family::Inet, "nflog_test");
-        let mut batch = Batch::new();
-        batch.add_table(&Table::new(f, t)).add_chain(&Chain::base(
-            f,
-            t,
-            "out",
-            "filter",
-            Hook::Output,
-            0,
-            None,
-        ));
-        batch.add_rule(&Rule::new(
-            f,
-            t,
-            "out",
-            build::all([
-                build::l4proto_dport(17, 9999),
-                build::log_to_group("i 127.0.0.1", 7361, 128),
-            ]),
-        ));
-        Socket::open_in(&ns).unwrap().commit(&batch).unwrap();
+        let ns = tn.with_udp_log_rule("nflog_test", 9999, "i 127.0.0.1", 7361, 128);
         let mut receiver = Receiver::open_in(&ns, 7361, 128).unwrap();
         let busy = Receiver::open_in(&ns, 7361, 128).err().unwrap();
         assert_eq!(busy.errno(), Some(libc::EPERM), "{busy}");
