@@ -64,24 +64,30 @@ impl Store {
     pub fn apply(&mut self, update: Update) -> bool {
         match update {
             Update::Listed(kind, objects) => {
-                let before = self.fingerprint(kind);
-                match kind {
-                    Kind::Namespaces => self.namespaces.clear(),
-                    Kind::Pods => self.pods.clear(),
-                    Kind::Policies => {
-                        self.policies.clear();
-                        self.unreadable.clear();
+                // The kind is replaced whole; it changed if its objects differ from before.
+                let changed = match kind {
+                    Kind::Namespaces => {
+                        let before = std::mem::take(&mut self.namespaces);
+                        self.put_all(objects);
+                        before != self.namespaces
                     }
-                }
-                for (key, object) in objects {
-                    self.put(key, object);
-                }
-                if kind == Kind::Pods {
-                    let pods = &self.pods;
-                    self.admitted.retain(|k, _| pods.contains_key(k));
-                }
-                let first = self.listed.insert(kind);
-                first || before != self.fingerprint(kind)
+                    Kind::Pods => {
+                        let before = std::mem::take(&mut self.pods);
+                        self.put_all(objects);
+                        let pods = &self.pods;
+                        self.admitted.retain(|k, _| pods.contains_key(k));
+                        before != self.pods
+                    }
+                    Kind::Policies => {
+                        let before = (
+                            std::mem::take(&mut self.policies),
+                            std::mem::take(&mut self.unreadable),
+                        );
+                        self.put_all(objects);
+                        before.0 != self.policies || before.1 != self.unreadable
+                    }
+                };
+                self.listed.insert(kind) || changed
             }
             Update::Changed(key, object) => self.put(key, object),
         }
@@ -122,16 +128,10 @@ impl Store {
         }
     }
 
-    /// A cheap summary of one kind, to tell whether a re-listing changed anything.
-    fn fingerprint(&self, kind: Kind) -> u64 {
-        use std::hash::{DefaultHasher, Hash, Hasher};
-        let mut h = DefaultHasher::new();
-        match kind {
-            Kind::Namespaces => format!("{:?}", self.namespaces).hash(&mut h),
-            Kind::Pods => format!("{:?}", self.pods).hash(&mut h),
-            Kind::Policies => format!("{:?}{:?}", self.policies, self.unreadable).hash(&mut h),
+    fn put_all(&mut self, objects: Vec<(String, Object)>) {
+        for (key, object) in objects {
+            self.put(key, object);
         }
-        h.finish()
     }
 
     /// Whether every kind has been listed once.
