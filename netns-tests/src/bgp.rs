@@ -13,6 +13,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
+use ferrocni_agent::backend::bgp::status::same_moment;
 use serde_json::Value;
 
 use crate::cluster::Underlay;
@@ -27,6 +28,40 @@ pub struct KernelRoute {
     pub dst: String,
     pub via: Option<String>,
     pub dev: Option<String>,
+}
+
+/// A BGP session as `birdc show protocols` prints it: protocol name, state, since.
+pub type Session = (String, String, String);
+
+/// The BGP sessions in `birdc show protocols` output.
+pub fn parse_sessions(text: &str) -> Vec<Session> {
+    text.lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (w.len() >= 7 && w[1] == "BGP").then(|| {
+                (
+                    w[0].to_string(),
+                    w[6].to_string(),
+                    format!("{} {}", w[4], w[5]),
+                )
+            })
+        })
+        .collect()
+}
+
+/// The sessions of `after` that are not as in `before`: new, gone, in another state, or
+/// changed state at another moment. BIRD prints the same `since` a millisecond apart now and
+/// then, which is not a restart (the agent's own comparison is the one used here).
+pub fn sessions_moved(before: &[Session], after: &[Session]) -> Vec<String> {
+    let same = |a: &Session, b: &Session| a.0 == b.0 && a.1 == b.1 && same_moment(&a.2, &b.2);
+    let mut moved: Vec<String> = after
+        .iter()
+        .filter(|a| !before.iter().any(|b| same(a, b)))
+        .chain(before.iter().filter(|b| !after.iter().any(|a| a.0 == b.0)))
+        .map(|s| format!("{} {} {}", s.0, s.1, s.2))
+        .collect();
+    moved.sort();
+    moved
 }
 
 /// The main table's routes of `protocol` (`ip route show proto <protocol>`) in `ns`, sorted.
@@ -252,20 +287,8 @@ impl BgpNode {
     }
 
     /// `(protocol, state, since)` of BIRD's BGP sessions (`birdc show protocols`).
-    pub fn sessions(&self) -> Vec<(String, String, String)> {
-        self.birdc("show protocols")
-            .lines()
-            .filter_map(|l| {
-                let w: Vec<&str> = l.split_whitespace().collect();
-                (w.len() >= 7 && w[1] == "BGP").then(|| {
-                    (
-                        w[0].to_string(),
-                        w[6].to_string(),
-                        format!("{} {}", w[4], w[5]),
-                    )
-                })
-            })
-            .collect()
+    pub fn sessions(&self) -> Vec<Session> {
+        parse_sessions(&self.birdc("show protocols"))
     }
 
     /// The driver's log and BIRD's, for failure messages.

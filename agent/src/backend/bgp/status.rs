@@ -155,8 +155,9 @@ pub fn changes(old: &[Session], new: &[Session]) -> Vec<Change> {
     for s in new {
         let before = old.iter().find(|o| o.kind == s.kind && o.peer == s.peer);
         let was_up = before.is_some_and(Session::established);
-        let flapped =
-            before.is_some_and(|b| b.established() && s.established() && b.since != s.since);
+        let flapped = before.is_some_and(|b| {
+            b.established() && s.established() && !same_moment(&b.since, &s.since)
+        });
         if s.established() && (!was_up || flapped) {
             out.push(Change {
                 up: true,
@@ -175,6 +176,61 @@ pub fn changes(old: &[Session], new: &[Session]) -> Vec<Change> {
         }
     }
     out
+}
+
+/// How far apart two printings of one `since` may be. BIRD prints it by converting its
+/// monotonic clock to wall time on each request, so the same moment prints a millisecond
+/// apart now and then; a session that went down and came back has a `since` after the reading
+/// that saw it up, and readings are seconds apart.
+pub const SINCE_JITTER_MS: i64 = 100;
+
+/// Whether two of BIRD's printings of `since` name the same moment (within
+/// [`SINCE_JITTER_MS`]). Text that is not a time compares as text.
+pub fn same_moment(a: &str, b: &str) -> bool {
+    match (since_millis(a), since_millis(b)) {
+        (Some(x), Some(y)) => (x - y).abs() <= SINCE_JITTER_MS,
+        _ => a == b,
+    }
+}
+
+/// `since` as milliseconds, for comparing two printings: `YYYY-MM-DD HH:MM:SS[.mmm]` from the
+/// civil epoch, or `HH:MM:SS[.mmm]` (BIRD's default format) from midnight.
+pub fn since_millis(since: &str) -> Option<i64> {
+    let (date, time) = match since.split_once(' ') {
+        Some((d, t)) => (Some(d), t),
+        None => (None, since),
+    };
+    let days = match date {
+        Some(d) => {
+            let mut ymd = d.splitn(3, '-').map(|w| w.parse::<i64>().ok());
+            let (y, m, d) = (ymd.next()??, ymd.next()??, ymd.next()??);
+            days_from_civil(y, m, d)?
+        }
+        None => 0,
+    };
+    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
+    let mut parts = hms.splitn(3, ':').map(|w| w.parse::<i64>().ok());
+    let (h, m, s) = (parts.next()??, parts.next()??, parts.next()??);
+    let digits = frac.get(..frac.len().min(3))?;
+    let ms = digits.parse::<i64>().ok()? * 10_i64.pow(3 - digits.len() as u32);
+    if h > 23 || m > 59 || s > 60 {
+        return None;
+    }
+    Some((((days * 24 + h) * 60 + m) * 60 + s) * 1000 + ms)
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> Option<i64> {
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
+        return None;
+    }
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    Some(era * 146_097 + doe - 719_468)
 }
 
 #[cfg(test)]
@@ -283,7 +339,44 @@ pub(super) mod tests {
         let mut flapped = old.clone();
         flapped[0].since = "2026-12-04 09:30:00.000".into();
         assert_eq!(changes(&old, &flapped).len(), 1);
+        // The same moment printed a millisecond apart is not a flap.
+        let mut jittered = old.clone();
+        jittered[0].since = "2026-12-04 09:20:29.228".into();
+        assert!(changes(&old, &jittered).is_empty());
         // A session first seen established is reported; one first seen connecting is not.
         assert_eq!(changes(&[], &old).len(), 1);
+    }
+
+    #[test]
+    fn since_compares_across_midnight_and_formats() {
+        assert_eq!(since_millis("1970-01-01 00:00:01.5"), Some(1500));
+        assert_eq!(since_millis("09:20:20.565"), Some(33_620_565));
+        assert!(same_moment(
+            "2026-12-06 23:59:59.999",
+            "2026-12-07 00:00:00.000"
+        ));
+        assert!(same_moment(
+            "2024-02-29 12:00:00.000",
+            "2024-02-29 12:00:00.050"
+        ));
+        assert!(!same_moment(
+            "2026-12-07 00:01:49.593",
+            "2026-12-07 00:01:50.593"
+        ));
+        assert!(!same_moment(
+            "2026-12-07 00:01:49.593",
+            "2026-12-08 00:01:49.593"
+        ));
+        for bad in [
+            "",
+            "up",
+            "25:00:00",
+            "2026-13-01 00:00:00",
+            "1:2",
+            "12:00:00.x",
+        ] {
+            assert_eq!(since_millis(bad), None, "{bad}");
+        }
+        assert!(same_moment("?", "?") && !same_moment("?", "!"));
     }
 }
