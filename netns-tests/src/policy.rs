@@ -209,16 +209,25 @@ impl PolicyCluster {
     /// the `probe` binary (`env!("CARGO_BIN_EXE_probe")`). `None` (with a printed line) when
     /// the Kubernetes binaries or the cluster tools are missing.
     pub fn start(tag: &str, probe: &Path) -> Option<PolicyCluster> {
-        let mut kube = KubeCluster::new(
-            tag,
-            r#"{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}"#,
-        )?;
+        PolicyCluster::start_on(tag, probe, "vxlan")
+    }
+
+    /// [`PolicyCluster::start`] on another of the agent's backends (`host-gw`, `udp`, `bgp`,
+    /// `wireguard`, `ipip`).
+    pub fn start_on(tag: &str, probe: &Path, backend: &str) -> Option<PolicyCluster> {
+        let net_conf = format!(r#"{{"Network":"10.244.0.0/16","Backend":{{"Type":"{backend}"}}}}"#);
+        let mut kube = KubeCluster::new(tag, &net_conf)?;
         let enforcing = agent_has_network_policy();
         if enforcing {
             kube.add_agent_args(&["--network-policy"]);
         }
         kube.start_agents();
         let sctp = sctp_supported(probe, kube.pods[0].ns.name());
+        if !sctp && crate::drivers_required() {
+            panic!(
+                "{tag}: this kernel has no SCTP, and FERROCNI_REQUIRE_DRIVERS=1 forbids skipping"
+            );
+        }
         if !sctp {
             eprintln!("{tag}: this kernel has no SCTP: SCTP probes are skipped");
         }

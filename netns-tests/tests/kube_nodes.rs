@@ -119,6 +119,116 @@ fn kubectl_exec(control: &ControlPlane, pod: &str, argv: &[&str]) -> std::proces
     control.kubectl(&args)
 }
 
+/// An ingress policy on the Deployment's pods: only pods labelled `client=yes`, only on 8080.
+const CLIENTS_ONLY: &str = r#"apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: web-clients, namespace: default}
+spec:
+  podSelector: {matchLabels: {app: bb}}
+  policyTypes: [Ingress]
+  ingress:
+    - from: [{podSelector: {matchLabels: {client: "yes"}}}]
+      ports: [{port: 8080}]
+"#;
+
+/// The agents' `/metrics`, on each node's loopback (host network), once policy is on.
+const METRICS_PORT: &str = "19474";
+
+/// Whether `from` fetches the page of the pod at `ip` (port 8080) within 3 s.
+fn wget_ok(control: &ControlPlane, from: &str, ip: &str) -> bool {
+    let url = format!("http://{ip}:8080/cgi-bin/hostname");
+    kubectl_exec(control, from, &["timeout", "3", "wget", "-qO-", &url])
+        .status
+        .success()
+}
+
+fn metrics_of(node: &KubeletNode) -> String {
+    let url = format!("http://127.0.0.1:{METRICS_PORT}/metrics");
+    let out = node.host().exec(&["curl", "-sf", "--max-time", "5", &url]);
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The pods the node's agent admitted at ADD (`ferrocni_agent_policy_admissions_total`).
+fn admissions(node: &KubeletNode) -> u64 {
+    let needle = "ferrocni_agent_policy_admissions_total{result=\"admitted\"} ";
+    metrics_of(node)
+        .lines()
+        .find_map(|l| l.strip_prefix(needle)?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// NetworkPolicy turned on as an operator does (the DaemonSet's env): the agents roll, each
+/// enforces on its node, and a policy isolates the Deployment's pods except from the client.
+fn policy_on_the_nodes(control: &ControlPlane, nodes: &[KubeletNode], pods: &[BusyboxPod]) {
+    eprintln!("NetworkPolicy on: the DaemonSet's agents roll with FLANNELD_NETWORK_POLICY=true");
+    let rolled = Instant::now();
+    let port = format!("FLANNELD_METRICS_PORT={METRICS_PORT}");
+    control.kubectl_ok(&[
+        "-n",
+        NAMESPACE,
+        "set",
+        "env",
+        "daemonset/kube-flannel-ds",
+        "FLANNELD_NETWORK_POLICY=true",
+        &port,
+    ]);
+    control.kubectl_ok(&[
+        "-n",
+        NAMESPACE,
+        "rollout",
+        "status",
+        "daemonset/kube-flannel-ds",
+        "--timeout=180s",
+    ]);
+    let enforcing = wait_until(SETTLE, || {
+        nodes.iter().all(|n| {
+            n.container_logs("kube-flannel", 200)
+                .contains("policy: enforcing")
+        })
+    });
+    if !enforcing {
+        fail_with_logs("the agents do not all enforce NetworkPolicy", control);
+    }
+    eprintln!("the agents enforce {:?} after the change", rolled.elapsed());
+
+    let (client, other, target) = (&pods[0], &pods[1], &pods[2]);
+    assert!(
+        wget_ok(control, &other.name, &target.ip),
+        "before any policy"
+    );
+    control.kubectl_apply(CLIENTS_ONLY);
+    let mut probes = 0;
+    assert!(
+        wait_until(PROPAGATE, || {
+            probes += 1;
+            !wget_ok(control, &other.name, &target.ip)
+        }),
+        "{} still reaches {} under the policy",
+        other.name,
+        target.name
+    );
+    eprintln!("the policy denied probe {probes} after kubectl returned (each takes up to 3 s)");
+    assert!(
+        !kubectl_exec(
+            control,
+            &other.name,
+            &["ping", "-c", "1", "-W", "2", &target.ip]
+        )
+        .status
+        .success(),
+        "ping is not in the policy's ports"
+    );
+    control.kubectl_ok(&["label", "pod", &client.name, "client=yes"]);
+    assert!(
+        wait_until(PROPAGATE, || wget_ok(control, &client.name, &target.ip)),
+        "the labelled client {} does not reach {}",
+        client.name,
+        target.name
+    );
+    // The client is a target too: the others do not reach it.
+    assert!(!wget_ok(control, &other.name, &client.ip));
+}
+
 fn daemonset_ready(control: &ControlPlane) -> u64 {
     let ds = json_of(
         control,
@@ -390,15 +500,42 @@ fn manifest_on_three_kubelet_nodes() {
         "{url} answered from {answered:?}, not {backends:?}"
     );
 
-    eprintln!("a deleted pod's attachment goes (DEL)");
+    policy_on_the_nodes(&control, &nodes, &pods);
+
+    eprintln!("a deleted pod's attachment goes (DEL); its replacement's ADD waits for policy");
     let (gone, node) = (&pods[2], &nodes[2]);
     let sandbox = sandbox_of(node).expect("node3's pod in libcni's cache");
+    let admitted_before = admissions(node);
     control.kubectl_ok(&["delete", "pod", &gone.name, "--wait=true"]);
     // The Deployment's replacement can only go to node3: one attachment there again.
+    let mut replacement = None;
     let replaced = wait_until(SETTLE, || {
-        running_pods(&control).len() == 3 && sandbox_of(node).is_some_and(|s| s != sandbox)
+        replacement = running_pods(&control)
+            .into_iter()
+            .find(|p| p.node == node.name && p.name != gone.name);
+        replacement.is_some() && sandbox_of(node).is_some_and(|s| s != sandbox)
     });
     assert!(replaced, "no replacement pod on {}", node.name);
+    let new = replacement.expect("the replacement pod");
+    // The chain's last step asked node3's agent, and returned once a commit covered the pod:
+    // the policy isolates it from its first packet.
+    assert!(
+        admissions(node) > admitted_before,
+        "node3's agent admitted no pod at ADD:\n{}",
+        metrics_of(node)
+    );
+    assert!(
+        !wget_ok(&control, &pods[1].name, &new.ip),
+        "{} reached the new pod {} before the policy did",
+        pods[1].name,
+        new.ip
+    );
+    assert!(
+        wait_until(PROPAGATE, || wget_ok(&control, &pods[0].name, &new.ip)),
+        "the client {} does not reach the new pod {}",
+        pods[0].name,
+        new.ip
+    );
     node.host()
         .assert_attachment_gone("cbr0", &gone.ip, &sandbox, 1);
     assert!(

@@ -63,6 +63,9 @@ pub struct Figures {
     pub targets: AtomicU64,
     pub sets: AtomicU64,
     pub elements: AtomicU64,
+    /// The CNI chain's ADD-time requests, answered: covered by a commit, or refused.
+    pub admitted: AtomicU64,
+    pub admissions_refused: AtomicU64,
 }
 
 impl Figures {
@@ -114,6 +117,21 @@ impl Figures {
                 (
                     metrics::label("state", "refused"),
                     self.refused.load(Ordering::Relaxed).to_string(),
+                ),
+            ],
+        );
+        out.family(
+            "ferrocni_agent_policy_admissions_total",
+            "counter",
+            "Pods the CNI chain asked about at ADD, by result: admitted (a commit covers their addresses) or refused (unknown pod, or no commit in time; the runtime retries the ADD).",
+            &[
+                (
+                    metrics::label("result", "admitted"),
+                    self.admitted.load(Ordering::Relaxed).to_string(),
+                ),
+                (
+                    metrics::label("result", "refused"),
+                    self.admissions_refused.load(Ordering::Relaxed).to_string(),
                 ),
             ],
         );
@@ -264,7 +282,12 @@ pub struct Admission {
 }
 
 impl Admission {
-    fn answer(self, result: Result<(), String>) {
+    fn answer(self, figures: &Figures, result: Result<(), String>) {
+        let count = match result {
+            Ok(()) => &figures.admitted,
+            Err(_) => &figures.admissions_refused,
+        };
+        count.fetch_add(1, Ordering::Relaxed);
         // The asker may have given up; nothing to do then.
         let _ = self.reply.send(result);
     }
@@ -336,7 +359,7 @@ pub async fn run<D: Dataplane>(
                 commit(&mut enforcer, &mut dirty, &mut uncommitted);
             } else {
                 for a in uncommitted.drain(..) {
-                    a.answer(Ok(()));
+                    a.answer(&enforcer.figures, Ok(()));
                 }
             }
         }
@@ -349,7 +372,7 @@ pub async fn run<D: Dataplane>(
                 "pod {} is not known to the agent (not in the API, or its watch lags)",
                 a.key
             );
-            a.answer(Err(why));
+            a.answer(&enforcer.figures, Err(why));
         }
         let (late, waiting): (Vec<Admission>, Vec<Admission>) =
             uncommitted.drain(..).partition(|a| a.deadline <= now);
@@ -361,7 +384,7 @@ pub async fn run<D: Dataplane>(
                 "the agent has not listed the cluster yet"
             };
             let why = format!("pod {}: {why}", a.key);
-            a.answer(Err(why));
+            a.answer(&enforcer.figures, Err(why));
         }
     }
 }
@@ -376,7 +399,7 @@ fn commit<D: Dataplane>(
         Ok(s) => {
             *dirty = false;
             for a in uncommitted.drain(..) {
-                a.answer(Ok(()));
+                a.answer(&enforcer.figures, Ok(()));
             }
             let what = if s.full {
                 "wrote the table"
@@ -537,13 +560,11 @@ mod tests {
         let (admissions, admissions_rx) = unbounded();
         let local = tokio::task::LocalSet::new();
         let plans = plane.0.clone();
+        let enforcer = Enforcer::new("n1", plane);
+        let figures = enforcer.figures.clone();
         local
             .run_until(async move {
-                tokio::task::spawn_local(run(
-                    Enforcer::new("n1", plane),
-                    updates_rx,
-                    admissions_rx,
-                ));
+                tokio::task::spawn_local(run(enforcer, updates_rx, admissions_rx));
                 let admit = |name: &str| {
                     let (reply, answer) = oneshot::channel();
                     admissions
@@ -574,6 +595,14 @@ mod tests {
                 let unknown = admit("ghost");
                 let answer = unknown.await.unwrap();
                 assert!(answer.unwrap_err().contains("prod/ghost is not known"));
+                let counted = |c: &AtomicU64| c.load(Ordering::Relaxed);
+                assert_eq!(
+                    (
+                        counted(&figures.admitted),
+                        counted(&figures.admissions_refused)
+                    ),
+                    (1, 1)
+                );
             })
             .await;
     }
