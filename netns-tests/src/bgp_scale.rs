@@ -564,6 +564,7 @@ impl Speaker {
         let sessions = Sessions {
             mesh: Vec::new(),
             peers: vec![Peer::new(Underlay::switch_ip().parse().ok()?, AS_NUMBER)],
+            ..Sessions::default()
         };
         let log = dir.join("bird.log");
         let text = render(&BirdConfig {

@@ -22,6 +22,7 @@ use super::blackhole;
 use super::control::{self, Control};
 use super::error::BgpError;
 use super::metrics::{self, Counters, Family};
+use super::node_as::mesh_remote_as;
 use super::options::{merge_peers, BgpOptions, NodeSettings, Peer};
 use super::origin::LeaseRoute;
 use super::render::{render, BirdConfig};
@@ -105,6 +106,8 @@ impl Report {
 struct Settings {
     opts: BgpOptions,
     node: NodeInfo,
+    /// This node's AS: `--bgp-as`, else the network's `ASNumber`.
+    node_as: u32,
     /// The network's `Peers` and the node's `--bgp-peers`, merged.
     peers: Vec<Peer>,
     binary: PathBuf,
@@ -148,12 +151,14 @@ impl Bgp {
     /// network's) and starts the watcher; BIRD itself starts at the first [`Bgp::apply`].
     pub fn new(opts: BgpOptions, settings: NodeSettings, node: NodeInfo) -> Result<Bgp, BgpError> {
         let peers = merge_peers(&opts.peers, &settings.peers)?;
+        let node_as = settings.as_number.unwrap_or(opts.as_number);
         let binary = bird::find_binary(&settings.bird_binary)?;
         let paths = Paths::new(&settings.dir)?;
         let shared = Arc::new(Shared {
             settings: Settings {
                 opts,
                 node,
+                node_as,
                 peers,
                 binary,
                 paths,
@@ -200,7 +205,8 @@ impl Bgp {
 
     /// Makes BIRD run with the configuration for `own_subnet`, the mesh `mesh_peers` (the
     /// other nodes' `PublicIP`s; ignored without `NodeToNodeMesh`) and the other nodes'
-    /// `leases` (the only routes BIRD imports, whoever announces them). Blocking: a first start
+    /// `leases` (the only routes BIRD imports, whoever announces them; their AS is also the
+    /// remote AS of the mesh session with their node). Blocking: a first start
     /// waits for BIRD's control socket, a reconfiguration for BIRD's answer.
     pub fn apply(
         &self,
@@ -218,10 +224,11 @@ impl Bgp {
             )));
         }
         let mesh = s.opts.node_to_node_mesh.then_some(mesh_peers);
-        let sessions = Sessions::new(s.node.public_ip, mesh, &s.peers);
+        let mut sessions = Sessions::new(s.node.public_ip, mesh, &s.peers);
+        sessions.mesh_as = mesh_remote_as(&sessions.mesh, leases, s.node_as);
         let text = render(&BirdConfig {
             router_id: s.node.public_ip,
-            as_number: s.opts.as_number,
+            as_number: s.node_as,
             own_subnet,
             network: s.node.network,
             sessions: &sessions,
@@ -582,6 +589,7 @@ mod tests {
         let sessions = Sessions {
             mesh: vec![ip("10.0.0.2"), ip("10.0.0.4")],
             peers: vec![],
+            ..Default::default()
         };
         let mut r = Report {
             action: Action::Reconfigured,
@@ -610,10 +618,12 @@ mod tests {
         let old = Sessions {
             mesh: vec![ip("10.0.0.2"), ip("10.0.0.3")],
             peers: vec![],
+            ..Default::default()
         };
         let new = Sessions {
             mesh: vec![ip("10.0.0.3")],
             peers: vec![Peer::new(ip("192.0.2.1"), 1)],
+            ..Sessions::default()
         };
         assert_eq!(
             diff(&old, &new),
@@ -646,6 +656,7 @@ mod tests {
             bird_binary: "/bin/true".into(),
             dir: dir.clone(),
             peers: vec![],
+            ..Default::default()
         };
         let bgp = Bgp::new(BgpOptions::default(), settings, node).unwrap();
         for subnet in ["10.245.1.0/24", "10.0.0.0/8"] {
@@ -676,6 +687,7 @@ mod tests {
             bird_binary: "/bin/true".into(),
             dir: dir.clone(),
             peers: vec![],
+            ..Default::default()
         };
         let node = NodeInfo {
             public_ip: ip("172.31.250.1"),

@@ -8,6 +8,8 @@
 //! - [`options`]: the `Backend` object (`ASNumber`, `NodeToNodeMesh`, `Peers`,
 //!   `GracefulRestart`, `GracefulRestartTime`, `KeepaliveTime`, `HoldTime`, `BFD`) and the
 //!   node flags (`--bgp-peers`, `--bird-binary`, `--bgp-dir`);
+//! - [`node_as`]: an AS per node: `--bgp-as`, the lease's `{"ASNumber": N}`, and the other
+//!   nodes' AS read from their leases (eBGP mesh sessions, origin validation);
 //! - [`secret`]: peer passwords, which only BIRD's configuration file ever shows;
 //! - [`sessions`]: which BGP sessions the node runs, and their BIRD protocol names;
 //! - [`origin`]: origin validation, the import filter's rules from the other nodes' leases;
@@ -23,7 +25,7 @@
 //!   every other `"BackendType":"bgp"` lease (its `PublicIP` and subnet).
 //!
 //! This node's lease is `{"PublicIP": …, "PublicIPv6": null, "BackendType": "bgp"}`
-//! ([`BACKEND_TYPE`], no backend data); pods' MTU is the underlay's ([`MTU_OVERHEAD`] = 0). On
+//! ([`BACKEND_TYPE`]; `"BackendData": {"ASNumber": N}` when `--bgp-as` gives it an AS); pods' MTU is the underlay's ([`MTU_OVERHEAD`] = 0). On
 //! SIGTERM BIRD stops for a graceful restart: routes stay, the next agent's BIRD takes over.
 //! BIRD never removes its kernel routes (`persist`): the agent does, in [`Bgp::shutdown`].
 
@@ -33,6 +35,7 @@ pub mod control;
 pub mod driver;
 pub mod error;
 pub mod metrics;
+pub mod node_as;
 pub mod options;
 pub mod origin;
 pub mod plane;

@@ -1,7 +1,7 @@
 //! The bgp backend's options: the network config's `Backend` object (`"Type": "bgp"`), decoded
 //! with Go's leniency (keys match case-insensitively, `null` is no value) but strict about what
 //! it holds: an unknown key or an unusable value is refused, naming the option. And the per-node
-//! command-line flags (`--bgp-peers`, `--bird-binary`, `--bgp-dir`).
+//! command-line flags (`--bgp-as`, `--bgp-peers`, `--bird-binary`, `--bgp-dir`).
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
@@ -11,6 +11,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use super::error::BgpError;
+use super::node_as::NODE_AS;
 use super::secret::{read_password_file, Secret};
 use crate::backend::flag::Flag;
 
@@ -18,6 +19,9 @@ use crate::backend::flag::Flag;
 pub const DEFAULT_AS_NUMBER: u32 = 64512;
 /// BIRD's and RFC 4724's usual restart time.
 pub const DEFAULT_GRACEFUL_RESTART_TIME: u16 = 120;
+/// How often a peer's routes may hold this node's AS (`NumAllowedLocalASNumbers`); a path
+/// holding it more often than a rack or two of nodes could add is a loop.
+pub const MAX_ALLOWED_LOCAL_AS: u32 = 10;
 /// The restart time travels in 12 bits of the graceful restart capability.
 pub const MAX_GRACEFUL_RESTART_TIME: u16 = 4095;
 /// Linux's TCP MD5 key limit (TCP_MD5SIG_MAXKEYLEN).
@@ -56,17 +60,21 @@ pub const DIR: Flag = Flag {
 /// starts (a bad value stops a bgp node only).
 pub const PEERS: Flag = Flag {
     name: "--bgp-peers",
-    value: "IP:AS[:@FILE][,...]",
+    value: "IP:AS[:allow-local-as=N][:@FILE][,...]",
     help: &[
         "BGP peers of this node only, on top of the network's Peers (a",
-        "rack's top-of-rack router); @FILE: the TCP MD5 password's file",
+        "rack's top-of-rack router); allow-local-as=N: the peer's",
+        "NumAllowedLocalASNumbers; @FILE: the TCP MD5 password's file",
     ],
     default: None,
     check: Flag::any_value,
 };
 
 /// The bgp backend's agent flags.
-pub const FLAGS: &[Flag] = &[BIRD_BINARY, DIR, PEERS];
+pub const FLAGS: &[Flag] = &[BIRD_BINARY, DIR, PEERS, NODE_AS];
+
+/// The field of a `--bgp-peers` entry giving its `NumAllowedLocalASNumbers`.
+const ALLOW_LOCAL_AS_FIELD: &str = "allow-local-as=";
 
 /// The keys of the `Backend` object (`Type` is the backend's name).
 const OPTIONS: &[&str] = &[
@@ -88,6 +96,7 @@ const PEER_FIELDS: &[&str] = &[
     "KeepaliveTime",
     "HoldTime",
     "BFD",
+    "NumAllowedLocalASNumbers",
 ];
 
 /// A session's BGP timers, in seconds (BIRD's `keepalive time`, `hold time`); unset: BIRD's
@@ -110,6 +119,10 @@ pub struct Peer {
     pub timers: Timers,
     /// A BFD session beside the BGP one: a dead link drops the session within a second.
     pub bfd: bool,
+    /// `NumAllowedLocalASNumbers`: how often a route from this peer may hold this node's AS
+    /// in its path (BIRD's `allow local as`; 0: never, BGP's loop detection). Nodes sharing
+    /// an AS behind an eBGP router learn each other's subnets only with it.
+    pub allow_local_as: u32,
 }
 
 impl Peer {
@@ -121,6 +134,7 @@ impl Peer {
             password: None,
             timers: Timers::default(),
             bfd: false,
+            allow_local_as: 0,
         }
     }
 }
@@ -200,9 +214,11 @@ impl BgpOptions {
     }
 }
 
-/// The value of `--bgp-peers`: `IP:AS[:@FILE][,...]`, this node's own peers (a rack's
-/// router), `@FILE` naming a file that holds the peer's TCP MD5 password (never the password
-/// itself: a command line is visible to every user in `ps`). Empty means none.
+/// The value of `--bgp-peers`: `IP:AS[:allow-local-as=N][:@FILE][,...]`, this node's own
+/// peers (a rack's router), `allow-local-as=N` the peer's `NumAllowedLocalASNumbers`, `@FILE`
+/// naming a file that holds the peer's TCP MD5 password (never the password itself: a command
+/// line is visible to every user in `ps`; the path may hold `:`, so it comes last). Empty
+/// means none.
 pub fn parse_peers_flag(value: &str) -> Result<Vec<Peer>, BgpError> {
     let flag = "--bgp-peers";
     let mut out: Vec<Peer> = Vec::new();
@@ -210,13 +226,26 @@ pub fn parse_peers_flag(value: &str) -> Result<Vec<Peer>, BgpError> {
         let (ip, rest) = item.split_once(':').ok_or_else(|| {
             BgpError::option(
                 flag,
-                format!("entry {item:?} is not IP:AS[:@FILE] (192.0.2.1:64512)"),
+                format!("entry {item:?} is not IP:AS[:allow-local-as=N][:@FILE] (192.0.2.1:64512)"),
             )
         })?;
-        let (asn, file) = match rest.split_once(':') {
+        let (asn, mut file) = match rest.split_once(':') {
             Some((asn, file)) => (asn, Some(file.trim())),
             None => (rest, None),
         };
+        let mut allow_local_as = 0;
+        if let Some(n) = file.and_then(|f| f.strip_prefix(ALLOW_LOCAL_AS_FIELD)) {
+            let (n, after) = match n.split_once(':') {
+                Some((n, after)) => (n, Some(after.trim())),
+                None => (n, None),
+            };
+            let option = format!("{flag} entry {}", ip.trim());
+            let n = n.trim().parse::<u32>().map_err(|_| {
+                BgpError::option(&option, format!("allow-local-as={n:?} is not a number"))
+            })?;
+            allow_local_as = allowed_local_as(&option, n)?;
+            file = after;
+        }
         let ip = peer_ip(flag, ip.trim())?;
         let asn = asn.trim().parse::<u32>().map_err(|_| {
             BgpError::option(flag, format!("entry {ip}: {asn:?} is not an AS number"))
@@ -225,13 +254,21 @@ pub fn parse_peers_flag(value: &str) -> Result<Vec<Peer>, BgpError> {
         if out.iter().any(|p| p.ip == ip) {
             return Err(BgpError::option(flag, format!("lists {ip} twice")));
         }
-        let mut peer = Peer::new(ip, as_number);
+        let mut peer = Peer {
+            allow_local_as,
+            ..Peer::new(ip, as_number)
+        };
         if let Some(file) = file {
             // Only a file: the entry is not quoted here, it may be a password.
             let path = file.strip_prefix('@').filter(|p| !p.is_empty()).ok_or_else(|| {
+                let expected = if allow_local_as > 0 {
+                    "the fourth field must be @FILE, the password's file"
+                } else {
+                    "the third field must be @FILE, the password's file, or allow-local-as=N"
+                };
                 BgpError::option(
                     flag,
-                    format!("entry {ip}: the third field must be @FILE, the password's file (a password is never given on the command line)"),
+                    format!("entry {ip}: {expected} (a password is never given on the command line)"),
                 )
             })?;
             let at = format!("{flag} entry {ip}");
@@ -244,7 +281,8 @@ pub fn parse_peers_flag(value: &str) -> Result<Vec<Peer>, BgpError> {
 
 /// The peers of this node: the network's `Peers` and its `--bgp-peers`. A flag entry for an
 /// address the network lists replaces that entry's AS and keeps its timers and BFD (the flag
-/// has no syntax for them) and its password when the flag gives none; two different
+/// has no syntax for them), and its password and `NumAllowedLocalASNumbers` when the flag
+/// gives none; two different
 /// passwords for one peer are refused (which one the router expects is not for us to guess).
 pub fn merge_peers(network: &[Peer], node: &[Peer]) -> Result<Vec<Peer>, BgpError> {
     let mut out: Vec<Peer> = network.to_vec();
@@ -267,6 +305,9 @@ pub fn merge_peers(network: &[Peer], node: &[Peer]) -> Result<Vec<Peer>, BgpErro
         };
         known.as_number = p.as_number;
         known.password = password;
+        if p.allow_local_as > 0 {
+            known.allow_local_as = p.allow_local_as;
+        }
     }
     Ok(out)
 }
@@ -281,6 +322,8 @@ pub struct NodeSettings {
     /// `--bgp-peers`: peers of this node only, on top of the network's `Peers` (an entry here
     /// is merged with a network-wide one for the same address: [`merge_peers`]).
     pub peers: Vec<Peer>,
+    /// `--bgp-as`: this node's AS, instead of the network's `Backend.ASNumber`.
+    pub as_number: Option<u32>,
 }
 
 impl Default for NodeSettings {
@@ -289,6 +332,7 @@ impl Default for NodeSettings {
             bird_binary: DEFAULT_BIRD_BINARY.into(),
             dir: DEFAULT_DIR.into(),
             peers: Vec::new(),
+            as_number: None,
         }
     }
 }
@@ -384,9 +428,23 @@ fn peers(list: &Value, cluster_as: u32) -> Result<Vec<Peer>, BgpError> {
         peer.password = password(obj, &at)?;
         peer.timers = timers(obj, &at)?;
         peer.bfd = field::<bool>(obj, &at, "BFD")?.unwrap_or(false);
+        if let Some(n) = field::<u32>(obj, &at, "NumAllowedLocalASNumbers")? {
+            peer.allow_local_as = allowed_local_as(&format!("{at}.NumAllowedLocalASNumbers"), n)?;
+        }
         out.push(peer);
     }
     Ok(out)
+}
+
+/// `NumAllowedLocalASNumbers`: 0 (BGP's loop detection) to [`MAX_ALLOWED_LOCAL_AS`].
+fn allowed_local_as(option: &str, n: u32) -> Result<u32, BgpError> {
+    if n > MAX_ALLOWED_LOCAL_AS {
+        return Err(BgpError::option(
+            option,
+            format!("{n} is outside 0..{MAX_ALLOWED_LOCAL_AS}"),
+        ));
+    }
+    Ok(n)
 }
 
 /// A peer's `Password` or `PasswordFile` (not both); an empty one is none.
@@ -514,7 +572,7 @@ mod tests {
             r#"{"Type":"bgp","ASNumber":65001,"NodeToNodeMesh":false,"GracefulRestart":false,
                 "GracefulRestartTime":30,"KeepaliveTime":1,"HoldTime":3,"BFD":true,"Peers":[
                   {"PeerIP":"192.0.2.1","ASNumber":65000,"Password":"s3cret","BFD":true,
-                   "KeepaliveTime":2,"HoldTime":9},
+                   "KeepaliveTime":2,"HoldTime":9,"NumAllowedLocalASNumbers":1},
                   {"PeerIP":"192.0.2.2","HoldTime":0},
                   {"PeerIP":"192.0.2.3","Password":""}]}"#,
         )
@@ -527,6 +585,7 @@ mod tests {
                 hold_time: Some(9),
             },
             bfd: true,
+            allow_local_as: 1,
             ..Peer::new(ip("192.0.2.1"), 65000)
         };
         // No ASNumber: iBGP, the cluster's AS.
@@ -622,7 +681,7 @@ mod tests {
         for (value, needle) in [
             (
                 "192.0.2.1:1:inline".to_string(),
-                "\"--bgp-peers\" entry 192.0.2.1: the third field must be @FILE",
+                "\"--bgp-peers\" entry 192.0.2.1: the third field must be @FILE, the password's file, or allow-local-as=N (a password",
             ),
             ("192.0.2.1:1:@".to_string(), "the third field must be @FILE"),
             (
@@ -691,13 +750,14 @@ mod tests {
         // Keys fold, null is no value, the exact key wins over a folded one.
         let o = parse(
             r#"{"type":"bgp","asnumber":65010,"ASNumber":65011,"nodetonodemesh":null,
-                "peers":[{"peerip":"192.0.2.9","asNumber":65020}]}"#,
+                "peers":[{"peerip":"192.0.2.9","asNumber":65020,"numallowedlocalasnumbers":2}]}"#,
         )
         .unwrap();
         assert_eq!(o.as_number, 65011);
         assert!(o.node_to_node_mesh);
         assert_eq!(o.peers[0].ip, "192.0.2.9".parse::<Ipv4Addr>().unwrap());
         assert_eq!(o.peers[0].as_number, 65020);
+        assert_eq!(o.peers[0].allow_local_as, 2);
         assert_eq!(
             parse(r#"{"Type":"bgp","Peers":null}"#).unwrap().peers,
             vec![]
@@ -724,7 +784,7 @@ mod tests {
             (r#"{"Type":"bgp","Peers":[{"PeerIP":"0.0.0.0"}]}"#, "0.0.0.0 cannot be a BGP peer"),
             (r#"{"Type":"bgp","Peers":[{"PeerIP":"192.0.2.1"},{"PeerIP":"192.0.2.1"}]}"#, "\"Backend.Peers[1].PeerIP\" 192.0.2.1 is listed twice"),
             (r#"{"Type":"bgp","Peers":[{"PeerIP":"192.0.2.1","ASNumber":0}]}"#, "\"Backend.Peers[0].ASNumber\" 0 is outside"),
-            (r#"{"Type":"bgp","Peers":[{"PeerIP":"192.0.2.1","Port":179}]}"#, "\"Backend.Peers[0].Port\" is not a field of a bgp peer (it takes PeerIP, ASNumber, Password, PasswordFile, KeepaliveTime, HoldTime, BFD)"),
+            (r#"{"Type":"bgp","Peers":[{"PeerIP":"192.0.2.1","Port":179}]}"#, "\"Backend.Peers[0].Port\" is not a field of a bgp peer (it takes PeerIP, ASNumber, Password, PasswordFile, KeepaliveTime, HoldTime, BFD, NumAllowedLocalASNumbers)"),
             (r#"{"Type":"bgp","Peers":[{"PeerIP":"192.0.2.1","Password":"a\"b"}]}"#, "\"Backend.Peers[0].Password\" may not hold a double quote"),
             (r#"{"Type":"bgp","Peers":[{"PeerIP":"192.0.2.1","Password":"a\nb"}]}"#, "\"Backend.Peers[0].Password\" may not hold"),
             (r#"{"Type":"bgp","Peers":[{"PeerIP":"192.0.2.1","Password":7}]}"#, "\"Backend.Peers[0].Password\" cannot be decoded"),
@@ -740,6 +800,10 @@ mod tests {
             (r#"{"Type":"bgp","Peers":[{"PeerIP":"192.0.2.1","KeepaliveTime":10,"HoldTime":9}]}"#, "\"Backend.Peers[0].KeepaliveTime\" 10 s is not shorter than the hold time (9 s)"),
             (r#"{"Type":"bgp","Peers":[{"PeerIP":"192.0.2.1","BFD":1}]}"#, "\"Backend.Peers[0].BFD\" cannot be decoded"),
             (r#"{"Type":"bgp","Peers":[{"PeerIP":"192.0.2.1","PasswordFile":5}]}"#, "\"Backend.Peers[0].PasswordFile\" cannot be decoded"),
+            (r#"{"Type":"bgp","Peers":[{"PeerIP":"192.0.2.1","NumAllowedLocalASNumbers":11}]}"#, "\"Backend.Peers[0].NumAllowedLocalASNumbers\" 11 is outside 0..10"),
+            (r#"{"Type":"bgp","Peers":[{"PeerIP":"192.0.2.1","NumAllowedLocalASNumbers":-1}]}"#, "\"Backend.Peers[0].NumAllowedLocalASNumbers\" cannot be decoded"),
+            (r#"{"Type":"bgp","Peers":[{"PeerIP":"192.0.2.1","NumAllowedLocalASNumbers":"1"}]}"#, "\"Backend.Peers[0].NumAllowedLocalASNumbers\" cannot be decoded"),
+            (r#"{"Type":"bgp","Peers":[{"PeerIP":"192.0.2.1","AllowedLocalAS":1}]}"#, "\"Backend.Peers[0].AllowedLocalAS\" is not a field of a bgp peer (it takes PeerIP, ASNumber, Password, PasswordFile, KeepaliveTime, HoldTime, BFD, NumAllowedLocalASNumbers)"),
         ] {
             let e = err(json);
             assert!(e.contains(needle), "{json}: {e}");
@@ -752,6 +816,41 @@ mod tests {
         let v = libcni::gojson::parse(br#"{"Type":"bgp"}"#).unwrap();
         let e = BgpOptions::parse(v.as_object().unwrap(), true).unwrap_err();
         assert!(e.to_string().contains("\"EnableIPv6\""), "{e}");
+    }
+
+    /// `allow-local-as=N` before the optional `@FILE` (whose path may hold `:`), merged with
+    /// the network's `NumAllowedLocalASNumbers` as the password is.
+    #[test]
+    fn peers_flag_allow_local_as() {
+        let dir = std::env::temp_dir().join(format!("bgp-options-allow-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("tor:md5");
+        std::fs::write(&file, "k").unwrap();
+        let ip = |s: &str| s.parse::<Ipv4Addr>().unwrap();
+        let peers = parse_peers_flag(&format!(
+            "192.0.2.1:65100:allow-local-as=1, 192.0.2.2:65100:allow-local-as=2:@{}",
+            file.display()
+        ))
+        .unwrap();
+        assert_eq!(
+            peers[0],
+            Peer {
+                allow_local_as: 1,
+                ..Peer::new(ip("192.0.2.1"), 65100)
+            }
+        );
+        assert_eq!(peers[1].allow_local_as, 2);
+        assert_eq!(peers[1].password, Some(Secret::new("k")));
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        let network = vec![Peer {
+            allow_local_as: 3,
+            ..Peer::new(ip("192.0.2.1"), 65100)
+        }];
+        let merged = merge_peers(&network, &[Peer::new(ip("192.0.2.1"), 65101)]).unwrap();
+        assert_eq!(merged[0].allow_local_as, 3);
+        let merged = merge_peers(&network, &peers[..1]).unwrap();
+        assert_eq!(merged[0].allow_local_as, 1);
     }
 
     #[test]
@@ -773,6 +872,18 @@ mod tests {
             ("192.0.2.1:0", "0 is outside"),
             ("host:1", "\"host\" is not an IPv4 address"),
             ("192.0.2.1:1,192.0.2.1:2", "lists 192.0.2.1 twice"),
+            (
+                "192.0.2.1:1:allow-local-as=x",
+                "\"--bgp-peers entry 192.0.2.1\" allow-local-as=\"x\" is not a number",
+            ),
+            (
+                "192.0.2.1:1:allow-local-as=11",
+                "\"--bgp-peers entry 192.0.2.1\" 11 is outside 0..10",
+            ),
+            (
+                "192.0.2.1:1:allow-local-as=1:pw",
+                "\"--bgp-peers\" entry 192.0.2.1: the fourth field must be @FILE",
+            ),
         ] {
             let e = parse_peers_flag(value).unwrap_err().to_string();
             assert!(e.contains(needle), "{value}: {e}");

@@ -26,8 +26,8 @@ pub struct LeaseRoute {
     pub subnet: Ipv4Network,
     /// The lease's `PublicIP`: the next hop the node announces its subnet with.
     pub next_hop: Ipv4Addr,
-    /// The AS the node's announcements originate in: the cluster's today (one AS per cluster);
-    /// a per-node AS fills this field.
+    /// The AS the node's announcements originate in: the one its lease names (`--bgp-as`),
+    /// else the cluster's.
     pub origin_as: u32,
 }
 

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use super::driver::{Bgp, NodeInfo};
 use super::error::BgpError;
+use super::node_as::{self, lease_as, parse_node_as};
 use super::options::{self, parse_peers_flag, BgpOptions, NodeSettings};
 use super::origin::LeaseRoute;
 use super::{BACKEND_TYPE, MTU_OVERHEAD};
@@ -89,11 +90,13 @@ impl Backend for BgpOptions {
         MTU_OVERHEAD
     }
 
-    /// Another bgp lease; its `PublicIP` becomes a BGP neighbour, so it must be one.
+    /// Another bgp lease; its `PublicIP` becomes a BGP neighbour, so it must be one, and its
+    /// `BackendData` names its node's AS or nothing.
     fn check_peer(&self, attrs: &LeaseAttrs) -> Result<(), Refusal> {
         if attrs.backend_type != BACKEND_TYPE {
             return Err(Refusal::OtherBackend);
         }
+        lease_as(attrs.backend_data.as_ref()).map_err(Refusal::Invalid)?;
         let ip = attrs.public_ip;
         if ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() || ip.is_loopback() {
             return Err(Refusal::Invalid(format!(
@@ -113,7 +116,22 @@ impl Backend for BgpOptions {
                 .map_or(defaults.bird_binary, PathBuf::from),
             dir: node.flag(&options::DIR).map_or(defaults.dir, PathBuf::from),
             peers: parse_peers_flag(node.flag(&options::PEERS).unwrap_or_default())?,
+            as_number: node
+                .flag(&node_as::NODE_AS)
+                .map(|v| {
+                    parse_node_as(v).map_err(|why| {
+                        BgpError::option(node_as::NODE_AS.name, format!("{v:?} {why}"))
+                    })
+                })
+                .transpose()?,
         };
+        if let Some(n) = settings.as_number {
+            log!(
+                "bgp: this node is in AS {n} (--bgp-as; the network's ASNumber is {})",
+                self.as_number
+            );
+        }
+        let node_as = settings.as_number;
         let learns = self.node_to_node_mesh || !self.peers.is_empty() || !settings.peers.is_empty();
         if !learns {
             warn!("bgp: NodeToNodeMesh is off and no Peers nor --bgp-peers are given: this node announces its subnet to nobody and learns no route");
@@ -132,6 +150,7 @@ impl Backend for BgpOptions {
         Ok(Box::new(BgpPlane {
             bgp,
             as_number: self.as_number,
+            node_as,
             learns,
             public_ip: node.public_ip,
             iface: node.iface(),
@@ -139,13 +158,14 @@ impl Backend for BgpOptions {
     }
 }
 
-/// This node's lease value: no backend data (the `PublicIP` is the next hop).
-pub fn lease_attrs(public_ip: Ipv4Addr) -> LeaseAttrs {
+/// This node's lease value (the `PublicIP` is the next hop): no backend data, or the node's
+/// own AS (`--bgp-as`) as `{"ASNumber": N}`.
+pub fn lease_attrs(public_ip: Ipv4Addr, node_as: Option<u32>) -> LeaseAttrs {
     LeaseAttrs {
         public_ip,
         public_ipv6: None,
         backend_type: BACKEND_TYPE.into(),
-        backend_data: None,
+        backend_data: node_as::lease_data(node_as),
         backend_v6_data: None,
     }
 }
@@ -163,12 +183,12 @@ pub fn mesh_members(own: &SubnetKey, own_ip: Ipv4Addr, peers: &[Peer]) -> Vec<Ip
 }
 
 /// The other nodes' leases, as the import filter checks routes against them (never ours, nor
-/// one claiming our address). `as_number`: the cluster's AS, every node's today.
+/// one claiming our address), each in the AS its `BackendData` names, else `cluster_as`.
 pub fn lease_routes(
     own: &SubnetKey,
     own_ip: Ipv4Addr,
     peers: &[Peer],
-    as_number: u32,
+    cluster_as: u32,
 ) -> Vec<LeaseRoute> {
     let mut v: Vec<LeaseRoute> = peers
         .iter()
@@ -176,7 +196,11 @@ pub fn lease_routes(
         .map(|p| LeaseRoute {
             subnet: p.key.v4,
             next_hop: p.attrs.public_ip,
-            origin_as: as_number,
+            // Leases with unusable data were refused (`check_peer`) before they got here.
+            origin_as: lease_as(p.attrs.backend_data.as_ref())
+                .ok()
+                .flatten()
+                .unwrap_or(cluster_as),
         })
         .collect();
     v.sort_unstable();
@@ -187,8 +211,10 @@ pub fn lease_routes(
 /// The bgp backend on this node.
 pub struct BgpPlane {
     bgp: Bgp,
-    /// The cluster's AS: the origin of every node's subnet.
+    /// The cluster's AS: the origin of the subnet of every node whose lease names no AS.
     as_number: u32,
+    /// `--bgp-as`: this node's own AS, published in its lease.
+    node_as: Option<u32>,
     /// Whether the node has anyone to learn routes from (the mesh, or configured peers).
     learns: bool,
     public_ip: Ipv4Addr,
@@ -197,7 +223,7 @@ pub struct BgpPlane {
 
 impl DataPlane for BgpPlane {
     fn lease_attrs(&self, _key: &SubnetKey) -> LeaseAttrs {
-        lease_attrs(self.public_ip)
+        lease_attrs(self.public_ip, self.node_as)
     }
 
     fn reconcile(&mut self, own: &SubnetKey, peers: &[Peer]) -> Result<Pass, BackendError> {
@@ -273,8 +299,12 @@ mod tests {
         let opts = n.as_any().downcast_ref::<BgpOptions>().unwrap();
         assert_eq!(opts.peers[0].as_number, 65001);
         assert_eq!(
-            lease_attrs("192.168.1.5".parse().unwrap()).to_json(),
+            lease_attrs("192.168.1.5".parse().unwrap(), None).to_json(),
             r#"{"PublicIP":"192.168.1.5","PublicIPv6":null,"BackendType":"bgp"}"#
+        );
+        assert_eq!(
+            lease_attrs("192.168.1.5".parse().unwrap(), Some(65001)).to_json(),
+            r#"{"PublicIP":"192.168.1.5","PublicIPv6":null,"BackendType":"bgp","BackendData":{"ASNumber":65001}}"#
         );
         // The same options compare equal (a resync notices no change), others do not.
         let (_, again) = parse_config(
@@ -336,6 +366,26 @@ mod tests {
             Err(Refusal::OtherBackend)
         );
         assert_eq!(
+            b.check_peer(&attrs(
+                r#"{"PublicIP":"192.168.1.6","BackendType":"bgp","BackendData":{"ASNumber":65006}}"#
+            )),
+            Ok(())
+        );
+        assert_eq!(
+            b.check_peer(&attrs(
+                r#"{"PublicIP":"192.168.1.6","BackendType":"bgp","BackendData":null}"#
+            )),
+            Ok(())
+        );
+        assert_eq!(
+            b.check_peer(&attrs(
+                r#"{"PublicIP":"192.168.1.6","BackendType":"bgp","BackendData":{"ASNumber":0}}"#
+            )),
+            Err(Refusal::Invalid(
+                "BackendData.ASNumber 0 is outside 1..4294967294".into()
+            ))
+        );
+        assert_eq!(
             b.check_peer(&attrs(r#"{"PublicIP":"0.0.0.0","BackendType":"bgp"}"#)),
             Err(Refusal::Invalid(
                 "PublicIP 0.0.0.0 cannot be a BGP neighbour".into()
@@ -390,6 +440,61 @@ mod tests {
             vec![
                 "192.168.1.2".parse::<Ipv4Addr>().unwrap(),
                 "192.168.1.3".parse().unwrap()
+            ]
+        );
+    }
+
+    /// In kube mode the node's AS travels in the `backend-data` annotation, as flanneld's
+    /// backends' data does, and comes back as the same AS; a node without one publishes
+    /// `null`, the cluster's AS.
+    #[test]
+    fn node_as_in_the_kube_annotations() {
+        use crate::manager::kube::annotations::{Annotations, NodeFacts, DEFAULT_PREFIX};
+        let a = Annotations::new(DEFAULT_PREFIX).unwrap();
+        let node = |published: std::collections::BTreeMap<String, String>| NodeFacts {
+            name: "n2".into(),
+            created: 1,
+            pod_cidrs: vec!["10.244.2.0/24".into()],
+            annotations: published,
+        };
+        let empty = node(Default::default());
+        for (node_as, text) in [(Some(65002), r#"{"ASNumber":65002}"#), (None, "null")] {
+            let published = a.published(
+                &lease_attrs("192.168.1.2".parse().unwrap(), node_as),
+                &empty,
+            );
+            assert_eq!(published["flannel.alpha.coreos.com/backend-data"], text);
+            let lease = a.lease_of(&node(published), false).unwrap();
+            let attrs = lease.attrs.unwrap();
+            assert_eq!(lease_as(attrs.backend_data.as_ref()), Ok(node_as));
+        }
+    }
+
+    /// A lease naming its node's AS is checked against that AS; one naming none, against the
+    /// cluster's.
+    #[test]
+    fn each_lease_in_its_nodes_as() {
+        let own = SubnetKey::parse("10.244.1.0-24").unwrap();
+        let peers = [
+            peer(
+                "10.244.2.0-24",
+                r#"{"PublicIP":"192.168.1.2","BackendType":"bgp","BackendData":{"ASNumber":65002}}"#,
+            ),
+            peer(
+                "10.244.3.0-24",
+                r#"{"PublicIP":"192.168.1.3","BackendType":"bgp","BackendData":null}"#,
+            ),
+        ];
+        let leases = lease_routes(&own, "192.168.1.1".parse().unwrap(), &peers, 64512);
+        let origins: Vec<(String, u32)> = leases
+            .iter()
+            .map(|l| (l.subnet.to_string(), l.origin_as))
+            .collect();
+        assert_eq!(
+            origins,
+            vec![
+                ("10.244.2.0/24".to_string(), 65002),
+                ("10.244.3.0/24".to_string(), 64512)
             ]
         );
     }

@@ -73,6 +73,7 @@ pub const LOG_LIMIT_BYTES: u64 = 4 << 20;
 pub struct BirdConfig<'a> {
     /// This node's `PublicIP`: router ID, session source address and next hop.
     pub router_id: Ipv4Addr,
+    /// This node's AS (`--bgp-as`, else the network's `ASNumber`): every session's local AS.
     pub as_number: u32,
     pub own_subnet: Ipv4Network,
     /// The cluster `Network` (a node subnet's length is this node's, flannel's `SubnetLen`).
@@ -215,7 +216,8 @@ fn write_config(o: &mut String, c: &BirdConfig) -> std::fmt::Result {
             "protocol bgp {} from pods {{",
             protocol_name(SessionKind::Mesh, *ip)
         )?;
-        writeln!(o, "  neighbor {ip} as {};", c.as_number)?;
+        let remote_as = c.sessions.mesh_remote_as(*ip, c.as_number);
+        writeln!(o, "  neighbor {ip} as {remote_as};")?;
         write_failure_detection(o, &c.mesh_timers, c.mesh_bfd)?;
         if *ip > c.router_id {
             writeln!(
@@ -235,6 +237,9 @@ fn write_config(o: &mut String, c: &BirdConfig) -> std::fmt::Result {
         writeln!(o, "  neighbor {} as {};", p.ip, p.as_number)?;
         if let Some(password) = &p.password {
             writeln!(o, "  password \"{}\";", password.expose())?;
+        }
+        if p.allow_local_as > 0 {
+            writeln!(o, "  allow local as {};", p.allow_local_as)?;
         }
         write_failure_detection(o, &p.timers, p.bfd)?;
         writeln!(o, "}}")?;
@@ -268,6 +273,7 @@ pub(super) mod tests {
                 "172.31.250.1".parse().unwrap(),
                 "172.31.250.3".parse().unwrap(),
             ],
+            mesh_as: Default::default(),
             peers: vec![Peer {
                 password: Some(Secret::new("s3cret")),
                 ..Peer::new("192.0.2.1".parse().unwrap(), 65000)
@@ -406,6 +412,29 @@ pub(super) mod tests {
         let mut c = sample(&empty);
         c.mesh_bfd = true;
         assert!(!render(&c).contains("bfd"));
+    }
+
+    /// A mesh neighbour in another AS is an eBGP session (its AS, ours as local); a peer's
+    /// `NumAllowedLocalASNumbers` is BIRD's `allow local as`.
+    #[test]
+    fn per_node_as_and_allowed_local_as() {
+        let mut sessions = sample_sessions();
+        sessions
+            .mesh_as
+            .insert("172.31.250.3".parse().unwrap(), 65003);
+        sessions.peers[0].allow_local_as = 1;
+        let mut c = sample(&sessions);
+        c.as_number = 65002;
+        let text = render(&c);
+        for line in [
+            "  local 172.31.250.2 as 65002;",
+            "protocol bgp mesh_172_31_250_1 from pods {\n  neighbor 172.31.250.1 as 65002;\n}",
+            "protocol bgp mesh_172_31_250_3 from pods {\n  neighbor 172.31.250.3 as 65003;\n  passive on;",
+            "  neighbor 192.0.2.1 as 65000;\n  password \"s3cret\";\n  allow local as 1;\n}",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in:\n{text}");
+        }
+        assert!(!render(&sample(&sample_sessions())).contains("allow local as"));
     }
 
     #[test]

@@ -50,8 +50,11 @@ pub fn parse_protocol_name(name: &str) -> Option<(SessionKind, Ipv4Addr)> {
 /// The sessions of one node, in address order (so the same membership renders the same text).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Sessions {
-    /// Other nodes (iBGP in the cluster's AS).
+    /// Other nodes (iBGP in this node's AS, unless listed in `mesh_as`).
     pub mesh: Vec<Ipv4Addr>,
+    /// The AS of each mesh neighbour in another AS than this node's (an eBGP session; from
+    /// its lease: [`mesh_remote_as`](super::node_as::mesh_remote_as)).
+    pub mesh_as: BTreeMap<Ipv4Addr, u32>,
     /// External peers.
     pub peers: Vec<Peer>,
 }
@@ -78,8 +81,14 @@ impl Sessions {
         mesh.dedup();
         Sessions {
             mesh,
+            mesh_as: BTreeMap::new(),
             peers: peers.into_values().collect(),
         }
+    }
+
+    /// The remote AS of the mesh session with `ip`: its own when listed, else `node_as`.
+    pub fn mesh_remote_as(&self, ip: Ipv4Addr, node_as: u32) -> u32 {
+        self.mesh_as.get(&ip).copied().unwrap_or(node_as)
     }
 
     pub fn len(&self) -> usize {
