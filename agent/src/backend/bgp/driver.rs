@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use ipnetwork::Ipv4Network;
 
+use super::announce::NodePrefixes;
 use super::bird::{self, Paths, Process};
 use super::blackhole;
 use super::control::{self, Control};
@@ -46,6 +47,8 @@ pub struct NodeInfo {
     pub public_ip: Ipv4Addr,
     /// The network config's `Network`.
     pub network: Ipv4Network,
+    /// The node's name, when the agent knows it (an `AdvertisePrefixes` entry may name it).
+    pub name: Option<String>,
 }
 
 /// What a [`Bgp::apply`] did to BIRD.
@@ -107,6 +110,8 @@ struct Settings {
     node: NodeInfo,
     /// The network's `Peers` and the node's `--bgp-peers`, merged.
     peers: Vec<Peer>,
+    /// The advertised prefixes this node announces, and the external ones it accepts.
+    prefixes: NodePrefixes,
     binary: PathBuf,
     paths: Paths,
 }
@@ -148,6 +153,17 @@ impl Bgp {
     /// network's) and starts the watcher; BIRD itself starts at the first [`Bgp::apply`].
     pub fn new(opts: BgpOptions, settings: NodeSettings, node: NodeInfo) -> Result<Bgp, BgpError> {
         let peers = merge_peers(&opts.peers, &settings.peers)?;
+        opts.prefixes.check_network(node.network)?;
+        let prefixes = opts.prefixes.for_node(node.public_ip, node.name.as_deref());
+        for e in &prefixes.external {
+            for ip in e
+                .peers
+                .iter()
+                .filter(|ip| !peers.iter().any(|p| p.ip == **ip))
+            {
+                warn!("bgp: ExternalPrefixes names {ip} for {}, but {ip} is not a peer of this node: this node takes that prefix from its other peers named only", e.prefix);
+            }
+        }
         let binary = bird::find_binary(&settings.bird_binary)?;
         let paths = Paths::new(&settings.dir)?;
         let shared = Arc::new(Shared {
@@ -155,6 +171,7 @@ impl Bgp {
                 opts,
                 node,
                 peers,
+                prefixes,
                 binary,
                 paths,
             },
@@ -230,6 +247,7 @@ impl Bgp {
             graceful_restart_time: s.opts.graceful_restart_time,
             mesh_timers: s.opts.mesh_timers,
             mesh_bfd: s.opts.mesh_bfd,
+            prefixes: &s.prefixes,
             log_file: &s.paths.log,
         });
         let mut st = self.shared.lock_state();
@@ -627,6 +645,7 @@ mod tests {
         let node = NodeInfo {
             public_ip: ip("172.31.250.1"),
             network: "10.244.0.0/16".parse().unwrap(),
+            name: None,
         };
         let settings = NodeSettings {
             bird_binary: "/nonexistent/bird".into(),
@@ -680,6 +699,7 @@ mod tests {
         let node = NodeInfo {
             public_ip: ip("172.31.250.1"),
             network: "10.244.0.0/16".parse().unwrap(),
+            name: None,
         };
         let bgp = Bgp::new(BgpOptions::default(), settings, node).unwrap();
         bgp.shared.install("password \"s3cret\";\n").unwrap();

@@ -8,6 +8,9 @@
 //! - [`options`]: the `Backend` object (`ASNumber`, `NodeToNodeMesh`, `Peers`,
 //!   `GracefulRestart`, `GracefulRestartTime`, `KeepaliveTime`, `HoldTime`, `BFD`) and the
 //!   node flags (`--bgp-peers`, `--bird-binary`, `--bgp-dir`);
+//! - [`announce`]: prefixes beyond the pod subnets, `AdvertisePrefixes` (service and
+//!   load-balancer ranges the nodes announce) and `ExternalPrefixes` (routes taken from named
+//!   routers), and their filter rules;
 //! - [`secret`]: peer passwords, which only BIRD's configuration file ever shows;
 //! - [`sessions`]: which BGP sessions the node runs, and their BIRD protocol names;
 //! - [`origin`]: origin validation, the import filter's rules from the other nodes' leases;
@@ -27,6 +30,7 @@
 //! SIGTERM BIRD stops for a graceful restart: routes stay, the next agent's BIRD takes over.
 //! BIRD never removes its kernel routes (`persist`): the agent does, in [`Bgp::shutdown`].
 
+pub mod announce;
 pub mod bird;
 pub mod blackhole;
 pub mod control;
