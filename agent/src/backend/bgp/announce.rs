@@ -13,7 +13,9 @@
 //! - No node imports an advertised prefix, or anything inside one, from anybody: its copies
 //!   come back from reflectors and routers, and each node keeps its own.
 //! - An external prefix is accepted exactly (not a more-specific one inside it) and only from
-//!   the peers it names; it goes to the kernel as the other nodes' subnets do (`proto bird`).
+//!   the peers it names; it goes to the kernel as the other nodes' subnets do (`proto bird`),
+//!   unless the node has a route of its own for it: the routes BIRD learns from the kernel
+//!   then rank above BGP's.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -26,6 +28,9 @@ use super::error::BgpError;
 
 const ADVERTISED_FIELDS: &[&str] = &["Prefix", "Nodes"];
 const EXTERNAL_FIELDS: &[&str] = &["Prefix", "Peers"];
+/// The preference of the routes BIRD learns from the kernel when external prefixes are
+/// accepted: above BGP's 100.
+const KERNEL_PREFERENCE: u32 = 150;
 /// A Kubernetes node name's longest form (a DNS subdomain).
 const MAX_NODE_NAME_LEN: usize = 253;
 
@@ -202,6 +207,20 @@ impl NodePrefixes {
             )?;
         }
         Ok(())
+    }
+
+    /// The kernel import filter's statement: the node's own routes rank above BGP's (100),
+    /// so an external prefix the node routes itself (its default route) stays the node's,
+    /// and BIRD never resolves a next hop through a BGP route (it refuses to: a recursive
+    /// route through a recursive route is unreachable).
+    pub fn write_kernel_import_rules(&self, o: &mut String) -> std::fmt::Result {
+        if self.external.is_empty() {
+            return Ok(());
+        }
+        writeln!(
+            o,
+            "  preference = {KERNEL_PREFERENCE};  # the node's own routes win over external prefixes"
+        )
     }
 
     /// The kernel export filter's statement for the external prefixes.
@@ -601,6 +620,12 @@ mod tests {
              \x20 if net = 192.168.77.0/24 then { if from ~ [ 192.0.2.1 ] then accept; reject; }\n"
         );
         let mut o = String::new();
+        n.write_kernel_import_rules(&mut o).unwrap();
+        assert_eq!(
+            o,
+            "  preference = 150;  # the node's own routes win over external prefixes\n"
+        );
+        let mut o = String::new();
         n.write_kernel_rules(&mut o).unwrap();
         assert_eq!(
             o,
@@ -624,6 +649,7 @@ mod tests {
         let mut o = String::new();
         none.write_import_rules(&mut o).unwrap();
         none.write_kernel_rules(&mut o).unwrap();
+        none.write_kernel_import_rules(&mut o).unwrap();
         none.write_static(&mut o).unwrap();
         assert_eq!(o, "");
     }

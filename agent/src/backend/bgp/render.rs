@@ -160,6 +160,7 @@ fn write_config(o: &mut String, c: &BirdConfig) -> std::fmt::Result {
         net.network(),
         net.prefix()
     )?;
+    c.prefixes.write_kernel_import_rules(o)?;
     writeln!(o, "  accept;")?;
     writeln!(o, "}}")?;
     writeln!(o)?;
@@ -445,6 +446,7 @@ pub(super) mod tests {
             "filter export_to_peers {\n  if net = OWN_SUBNET then accept;\n  if proto = \"announced\" && net ~ [ 10.96.0.0/12 ] then accept;\n  reject;\n}",
             "  if source = RTS_BGP && net != OWN_SUBNET && net ~ [ 10.244.0.0/16{16,24} ] then accept;\n  if source = RTS_BGP && net ~ [ 0.0.0.0/0 ] then accept;\n  reject;\n}",
             "protocol static announced {\n  ipv4;\n  route 10.96.0.0/12 blackhole;\n}",
+            "  if net ~ [ 10.244.0.0/16+ ] then reject;\n  preference = 150;  # the node's own routes win over external prefixes\n  accept;\n",
             "  password \"s3cret\";\n  ipv4 { export filter export_to_peers; };\n}",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
