@@ -5,10 +5,10 @@
 //! node for each prefix, in its RIB and as a multipath route in its kernel; a prefix limited
 //! to two nodes has two paths; no node routes an advertised prefix in its kernel (kube-proxy
 //! handles that traffic), and none takes a part of one from the router; the router's external
-//! prefix is installed on every node (the nodes reach the host behind the router through it), one
-//! named with another peer is refused; the mesh carries none of it (no refused update between
-//! nodes); a node whose agent stops loses its path once its restart time is over. Needs etcd,
-//! bird2 and frr.
+//! prefix is installed on the nodes (they reach the host behind the router through it), except
+//! on one that routes it itself, whose own route stays; a prefix named with another peer is
+//! refused; the mesh carries none of it (no refused update between nodes); a node whose agent
+//! stops loses its path once its restart time is over. Needs etcd, bird2 and frr.
 
 use std::time::{Duration, Instant};
 
@@ -67,16 +67,21 @@ fn fib_next_hops(ns: &Netns, prefix: &str) -> Vec<String> {
     out
 }
 
-/// `birdc show protocols all <protocol>` of an agent's BIRD.
-fn bird_protocol(agent: &Agent, protocol: &str) -> String {
+/// `birdc <command>` against an agent's BIRD.
+fn bird_command(agent: &Agent, command: &[&str]) -> String {
     let socket = agent.bgp_dir().join("bird.ctl");
     let out = std::process::Command::new("birdc")
         .arg("-s")
         .arg(&socket)
-        .args(["show", "protocols", "all", protocol])
+        .args(command)
         .output()
         .expect("birdc");
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `birdc show protocols all <protocol>` of an agent's BIRD.
+fn bird_protocol(agent: &Agent, protocol: &str) -> String {
+    bird_command(agent, &["show", "protocols", "all", protocol])
 }
 
 /// The import filter's refusals in `birdc show protocols all` ("Import updates:" received,
@@ -140,6 +145,10 @@ fn bgp_advertised_and_external_prefixes() {
         return;
     };
     let started = Instant::now();
+    // Node 3 routes the external prefix itself: its own route is to stay the one in use.
+    c.nodes[2]
+        .ns
+        .exec_ok(&["ip", "route", "add", EXTERNAL, "via", &sw, "dev", "eth0"]);
     // No pods: what is checked here is routes (a pod's packets take its node's routes).
     for a in &mut c.agents {
         a.start();
@@ -155,9 +164,9 @@ fn bgp_advertised_and_external_prefixes() {
         .log()
         .contains("2 advertised prefixes, 2 external prefixes"));
 
-    // The external prefix: from the router only, on every node (which has no default route),
-    // and it leads to the host behind the router.
-    for (i, n) in c.nodes.iter().enumerate() {
+    // The external prefix: from the router only, on the nodes without a route of their own
+    // for it (and no default route), and it leads to the host behind the router.
+    for (i, n) in c.nodes[..2].iter().enumerate() {
         let installed = || {
             n.ns.exec_ok(&["ip", "route", "show", EXTERNAL])
                 .contains(&format!("via {sw} dev eth0 proto bird"))
@@ -169,6 +178,19 @@ fn bgp_advertised_and_external_prefixes() {
             n.ns.exec_ok(&["ip", "route"])
         );
     }
+    // Node 3's BIRD has the router's route too, but its own kernel route ranks first.
+    let learned = || bird_command(&c.agents[2], &["show", "route", EXTERNAL, "all"]);
+    assert!(
+        wait_until(CONVERGE, || learned().contains("BGP.as_path: 64513")),
+        "node 3's BIRD lacks the router's {EXTERNAL}:\n{}",
+        learned()
+    );
+    let node3_routes = c.nodes[2].ns.exec_ok(&["ip", "route", "show", EXTERNAL]);
+    assert_eq!(
+        node3_routes.trim(),
+        format!("{EXTERNAL} via {sw} dev eth0"),
+        "node 3's own route for {EXTERNAL} must stay the only one"
+    );
     for (i, n) in c.nodes.iter().enumerate() {
         assert!(
             wait_until(CONVERGE, || ping(&n.ns, OUTSIDE_HOST)),
