@@ -160,9 +160,21 @@ fn bgp_advertised_and_external_prefixes() {
         started.elapsed()
     );
     wait_for_paths(&frr, &c.underlay.ns, POOL, &all[..2]);
-    assert!(c.agents[0]
-        .log()
-        .contains("2 advertised prefixes, 2 external prefixes"));
+    let log = c.agents[0].log();
+    assert!(
+        log.contains("2 advertised prefixes, 2 external prefixes")
+            && log.contains(&format!(
+                "this node announces {SERVICES}, {POOL} besides its subnet"
+            )),
+        "{log}"
+    );
+    let log = c.agents[2].log();
+    assert!(
+        log.contains(&format!(
+            "this node announces {SERVICES} besides its subnet"
+        )),
+        "{log}"
+    );
 
     // The external prefix: from the router only, on the nodes without a route of their own
     // for it (and no default route), and it leads to the host behind the router.

@@ -70,6 +70,14 @@ impl AdvertisedPrefix {
             NodeRef::Name(n) => Some(n.as_str()) == name,
         })
     }
+
+    /// Whether `Nodes` names a node by name (which only an agent knowing its name matches).
+    pub fn names_nodes(&self) -> bool {
+        self.nodes
+            .iter()
+            .flatten()
+            .any(|n| matches!(n, NodeRef::Name(_)))
+    }
 }
 
 /// One entry of `ExternalPrefixes`.
@@ -529,6 +537,7 @@ mod tests {
             (all.clone(), all.clone())
         );
         assert_eq!(n1.external, p.external);
+        assert!(!p.advertise[0].names_nodes() && p.advertise[1].names_nodes());
         // By name where the agent knows it; not by address alone.
         assert_eq!(
             p.for_node(ip("172.31.250.2"), Some("node-b")).announced,

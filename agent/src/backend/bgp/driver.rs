@@ -155,6 +155,18 @@ impl Bgp {
         let peers = merge_peers(&opts.peers, &settings.peers)?;
         opts.prefixes.check_network(node.network)?;
         let prefixes = opts.prefixes.for_node(node.public_ip, node.name.as_deref());
+        if node.name.is_none() {
+            for a in opts.prefixes.advertise.iter().filter(|a| a.names_nodes()) {
+                warn!("bgp: AdvertisePrefixes names nodes of {} by name, but this agent knows no node name (it has one with the Kubernetes subnet manager): name this node by its address {} to have it announce the prefix", a.prefix, node.public_ip);
+            }
+        }
+        if !prefixes.announced.is_empty() {
+            let list: Vec<String> = prefixes.announced.iter().map(ToString::to_string).collect();
+            log!(
+                "bgp: this node announces {} besides its subnet",
+                list.join(", ")
+            );
+        }
         for e in &prefixes.external {
             for ip in e
                 .peers
