@@ -8,13 +8,15 @@
 //! prefix is installed on the nodes (they reach the host behind the router through it), except
 //! on one that routes it itself, whose own route stays; a prefix named with another peer is
 //! refused; the mesh carries none of it (no refused update between nodes); a node whose agent
-//! stops loses its path once its restart time is over. Needs etcd, bird2 and frr.
+//! stops loses its path once its restart time is over. Behind a route reflector instead of the
+//! mesh: the reflector has every node's path, and each node refuses the copies it reflects.
+//! Needs etcd, bird2 and frr.
 
 use std::time::{Duration, Instant};
 
 use netns_tests::agent::Agent;
 use netns_tests::agent_cluster::{require_tools, Cluster};
-use netns_tests::bgp::{outside_host, OUTSIDE_HOST};
+use netns_tests::bgp::{outside_host, reflector_conf, OUTSIDE_HOST};
 use netns_tests::cluster::{ping, wait_until, Node, Underlay, CONVERGE};
 use netns_tests::etcd::PREFIX;
 use netns_tests::frr::Frr;
@@ -270,4 +272,60 @@ fn bgp_advertised_and_external_prefixes() {
         stopped.elapsed()
     );
     assert_eq!(frr.used_next_hops(POOL), all[..2]);
+}
+
+/// No mesh: FRR is the nodes' route reflector (iBGP, ECMP over iBGP paths). It has a path
+/// from every node; the nodes refuse the copy it reflects (counted on the reflector's
+/// session) and keep their own, inside BIRD only.
+#[test]
+fn bgp_advertised_prefixes_behind_a_reflector() {
+    require_root!();
+    if !require_tools(&["etcd", "etcdctl", "bird", "birdc"]) {
+        return;
+    }
+    let sw = Underlay::switch_ip();
+    let backend = format!(
+        r#"{{"Type":"bgp","NodeToNodeMesh":false,"Peers":[{{"PeerIP":"{sw}"}}],"AdvertisePrefixes":[{{"Prefix":"{SERVICES}"}}]}}"#
+    );
+    let mut c = Cluster::new(
+        "bgppr",
+        &format!(r#"{{"Network":"10.244.0.0/16","Backend":{backend}}}"#),
+    );
+    let Some(frr) = Frr::start(&c.underlay.ns, &reflector_conf(64512)) else {
+        return;
+    };
+    frr.configure(&[
+        "router bgp 64512",
+        " address-family ipv4 unicast",
+        "  maximum-paths ibgp 8",
+    ]);
+    for a in &mut c.agents {
+        a.start();
+    }
+    c.subnets = c.agents.iter().map(Agent::wait_for_subnet).collect();
+    let ips: Vec<&str> = c.nodes.iter().map(|n| n.ip.as_str()).collect();
+    wait_for_paths(&frr, &c.underlay.ns, SERVICES, &ips);
+    // The reflector sends its best path to every client but the one it came from.
+    let reflector = format!("peer_{}", sw.replace('.', "_"));
+    let refusing = || {
+        c.agents
+            .iter()
+            .filter(|a| refused_updates(&bird_protocol(a, &reflector)) >= Some(1))
+            .count()
+    };
+    assert!(
+        wait_until(CONVERGE, || refusing() >= 2),
+        "{} nodes refused a reflected copy:\n{}",
+        refusing(),
+        bird_protocol(&c.agents[0], &reflector)
+    );
+    for (i, n) in c.nodes.iter().enumerate() {
+        let routes = bird_command(&c.agents[i], &["show", "route", SERVICES, "all"]);
+        assert!(
+            routes.contains("[announced ") && !routes.contains("BGP.as_path"),
+            "node {}: BIRD's routes for {SERVICES}:\n{routes}",
+            i + 1
+        );
+        assert!(!has_any_route(n, SERVICES), "node {}", i + 1);
+    }
 }
