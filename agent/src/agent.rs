@@ -72,19 +72,22 @@ pub async fn run(mut opts: Options) -> Result<(), AgentError> {
         opts.public_ip = v4.or(opts.public_ip);
         opts.public_ipv6 = v6.or(opts.public_ipv6);
         let public_ip = addr::public_ip(&opts)?;
-        return run_on(opts, manager, net, public_ip).await;
+        let name = manager.node_name().to_string();
+        return run_on(opts, manager, net, public_ip, Some(&name)).await;
     }
     let public_ip = addr::public_ip(&opts)?;
     let (manager, net) = EtcdManager::connect(&opts).await?;
-    run_on(opts, manager, net, public_ip).await
+    run_on(opts, manager, net, public_ip, None).await
 }
 
-/// The agent on `manager`, whose network config is `net`.
+/// The agent on `manager`, whose network config is `net`; `node_name`: this node's name, when
+/// the agent knows it.
 async fn run_on<M: SubnetManager>(
     opts: Options,
     mut manager: M,
     net: NetConfig,
     public_ip: Ipv4Addr,
+    node_name: Option<&str>,
 ) -> Result<(), AgentError> {
     let (registration, backend) = registry::backend_of(&manager.config_name(), &net)?;
     let public_ipv6 = match net.ipv6 {
@@ -98,6 +101,7 @@ async fn run_on<M: SubnetManager>(
             public_ip,
             public_ipv6,
             iface: opts.iface.as_deref(),
+            name: node_name,
             flags: &flags,
         })
         .map_err(|e| AgentError::backend(backend.type_name(), Stage::Start, e))?;

@@ -578,6 +578,7 @@ impl Speaker {
             graceful_restart_time: 120,
             mesh_timers: Default::default(),
             mesh_bfd: false,
+            prefixes: &Default::default(),
             log_file: &log,
         });
         let text = stand_in_import(&text)?;
@@ -785,6 +786,7 @@ mod tests {
             graceful_restart_time: 120,
             mesh_timers: Default::default(),
             mesh_bfd: false,
+            prefixes: &Default::default(),
             log_file: Path::new("/tmp/bird.log"),
         });
         let out = stand_in_import(&text).unwrap();

@@ -226,6 +226,22 @@ impl Frr {
         out
     }
 
+    /// The next hops of the paths bgpd uses for `prefix` (its best path and those it runs
+    /// beside it with `maximum-paths`), sorted.
+    pub fn used_next_hops(&self, prefix: &str) -> Vec<String> {
+        let v = self.vtysh_json(&format!("show ip bgp {prefix} json"));
+        let mut out: Vec<String> = v
+            .get("paths")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|p| p.get("bestpath").is_some() || p.get("multipath").is_some())
+            .filter_map(|p| p.pointer("/nexthops/0/ip")?.as_str().map(str::to_string))
+            .collect();
+        out.sort();
+        out
+    }
+
     /// The prefixes bgpd announces to `neighbour` (bgpd sends a new peer its routes a moment
     /// after the session comes up: wait for them).
     pub fn advertised(&self, neighbour: &str) -> Vec<String> {

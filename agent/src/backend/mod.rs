@@ -144,6 +144,8 @@ pub struct Node<'a> {
     pub public_ipv6: Option<Ipv6Addr>,
     /// `--iface`: the underlay interface, when given.
     pub iface: Option<&'a str>,
+    /// This node's name, when the agent knows it (the Kubernetes node it runs on).
+    pub name: Option<&'a str>,
     /// The values of the backend's own flags (its registration's).
     pub flags: &'a FlagValues,
 }

@@ -141,7 +141,8 @@ mod tests {
                 "--udp-datapath",
                 "--bird-binary",
                 "--bgp-dir",
-                "--bgp-peers"
+                "--bgp-peers",
+                "--bgp-as"
             ]
         );
         assert!(flag("--bgp-dir").is_some() && flag("--iface").is_none());

@@ -55,6 +55,7 @@ fn run() -> Result<(), String> {
         network: need("--network")?
             .parse()
             .map_err(|e| format!("--network: {e}"))?,
+        name: flag("--node-name"),
     };
     let mut settings = NodeSettings {
         dir: need("--bgp-dir")?.into(),

@@ -417,6 +417,10 @@ mod tests {
         let mut alone = samples::sample(&empty);
         alone.leases = &[];
         variants.push(alone);
+        // Advertised and external prefixes.
+        let mut prefixes = samples::sample(&full);
+        prefixes.prefixes = Box::leak(Box::new(samples::sample_prefixes()));
+        variants.push(prefixes);
         for (i, mut c) in variants.into_iter().enumerate() {
             c.log_file = &log;
             let file = dir.join(format!("bird-{i}.conf"));

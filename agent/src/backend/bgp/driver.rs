@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use ipnetwork::Ipv4Network;
 
+use super::announce::NodePrefixes;
 use super::bird::{self, Paths, Process};
 use super::blackhole;
 use super::control::{self, Control};
@@ -47,6 +48,8 @@ pub struct NodeInfo {
     pub public_ip: Ipv4Addr,
     /// The network config's `Network`.
     pub network: Ipv4Network,
+    /// The node's name, when the agent knows it (an `AdvertisePrefixes` entry may name it).
+    pub name: Option<String>,
 }
 
 /// What a [`Bgp::apply`] did to BIRD.
@@ -110,6 +113,8 @@ struct Settings {
     node_as: u32,
     /// The network's `Peers` and the node's `--bgp-peers`, merged.
     peers: Vec<Peer>,
+    /// The advertised prefixes this node announces, and the external ones it accepts.
+    prefixes: NodePrefixes,
     binary: PathBuf,
     paths: Paths,
 }
@@ -152,6 +157,29 @@ impl Bgp {
     pub fn new(opts: BgpOptions, settings: NodeSettings, node: NodeInfo) -> Result<Bgp, BgpError> {
         let peers = merge_peers(&opts.peers, &settings.peers)?;
         let node_as = settings.as_number.unwrap_or(opts.as_number);
+        opts.prefixes.check_network(node.network)?;
+        let prefixes = opts.prefixes.for_node(node.public_ip, node.name.as_deref());
+        if node.name.is_none() {
+            for a in opts.prefixes.advertise.iter().filter(|a| a.names_nodes()) {
+                warn!("bgp: AdvertisePrefixes names nodes of {} by name, but this agent knows no node name (it has one with the Kubernetes subnet manager): name this node by its address {} to have it announce the prefix", a.prefix, node.public_ip);
+            }
+        }
+        if !prefixes.announced.is_empty() {
+            let list: Vec<String> = prefixes.announced.iter().map(ToString::to_string).collect();
+            log!(
+                "bgp: this node announces {} besides its subnet",
+                list.join(", ")
+            );
+        }
+        for e in &prefixes.external {
+            for ip in e
+                .peers
+                .iter()
+                .filter(|ip| !peers.iter().any(|p| p.ip == **ip))
+            {
+                warn!("bgp: ExternalPrefixes names {ip} for {}, but {ip} is not a peer of this node: this node takes that prefix from its other peers named only", e.prefix);
+            }
+        }
         let binary = bird::find_binary(&settings.bird_binary)?;
         let paths = Paths::new(&settings.dir)?;
         let shared = Arc::new(Shared {
@@ -160,6 +188,7 @@ impl Bgp {
                 node,
                 node_as,
                 peers,
+                prefixes,
                 binary,
                 paths,
             },
@@ -237,6 +266,7 @@ impl Bgp {
             graceful_restart_time: s.opts.graceful_restart_time,
             mesh_timers: s.opts.mesh_timers,
             mesh_bfd: s.opts.mesh_bfd,
+            prefixes: &s.prefixes,
             log_file: &s.paths.log,
         });
         let mut st = self.shared.lock_state();
@@ -637,6 +667,7 @@ mod tests {
         let node = NodeInfo {
             public_ip: ip("172.31.250.1"),
             network: "10.244.0.0/16".parse().unwrap(),
+            name: None,
         };
         let settings = NodeSettings {
             bird_binary: "/nonexistent/bird".into(),
@@ -692,6 +723,7 @@ mod tests {
         let node = NodeInfo {
             public_ip: ip("172.31.250.1"),
             network: "10.244.0.0/16".parse().unwrap(),
+            name: None,
         };
         let bgp = Bgp::new(BgpOptions::default(), settings, node).unwrap();
         bgp.shared.install("password \"s3cret\";\n").unwrap();

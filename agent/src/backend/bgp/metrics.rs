@@ -92,7 +92,7 @@ pub fn families(counters: &Counters, sessions: &[Session]) -> Vec<Family> {
         Family {
             name: "ferrocni_agent_bgp_routes_learned",
             kind: "gauge",
-            help: "Pod subnets routed through a BGP peer (their best route is a BGP one).",
+            help: "Pod subnets and external prefixes routed through a BGP peer (their best route is a BGP one).",
             samples: plain(sessions.iter().map(|s| s.routes.preferred).sum()),
         },
         Family {

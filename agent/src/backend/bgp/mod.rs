@@ -10,6 +10,9 @@
 //!   node flags (`--bgp-peers`, `--bird-binary`, `--bgp-dir`);
 //! - [`node_as`]: an AS per node: `--bgp-as`, the lease's `{"ASNumber": N}`, and the other
 //!   nodes' AS read from their leases (eBGP mesh sessions, origin validation);
+//! - [`announce`]: prefixes beyond the pod subnets, `AdvertisePrefixes` (service and
+//!   load-balancer ranges the nodes announce) and `ExternalPrefixes` (routes taken from named
+//!   routers), and their filter rules;
 //! - [`secret`]: peer passwords, which only BIRD's configuration file ever shows;
 //! - [`sessions`]: which BGP sessions the node runs, and their BIRD protocol names;
 //! - [`origin`]: origin validation, the import filter's rules from the other nodes' leases;
@@ -29,6 +32,7 @@
 //! SIGTERM BIRD stops for a graceful restart: routes stay, the next agent's BIRD takes over.
 //! BIRD never removes its kernel routes (`persist`): the agent does, in [`Bgp::shutdown`].
 
+pub mod announce;
 pub mod bird;
 pub mod blackhole;
 pub mod control;

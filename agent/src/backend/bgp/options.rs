@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
+use super::announce::{self, Prefixes};
 use super::error::BgpError;
 use super::node_as::NODE_AS;
 use super::secret::{read_password_file, Secret};
@@ -87,6 +88,8 @@ const OPTIONS: &[&str] = &[
     "KeepaliveTime",
     "HoldTime",
     "BFD",
+    "AdvertisePrefixes",
+    "ExternalPrefixes",
 ];
 const PEER_FIELDS: &[&str] = &[
     "PeerIP",
@@ -155,6 +158,8 @@ pub struct BgpOptions {
     pub mesh_timers: Timers,
     /// BFD on the node-to-node sessions (`Backend.BFD`).
     pub mesh_bfd: bool,
+    /// `Backend.AdvertisePrefixes` and `Backend.ExternalPrefixes` ([`announce`]).
+    pub prefixes: Prefixes,
 }
 
 impl Default for BgpOptions {
@@ -167,6 +172,7 @@ impl Default for BgpOptions {
             graceful_restart_time: DEFAULT_GRACEFUL_RESTART_TIME,
             mesh_timers: Timers::default(),
             mesh_bfd: false,
+            prefixes: Prefixes::default(),
         }
     }
 }
@@ -210,6 +216,7 @@ impl BgpOptions {
         if let Some(list) = libcni::gojson::get(backend, "Peers") {
             opts.peers = peers(list, opts.as_number)?;
         }
+        opts.prefixes = announce::Prefixes::parse(backend)?;
         Ok(opts)
     }
 }
@@ -380,7 +387,7 @@ fn as_number(option: &str, n: u32) -> Result<u32, BgpError> {
     Ok(n)
 }
 
-fn peer_ip(option: &str, text: &str) -> Result<Ipv4Addr, BgpError> {
+pub(super) fn peer_ip(option: &str, text: &str) -> Result<Ipv4Addr, BgpError> {
     let ip: Ipv4Addr = text
         .parse()
         .map_err(|_| BgpError::option(option, format!("{text:?} is not an IPv4 address")))?;
@@ -609,6 +616,7 @@ mod tests {
                     hold_time: Some(3),
                 },
                 mesh_bfd: true,
+                prefixes: Prefixes::default(),
             }
         );
     }
@@ -767,7 +775,7 @@ mod tests {
     #[test]
     fn bad_options_are_named() {
         for (json, needle) in [
-            (r#"{"Type":"bgp","AsNum":1}"#, "\"Backend.AsNum\" is not an option of the bgp backend (it takes ASNumber, NodeToNodeMesh, Peers, GracefulRestart, GracefulRestartTime, KeepaliveTime, HoldTime, BFD)"),
+            (r#"{"Type":"bgp","AsNum":1}"#, "\"Backend.AsNum\" is not an option of the bgp backend (it takes ASNumber, NodeToNodeMesh, Peers, GracefulRestart, GracefulRestartTime, KeepaliveTime, HoldTime, BFD, AdvertisePrefixes, ExternalPrefixes)"),
             (r#"{"Type":"bgp","ASNumber":0}"#, "\"Backend.ASNumber\" 0 is outside"),
             (r#"{"Type":"bgp","ASNumber":-5}"#, "\"Backend.ASNumber\" cannot be decoded"),
             (r#"{"Type":"bgp","ASNumber":4294967296}"#, "\"Backend.ASNumber\" cannot be decoded"),

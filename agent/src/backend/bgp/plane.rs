@@ -36,10 +36,11 @@ pub const REGISTRATION: Registration = Registration {
 
 /// The `Backend` object of a `"Type":"bgp"` config (errors name the option).
 fn parse_backend(map: &BackendObject, net: &Network) -> Result<Box<dyn Backend>, String> {
-    match BgpOptions::parse(map, net.dual_stack()) {
-        Ok(opts) => Ok(Box::new(opts)),
-        Err(e) => Err(e.to_string()),
-    }
+    let opts = BgpOptions::parse(map, net.dual_stack()).map_err(|e| e.to_string())?;
+    opts.prefixes
+        .check_network(net.v4)
+        .map_err(|e| e.to_string())?;
+    Ok(Box::new(opts))
 }
 
 impl Backend for BgpOptions {
@@ -78,8 +79,13 @@ impl Backend for BgpOptions {
         } else {
             String::new()
         };
+        let prefixes = self
+            .prefixes
+            .describe()
+            .map(|p| format!(", {p}"))
+            .unwrap_or_default();
         format!(
-            "bgp AS {}, {mesh}, {} configured peer{}{bfd_peers}, {gr}",
+            "bgp AS {}, {mesh}, {} configured peer{}{bfd_peers}, {gr}{prefixes}",
             self.as_number,
             self.peers.len(),
             if self.peers.len() == 1 { "" } else { "s" }
@@ -139,6 +145,7 @@ impl Backend for BgpOptions {
         let info = NodeInfo {
             public_ip: node.public_ip,
             network: node.network.v4,
+            name: node.name.map(str::to_string),
         };
         let bgp = Bgp::new(self.clone(), settings, info)?;
         log!(
@@ -335,6 +342,10 @@ mod tests {
             (
                 r#"{"Network":"10.244.0.0/16","Backend":{"Type":"bgp","Peers":[{"PeerIP":"nope"}]}}"#,
                 "\"Backend.Peers[0].PeerIP\" \"nope\" is not an IPv4 address",
+            ),
+            (
+                r#"{"Network":"10.244.0.0/16","Backend":{"Type":"bgp","AdvertisePrefixes":[{"Prefix":"10.244.128.0/17"}]}}"#,
+                "bad network config at /k: \"Backend.AdvertisePrefixes[0].Prefix\" 10.244.128.0/17 overlaps the cluster Network 10.244.0.0/16",
             ),
             (
                 r#"{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00::/56","Backend":{"Type":"bgp"}}"#,

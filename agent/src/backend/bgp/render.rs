@@ -39,6 +39,7 @@ use std::path::Path;
 
 use ipnetwork::Ipv4Network;
 
+use super::announce::NodePrefixes;
 use super::options::Timers;
 use super::origin::{self, LeaseRoute};
 use super::sessions::{protocol_name, SessionKind, Sessions};
@@ -86,6 +87,8 @@ pub struct BirdConfig<'a> {
     /// The node-to-node sessions' timers and BFD (a peer's are its own).
     pub mesh_timers: Timers,
     pub mesh_bfd: bool,
+    /// `AdvertisePrefixes` and `ExternalPrefixes` as they concern this node.
+    pub prefixes: &'a NodePrefixes,
     /// BIRD's log file (the old one goes to the same name + `.old`).
     pub log_file: &'a Path,
 }
@@ -131,17 +134,20 @@ fn write_config(o: &mut String, c: &BirdConfig) -> std::fmt::Result {
     )?;
     writeln!(o, "filter import_pod_subnets {{")?;
     writeln!(o, "  if net = OWN_SUBNET then reject;")?;
+    c.prefixes.write_import_rules(o)?;
     origin::write_rules(o, c.leases)?;
     writeln!(o, "}}")?;
     writeln!(o, "filter export_own_subnet {{")?;
     writeln!(o, "  if net = OWN_SUBNET then accept;")?;
     writeln!(o, "  reject;")?;
     writeln!(o, "}}")?;
+    c.prefixes.write_peer_export(o)?;
     writeln!(o, "filter kernel_pod_routes {{")?;
     writeln!(
         o,
         "  if source = RTS_BGP && net != OWN_SUBNET && net ~ [ {pods} ] then accept;"
     )?;
+    c.prefixes.write_kernel_rules(o)?;
     writeln!(o, "  reject;")?;
     writeln!(o, "}}")?;
     writeln!(
@@ -155,6 +161,7 @@ fn write_config(o: &mut String, c: &BirdConfig) -> std::fmt::Result {
         net.network(),
         net.prefix()
     )?;
+    c.prefixes.write_kernel_import_rules(o)?;
     writeln!(o, "  accept;")?;
     writeln!(o, "}}")?;
     writeln!(o)?;
@@ -177,6 +184,7 @@ fn write_config(o: &mut String, c: &BirdConfig) -> std::fmt::Result {
     writeln!(o, "  ipv4;")?;
     writeln!(o, "  route {} blackhole;", c.own_subnet)?;
     writeln!(o, "}}")?;
+    c.prefixes.write_static(o)?;
     let mesh_bfd = c.mesh_bfd && !c.sessions.mesh.is_empty();
     if mesh_bfd || c.sessions.peers.iter().any(|p| p.bfd) {
         let opts = format!("interval {BFD_INTERVAL_MS} ms; multiplier {BFD_MULTIPLIER};");
@@ -242,6 +250,8 @@ fn write_config(o: &mut String, c: &BirdConfig) -> std::fmt::Result {
             writeln!(o, "  allow local as {};", p.allow_local_as)?;
         }
         write_failure_detection(o, &p.timers, p.bfd)?;
+        // Routers and reflectors get the advertised prefixes too; the mesh does not.
+        writeln!(o, "  ipv4 {{ export filter export_to_peers; }};")?;
         writeln!(o, "}}")?;
     }
     Ok(())
@@ -310,6 +320,7 @@ pub(super) mod tests {
             graceful_restart_time: 120,
             mesh_timers: Timers::default(),
             mesh_bfd: false,
+            prefixes: Box::leak(Box::default()),
             log_file: Path::new("/run/ferrocni/bgp/bird.log"),
         }
     }
@@ -334,7 +345,7 @@ pub(super) mod tests {
             "  local 172.31.250.2 as 64512;",
             "  graceful restart on;",
             "  graceful restart time 120;",
-            "protocol bgp peer_192_0_2_1 from pods {\n  neighbor 192.0.2.1 as 65000;\n  password \"s3cret\";\n}",
+            "protocol bgp peer_192_0_2_1 from pods {\n  neighbor 192.0.2.1 as 65000;\n  password \"s3cret\";\n  ipv4 { export filter export_to_peers; };\n}",
         ] {
             assert!(text.contains(line), "missing {line:?} in:\n{text}");
         }
@@ -381,7 +392,7 @@ pub(super) mod tests {
         assert!(text.contains("protocol bfd {\n  interface \"*\" { interval 100 ms; multiplier 3; };\n  multihop { interval 100 ms; multiplier 3; };\n}"), "{text}");
         assert!(
             text.contains(
-                "  password \"s3cret\";\n  hold time 6;\n  keepalive time 2;\n  bfd on;\n}"
+                "  password \"s3cret\";\n  hold time 6;\n  keepalive time 2;\n  bfd on;\n  ipv4 { export filter export_to_peers; };\n}"
             ),
             "{text}"
         );
@@ -403,7 +414,7 @@ pub(super) mod tests {
         assert!(text.contains("protocol bgp mesh_172_31_250_1 from pods {\n  neighbor 172.31.250.1 as 64512;\n  hold time 0;\n  bfd on;\n}"), "{text}");
         assert!(
             text.contains(
-                "protocol bgp peer_192_0_2_1 from pods {\n  neighbor 192.0.2.1 as 65000;\n}"
+                "protocol bgp peer_192_0_2_1 from pods {\n  neighbor 192.0.2.1 as 65000;\n  ipv4 { export filter export_to_peers; };\n}"
             ),
             "{text}"
         );
@@ -430,11 +441,58 @@ pub(super) mod tests {
             "  local 172.31.250.2 as 65002;",
             "protocol bgp mesh_172_31_250_1 from pods {\n  neighbor 172.31.250.1 as 65002;\n}",
             "protocol bgp mesh_172_31_250_3 from pods {\n  neighbor 172.31.250.3 as 65003;\n  passive on;",
-            "  neighbor 192.0.2.1 as 65000;\n  password \"s3cret\";\n  allow local as 1;\n}",
+            "  neighbor 192.0.2.1 as 65000;\n  password \"s3cret\";\n  allow local as 1;\n  ipv4 { export filter export_to_peers; };\n}",
         ] {
             assert!(text.contains(line), "missing {line:?} in:\n{text}");
         }
         assert!(!render(&sample(&sample_sessions())).contains("allow local as"));
+    }
+
+    /// Advertised prefixes of the network: 10.96.0.0/12 on every node, 192.168.200.0/24 on
+    /// node 1 only; external: a default route from the router 192.0.2.1.
+    pub fn sample_prefixes() -> NodePrefixes {
+        let v = libcni::gojson::parse(
+            br#"{"AdvertisePrefixes":[{"Prefix":"10.96.0.0/12"},{"Prefix":"192.168.200.0/24","Nodes":["172.31.250.1"]}],
+                 "ExternalPrefixes":[{"Prefix":"0.0.0.0/0","Peers":["192.0.2.1"]}]}"#,
+        )
+        .unwrap();
+        super::super::announce::Prefixes::parse(v.as_object().unwrap())
+            .unwrap()
+            .for_node("172.31.250.2".parse().unwrap(), None)
+    }
+
+    /// Announced to the configured peers only, never to the kernel; refused from everyone;
+    /// the external prefix from its router only, to the kernel.
+    #[test]
+    fn advertised_and_external_prefixes() {
+        let sessions = sample_sessions();
+        let prefixes = sample_prefixes();
+        let mut c = sample(&sessions);
+        c.prefixes = &prefixes;
+        let text = render(&c);
+        for needle in [
+            "filter import_pod_subnets {\n  if net = OWN_SUBNET then reject;\n  # Advertised by the nodes themselves: never another's copy, nor a part of one.\n  if net ~ [ 10.96.0.0/12+, 192.168.200.0/24+ ] then reject;\n  # External prefixes: exactly, from the peers named only.\n  if net = 0.0.0.0/0 then { if from ~ [ 192.0.2.1 ] then accept; reject; }\n  # From a node's address",
+            "filter export_to_peers {\n  if net = OWN_SUBNET then accept;\n  if proto = \"announced\" && net ~ [ 10.96.0.0/12 ] then accept;\n  reject;\n}",
+            "  if source = RTS_BGP && net != OWN_SUBNET && net ~ [ 10.244.0.0/16{16,24} ] then accept;\n  if source = RTS_BGP && net ~ [ 0.0.0.0/0 ] then accept;\n  reject;\n}",
+            "protocol static announced {\n  ipv4;\n  route 10.96.0.0/12 blackhole;\n}",
+            "  if net ~ [ 10.244.0.0/16+ ] then reject;\n  preference = 150;  # the node's own routes win over external prefixes\n  accept;\n",
+            "  password \"s3cret\";\n  ipv4 { export filter export_to_peers; };\n}",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+        }
+        // Node 1's load-balancer range is not this node's; the mesh keeps the template's
+        // export (the node's subnet alone).
+        assert!(!text.contains("route 192.168.200.0/24"), "{text}");
+        assert!(
+            text.contains(
+                "protocol bgp mesh_172_31_250_1 from pods {\n  neighbor 172.31.250.1 as 64512;\n}"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("    export filter export_own_subnet;"),
+            "{text}"
+        );
     }
 
     #[test]
