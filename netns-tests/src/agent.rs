@@ -87,6 +87,26 @@ impl Agent {
         self.dir.join("bgp")
     }
 
+    /// `birdc -s <bgp dir>/bird.ctl <args>` against this agent's BIRD: its output (empty when
+    /// birdc cannot run).
+    pub fn birdc(&self, args: &[&str]) -> String {
+        Command::new("birdc")
+            .arg("-s")
+            .arg(self.bgp_dir().join("bird.ctl"))
+            .args(args)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// Serves `/metrics` on the node's loopback at `port` (`--healthz-ip`, `--metrics-port`).
+    pub fn serve_metrics(&mut self, port: u16) {
+        self.extra.extend([
+            "--healthz-ip=127.0.0.1".to_string(),
+            format!("--metrics-port={port}"),
+        ]);
+    }
+
     /// The NetworkPolicy admission socket (`--policy-socket`).
     pub fn policy_socket(&self) -> PathBuf {
         self.dir.join("policy.sock")

@@ -30,6 +30,19 @@ pub struct KernelRoute {
     pub dev: Option<String>,
 }
 
+/// Whether the tools of the agent's bgp tests are installed (a line says which are not).
+pub fn bgp_tools_present() -> bool {
+    crate::agent_cluster::require_tools(&["etcd", "etcdctl", "bird", "curl"])
+}
+
+/// A network config of the bgp tests: 10.244.0.0/16 with its subnets in 10.244.1-20.0/24
+/// (free ones stay for the router's announcements), and the `Backend` object `backend`.
+pub fn bgp_network_config(backend: &str) -> String {
+    format!(
+        r#"{{"Network":"10.244.0.0/16","SubnetMin":"10.244.1.0","SubnetMax":"10.244.20.0","Backend":{backend}}}"#
+    )
+}
+
 /// A BGP session as `birdc show protocols` prints it: protocol name, state, since.
 pub type Session = (String, String, String);
 

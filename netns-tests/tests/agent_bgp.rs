@@ -23,7 +23,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use netns_tests::agent::{bird_pid, Agent};
-use netns_tests::agent_cluster::{require_tools, Cluster};
+use netns_tests::agent_cluster::Cluster;
 use netns_tests::bgp::{
     bfdd_conf, kernel_routes, outside_host, parse_sessions, reflector_conf, router_bfd_lines,
     router_conf, sessions_moved, KernelRoute, Session, OUTSIDE_HOST,
@@ -44,23 +44,12 @@ const METRICS_PORT: u16 = 19_472;
 /// The agent's blackhole route for a node's own subnet, as `ip route` shows it.
 const BLACKHOLE: &str = "proto static metric 1000000";
 
-fn have_tools() -> bool {
-    require_tools(&["etcd", "etcdctl", "bird", "curl"])
-}
-
-fn network_config(backend: &str) -> String {
-    format!(
-        r#"{{"Network":"10.244.0.0/16","SubnetMin":"10.244.1.0","SubnetMax":"10.244.20.0","Backend":{backend}}}"#
-    )
-}
+use netns_tests::bgp::{bgp_network_config as network_config, bgp_tools_present as have_tools};
 
 /// Each agent serves `/metrics` on its node's loopback.
 fn with_metrics(c: &mut Cluster) {
     for a in &mut c.agents {
-        a.extra.extend([
-            "--healthz-ip=127.0.0.1".to_string(),
-            format!("--metrics-port={METRICS_PORT}"),
-        ]);
+        a.serve_metrics(METRICS_PORT);
     }
 }
 
@@ -470,14 +459,7 @@ fn bogus_announcements_refused_on_every_node(c: &Cluster, frr: &Frr) {
 
 /// `birdc show protocols` of an agent's BIRD: each BGP session's name, state and since.
 fn bird_sessions(agent: &Agent) -> Vec<Session> {
-    let socket = agent.bgp_dir().join("bird.ctl");
-    std::process::Command::new("birdc")
-        .arg("-s")
-        .arg(&socket)
-        .args(["show", "protocols"])
-        .output()
-        .map(|o| parse_sessions(&String::from_utf8_lossy(&o.stdout)))
-        .unwrap_or_default()
+    parse_sessions(&agent.birdc(&["show", "protocols"]))
 }
 
 /// Waits until node `n`'s count of refused updates from the router reaches `at_least`.
@@ -870,14 +852,7 @@ fn bgp_bad_options_refused_at_start() {
 
 /// `birdc show bfd sessions` of an agent's BIRD.
 fn bfd_sessions(agent: &Agent) -> String {
-    let socket = agent.bgp_dir().join("bird.ctl");
-    std::process::Command::new("birdc")
-        .arg("-s")
-        .arg(&socket)
-        .args(["show", "bfd", "sessions"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default()
+    agent.birdc(&["show", "bfd", "sessions"])
 }
 
 /// How many of an agent's BFD sessions are up.

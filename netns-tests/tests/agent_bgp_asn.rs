@@ -19,7 +19,7 @@
 use std::time::{Duration, Instant};
 
 use netns_tests::agent::Agent;
-use netns_tests::agent_cluster::{assert_pods_mesh, require_tools, Cluster};
+use netns_tests::agent_cluster::{assert_pods_mesh, Cluster};
 use netns_tests::bgp::{kernel_routes, KernelRoute};
 use netns_tests::cluster::{ping, wait_until, Node, Underlay, CONVERGE};
 use netns_tests::etcd::{lease_key, PREFIX};
@@ -32,15 +32,7 @@ const ROUTER_AS: u32 = 65100;
 const NODE_AS: [u32; 3] = [65001, 65002, 65003];
 const METRICS_PORT: u16 = 19_473;
 
-fn have_tools() -> bool {
-    require_tools(&["etcd", "etcdctl", "bird", "curl"])
-}
-
-fn network_config(backend: &str) -> String {
-    format!(
-        r#"{{"Network":"10.244.0.0/16","SubnetMin":"10.244.1.0","SubnetMax":"10.244.20.0","Backend":{backend}}}"#
-    )
-}
+use netns_tests::bgp::{bgp_network_config as network_config, bgp_tools_present as have_tools};
 
 /// The network's bgp backend without the mesh: every node peers with the router alone.
 fn tor_only(peer_extra: &str) -> String {
@@ -78,10 +70,7 @@ fn start_router(c: &Cluster, next_hop_self: bool) -> Option<Frr> {
 }
 
 fn with_metrics(agent: &mut Agent) {
-    agent.extra.extend([
-        "--healthz-ip=127.0.0.1".to_string(),
-        format!("--metrics-port={METRICS_PORT}"),
-    ]);
+    agent.serve_metrics(METRICS_PORT);
 }
 
 /// The sample `name` of node `node`'s `/metrics`, if present.
@@ -356,14 +345,7 @@ fn bgp_mesh_with_mixed_as() {
         (1, 2, 64512, 64512),
     ] {
         let name = format!("mesh_{}", c.nodes[peer].ip.replace('.', "_"));
-        let socket = c.agents[i].bgp_dir().join("bird.ctl");
-        let out = std::process::Command::new("birdc")
-            .arg("-s")
-            .arg(&socket)
-            .args(["show", "protocols", "all", &name])
-            .output()
-            .expect("birdc");
-        let text = String::from_utf8_lossy(&out.stdout);
+        let text = c.agents[i].birdc(&["show", "protocols", "all", &name]);
         let has = |label: &str, value: u32| {
             text.lines().any(|l| {
                 l.trim()

@@ -71,14 +71,7 @@ fn fib_next_hops(ns: &Netns, prefix: &str) -> Vec<String> {
 
 /// `birdc <command>` against an agent's BIRD.
 fn bird_command(agent: &Agent, command: &[&str]) -> String {
-    let socket = agent.bgp_dir().join("bird.ctl");
-    let out = std::process::Command::new("birdc")
-        .arg("-s")
-        .arg(&socket)
-        .args(command)
-        .output()
-        .expect("birdc");
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    agent.birdc(command)
 }
 
 /// `birdc show protocols all <protocol>` of an agent's BIRD.
