@@ -71,6 +71,7 @@ pub async fn run(mut opts: Options) -> Result<(), AgentError> {
         let (v4, v6) = manager.public_ip_overwrites();
         opts.public_ip = v4.or(opts.public_ip);
         opts.public_ipv6 = v6.or(opts.public_ipv6);
+        per_node_flags(&manager, &mut opts)?;
         let public_ip = addr::public_ip(&opts)?;
         let name = manager.node_name().to_string();
         return run_on(opts, manager, net, public_ip, Some(&name)).await;
@@ -78,6 +79,26 @@ pub async fn run(mut opts: Options) -> Result<(), AgentError> {
     let public_ip = addr::public_ip(&opts)?;
     let (manager, net) = EtcdManager::connect(&opts).await?;
     run_on(opts, manager, net, public_ip, None).await
+}
+
+/// The backend flags this node's annotations set (`<prefix>/bgp-as`...): a DaemonSet gives every
+/// node the same arguments, so what differs from node to node is on the Node. The annotation
+/// wins over the flag, as `public-ip-overwrite` wins over the interface's address; a value the
+/// flag would refuse stops the agent, naming the annotation.
+fn per_node_flags(manager: &KubeManager, opts: &mut Options) -> Result<(), AgentError> {
+    for flag in registry::flags().filter(|f| f.per_node) {
+        let (name, value) = manager.own_annotation(flag.annotation_suffix());
+        let Some(value) = value else { continue };
+        (flag.check)(value).map_err(|e| {
+            AgentError::Usage(format!(
+                "annotation {name} on node {}: {value:?} {e}",
+                manager.node_name()
+            ))
+        })?;
+        log!("{} {value} from this node's annotation {name}", flag.name);
+        opts.backend_flags.set(flag, value.to_string());
+    }
+    Ok(())
 }
 
 /// The agent on `manager`, whose network config is `net`; `node_name`: this node's name, when

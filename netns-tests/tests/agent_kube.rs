@@ -331,13 +331,41 @@ fn kube_bgp_mesh() {
     if !require_tools(&["bird"]) {
         return;
     }
-    let Some(c) = KubeCluster::start("kbg", &net_conf("bgp")) else {
+    let Some(mut c) = KubeCluster::new("kbg", &net_conf("bgp")) else {
         return;
     };
+    // Node 3's AS is set on its Node, as a DaemonSet's nodes get one: the annotation sets
+    // `--bgp-as` for that node alone.
+    c.control.kubectl_ok(&[
+        "annotate",
+        "node",
+        &node_name(3),
+        &format!("{PREFIX}/bgp-as=65003"),
+    ]);
+    c.start_agents();
     c.assert_full_mesh();
     assert_flanneld_annotations(&c, "bgp");
     let learned = c.nodes[0].routes(&["proto", "bird"]);
     assert_eq!(learned.len(), 2, "node 1's BGP routes: {learned:?}");
+    assert_eq!(
+        c.annotation(2, "backend-data").as_deref(),
+        Some(r#"{"ASNumber":65003}"#),
+        "node 3's backend-data"
+    );
+    assert!(
+        c.agents[2]
+            .log()
+            .contains("--bgp-as 65003 from this node's annotation"),
+        "{}",
+        c.agents[2].log()
+    );
+    // Node 1 peers with node 3 by eBGP in node 3's AS, and with node 2 by iBGP.
+    let mesh = |peer: usize| {
+        let name = format!("mesh_{}", c.nodes[peer].ip.replace('.', "_"));
+        c.agents[0].birdc(&["show", "protocols", "all", &name])
+    };
+    assert!(mesh(2).contains("Neighbor AS:      65003"), "{}", mesh(2));
+    assert!(mesh(1).contains("Neighbor AS:      64512"), "{}", mesh(1));
 }
 
 fn run(argv: &[&str]) {

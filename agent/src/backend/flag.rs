@@ -24,12 +24,22 @@ pub struct Flag {
     /// Checks a value as the flag is read, so a bad one stops the agent before it starts;
     /// the error is worded after the value (`is not a udp data path (fast or per-packet)`).
     pub check: fn(&str) -> Result<(), String>,
+    /// Whether a node annotation may set it for one node (Kubernetes mode): the annotation
+    /// `<annotation prefix>/<name without -->`, which wins over the flag. For what differs
+    /// from node to node (a rack's router, a node's AS), where a DaemonSet gives every node the
+    /// same arguments.
+    pub per_node: bool,
 }
 
 impl Flag {
     /// Any value will do (the backend reads it when it starts).
     pub fn any_value(_: &str) -> Result<(), String> {
         Ok(())
+    }
+
+    /// The annotation suffix of a [`Flag::per_node`] flag: `--bgp-as` -> `bgp-as`.
+    pub fn annotation_suffix(&self) -> &'static str {
+        self.name.trim_start_matches('-')
     }
 
     /// Its lines of `--help`.
@@ -94,6 +104,7 @@ mod tests {
         help: &["where x lives", "(default /run/x)"],
         default: Some("/run/x"),
         check: Flag::any_value,
+        per_node: false,
     };
     static LONG: Flag = Flag {
         name: "--a-very-long-flag-name",
@@ -101,6 +112,7 @@ mod tests {
         help: &["text"],
         default: None,
         check: Flag::any_value,
+        per_node: false,
     };
 
     #[test]

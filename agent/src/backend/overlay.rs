@@ -35,6 +35,7 @@ pub const STATE_DIR: Flag = Flag {
     help: &["overlay config and peers file (default /run/ferrocni/agent)"],
     default: Some("/run/ferrocni/agent"),
     check: Flag::any_value,
+    per_node: false,
 };
 
 /// `--vxlan-bin`: the reconcile run as `PATH sync <config>`.
@@ -47,6 +48,7 @@ pub const VXLAN_BIN: Flag = Flag {
     ],
     default: None,
     check: Flag::any_value,
+    per_node: false,
 };
 
 /// `--vxlan-lock-file`: the lock the passes take (the CNI plugin's).
@@ -60,6 +62,7 @@ pub const VXLAN_LOCK_FILE: Flag = Flag {
     ],
     default: None,
     check: Flag::any_value,
+    per_node: false,
 };
 
 /// The agent flags of the backends using this seam.

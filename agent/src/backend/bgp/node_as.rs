@@ -32,6 +32,7 @@ pub const NODE_AS: Flag = Flag {
     ],
     default: None,
     check: check_flag,
+    per_node: true,
 };
 
 fn check_flag(text: &str) -> Result<(), String> {

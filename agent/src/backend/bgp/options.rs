@@ -43,6 +43,7 @@ pub const BIRD_BINARY: Flag = Flag {
     ],
     default: Some(DEFAULT_BIRD_BINARY),
     check: Flag::any_value,
+    per_node: false,
 };
 
 /// `--bgp-dir`: [`NodeSettings::dir`].
@@ -55,6 +56,7 @@ pub const DIR: Flag = Flag {
     ],
     default: Some(DEFAULT_DIR),
     check: Flag::any_value,
+    per_node: false,
 };
 
 /// `--bgp-peers`: [`NodeSettings::peers`], read by [`parse_peers_flag`] when the backend
@@ -69,6 +71,7 @@ pub const PEERS: Flag = Flag {
     ],
     default: None,
     check: Flag::any_value,
+    per_node: true,
 };
 
 /// The bgp backend's agent flags.

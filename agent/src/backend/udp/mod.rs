@@ -59,6 +59,7 @@ pub const DATAPATH: Flag = Flag {
         Some(_) => Ok(()),
         None => Err("is not a udp data path (fast or per-packet)".into()),
     },
+    per_node: false,
 };
 
 /// The data path `--udp-datapath` names.

@@ -28,6 +28,8 @@ pub struct Annotations {
     pub public_ipv6_overwrite: String,
     pub node_public_ip: String,
     pub node_public_ipv6: String,
+    /// The completed prefix (`flannel.alpha.coreos.com/`), for [`Annotations::named`].
+    prefix: String,
 }
 
 impl Annotations {
@@ -66,7 +68,13 @@ impl Annotations {
             public_ipv6_overwrite: name("public-ipv6-overwrite"),
             node_public_ip: name("node-public-ip"),
             node_public_ipv6: name("node-public-ipv6"),
+            prefix: p.clone(),
         })
+    }
+
+    /// The annotation `suffix` under the prefix (a backend flag's per-node annotation).
+    pub fn named(&self, suffix: &str) -> String {
+        format!("{}{suffix}", self.prefix)
     }
 
     /// Every name above: all the agent reads of a node's annotations.

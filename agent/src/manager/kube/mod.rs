@@ -73,6 +73,8 @@ pub struct KubeManager {
     publisher: Rc<Publisher>,
     /// The operator's public-ip-overwrite and public-ipv6-overwrite on this node, at start.
     overwrites: (Option<Ipv4Addr>, Option<Ipv6Addr>),
+    /// This node's annotations at start (the backend flags set per node).
+    own_annotations: BTreeMap<String, String>,
 }
 
 impl KubeManager {
@@ -146,6 +148,7 @@ impl KubeManager {
                 names.public_ipv6_overwrite(node),
             )
         });
+        let own_annotations = own.map(|node| node.annotations).unwrap_or_default();
         let dual_stack = net.ipv6.is_some();
         let index = NodeIndex::new(names.clone(), dual_stack, &node_name);
         let manager = KubeManager {
@@ -163,6 +166,7 @@ impl KubeManager {
             set_network_unavailable: kube.set_node_network_unavailable,
             index: Rc::new(RefCell::new(index)),
             overwrites,
+            own_annotations,
         };
         Ok((manager, net))
     }
@@ -171,6 +175,14 @@ impl KubeManager {
     /// the addresses the backend uses instead of the interface's.
     pub fn public_ip_overwrites(&self) -> (Option<Ipv4Addr>, Option<Ipv6Addr>) {
         self.overwrites
+    }
+
+    /// This node's annotation `suffix` under the annotation prefix, as it was at start: its
+    /// full name and its value.
+    pub fn own_annotation(&self, suffix: &str) -> (String, Option<&str>) {
+        let name = self.publisher.names.named(suffix);
+        let value = self.own_annotations.get(&name).map(String::as_str);
+        (name, value)
     }
 
     fn request_failed(&self, what: &str, e: kube::Error) -> AgentError {
