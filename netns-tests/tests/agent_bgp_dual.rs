@@ -8,7 +8,8 @@
 //!   1000000;
 //! - pods ping across nodes on both families;
 //! - the router learns every node's IPv6 subnet with the node's `PublicIPv6` as next hop, and
-//!   an IPv6 prefix it announces that no node leases is refused by every node.
+//!   an IPv6 prefix it announces that no node leases is refused by every node;
+//! - `/metrics` counts the routes of both families.
 //!
 //! The nodes have no default route: pods reach each other only through what BGP taught their
 //! nodes. Needs etcd, bird2, frr and curl (`.ci/packages.txt`).
@@ -28,6 +29,7 @@ const ROUTER_AS: u32 = 64513;
 const BOGUS6: &str = "fd00:10:244:ff::/64";
 /// The agent's blackhole route for a node's own subnet, as `ip route` shows it.
 const BLACKHOLE: &str = "proto static metric 1000000";
+const METRICS_PORT: u16 = 19_474;
 
 fn config() -> String {
     format!(
@@ -180,6 +182,12 @@ fn bgp_dual_stack_mesh_and_router() {
     let Some(frr) = Frr::start(&c.underlay.ns, &router_conf(&node_ips)) else {
         return;
     };
+    for a in &mut c.agents {
+        a.extra.extend([
+            "--healthz-ip=127.0.0.1".to_string(),
+            format!("--metrics-port={METRICS_PORT}"),
+        ]);
+    }
     c.start_agents();
     let agents_up = Instant::now();
     let v6: Vec<(String, String)> = (0..3).map(|i| pod_network6(&c, i)).collect();
@@ -281,6 +289,21 @@ fn bgp_dual_stack_mesh_and_router() {
         assert!(
             route.trim().is_empty(),
             "node {} took {BOGUS6}: {route}",
+            i + 1
+        );
+    }
+    // /metrics counts both families: two IPv4 and two IPv6 subnets learned.
+    for (i, n) in c.nodes.iter().enumerate() {
+        let url = format!("http://127.0.0.1:{METRICS_PORT}/metrics");
+        let learned = || {
+            let out = n.ns.exec(&["curl", "-sf", "--max-time", "5", &url]);
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .any(|l| l == "ferrocni_agent_bgp_routes_learned 4")
+        };
+        assert!(
+            wait_until(CONVERGE, learned),
+            "node {}: /metrics does not count 4 learned routes",
             i + 1
         );
     }
