@@ -8,7 +8,8 @@
 //!   1000000;
 //! - pods ping across nodes on both families;
 //! - the router learns every node's IPv6 subnet with the node's `PublicIPv6` as next hop, and
-//!   an IPv6 prefix it announces that no node leases is refused by every node;
+//!   an IPv6 prefix it announces that no node leases is refused by every node, and so is a
+//!   node's IPv6 subnet announced as the router's own;
 //! - `/metrics` counts the routes of both families.
 //!
 //! The nodes have no default route: pods reach each other only through what BGP taught their
@@ -292,6 +293,31 @@ fn bgp_dual_stack_mesh_and_router() {
             i + 1
         );
     }
+    // The router announces node 1's IPv6 subnet as its own (its next hop, its AS as origin):
+    // nodes 2 and 3 refuse it and keep reaching node 1's subnet through node 1.
+    let before: Vec<Option<u64>> = (0..3).map(|i| router_updates_filtered6(&c, i)).collect();
+    frr.configure(&[
+        &format!("router bgp {ROUTER_AS}"),
+        "address-family ipv6 unicast",
+        &format!("network {}", subnets6[0]),
+    ]);
+    for i in 1..3 {
+        assert!(
+            wait_until(CONVERGE, || router_updates_filtered6(&c, i) > before[i]),
+            "node {}: the router's announcement of {} was not refused ({:?} filtered)",
+            i + 1,
+            subnets6[0],
+            router_updates_filtered6(&c, i)
+        );
+        assert_eq!(
+            kernel_routes6(&c.nodes[i].ns, "bird"),
+            others(i, &subnets6, |j| c.nodes[j].ip6.clone()),
+            "node {}",
+            i + 1
+        );
+    }
+    assert_ping6(&c.pods[1].ns, &v6[0].1);
+
     // /metrics counts both families: two IPv4 and two IPv6 subnets learned.
     for (i, n) in c.nodes.iter().enumerate() {
         let url = format!("http://127.0.0.1:{METRICS_PORT}/metrics");
