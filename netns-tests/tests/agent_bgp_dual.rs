@@ -301,9 +301,10 @@ fn bgp_dual_stack_mesh_and_router() {
         "address-family ipv6 unicast",
         &format!("network {}", subnets6[0]),
     ]);
-    for i in 1..3 {
+    for (i, filtered_before) in before.iter().enumerate().skip(1) {
         assert!(
-            wait_until(CONVERGE, || router_updates_filtered6(&c, i) > before[i]),
+            wait_until(CONVERGE, || router_updates_filtered6(&c, i)
+                > *filtered_before),
             "node {}: the router's announcement of {} was not refused ({:?} filtered)",
             i + 1,
             subnets6[0],
