@@ -580,6 +580,7 @@ impl Speaker {
             mesh_bfd: false,
             prefixes: &Default::default(),
             log_file: &log,
+            v6: None,
         });
         let text = stand_in_import(&text)?;
         let conf = dir.join("bird.conf");
@@ -788,6 +789,7 @@ mod tests {
             mesh_bfd: false,
             prefixes: &Default::default(),
             log_file: Path::new("/tmp/bird.log"),
+            v6: None,
         });
         let out = stand_in_import(&text).unwrap();
         assert!(out.contains("filter import_pod_subnets {\n  if net = OWN_SUBNET then reject;\n  if net ~ [ 10.244.0.0/16{24,24} ] then accept;\n  reject;\n}\nfilter export_own_subnet {"), "{out}");

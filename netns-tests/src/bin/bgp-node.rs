@@ -47,7 +47,7 @@ fn run() -> Result<(), String> {
     let options = options
         .as_object()
         .ok_or("--options must be a JSON object")?;
-    let opts = BgpOptions::parse(options, false).map_err(|e| e.to_string())?;
+    let opts = BgpOptions::parse(options).map_err(|e| e.to_string())?;
     let node = NodeInfo {
         public_ip: need("--public-ip")?
             .parse()

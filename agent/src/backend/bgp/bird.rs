@@ -129,14 +129,21 @@ pub fn check_config(binary: &Path, file: &Path) -> Result<(), BgpError> {
 pub fn kernel_has_bird_routes(network: Ipv4Network) -> Result<bool, BgpError> {
     let mut sock = netkit::Socket::new()?;
     let routes = sock.routes(netkit::Family::V4, Some(netkit::route::TABLE_MAIN))?;
-    Ok(routes.iter().any(|r| is_bird_route(r, network)))
+    Ok(routes
+        .iter()
+        .any(|r| is_bird_route(r, IpNetwork::V4(network))))
 }
 
 /// Removes the `proto bird` routes inside `network` from the main table (what a BIRD stopped
-/// for a graceful restart left there, when the backend is given up); how many.
-pub fn flush_kernel_routes(network: Ipv4Network) -> Result<usize, BgpError> {
+/// for a graceful restart left there, when the backend is given up); how many. `network` is
+/// the IPv4 `Network` or, on a dual-stack network, the `IPv6Network`.
+pub fn flush_kernel_routes(network: IpNetwork) -> Result<usize, BgpError> {
     let mut sock = netkit::Socket::new()?;
-    let routes = sock.routes(netkit::Family::V4, Some(netkit::route::TABLE_MAIN))?;
+    let family = match network {
+        IpNetwork::V4(_) => netkit::Family::V4,
+        IpNetwork::V6(_) => netkit::Family::V6,
+    };
+    let routes = sock.routes(family, Some(netkit::route::TABLE_MAIN))?;
     let mut removed = 0;
     for r in routes.iter().filter(|r| is_bird_route(r, network)) {
         match sock.delete_route(r) {
@@ -148,9 +155,8 @@ pub fn flush_kernel_routes(network: Ipv4Network) -> Result<usize, BgpError> {
     Ok(removed)
 }
 
-fn is_bird_route(r: &netkit::Route, network: Ipv4Network) -> bool {
-    r.protocol == Some(RouteProtocol::Bird)
-        && matches!(r.dst, IpNetwork::V4(d) if network.contains(d.network()))
+fn is_bird_route(r: &netkit::Route, network: IpNetwork) -> bool {
+    r.protocol == Some(RouteProtocol::Bird) && network.contains(r.dst.network())
 }
 
 /// A running BIRD.

@@ -15,13 +15,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ipnetwork::Ipv4Network;
+use ipnetwork::{Ipv4Network, Ipv6Network};
 
 use super::announce::NodePrefixes;
 use super::bird::{self, Paths, Process};
 use super::blackhole;
 use super::control::{self, Control};
 use super::error::BgpError;
+use super::family::Ipv6Routes;
 use super::metrics::{self, Counters, Family};
 use super::node_as::mesh_remote_as;
 use super::options::{merge_peers, BgpOptions, NodeSettings, Peer};
@@ -131,6 +132,10 @@ struct State {
     restart_delay: Duration,
     /// The subnet whose blackhole route this backend put in the kernel.
     blackhole: Option<Ipv4Network>,
+    /// On a dual-stack network: the `IPv6Network` (what `shutdown` cleans) and the IPv6
+    /// subnet whose blackhole route this backend put in the kernel.
+    network6: Option<Ipv6Network>,
+    blackhole6: Option<Ipv6Network>,
 }
 
 #[derive(Default)]
@@ -243,7 +248,29 @@ impl Bgp {
         mesh_peers: &[Ipv4Addr],
         leases: &[LeaseRoute],
     ) -> Result<Report, BgpError> {
+        self.apply_dual(own_subnet, mesh_peers, leases, None)
+    }
+
+    /// [`Bgp::apply`] on a dual-stack network: `v6` is the IPv6 half (this node's IPv6 subnet
+    /// and the other nodes' IPv6 leases), announced and learnt over the same sessions.
+    pub fn apply_dual(
+        &self,
+        own_subnet: Ipv4Network,
+        mesh_peers: &[Ipv4Addr],
+        leases: &[LeaseRoute],
+        v6: Option<&Ipv6Routes>,
+    ) -> Result<Report, BgpError> {
         let s = &self.shared.settings;
+        if let Some(v6) = v6 {
+            if v6.own_subnet.prefix() < v6.network.prefix()
+                || !v6.network.contains(v6.own_subnet.network())
+            {
+                return Err(BgpError::BadInput(format!(
+                    "this node's IPv6 subnet {} is not inside the IPv6 network {}",
+                    v6.own_subnet, v6.network
+                )));
+            }
+        }
         if own_subnet.prefix() < s.node.network.prefix()
             || !s.node.network.contains(own_subnet.network())
         {
@@ -268,14 +295,23 @@ impl Bgp {
             mesh_bfd: s.opts.mesh_bfd,
             prefixes: &s.prefixes,
             log_file: &s.paths.log,
+            v6,
         });
         let mut st = self.shared.lock_state();
         // A blackhole of an earlier subnet (a lease acquired again, another agent's) goes first.
         if st.blackhole != Some(own_subnet) {
-            blackhole::remove(s.node.network, Some(own_subnet))?;
+            blackhole::remove(s.node.network.into(), Some(own_subnet.into()))?;
         }
-        blackhole::install(own_subnet)?;
+        blackhole::install(own_subnet.into())?;
         st.blackhole = Some(own_subnet);
+        if let Some(v6) = v6 {
+            if st.blackhole6 != Some(v6.own_subnet) {
+                blackhole::remove(v6.network.into(), Some(v6.own_subnet.into()))?;
+            }
+            blackhole::install(v6.own_subnet.into())?;
+            st.blackhole6 = Some(v6.own_subnet);
+            st.network6 = Some(v6.network);
+        }
         let action = self.shared.converge(&mut st, &text)?;
         let (added, removed) = diff(&st.sessions, &sessions);
         st.sessions = sessions.clone();
@@ -364,9 +400,14 @@ impl Bgp {
                 }
             }
         };
-        let flushed = bird::flush_kernel_routes(s.node.network)?;
-        let blackholes = blackhole::remove(s.node.network, None)?;
+        let mut flushed = bird::flush_kernel_routes(s.node.network.into())?;
+        let mut blackholes = blackhole::remove(s.node.network.into(), None)?;
+        if let Some(network6) = st.network6 {
+            flushed += bird::flush_kernel_routes(network6.into())?;
+            blackholes += blackhole::remove(network6.into(), None)?;
+        }
         st.blackhole = None;
+        st.blackhole6 = None;
         Ok(format!(
             "{what}; {flushed} BIRD route(s) left in the kernel removed, and {blackholes} blackhole route(s) of this node's subnet"
         ))

@@ -15,6 +15,8 @@
 //!   routers), and their filter rules;
 //! - [`secret`]: peer passwords, which only BIRD's configuration file ever shows;
 //! - [`sessions`]: which BGP sessions the node runs, and their BIRD protocol names;
+//! - [`family`]: IPv6 pod subnets on a dual-stack network (multiprotocol BGP over the IPv4
+//!   sessions);
 //! - [`origin`]: origin validation, the import filter's rules from the other nodes' leases;
 //! - [`render`]: the BIRD configuration, a pure function (filters and timers explained there);
 //! - [`bird`]: BIRD's files, `bird -p -c`, starting, adopting, watching and stopping BIRD;
@@ -27,7 +29,8 @@
 //!   [`BgpPlane`], the `DataPlane` whose passes call [`Bgp::apply`] with this node's subnet and
 //!   every other `"BackendType":"bgp"` lease (its `PublicIP` and subnet).
 //!
-//! This node's lease is `{"PublicIP": …, "PublicIPv6": null, "BackendType": "bgp"}`
+//! This node's lease is `{"PublicIP": …, "PublicIPv6": null, "BackendType": "bgp"}` (its
+//! `PublicIPv6` on a dual-stack network)
 //! ([`BACKEND_TYPE`]; `"BackendData": {"ASNumber": N}` when `--bgp-as` gives it an AS); pods' MTU is the underlay's ([`MTU_OVERHEAD`] = 0). On
 //! SIGTERM BIRD stops for a graceful restart: routes stay, the next agent's BIRD takes over.
 //! BIRD never removes its kernel routes (`persist`): the agent does, in [`Bgp::shutdown`].
@@ -38,6 +41,7 @@ pub mod blackhole;
 pub mod control;
 pub mod driver;
 pub mod error;
+pub mod family;
 pub mod metrics;
 pub mod node_as;
 pub mod options;

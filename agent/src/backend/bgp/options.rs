@@ -181,15 +181,9 @@ impl Default for BgpOptions {
 }
 
 impl BgpOptions {
-    /// Decodes the `Backend` object. `dual_stack` is the network config's `EnableIPv6`: this
-    /// backend announces IPv4 subnets only, so a dual-stack network is refused.
-    pub fn parse(backend: &Map<String, Value>, dual_stack: bool) -> Result<BgpOptions, BgpError> {
-        if dual_stack {
-            return Err(BgpError::option(
-                "EnableIPv6",
-                "is set, but the bgp backend announces IPv4 pod subnets only",
-            ));
-        }
+    /// Decodes the `Backend` object (the same for a dual-stack network: its IPv6 subnets
+    /// travel in the same sessions, see [`super::family`]).
+    pub fn parse(backend: &Map<String, Value>) -> Result<BgpOptions, BgpError> {
         refuse_unknown(backend, "Backend", OPTIONS)?;
         let mut opts = BgpOptions::default();
         if let Some(n) = field::<u32>(backend, "Backend", "ASNumber")? {
@@ -559,7 +553,7 @@ mod tests {
 
     fn parse(json: &str) -> Result<BgpOptions, BgpError> {
         let v = libcni::gojson::parse(json.as_bytes()).unwrap();
-        BgpOptions::parse(v.as_object().unwrap(), false)
+        BgpOptions::parse(v.as_object().unwrap())
     }
 
     fn err(json: &str) -> String {
@@ -824,9 +818,6 @@ mod tests {
             "k".repeat(81)
         );
         assert!(err(&long).contains("81 bytes long; TCP MD5 keys are at most 80"));
-        let v = libcni::gojson::parse(br#"{"Type":"bgp"}"#).unwrap();
-        let e = BgpOptions::parse(v.as_object().unwrap(), true).unwrap_err();
-        assert!(e.to_string().contains("\"EnableIPv6\""), "{e}");
     }
 
     /// `allow-local-as=N` before the optional `@FILE` (whose path may hold `:`), merged with

@@ -15,17 +15,18 @@
 //! an unknown next hop tests exact prefix sets.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
+use std::fmt::{Display, Write as _};
 use std::net::Ipv4Addr;
 
 use ipnetwork::Ipv4Network;
 
-/// One other node's lease, as the import filter needs it.
+/// One other node's lease, as the import filter needs it: its IPv4 subnet and `PublicIP` by
+/// default, its IPv6 subnet and `PublicIPv6` on a dual-stack network ([`super::family`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct LeaseRoute {
-    pub subnet: Ipv4Network,
-    /// The lease's `PublicIP`: the next hop the node announces its subnet with.
-    pub next_hop: Ipv4Addr,
+pub struct LeaseRoute<Net = Ipv4Network, Addr = Ipv4Addr> {
+    pub subnet: Net,
+    /// The lease's `PublicIP` (`PublicIPv6`): the next hop the node announces its subnet with.
+    pub next_hop: Addr,
     /// The AS the node's announcements originate in: the one its lease names (`--bgp-as`),
     /// else the cluster's.
     pub origin_as: u32,
@@ -33,13 +34,17 @@ pub struct LeaseRoute {
 
 /// The import filter's statements (indented by two), after the own-subnet check. Deterministic:
 /// the same leases in any order give the same text.
-pub fn write_rules(o: &mut String, leases: &[LeaseRoute]) -> std::fmt::Result {
+pub fn write_rules<Net, Addr>(o: &mut String, leases: &[LeaseRoute<Net, Addr>]) -> std::fmt::Result
+where
+    Net: Display + Ord + Copy,
+    Addr: Display + Ord + Copy,
+{
     if leases.is_empty() {
         writeln!(o, "  # No other node's lease: nothing to learn.")?;
         return writeln!(o, "  reject;");
     }
-    let mut by_next_hop: BTreeMap<Ipv4Addr, Vec<Ipv4Network>> = BTreeMap::new();
-    let mut by_origin: BTreeMap<u32, Vec<Ipv4Network>> = BTreeMap::new();
+    let mut by_next_hop: BTreeMap<Addr, Vec<Net>> = BTreeMap::new();
+    let mut by_origin: BTreeMap<u32, Vec<Net>> = BTreeMap::new();
     for l in leases {
         by_next_hop.entry(l.next_hop).or_default().push(l.subnet);
         by_origin.entry(l.origin_as).or_default().push(l.subnet);
@@ -54,9 +59,12 @@ pub fn write_rules(o: &mut String, leases: &[LeaseRoute]) -> std::fmt::Result {
     )?;
     writeln!(o, "  case bgp_next_hop {{")?;
     for (ip, subnets) in &by_next_hop {
+        // BIRD's lexer reads an IPv6 literal followed by `:` as one (bad) address.
+        let ip = ip.to_string();
+        let gap = if ip.contains(':') { " " } else { "" };
         writeln!(
             o,
-            "    {ip}: if net ~ {} then accept; reject;",
+            "    {ip}{gap}: if net ~ {} then accept; reject;",
             set(subnets)
         )?;
     }
@@ -73,8 +81,8 @@ pub fn write_rules(o: &mut String, leases: &[LeaseRoute]) -> std::fmt::Result {
 }
 
 /// A BIRD prefix set matching exactly these prefixes, sorted and without repeats.
-fn set(subnets: &[Ipv4Network]) -> String {
-    let mut v: Vec<Ipv4Network> = subnets.to_vec();
+fn set<Net: Display + Ord + Copy>(subnets: &[Net]) -> String {
+    let mut v: Vec<Net> = subnets.to_vec();
     v.sort_unstable();
     v.dedup();
     let items: Vec<String> = v.iter().map(ToString::to_string).collect();

@@ -3,12 +3,13 @@
 //! subnet and the other bgp leases' `PublicIP`s ([`Bgp::apply`]); BIRD does the rest (sessions,
 //! routes in the kernel) between passes.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::driver::{Bgp, NodeInfo};
 use super::error::BgpError;
+use super::family::Ipv6Routes;
 use super::node_as::{self, lease_as, parse_node_as};
 use super::options::{self, parse_peers_flag, BgpOptions, NodeSettings};
 use super::origin::LeaseRoute;
@@ -36,7 +37,7 @@ pub const REGISTRATION: Registration = Registration {
 
 /// The `Backend` object of a `"Type":"bgp"` config (errors name the option).
 fn parse_backend(map: &BackendObject, net: &Network) -> Result<Box<dyn Backend>, String> {
-    let opts = BgpOptions::parse(map, net.dual_stack()).map_err(|e| e.to_string())?;
+    let opts = BgpOptions::parse(map).map_err(|e| e.to_string())?;
     opts.prefixes
         .check_network(net.v4)
         .map_err(|e| e.to_string())?;
@@ -138,6 +139,17 @@ impl Backend for BgpOptions {
             );
         }
         let node_as = settings.as_number;
+        // Dual-stack: the IPv6 subnet's next hop is the node's PublicIPv6.
+        let v6 = match (node.network.v6, node.public_ipv6) {
+            (Some(network), Some(ip)) => Some((network, ip)),
+            (Some(network), None) => {
+                return Err(BgpError::Underlay(format!(
+                    "the bgp backend on a dual-stack network (IPv6Network {network}) needs this node's IPv6 address (--public-ipv6): it is the next hop of the node's IPv6 subnet"
+                ))
+                .into())
+            }
+            (None, _) => None,
+        };
         let learns = self.node_to_node_mesh || !self.peers.is_empty() || !settings.peers.is_empty();
         if !learns {
             warn!("bgp: NodeToNodeMesh is off and no Peers nor --bgp-peers are given: this node announces its subnet to nobody and learns no route");
@@ -160,6 +172,7 @@ impl Backend for BgpOptions {
             node_as,
             learns,
             public_ip: node.public_ip,
+            v6,
             iface: node.iface(),
         }))
     }
@@ -174,6 +187,20 @@ pub fn lease_attrs(public_ip: Ipv4Addr, node_as: Option<u32>) -> LeaseAttrs {
         backend_type: BACKEND_TYPE.into(),
         backend_data: node_as::lease_data(node_as),
         backend_v6_data: None,
+    }
+}
+
+/// This node's lease value for `key`: [`lease_attrs`], with the `PublicIPv6` when the key has
+/// an IPv6 subnet (a dual-stack network).
+pub fn key_lease_attrs(
+    key: &SubnetKey,
+    public_ip: Ipv4Addr,
+    public_ipv6: Option<Ipv6Addr>,
+    node_as: Option<u32>,
+) -> LeaseAttrs {
+    LeaseAttrs {
+        public_ipv6: key.v6.and(public_ipv6),
+        ..lease_attrs(public_ip, node_as)
     }
 }
 
@@ -203,16 +230,18 @@ pub fn lease_routes(
         .map(|p| LeaseRoute {
             subnet: p.key.v4,
             next_hop: p.attrs.public_ip,
-            // Leases with unusable data were refused (`check_peer`) before they got here.
-            origin_as: lease_as(p.attrs.backend_data.as_ref())
-                .ok()
-                .flatten()
-                .unwrap_or(cluster_as),
+            origin_as: origin_as(p.attrs.backend_data.as_ref(), cluster_as),
         })
         .collect();
     v.sort_unstable();
     v.dedup();
     v
+}
+
+/// The AS a lease's subnets originate in: the one its `BackendData` names, else `cluster_as`.
+fn origin_as(backend_data: Option<&serde_json::Value>, cluster_as: u32) -> u32 {
+    // Leases with unusable data were refused (`check_peer`) before they got here.
+    lease_as(backend_data).ok().flatten().unwrap_or(cluster_as)
 }
 
 /// The bgp backend on this node.
@@ -225,12 +254,15 @@ pub struct BgpPlane {
     /// Whether the node has anyone to learn routes from (the mesh, or configured peers).
     learns: bool,
     public_ip: Ipv4Addr,
+    /// On a dual-stack network: the `IPv6Network` and this node's `PublicIPv6`.
+    v6: Option<(ipnetwork::Ipv6Network, Ipv6Addr)>,
     iface: Option<String>,
 }
 
 impl DataPlane for BgpPlane {
-    fn lease_attrs(&self, _key: &SubnetKey) -> LeaseAttrs {
-        lease_attrs(self.public_ip, self.node_as)
+    fn lease_attrs(&self, key: &SubnetKey) -> LeaseAttrs {
+        let public_ipv6 = self.v6.map(|(_, ip)| ip);
+        key_lease_attrs(key, self.public_ip, public_ipv6, self.node_as)
     }
 
     fn reconcile(&mut self, own: &SubnetKey, peers: &[Peer]) -> Result<Pass, BackendError> {
@@ -245,7 +277,15 @@ impl DataPlane for BgpPlane {
         }
         let members = mesh_members(own, self.public_ip, peers);
         let leases = lease_routes(own, self.public_ip, peers, self.as_number);
-        let report = self.bgp.apply(own.v4, &members, &leases)?;
+        let cluster_as = self.as_number;
+        let v6 = self.v6.and_then(|(network, ip)| {
+            Ipv6Routes::new(own, ip, network, peers, |p| {
+                origin_as(p.attrs.backend_data.as_ref(), cluster_as)
+            })
+        });
+        let report = self
+            .bgp
+            .apply_dual(own.v4, &members, &leases, v6.as_ref())?;
         Ok(Pass {
             mtu: underlay.mtu,
             // Reached through their mesh session, or through the configured routers.
@@ -347,14 +387,34 @@ mod tests {
                 r#"{"Network":"10.244.0.0/16","Backend":{"Type":"bgp","AdvertisePrefixes":[{"Prefix":"10.244.128.0/17"}]}}"#,
                 "bad network config at /k: \"Backend.AdvertisePrefixes[0].Prefix\" 10.244.128.0/17 overlaps the cluster Network 10.244.0.0/16",
             ),
-            (
-                r#"{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00::/56","Backend":{"Type":"bgp"}}"#,
-                "IPv4 pod subnets only",
-            ),
         ] {
             let e = parse_config("/k", json).unwrap_err().to_string();
             assert!(e.contains(needle), "{json}: {e}");
         }
+    }
+
+    /// A dual-stack network is accepted; the lease then carries the node's `PublicIPv6`.
+    #[test]
+    fn dual_stack_network() {
+        let (_, n) = parse_config(
+            "/k",
+            r#"{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"bgp"}}"#,
+        )
+        .unwrap();
+        assert_eq!(n.type_name(), "bgp");
+        let ip = "192.168.1.5".parse().unwrap();
+        let ip6: Ipv6Addr = "fd00:31:250::5".parse().unwrap();
+        let key = SubnetKey::parse("10.244.5.0-24&fd00:10:244:5::-64").unwrap();
+        assert_eq!(
+            key_lease_attrs(&key, ip, Some(ip6), None).to_json(),
+            r#"{"PublicIP":"192.168.1.5","PublicIPv6":"fd00:31:250::5","BackendType":"bgp"}"#
+        );
+        // An IPv4-only key publishes none.
+        let v4 = SubnetKey::parse("10.244.5.0-24").unwrap();
+        assert_eq!(
+            key_lease_attrs(&v4, ip, Some(ip6), None).to_json(),
+            r#"{"PublicIP":"192.168.1.5","PublicIPv6":null,"BackendType":"bgp"}"#
+        );
     }
 
     #[test]

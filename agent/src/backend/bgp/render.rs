@@ -40,6 +40,7 @@ use std::path::Path;
 use ipnetwork::Ipv4Network;
 
 use super::announce::NodePrefixes;
+use super::family::{self, Ipv6Routes};
 use super::options::Timers;
 use super::origin::{self, LeaseRoute};
 use super::sessions::{protocol_name, SessionKind, Sessions};
@@ -91,6 +92,8 @@ pub struct BirdConfig<'a> {
     pub prefixes: &'a NodePrefixes,
     /// BIRD's log file (the old one goes to the same name + `.old`).
     pub log_file: &'a Path,
+    /// The IPv6 half on a dual-stack network ([`family`]).
+    pub v6: Option<&'a Ipv6Routes>,
 }
 
 /// The configuration text. Paths must hold no `"` or line break (checked by the caller).
@@ -164,9 +167,13 @@ fn write_config(o: &mut String, c: &BirdConfig) -> std::fmt::Result {
     c.prefixes.write_kernel_import_rules(o)?;
     writeln!(o, "  accept;")?;
     writeln!(o, "}}")?;
+    if let Some(v6) = c.v6 {
+        family::write_filters(o, v6)?;
+    }
     writeln!(o)?;
     writeln!(o, "protocol device {{ scan time {DEVICE_SCAN_SECS}; }}")?;
-    writeln!(o, "protocol direct {{ ipv4; interface \"*\"; }}")?;
+    let direct6 = if c.v6.is_some() { " ipv6;" } else { "" };
+    writeln!(o, "protocol direct {{ ipv4;{direct6} interface \"*\"; }}")?;
     writeln!(o, "protocol kernel {{")?;
     writeln!(
         o,
@@ -185,6 +192,9 @@ fn write_config(o: &mut String, c: &BirdConfig) -> std::fmt::Result {
     writeln!(o, "  route {} blackhole;", c.own_subnet)?;
     writeln!(o, "}}")?;
     c.prefixes.write_static(o)?;
+    if let Some(v6) = c.v6 {
+        family::write_protocols(o, v6)?;
+    }
     let mesh_bfd = c.mesh_bfd && !c.sessions.mesh.is_empty();
     if mesh_bfd || c.sessions.peers.iter().any(|p| p.bfd) {
         let opts = format!("interval {BFD_INTERVAL_MS} ms; multiplier {BFD_MULTIPLIER};");
@@ -216,6 +226,9 @@ fn write_config(o: &mut String, c: &BirdConfig) -> std::fmt::Result {
     writeln!(o, "    export filter export_own_subnet;")?;
     writeln!(o, "    gateway recursive;")?;
     writeln!(o, "  }};")?;
+    if let Some(v6) = c.v6 {
+        family::write_channel(o, v6)?;
+    }
     writeln!(o, "}}")?;
     for ip in &c.sessions.mesh {
         writeln!(o)?;
@@ -322,6 +335,7 @@ pub(super) mod tests {
             mesh_bfd: false,
             prefixes: Box::leak(Box::default()),
             log_file: Path::new("/run/ferrocni/bgp/bird.log"),
+            v6: None,
         }
     }
 
@@ -493,6 +507,38 @@ pub(super) mod tests {
             text.contains("    export filter export_own_subnet;"),
             "{text}"
         );
+    }
+
+    /// On a dual-stack network: the IPv6 filters, a direct `ipv6` channel, the IPv6 kernel
+    /// protocol and static blackhole, and an `ipv6` channel in every session (the template's).
+    #[test]
+    fn dual_stack_adds_the_ipv6_half() {
+        let sessions = sample_sessions();
+        let v6 = Ipv6Routes {
+            own_subnet: "fd00:10:244:2::/64".parse().unwrap(),
+            network: "fd00:10:244::/56".parse().unwrap(),
+            next_hop: "fd00:31:250::2".parse().unwrap(),
+            leases: vec![LeaseRoute {
+                subnet: "fd00:10:244:1::/64".parse().unwrap(),
+                next_hop: "fd00:31:250::1".parse().unwrap(),
+                origin_as: 64512,
+            }],
+        };
+        let mut c = sample(&sessions);
+        c.v6 = Some(&v6);
+        let text = render(&c);
+        for line in [
+            "protocol direct { ipv4; ipv6; interface \"*\"; }",
+            "define OWN_SUBNET6 = fd00:10:244:2::/64;",
+            "    fd00:31:250::1 : if net ~ [ fd00:10:244:1::/64 ] then accept; reject;",
+            "protocol kernel kernel6 {",
+            "  route fd00:10:244:2::/64 blackhole;",
+            "    gateway recursive;\n  };\n  ipv6 {\n    import filter import_pod_subnets6;\n    export filter export_own_subnet6;\n    next hop address fd00:31:250::2;\n    gateway recursive;\n  };\n}",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in:\n{text}");
+        }
+        let v4_only = render(&sample(&sessions));
+        assert!(!v4_only.contains("ipv6"), "{v4_only}");
     }
 
     #[test]

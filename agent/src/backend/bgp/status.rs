@@ -112,13 +112,15 @@ fn detail(s: &mut Session, text: &str) {
     } else if let Some(v) = text.strip_prefix("Last error:") {
         s.last_error = Some(v.trim().to_string()).filter(|e| !e.is_empty());
     } else if let Some(v) = text.strip_prefix("Routes:") {
-        let refused_updates = s.routes.refused_updates;
-        s.routes = route_counts(v);
-        s.routes.refused_updates = refused_updates;
+        // Summed over the session's channels (`ipv4`, and `ipv6` on a dual-stack network).
+        let c = route_counts(v);
+        s.routes.imported += c.imported;
+        s.routes.exported += c.exported;
+        s.routes.preferred += c.preferred;
     } else if let Some(v) = text.strip_prefix("Import updates:") {
         // received, rejected, filtered, ignored, accepted
         let filtered = v.split_whitespace().nth(2).and_then(|n| n.parse().ok());
-        s.routes.refused_updates = filtered.unwrap_or(0);
+        s.routes.refused_updates += filtered.unwrap_or(0);
     }
 }
 
@@ -311,6 +313,31 @@ pub(super) mod tests {
             (SessionKind::Peer, "Down")
         );
         assert_eq!(s[2].since, "09:20:20.565");
+    }
+
+    /// A dual-stack session has an `ipv6` channel too: its counts add to the `ipv4` one's.
+    #[test]
+    fn channels_add_up() {
+        let reply = SHOW_PROTOCOLS_ALL.replace(
+            "       Import updates:              4          0          3          0          1\n",
+            "       Import updates:              4          0          3          0          1\n   \
+             Channel ipv6\n     State:          UP\n     \
+             Routes:         1 imported, 1 exported, 1 preferred\n     \
+             Route change stats:     received   rejected   filtered    ignored   accepted\n       \
+             Import updates:              2          0          1          0          1\n",
+        );
+        assert_ne!(reply, SHOW_PROTOCOLS_ALL);
+        let lines = super::super::control::read_reply(&mut Cursor::new(reply)).unwrap();
+        let s = parse_protocols(&lines);
+        assert_eq!(
+            s[0].routes,
+            RouteCounts {
+                imported: 2,
+                exported: 3,
+                preferred: 2,
+                refused_updates: 4,
+            }
+        );
     }
 
     #[test]
