@@ -346,7 +346,7 @@ fn external(list: &Value) -> Result<Vec<ExternalPrefix>, BgpError> {
         }
         let mut peers = Vec::with_capacity(texts.len());
         for text in &texts {
-            let ip = super::options::peer_ip(&option, text)?;
+            let ip = super::peer_address::peer_ip(&option, text)?;
             if peers.contains(&ip) {
                 return Err(BgpError::option(&option, format!("lists {ip} twice")));
             }

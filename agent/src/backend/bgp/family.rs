@@ -122,10 +122,27 @@ pub fn write_filters(o: &mut String, v6: &Ipv6Routes) -> std::fmt::Result {
 
 /// The IPv6 kernel protocol and the static blackhole of the own IPv6 subnet.
 pub fn write_protocols(o: &mut String, v6: &Ipv6Routes) -> std::fmt::Result {
-    writeln!(o, "protocol kernel kernel6 {{")?;
+    write_kernel_and_own_subnet(o, "ipv6", "6", &v6.own_subnet)
+}
+
+/// One family's kernel protocol (BGP routes out, the kernel's own routes in for next hops;
+/// `persist`, graceful restart) and the static blackhole that announces the own subnet.
+/// `suffix` tells the IPv6 names from the IPv4 ones (`kernel6`, `own_subnet6`).
+pub fn write_kernel_and_own_subnet(
+    o: &mut String,
+    channel: &str,
+    suffix: &str,
+    own_subnet: &dyn std::fmt::Display,
+) -> std::fmt::Result {
+    let name = if suffix.is_empty() {
+        String::new()
+    } else {
+        format!("kernel{suffix} ")
+    };
+    writeln!(o, "protocol kernel {name}{{")?;
     writeln!(
         o,
-        "  ipv6 {{ import filter kernel_next_hops6; export filter kernel_pod_routes6; }};"
+        "  {channel} {{ import filter kernel_next_hops{suffix}; export filter kernel_pod_routes{suffix}; }};"
     )?;
     writeln!(o, "  learn;")?;
     writeln!(
@@ -135,9 +152,9 @@ pub fn write_protocols(o: &mut String, v6: &Ipv6Routes) -> std::fmt::Result {
     writeln!(o, "  graceful restart;")?;
     writeln!(o, "  scan time 10;")?;
     writeln!(o, "}}")?;
-    writeln!(o, "protocol static own_subnet6 {{")?;
-    writeln!(o, "  ipv6;")?;
-    writeln!(o, "  route {} blackhole;", v6.own_subnet)?;
+    writeln!(o, "protocol static own_subnet{suffix} {{")?;
+    writeln!(o, "  {channel};")?;
+    writeln!(o, "  route {own_subnet} blackhole;")?;
     writeln!(o, "}}")
 }
 

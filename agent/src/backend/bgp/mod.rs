@@ -13,6 +13,7 @@
 //! - [`announce`]: prefixes beyond the pod subnets, `AdvertisePrefixes` (service and
 //!   load-balancer ranges the nodes announce) and `ExternalPrefixes` (routes taken from named
 //!   routers), and their filter rules;
+//! - [`peer_address`]: a peer's address, checked alike wherever the options name one;
 //! - [`secret`]: peer passwords, which only BIRD's configuration file ever shows;
 //! - [`sessions`]: which BGP sessions the node runs, and their BIRD protocol names;
 //! - [`family`]: IPv6 pod subnets on a dual-stack network (multiprotocol BGP over the IPv4
@@ -46,6 +47,7 @@ pub mod metrics;
 pub mod node_as;
 pub mod options;
 pub mod origin;
+pub mod peer_address;
 pub mod plane;
 pub mod render;
 pub mod secret;

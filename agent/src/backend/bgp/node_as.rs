@@ -22,7 +22,7 @@ pub const MAX_AS_NUMBER: u32 = 4_294_967_294;
 /// The key of the node's AS in a bgp lease's `BackendData`.
 const LEASE_KEY: &str = "ASNumber";
 
-/// `--bgp-as`: [`NodeSettings::as_number`](super::options::NodeSettings::as_number).
+/// `--bgp-as`: the node settings' `as_number`.
 pub const NODE_AS: Flag = Flag {
     name: "--bgp-as",
     value: "AS",

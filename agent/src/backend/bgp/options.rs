@@ -13,6 +13,7 @@ use serde_json::{Map, Value};
 use super::announce::{self, Prefixes};
 use super::error::BgpError;
 use super::node_as::NODE_AS;
+use super::peer_address::peer_ip;
 use super::secret::{read_password_file, Secret};
 use crate::backend::flag::Flag;
 
@@ -382,19 +383,6 @@ fn as_number(option: &str, n: u32) -> Result<u32, BgpError> {
         return Err(BgpError::option(option, "0 is outside 1..4294967295"));
     }
     Ok(n)
-}
-
-pub(super) fn peer_ip(option: &str, text: &str) -> Result<Ipv4Addr, BgpError> {
-    let ip: Ipv4Addr = text
-        .parse()
-        .map_err(|_| BgpError::option(option, format!("{text:?} is not an IPv4 address")))?;
-    if ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() {
-        return Err(BgpError::option(
-            option,
-            format!("{ip} cannot be a BGP peer"),
-        ));
-    }
-    Ok(ip)
 }
 
 /// `Backend.Peers`: a list of `{"PeerIP", "ASNumber", "Password" or "PasswordFile",

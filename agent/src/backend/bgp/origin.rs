@@ -21,7 +21,7 @@ use std::net::Ipv4Addr;
 use ipnetwork::Ipv4Network;
 
 /// One other node's lease, as the import filter needs it: its IPv4 subnet and `PublicIP` by
-/// default, its IPv6 subnet and `PublicIPv6` on a dual-stack network ([`super::family`]).
+/// default, its IPv6 subnet and `PublicIPv6` on a dual-stack network (the family module).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct LeaseRoute<Net = Ipv4Network, Addr = Ipv4Addr> {
     pub subnet: Net,

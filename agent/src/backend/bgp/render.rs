@@ -174,23 +174,7 @@ fn write_config(o: &mut String, c: &BirdConfig) -> std::fmt::Result {
     writeln!(o, "protocol device {{ scan time {DEVICE_SCAN_SECS}; }}")?;
     let direct6 = if c.v6.is_some() { " ipv6;" } else { "" };
     writeln!(o, "protocol direct {{ ipv4;{direct6} interface \"*\"; }}")?;
-    writeln!(o, "protocol kernel {{")?;
-    writeln!(
-        o,
-        "  ipv4 {{ import filter kernel_next_hops; export filter kernel_pod_routes; }};"
-    )?;
-    writeln!(o, "  learn;")?;
-    writeln!(
-        o,
-        "  persist;  # BIRD's exit leaves the routes; the agent removes them"
-    )?;
-    writeln!(o, "  graceful restart;")?;
-    writeln!(o, "  scan time 10;")?;
-    writeln!(o, "}}")?;
-    writeln!(o, "protocol static own_subnet {{")?;
-    writeln!(o, "  ipv4;")?;
-    writeln!(o, "  route {} blackhole;", c.own_subnet)?;
-    writeln!(o, "}}")?;
+    family::write_kernel_and_own_subnet(o, "ipv4", "", &c.own_subnet)?;
     c.prefixes.write_static(o)?;
     if let Some(v6) = c.v6 {
         family::write_protocols(o, v6)?;
