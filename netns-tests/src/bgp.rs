@@ -79,7 +79,16 @@ pub fn sessions_moved(before: &[Session], after: &[Session]) -> Vec<String> {
 
 /// The main table's routes of `protocol` (`ip route show proto <protocol>`) in `ns`, sorted.
 pub fn kernel_routes(ns: &Netns, protocol: &str) -> Vec<KernelRoute> {
-    let v = ns.exec_json(&["ip", "-j", "route", "show", "proto", protocol]);
+    routes_of(ns, "-4", protocol)
+}
+
+/// [`kernel_routes`] of IPv6.
+pub fn kernel_routes6(ns: &Netns, protocol: &str) -> Vec<KernelRoute> {
+    routes_of(ns, "-6", protocol)
+}
+
+fn routes_of(ns: &Netns, family: &str, protocol: &str) -> Vec<KernelRoute> {
+    let v = ns.exec_json(&["ip", family, "-j", "route", "show", "proto", protocol]);
     let mut out: Vec<KernelRoute> = v
         .as_array()
         .into_iter()

@@ -204,7 +204,17 @@ impl Frr {
     /// Prefixes of the best BGP routes in bgpd's table, with their next hop
     /// (`{"10.244.1.0/24": "172.31.250.1"}`).
     pub fn bgp_routes(&self) -> Vec<(String, String)> {
-        let v = self.vtysh_json("show ip bgp json");
+        self.best_routes("show ip bgp json")
+    }
+
+    /// [`Frr::bgp_routes`] of the IPv6 unicast table.
+    pub fn bgp_routes6(&self) -> Vec<(String, String)> {
+        self.best_routes("show bgp ipv6 unicast json")
+    }
+
+    /// `(prefix, next hop)` of each best (or multipath) route in `command`'s JSON table.
+    fn best_routes(&self, command: &str) -> Vec<(String, String)> {
+        let v = self.vtysh_json(command);
         let mut out = Vec::new();
         if let Some(routes) = v.get("routes").and_then(Value::as_object) {
             for (prefix, paths) in routes {

@@ -18,7 +18,7 @@
 use std::time::Instant;
 
 use netns_tests::agent_cluster::{require_tools, Cluster};
-use netns_tests::bgp::{kernel_routes, KernelRoute};
+use netns_tests::bgp::{kernel_routes, kernel_routes6, KernelRoute};
 use netns_tests::cluster::{wait_until, Underlay, CONVERGE};
 use netns_tests::etcd::lease_key;
 use netns_tests::frr::Frr;
@@ -86,26 +86,6 @@ fn pod_network6(c: &Cluster, i: usize) -> (String, String) {
     (format!("{subnet}/{len}"), pod.to_string())
 }
 
-/// A node's IPv6 routes of protocol `proto`.
-fn kernel_routes6(ns: &Netns, proto: &str) -> Vec<KernelRoute> {
-    let v = ns.exec_json(&["ip", "-6", "-j", "route", "show", "proto", proto]);
-    let mut out: Vec<KernelRoute> = v
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|r| {
-            let s = |k: &str| r.get(k).and_then(Value::as_str).map(str::to_string);
-            KernelRoute {
-                dst: s("dst").unwrap_or_default(),
-                via: s("gateway"),
-                dev: s("dev"),
-            }
-        })
-        .collect();
-    out.sort();
-    out
-}
-
 /// Every other node's subnet, via `via(j)` on eth0.
 fn others(i: usize, subnets: &[String], via: impl Fn(usize) -> String) -> Vec<KernelRoute> {
     let mut v: Vec<KernelRoute> = (0..subnets.len())
@@ -122,31 +102,10 @@ fn others(i: usize, subnets: &[String], via: impl Fn(usize) -> String) -> Vec<Ke
 
 /// bgpd's best IPv6 routes inside the pods' IPv6 network: `(prefix, next hop)`.
 fn router_routes6(frr: &Frr) -> Vec<(String, String)> {
-    let v = frr.vtysh_json("show bgp ipv6 unicast json");
-    let mut out = Vec::new();
-    for (prefix, paths) in v
-        .get("routes")
-        .and_then(Value::as_object)
+    frr.bgp_routes6()
         .into_iter()
-        .flatten()
-    {
-        let best = paths
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|p| p.get("bestpath").is_some());
-        let nh = best
-            .and_then(|p| p.get("nexthops"))
-            .and_then(|n| n.get(0))
-            .and_then(|n| n.get("ip"))
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        if prefix.starts_with("fd00:10:244:") && prefix != BOGUS6 {
-            out.push((prefix.clone(), nh.to_string()));
-        }
-    }
-    out.sort();
-    out
+        .filter(|(prefix, _)| prefix.starts_with("fd00:10:244:") && prefix != BOGUS6)
+        .collect()
 }
 
 /// The prefixes bgpd announces to `neighbour` over IPv6.
