@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use netns_tests::agent::Agent;
 use netns_tests::agent_cluster::{assert_pods_mesh, Cluster};
 use netns_tests::bgp::{kernel_routes, KernelRoute};
-use netns_tests::cluster::{ping, wait_until, Node, Underlay, CONVERGE};
+use netns_tests::cluster::{http_get, ping, wait_until, Node, Underlay, CONVERGE};
 use netns_tests::etcd::{lease_key, PREFIX};
 use netns_tests::frr::Frr;
 use netns_tests::require_root;
@@ -75,9 +75,7 @@ fn with_metrics(agent: &mut Agent) {
 
 /// The sample `name` of node `node`'s `/metrics`, if present.
 fn metric(node: &Node, name: &str) -> Option<f64> {
-    let url = format!("http://127.0.0.1:{METRICS_PORT}/metrics");
-    let out = node.ns.exec(&["curl", "-sf", "--max-time", "5", &url]);
-    String::from_utf8_lossy(&out.stdout)
+    http_get(&node.ns, METRICS_PORT, "/metrics")?
         .lines()
         .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
 }

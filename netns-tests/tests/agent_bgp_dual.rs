@@ -17,9 +17,9 @@
 
 use std::time::Instant;
 
-use netns_tests::agent_cluster::{require_tools, Cluster};
-use netns_tests::bgp::{kernel_routes, kernel_routes6, KernelRoute};
-use netns_tests::cluster::{wait_until, Underlay, CONVERGE};
+use netns_tests::agent_cluster::Cluster;
+use netns_tests::bgp::{bgp_tools_present, kernel_routes, kernel_routes6, KernelRoute};
+use netns_tests::cluster::{http_get, ping, wait_until, Underlay, CONVERGE};
 use netns_tests::etcd::lease_key;
 use netns_tests::frr::Frr;
 use netns_tests::{require_root, Netns};
@@ -121,10 +121,7 @@ fn advertised6(frr: &Frr, neighbour: &str) -> Vec<String> {
 
 fn assert_ping6(from: &Netns, ip: &str) {
     assert!(
-        wait_until(CONVERGE, || from
-            .exec(&["ping", "-6", "-n", "-q", "-c", "1", "-W", "1", ip])
-            .status
-            .success()),
+        wait_until(CONVERGE, || ping(from, ip)),
         "{} cannot reach {ip} over IPv6",
         from.name()
     );
@@ -133,7 +130,7 @@ fn assert_ping6(from: &Netns, ip: &str) {
 #[test]
 fn bgp_dual_stack_mesh_and_router() {
     require_root!();
-    if !require_tools(&["etcd", "etcdctl", "bird", "curl"]) {
+    if !bgp_tools_present() {
         return;
     }
     let started = Instant::now();
@@ -280,12 +277,11 @@ fn bgp_dual_stack_mesh_and_router() {
 
     // /metrics counts both families: two IPv4 and two IPv6 subnets learned.
     for (i, n) in c.nodes.iter().enumerate() {
-        let url = format!("http://127.0.0.1:{METRICS_PORT}/metrics");
         let learned = || {
-            let out = n.ns.exec(&["curl", "-sf", "--max-time", "5", &url]);
-            String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .any(|l| l == "ferrocni_agent_bgp_routes_learned 4")
+            http_get(&n.ns, METRICS_PORT, "/metrics").is_some_and(|m| {
+                m.lines()
+                    .any(|l| l == "ferrocni_agent_bgp_routes_learned 4")
+            })
         };
         assert!(
             wait_until(CONVERGE, learned),

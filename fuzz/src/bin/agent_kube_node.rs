@@ -3,12 +3,16 @@
 //! separated, then NUL-separated `name=value` annotations (the name without the prefix). The
 //! node is read as a lease (single- and dual-stack), held to the rules every lease meets, and
 //! put through the node index as a listing, an update by a node created earlier with the same
-//! podCIDRs, and a deletion. Invariants: no panic; the index never holds two leases for one key.
+//! podCIDRs, and a deletion. The backend flags a Node may set for its own agent (`bgp-as`,
+//! `bgp-peers`) are read as the agent reads them at start: the flag's check, and the peers'
+//! parser. Invariants: no panic; the index never holds two leases for one key.
 #![no_main]
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
+use ferrocni_agent::backend::bgp::options::{parse_peers_flag, PEERS};
+use ferrocni_agent::backend::registry;
 use ferrocni_agent::manager::kube::annotations::{Annotations, NodeFacts, DEFAULT_PREFIX};
 use ferrocni_agent::manager::kube::index::NodeIndex;
 use ferrocni_agent::manager::Change;
@@ -53,6 +57,14 @@ fuzz_target!(|data: &[u8]| {
         .collect();
     let names = Annotations::new(DEFAULT_PREFIX).expect("the default prefix");
     let own = SubnetKey::parse("10.244.9.0-24&fd00:10:244:9::-64").expect("own key");
+    for flag in registry::flags().filter(|f| f.per_node) {
+        if let Some(value) = annotations.get(&names.named(flag.annotation_suffix())) {
+            let _ = (flag.check)(value);
+            if flag.name == PEERS.name {
+                let _ = parse_peers_flag(value);
+            }
+        }
+    }
     for dual_stack in [false, true] {
         let peer = node("peer", 2, cidrs, &annotations);
         if let Some(lease) = names.lease_of(&peer, dual_stack) {

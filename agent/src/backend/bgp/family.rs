@@ -43,8 +43,10 @@ pub struct Ipv6Routes {
 
 impl Ipv6Routes {
     /// The IPv6 half for this node, when its lease has an IPv6 subnet: the other leases with
-    /// an IPv6 subnet and a usable `PublicIPv6` (never ours, nor one claiming our address),
-    /// each in the AS `origin_as` gives it.
+    /// an IPv6 subnet and a `PublicIPv6` (never ours, nor one claiming our address), each in
+    /// the AS `origin_as` gives it. The leases come through the checks every backend's peers
+    /// pass (a `PublicIPv6` that is unspecified, loopback, multicast... refuses the whole
+    /// lease), as the IPv4 half's do.
     pub fn new(
         own: &SubnetKey,
         own_ip: Ipv6Addr,
@@ -58,12 +60,7 @@ impl Ipv6Routes {
             .filter_map(|p| {
                 let subnet = p.key.v6?;
                 let next_hop = p.attrs.public_ipv6?;
-                let usable = !(next_hop.is_unspecified()
-                    || next_hop.is_multicast()
-                    || next_hop.is_loopback()
-                    || next_hop == own_ip
-                    || subnet == own_subnet);
-                usable.then(|| LeaseRoute {
+                (next_hop != own_ip && subnet != own_subnet).then(|| LeaseRoute {
                     subnet,
                     next_hop,
                     origin_as: origin_as(p),
@@ -170,15 +167,8 @@ pub fn write_channel(o: &mut String, v6: &Ipv6Routes) -> std::fmt::Result {
 
 #[cfg(test)]
 mod tests {
+    use super::super::plane::tests::peer;
     use super::*;
-    use crate::subnet::lease::LeaseAttrs;
-
-    fn peer(key: &str, json: &str) -> Peer {
-        Peer {
-            key: SubnetKey::parse(key).unwrap(),
-            attrs: LeaseAttrs::parse(json.as_bytes()).unwrap(),
-        }
-    }
 
     fn sample() -> Ipv6Routes {
         let own = SubnetKey::parse("10.244.1.0-24&fd00:10:244:1::-64").unwrap();

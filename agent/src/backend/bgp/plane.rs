@@ -319,11 +319,12 @@ fn is_local(ip: Ipv4Addr) -> Result<bool, BgpError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::backend::registry::parse_config;
 
-    fn peer(key: &str, json: &str) -> Peer {
+    /// Another node's lease, from its key and its JSON value.
+    pub(in crate::backend::bgp) fn peer(key: &str, json: &str) -> Peer {
         Peer {
             key: SubnetKey::parse(key).unwrap(),
             attrs: LeaseAttrs::parse(json.as_bytes()).unwrap(),
