@@ -3,6 +3,7 @@
 //!
 //! - Mesh: [`MESH_NODES`] real agents, each with its BIRD, in a full node-to-node mesh; the
 //!   last [`JOINS`] join one at a time, then one leaves.
+//! - Refusals ([`crate::bgp_refusals`]): a router flooding one node with routes it refuses.
 //! - Reflector: [`REFLECTOR_NODES`] nodes without the mesh, FRR's bgpd as route reflector in
 //!   the switch. Plain BIRD speakers stand in for all but the last [`JOINS`] (each with a
 //!   reservation lease and the backend's own configuration, rendered by its library), which
@@ -80,6 +81,7 @@ pub fn run(agent: &Path) {
     } else {
         println!("  reflector part skipped: FRR is not installed (frr)");
     }
+    crate::bgp_refusals::run(agent);
     for (what, times) in joins {
         let mut t = times.clone();
         t.sort();
@@ -428,13 +430,13 @@ impl Lab {
 /// which the sub-millisecond work of a BIRD taking one route mostly falls between), plus the
 /// children each has waited for (the agents' `bird -p` checks: only counted in ticks).
 #[derive(Default)]
-struct Cpu {
+pub(crate) struct Cpu {
     threads: HashMap<(u32, u32), u64>,
     children: HashMap<u32, f64>,
 }
 
 impl Cpu {
-    fn read(pids: &[u32]) -> Cpu {
+    pub(crate) fn read(pids: &[u32]) -> Cpu {
         let mut cpu = Cpu::default();
         // SAFETY: sysconf has no preconditions.
         let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
@@ -472,7 +474,7 @@ impl Cpu {
 
     /// Seconds used since `before` (threads started since count whole, threads gone since are
     /// left out).
-    fn since(&self, before: &Cpu) -> f64 {
+    pub(crate) fn since(&self, before: &Cpu) -> f64 {
         let threads: u64 = self
             .threads
             .iter()

@@ -34,6 +34,7 @@ pub mod agent;
 pub mod agent_cluster;
 pub mod agent_scale;
 pub mod bgp;
+pub mod bgp_refusals;
 pub mod bgp_scale;
 pub mod chain;
 pub mod cluster;

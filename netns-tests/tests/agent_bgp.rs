@@ -5,8 +5,9 @@
 //! by BGP (`proto bird`, via the announcing node), pods talk across nodes unencapsulated with
 //! their own addresses, the router learns every subnet and a host behind it reaches a pod
 //! directly, the router's bogus announcements change nothing, nor do its hijacks of a subnet
-//! (unleased, a slice of a node's, a node's own through the router's next hop and AS), a
-//! lease appearing makes its already-learned route count with no session restarted, an agent restart loses no ping, a
+//! (unleased, a slice of a node's, a node's own through the router's next hop and AS), each
+//! refusal counted by its reason and each refused route logged once, a lease appearing makes
+//! its already-learned route count with no session restarted, an agent restart loses no ping, a
 //! node leaving is withdrawn, a route reflector replaces the mesh, `/metrics` shows the
 //! sessions, and bad options stop the agent at start naming the option. The secrets: the
 //! router's TCP MD5 password comes from files (`PasswordFile`, `--bgp-peers IP:AS:@FILE`) and
@@ -433,6 +434,10 @@ fn bogus_announcements_refused_on_every_node(c: &Cluster, frr: &Frr) {
             i + 1,
             metrics(n)
         );
+        // By reason: the default route and 192.168.99.0/24 are outside the network, the /32
+        // inside it is no node's.
+        wait_refused_for(c, i, "outside-network", 2);
+        wait_refused_for(c, i, "unleased", 1);
         assert_eq!(
             kernel_routes(&n.ns, "bird"),
             expected_routes(c, i, &[0, 1, 2]),
@@ -482,6 +487,38 @@ fn wait_refused(c: &Cluster, i: usize, at_least: usize) {
     );
 }
 
+/// Node `i`'s count of refusals from the router for `reason`.
+fn refused_for(c: &Cluster, i: usize, reason: &str) -> f64 {
+    let sw = Underlay::switch_ip();
+    let series = format!(
+        "ferrocni_agent_bgp_peer_refusals_total{{peer=\"{sw}\",kind=\"peer\",reason=\"{reason}\"}}"
+    );
+    metrics(&c.nodes[i])
+        .lines()
+        .find_map(|l| l.strip_prefix(&series)?.trim().parse::<f64>().ok())
+        .unwrap_or(0.0)
+}
+
+/// Waits until node `i` counted at least `at_least` refusals from the router for `reason`.
+fn wait_refused_for(c: &Cluster, i: usize, reason: &str, at_least: usize) {
+    assert!(
+        wait_until(CONVERGE, || refused_for(c, i, reason) >= at_least as f64),
+        "node {}: fewer than {at_least} refusals for {reason}:\n{}",
+        i + 1,
+        metrics(&c.nodes[i])
+    );
+}
+
+/// How many lines of node `i`'s agent log say that `prefix` from the router was refused.
+fn refusal_log_lines(c: &Cluster, i: usize, prefix: &str) -> usize {
+    let said = format!("bgp: refused {prefix} from peer {} ", Underlay::switch_ip());
+    c.agents[i]
+        .log()
+        .lines()
+        .filter(|l| l.contains(&said))
+        .count()
+}
+
 /// Origin validation against the leases. The router announces, with its own next hop and its
 /// own AS as the path's origin: a subnet no node leases, a slice of node 1's subnet, and node
 /// 1's subnet itself (an eBGP route, which BGP would prefer to the mesh's). No node takes any;
@@ -514,6 +551,15 @@ fn hijacks_refused_and_a_new_lease_learned(c: &Cluster, frr: &Frr) {
             frr.advertised(&n.ip)
         );
         wait_refused(c, i, BOGUS.len() + hijacks.len());
+        // Each for its reason: no lease, a slice of a lease, a lease's subnet from outside
+        // its node's AS; node 1 sees both of the latter as its own subnet sent back.
+        wait_refused_for(c, i, "unleased", 2);
+        if i == 0 {
+            wait_refused_for(c, i, "own-subnet", 2);
+        } else {
+            wait_refused_for(c, i, "more-specific", 1);
+            wait_refused_for(c, i, "wrong-origin", 1);
+        }
         assert_eq!(
             kernel_routes(&n.ns, "bird"),
             expected_routes(c, i, &[0, 1, 2]),
@@ -576,6 +622,26 @@ fn hijacks_refused_and_a_new_lease_learned(c: &Cluster, frr: &Frr) {
             "node {}: the route to {unleased} stayed after its lease went",
             i + 1
         );
+    }
+    // The lease's coming and going made BIRD evaluate the router's routes again (the slice
+    // was refused again, and counted), but each refused route is in the agent's log once.
+    for i in 0..c.nodes.len() {
+        if i == 0 {
+            wait_refused_for(c, i, "own-subnet", 4);
+        } else {
+            wait_refused_for(c, i, "more-specific", 2);
+        }
+        // (Node 1's subnet is refused for another reason while the router's address is a
+        // lease's, and logged for it: once per route and reason.)
+        for p in [&slice, &BOGUS[0].to_string()] {
+            assert_eq!(
+                refusal_log_lines(c, i, p),
+                1,
+                "node {}: refusals of {p} in the log:\n{}",
+                i + 1,
+                c.agents[i].log()
+            );
+        }
     }
     for (i, before) in sessions_before.iter().enumerate() {
         let moved = sessions_moved(before, &bird_sessions(&c.agents[i]));

@@ -25,6 +25,7 @@ use ipnetwork::Ipv4Network;
 use serde_json::{Map, Value};
 
 use super::error::BgpError;
+use super::refusal::Reason;
 
 const ADVERTISED_FIELDS: &[&str] = &["Prefix", "Nodes"];
 const EXTERNAL_FIELDS: &[&str] = &["Prefix", "Peers"];
@@ -197,7 +198,12 @@ impl NodePrefixes {
                 "  # Advertised by the nodes themselves: never another's copy, nor a part of one."
             )?;
             let set: Vec<String> = self.advertised.iter().map(|p| format!("{p}+")).collect();
-            writeln!(o, "  if net ~ [ {} ] then reject;", set.join(", "))?;
+            writeln!(
+                o,
+                "  if net ~ [ {} ] then {};",
+                set.join(", "),
+                Reason::Advertised.statement()
+            )?;
         }
         if !self.external.is_empty() {
             writeln!(
@@ -209,9 +215,10 @@ impl NodePrefixes {
             let peers: Vec<String> = e.peers.iter().map(ToString::to_string).collect();
             writeln!(
                 o,
-                "  if net = {} then {{ if from ~ [ {} ] then accept; reject; }}",
+                "  if net = {} then {{ if from ~ [ {} ] then accept; {}; }}",
                 e.prefix,
-                peers.join(", ")
+                peers.join(", "),
+                Reason::ExternalPeer.statement()
             )?;
         }
         Ok(())
@@ -623,10 +630,10 @@ mod tests {
         assert_eq!(
             o,
             "  # Advertised by the nodes themselves: never another's copy, nor a part of one.\n\
-             \x20 if net ~ [ 10.96.0.0/12+, 192.168.200.0/24+ ] then reject;\n\
+             \x20 if net ~ [ 10.96.0.0/12+, 192.168.200.0/24+ ] then refuse(\"advertised\");\n\
              \x20 # External prefixes: exactly, from the peers named only.\n\
-             \x20 if net = 0.0.0.0/0 then { if from ~ [ 192.0.2.1, 192.0.2.2 ] then accept; reject; }\n\
-             \x20 if net = 192.168.77.0/24 then { if from ~ [ 192.0.2.1 ] then accept; reject; }\n"
+             \x20 if net = 0.0.0.0/0 then { if from ~ [ 192.0.2.1, 192.0.2.2 ] then accept; refuse(\"external-peer\"); }\n\
+             \x20 if net = 192.168.77.0/24 then { if from ~ [ 192.0.2.1 ] then accept; refuse(\"external-peer\"); }\n"
         );
         let mut o = String::new();
         n.write_kernel_import_rules(&mut o).unwrap();

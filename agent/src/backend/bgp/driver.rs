@@ -1,7 +1,8 @@
 //! [`Bgp`]: BIRD driven by the agent. `apply` renders the node's configuration, has BIRD check
 //! it, and starts BIRD (or adopts the one a previous agent left running) or reconfigures it; a
-//! watcher thread restarts BIRD when it dies and reads the sessions' state every few seconds
-//! (for the log and the metrics); `stop` shuts BIRD down for a graceful restart. `apply` also
+//! watcher thread restarts BIRD when it dies, reads the sessions' state every few seconds
+//! (for the log and the metrics) and follows BIRD's log for the routes the import filters
+//! refused ([`super::refusal_log`]); `stop` shuts BIRD down for a graceful restart. `apply` also
 //! keeps the kernel's blackhole route for the node's subnet ([`blackhole`]), which `shutdown`
 //! removes with BIRD's routes.
 
@@ -27,13 +28,18 @@ use super::metrics::{self, Counters, Family};
 use super::node_as::mesh_remote_as;
 use super::options::{merge_peers, BgpOptions, NodeSettings, Peer};
 use super::origin::LeaseRoute;
+use super::refusal::Refused;
+use super::refusal_log::{LogTail, Refusals, ROTATE_AT_BYTES};
 use super::render::{render, BirdConfig};
 use super::sessions::Sessions;
 use super::status::{self, Session};
 use crate::{debug, log, warn};
 
-/// How often the watcher checks that BIRD runs.
-const TICK: Duration = Duration::from_secs(1);
+/// How often the watcher reads BIRD's log for refusals (a reading goes on to the log's end,
+/// and starts a new file when this one is long: [`super::refusal_log`]).
+const LOG_TICK: Duration = Duration::from_millis(250);
+/// How often it checks that BIRD runs (in log ticks: one second).
+const SUPERVISE_EVERY_LOG_TICKS: u32 = 4;
 /// How often it reads the sessions' state (in ticks).
 const STATUS_EVERY_TICKS: u32 = 2;
 /// Restart delays after BIRD dies: the first, and the most (doubling in between while it keeps
@@ -142,12 +148,15 @@ struct State {
 struct Status {
     counters: Counters,
     sessions: Vec<Session>,
+    refusals: Refusals,
 }
 
 struct Shared {
     settings: Settings,
     state: Mutex<State>,
     status: Mutex<Status>,
+    /// BIRD's log, followed by the watcher.
+    log: Mutex<LogTail>,
 }
 
 /// The bgp backend on this node.
@@ -187,7 +196,9 @@ impl Bgp {
         }
         let binary = bird::find_binary(&settings.bird_binary)?;
         let paths = Paths::new(&settings.dir)?;
+        let log = Mutex::new(LogTail::from_end(&paths.log));
         let shared = Arc::new(Shared {
+            log,
             settings: Settings {
                 opts,
                 node,
@@ -208,8 +219,14 @@ impl Bgp {
         let handle = std::thread::Builder::new()
             .name("bgp-watcher".into())
             .spawn(move || {
+                let mut log_ticks = 0u32;
                 let mut tick = 0u32;
-                while let Err(RecvTimeoutError::Timeout) = rx.recv_timeout(TICK) {
+                while let Err(RecvTimeoutError::Timeout) = rx.recv_timeout(LOG_TICK) {
+                    watched.read_refusals();
+                    log_ticks = (log_ticks + 1) % SUPERVISE_EVERY_LOG_TICKS;
+                    if log_ticks != 0 {
+                        continue;
+                    }
                     watched.supervise();
                     tick = (tick + 1) % STATUS_EVERY_TICKS;
                     if tick == 0 {
@@ -328,8 +345,9 @@ impl Bgp {
         self.shared.lock_status().sessions.clone()
     }
 
-    /// Reads the sessions' state now (logging what changed).
+    /// Reads the sessions' state and the refusals now (logging what changed).
     pub fn refresh(&self) {
+        self.shared.read_refusals();
         self.shared.poll_status();
     }
 
@@ -428,7 +446,7 @@ pub struct MetricsReader(Arc<Shared>);
 impl MetricsReader {
     pub fn families(&self) -> Vec<Family> {
         let status = self.0.lock_status();
-        metrics::families(&status.counters, &status.sessions)
+        metrics::families(&status.counters, &status.sessions, &status.refusals)
     }
 }
 
@@ -442,6 +460,10 @@ impl Drop for Bgp {
 impl Shared {
     fn lock_state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_log(&self) -> MutexGuard<'_, LogTail> {
+        self.log.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn lock_status(&self) -> MutexGuard<'_, Status> {
@@ -597,6 +619,38 @@ impl Shared {
         }
     }
 
+    /// Counts the refusals BIRD logged since the last reading, and logs each route's first.
+    /// Starts a new log file once this one is [`ROTATE_AT_BYTES`] long (BIRD opens its log
+    /// again at a `configure` with the same file, which changes nothing else).
+    fn read_refusals(&self) {
+        let mut notes = Vec::new();
+        let mut count = |line: &str| {
+            if let Some(refused) = Refused::parse_line(line) {
+                notes.extend(self.lock_status().refusals.record(&refused));
+            }
+        };
+        let full = {
+            let mut tail = self.lock_log();
+            tail.poll(&mut count);
+            tail.read_bytes() >= ROTATE_AT_BYTES
+        };
+        if full {
+            // After the state's lock, as `apply` takes it: no configure of ours in between.
+            let st = self.lock_state();
+            let mut tail = self.lock_log();
+            if st.process.is_some() {
+                tail.rotate(&mut || self.reconfigure().is_ok(), &mut count);
+            }
+        }
+        for note in notes {
+            if note.warning {
+                warn!("{}", note.line);
+            } else {
+                log!("{}", note.line);
+            }
+        }
+    }
+
     /// Reads the sessions' state, logs what changed, keeps it for the metrics.
     fn poll_status(&self) {
         if self.lock_state().applied.is_none() {
@@ -617,6 +671,10 @@ impl Shared {
                     }
                 }
                 status.counters.bird_up = true;
+                // A session gone from the configuration takes its refusal counts along.
+                status.refusals.retain_sessions(|kind, ip| {
+                    sessions.iter().any(|s| s.kind == kind && s.peer == ip)
+                });
                 status.sessions = sessions;
             }
             Err(e) => {

@@ -22,6 +22,7 @@ use std::net::Ipv6Addr;
 use ipnetwork::Ipv6Network;
 
 use super::origin::{self, LeaseRoute};
+use super::refusal;
 use crate::backend::Peer;
 use crate::subnet::key::SubnetKey;
 
@@ -88,8 +89,8 @@ pub fn write_filters(o: &mut String, v6: &Ipv6Routes) -> std::fmt::Result {
         "# Other nodes' IPv6 subnets, exactly as leased, from their own node; never ours."
     )?;
     writeln!(o, "filter import_pod_subnets6 {{")?;
-    writeln!(o, "  if net = OWN_SUBNET6 then reject;")?;
-    origin::write_rules(o, &v6.leases)?;
+    refusal::write_own_subnet(o, &v6.own_subnet)?;
+    origin::write_rules(o, v6.network, &v6.leases)?;
     writeln!(o, "}}")?;
     writeln!(o, "filter export_own_subnet6 {{")?;
     writeln!(o, "  if net = OWN_SUBNET6 then accept;")?;
@@ -244,8 +245,8 @@ mod tests {
         write_channel(&mut text, &v6).unwrap();
         for line in [
             "define OWN_SUBNET6 = fd00:10:244:1::/64;",
-            "filter import_pod_subnets6 {\n  if net = OWN_SUBNET6 then reject;\n",
-            "    fd00:31:250::2 : if net ~ [ fd00:10:244:2::/64 ] then accept; reject;",
+            "filter import_pod_subnets6 {\n  if net ~ [ fd00:10:244:1::/64+ ] then refuse(\"own-subnet\");\n",
+            "    fd00:31:250::2 : if net ~ [ fd00:10:244:2::/64 ] then accept;",
             "      if net ~ [ fd00:10:244:3::/64 ] && bgp_path.last = 64512 then accept;",
             "      if net ~ [ fd00:10:244:2::/64 ] && bgp_path.last = 65002 then accept;",
             "  if source = RTS_BGP && net != OWN_SUBNET6 && net ~ [ fd00:10:244::/56{56,64} ] then accept;",

@@ -1,9 +1,10 @@
 //! The backend's metric families for `/metrics`, from the latest status reading: whether BIRD
 //! answers, its restarts and reconfigurations, sessions by state and by peer, routes learned
-//! and announcements refused.
+//! and announcements refused (in all, and by reason).
 
 use std::fmt::Write as _;
 
+use super::refusal_log::Refusals;
 use super::status::{Session, STATES};
 
 /// One metric family in Prometheus' text format: each sample is (labels with their braces, or
@@ -27,8 +28,9 @@ pub struct Counters {
     pub reconfigurations: u64,
 }
 
-/// The families for `sessions` (the latest reading; empty when BIRD did not answer).
-pub fn families(counters: &Counters, sessions: &[Session]) -> Vec<Family> {
+/// The families for `sessions` (the latest reading; empty when BIRD did not answer) and the
+/// refusals counted from BIRD's log.
+pub fn families(counters: &Counters, sessions: &[Session], refusals: &Refusals) -> Vec<Family> {
     let plain = |v: u64| vec![(String::new(), v.to_string())];
     let per_peer = |value: &dyn Fn(&Session) -> u64| {
         sessions
@@ -107,6 +109,24 @@ pub fn families(counters: &Counters, sessions: &[Session]) -> Vec<Family> {
             help: "Announcements from a peer that the import filter refused (not exactly another node's leased subnet, from that node), since the session came up.",
             samples: per_peer(&|s| s.routes.refused_updates),
         },
+        Family {
+            name: "ferrocni_agent_bgp_peer_refusals_total",
+            kind: "counter",
+            help: "Announcements from a peer that the import filter refused, by reason (own-subnet, advertised, external-peer, wrong-next-hop, wrong-origin, more-specific, unleased, outside-network), since the agent started.",
+            samples: refusals
+                .counts()
+                .map(|(kind, peer, reason, n)| {
+                    (
+                        format!(
+                            "{{peer=\"{peer}\",kind=\"{}\",reason=\"{}\"}}",
+                            kind.word(),
+                            reason.word()
+                        ),
+                        n.to_string(),
+                    )
+                })
+                .collect(),
+        },
     ]
 }
 
@@ -142,7 +162,14 @@ mod tests {
             bird_restarts: 2,
             reconfigurations: 5,
         };
-        let t = text(&families(&counters, &sessions));
+        let mut refusals = Refusals::default();
+        let refused = super::super::refusal::Refused::parse_line(
+            "2026-12-07 03:45:22.313 <INFO> ferrocni-refused wrong-origin 10.244.1.0/24 peer_192_0_2_1 192.0.2.1 65000",
+        )
+        .unwrap();
+        refusals.record(&refused);
+        refusals.record(&refused);
+        let t = text(&families(&counters, &sessions, &refusals));
         for line in [
             "# TYPE ferrocni_agent_bgp_bird_up gauge",
             "ferrocni_agent_bgp_bird_up 1",
@@ -157,11 +184,13 @@ mod tests {
             "ferrocni_agent_bgp_routes_learned 1",
             "ferrocni_agent_bgp_peer_routes_imported{peer=\"172.31.9.1\",kind=\"mesh\"} 1",
             "ferrocni_agent_bgp_peer_updates_refused_total{peer=\"172.31.9.1\",kind=\"mesh\"} 3",
+            "# TYPE ferrocni_agent_bgp_peer_refusals_total counter",
+            "ferrocni_agent_bgp_peer_refusals_total{peer=\"192.0.2.1\",kind=\"peer\",reason=\"wrong-origin\"} 2",
         ] {
             assert!(t.lines().any(|l| l == line), "missing {line:?} in:\n{t}");
         }
         // BIRD down: no sessions, every state at zero.
-        let t = text(&families(&Counters::default(), &[]));
+        let t = text(&families(&Counters::default(), &[], &Refusals::default()));
         assert!(t.contains("ferrocni_agent_bgp_bird_up 0\n"));
         assert!(t.contains("ferrocni_agent_bgp_sessions{state=\"established\"} 0\n"));
         assert!(!t.contains("peer=\""));
@@ -171,7 +200,11 @@ mod tests {
     fn unknown_state_words_still_counted() {
         let mut sessions = super::super::status::tests::sample();
         sessions[0].state = "New\"State".into();
-        let t = text(&families(&Counters::default(), &sessions));
+        let t = text(&families(
+            &Counters::default(),
+            &sessions,
+            &Refusals::default(),
+        ));
         assert!(
             t.contains("ferrocni_agent_bgp_sessions{state=\"new\\\"state\"} 1\n"),
             "{t}"

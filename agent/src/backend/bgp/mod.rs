@@ -19,6 +19,8 @@
 //! - [`family`]: IPv6 pod subnets on a dual-stack network (multiprotocol BGP over the IPv4
 //!   sessions);
 //! - [`origin`]: origin validation, the import filter's rules from the other nodes' leases;
+//! - [`refusal`], [`refusal_log`]: why a route was refused, printed by the filter into BIRD's
+//!   log, followed by the agent, counted by reason and logged once;
 //! - [`render`]: the BIRD configuration, a pure function (filters and timers explained there);
 //! - [`bird`]: BIRD's files, `bird -p -c`, starting, adopting, watching and stopping BIRD;
 //! - [`blackhole`]: the kernel's blackhole route for this node's subnet;
@@ -49,6 +51,8 @@ pub mod options;
 pub mod origin;
 pub mod peer_address;
 pub mod plane;
+pub mod refusal;
+pub mod refusal_log;
 pub mod render;
 pub mod secret;
 pub mod sessions;

@@ -9,16 +9,19 @@
 //! - any other next hop (a router rewrote it, eBGP): the prefix must be exactly some lease's
 //!   subnet and the AS path must start at that lease's origin AS (`bgp_path.last`).
 //!
-//! Everything else is refused: unleased prefixes, more-specifics, aggregates, another node's
-//! subnet through a next hop that is not that node's, wrong origins. BIRD 2.0's `case` is a tree
-//! lookup on IP values (not on prefixes), so the next hop picks the one arm to test; the arm of
-//! an unknown next hop tests exact prefix sets.
+//! Everything else is refused, each for its reason ([`refusal`]): unleased prefixes,
+//! more-specifics, aggregates, another node's subnet through a next hop that is not that
+//! node's, wrong origins. BIRD 2.0's `case` is a tree lookup on IP values (not on prefixes),
+//! so the next hop picks the one arm to test; the arm of an unknown next hop tests exact
+//! prefix sets. An arm that accepts nothing falls through to the refusal's classification.
 
 use std::collections::BTreeMap;
 use std::fmt::{Display, Write as _};
 use std::net::Ipv4Addr;
 
 use ipnetwork::Ipv4Network;
+
+use super::refusal;
 
 /// One other node's lease, as the import filter needs it: its IPv4 subnet and `PublicIP` by
 /// default, its IPv6 subnet and `PublicIPv6` on a dual-stack network (the family module).
@@ -32,16 +35,21 @@ pub struct LeaseRoute<Net = Ipv4Network, Addr = Ipv4Addr> {
     pub origin_as: u32,
 }
 
-/// The import filter's statements (indented by two), after the own-subnet check. Deterministic:
-/// the same leases in any order give the same text.
-pub fn write_rules<Net, Addr>(o: &mut String, leases: &[LeaseRoute<Net, Addr>]) -> std::fmt::Result
+/// The import filter's statements (indented by two), after the own-subnet check: what is
+/// accepted, then why the rest is refused ([`refusal`]). `network` is the cluster network in
+/// the family. Deterministic: the same leases in any order give the same text.
+pub fn write_rules<Net, Addr>(
+    o: &mut String,
+    network: Net,
+    leases: &[LeaseRoute<Net, Addr>],
+) -> std::fmt::Result
 where
     Net: Display + Ord + Copy,
     Addr: Display + Ord + Copy,
 {
     if leases.is_empty() {
         writeln!(o, "  # No other node's lease: nothing to learn.")?;
-        return writeln!(o, "  reject;");
+        return refusal::write_classification(o, network, leases);
     }
     let mut by_next_hop: BTreeMap<Addr, Vec<Net>> = BTreeMap::new();
     let mut by_origin: BTreeMap<u32, Vec<Net>> = BTreeMap::new();
@@ -62,11 +70,7 @@ where
         // BIRD's lexer reads an IPv6 literal followed by `:` as one (bad) address.
         let ip = ip.to_string();
         let gap = if ip.contains(':') { " " } else { "" };
-        writeln!(
-            o,
-            "    {ip}{gap}: if net ~ {} then accept; reject;",
-            set(subnets)
-        )?;
+        writeln!(o, "    {ip}{gap}: if net ~ {} then accept;", set(subnets))?;
     }
     writeln!(o, "    else:")?;
     for (as_number, subnets) in &by_origin {
@@ -76,8 +80,8 @@ where
             set(subnets)
         )?;
     }
-    writeln!(o, "      reject;")?;
-    writeln!(o, "  }}")
+    writeln!(o, "  }}")?;
+    refusal::write_classification(o, network, leases)
 }
 
 /// A BIRD prefix set matching exactly these prefixes, sorted and without repeats.
@@ -103,7 +107,7 @@ mod tests {
 
     fn rules(leases: &[LeaseRoute]) -> String {
         let mut o = String::new();
-        write_rules(&mut o, leases).unwrap();
+        write_rules(&mut o, "10.244.0.0/16".parse().unwrap(), leases).unwrap();
         o
     }
 
@@ -122,14 +126,18 @@ mod tests {
             "  # From a node's address: exactly that node's subnet. Through another next hop:\n\
              \x20 # exactly a leased subnet, originated in its node's AS. Nothing else.\n\
              \x20 case bgp_next_hop {\n\
-             \x20   172.31.250.1: if net ~ [ 10.244.1.0/24 ] then accept; reject;\n\
-             \x20   172.31.250.3: if net ~ [ 10.244.3.0/24, 10.244.9.0/24 ] then accept; reject;\n\
-             \x20   172.31.250.7: if net ~ [ 10.244.7.0/24 ] then accept; reject;\n\
+             \x20   172.31.250.1: if net ~ [ 10.244.1.0/24 ] then accept;\n\
+             \x20   172.31.250.3: if net ~ [ 10.244.3.0/24, 10.244.9.0/24 ] then accept;\n\
+             \x20   172.31.250.7: if net ~ [ 10.244.7.0/24 ] then accept;\n\
              \x20   else:\n\
              \x20     if net ~ [ 10.244.1.0/24, 10.244.3.0/24, 10.244.9.0/24 ] && bgp_path.last = 64512 then accept;\n\
              \x20     if net ~ [ 10.244.7.0/24 ] && bgp_path.last = 65007 then accept;\n\
-             \x20     reject;\n\
-             \x20 }\n"
+             \x20 }\n\
+             \x20 # Refused: say why.\n\
+             \x20 if net ~ [ 10.244.1.0/24, 10.244.3.0/24, 10.244.7.0/24, 10.244.9.0/24 ] then { if bgp_next_hop ~ [ 172.31.250.1, 172.31.250.3, 172.31.250.7 ] then refuse(\"wrong-next-hop\"); refuse(\"wrong-origin\"); }\n\
+             \x20 if net ~ [ 10.244.1.0/24+, 10.244.3.0/24+, 10.244.7.0/24+, 10.244.9.0/24+ ] then refuse(\"more-specific\");\n\
+             \x20 if net ~ [ 10.244.0.0/16+ ] then refuse(\"unleased\");\n\
+             \x20 refuse(\"outside-network\");\n"
         );
         // The order of the leases does not matter.
         let mut reversed = leases;
@@ -141,7 +149,8 @@ mod tests {
     fn no_lease_learns_nothing() {
         assert_eq!(
             rules(&[]),
-            "  # No other node's lease: nothing to learn.\n  reject;\n"
+            "  # No other node's lease: nothing to learn.\n  # Refused: say why.\n  \
+             if net ~ [ 10.244.0.0/16+ ] then refuse(\"unleased\");\n  refuse(\"outside-network\");\n"
         );
     }
 }

@@ -8,8 +8,9 @@
 //!   ([`origin`]: the next hop is the lease's `PublicIP`, or, through a router that rewrote
 //!   it, the AS path starts in the lease's AS), never this node's own. Anything else (a
 //!   default route, a prefix no node leases, a slice of someone's subnet, an aggregate, a
-//!   subnet through a next hop or from an AS not its node's) is refused: counted for the
-//!   metrics, not kept, so a router sending a full table costs no memory. The rules change
+//!   subnet through a next hop or from an AS not its node's) is refused, with one line in
+//!   BIRD's log that says why ([`refusal`]), and not kept, so a router sending a full table
+//!   costs no memory. The rules change
 //!   with the leases; a reconfiguration with another import filter makes BIRD evaluate the
 //!   routes already learned again (a route refresh from each peer), with no session restart.
 //! - Kernel: BGP routes only (`proto bird`, BIRD's metric 32), each via the announcing node's
@@ -43,6 +44,7 @@ use super::announce::NodePrefixes;
 use super::family::{self, Ipv6Routes};
 use super::options::Timers;
 use super::origin::{self, LeaseRoute};
+use super::refusal;
 use super::sessions::{protocol_name, SessionKind, Sessions};
 
 /// After `bird -R`, how long BIRD waits for its peers before syncing the kernel table (BIRD's
@@ -67,8 +69,10 @@ pub const DEVICE_SCAN_SECS: u32 = 1;
 /// dead peer is noticed in 300 ms.
 pub const BFD_INTERVAL_MS: u32 = 100;
 pub const BFD_MULTIPLIER: u32 = 3;
-/// BIRD's own log: rotated at this size, one old file kept.
-pub const LOG_LIMIT_BYTES: u64 = 4 << 20;
+/// BIRD's own log: rotated by BIRD at this size, one old file kept. A backstop for when no
+/// agent follows the log: the agent rotates it itself, at a quarter of this
+/// ([`super::refusal_log`]), so that no refusal line is lost.
+pub const LOG_LIMIT_BYTES: u64 = 16 << 20;
 
 /// Everything the configuration depends on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,14 +135,15 @@ fn write_config(o: &mut String, c: &BirdConfig) -> std::fmt::Result {
     writeln!(o)?;
     writeln!(o, "define OWN_SUBNET = {};", c.own_subnet)?;
     writeln!(o)?;
+    refusal::write_function(o)?;
     writeln!(
         o,
         "# Other nodes' subnets, exactly as leased, from their own node; never ours."
     )?;
     writeln!(o, "filter import_pod_subnets {{")?;
-    writeln!(o, "  if net = OWN_SUBNET then reject;")?;
+    refusal::write_own_subnet(o, &c.own_subnet)?;
     c.prefixes.write_import_rules(o)?;
-    origin::write_rules(o, c.leases)?;
+    origin::write_rules(o, c.network, c.leases)?;
     writeln!(o, "}}")?;
     writeln!(o, "filter export_own_subnet {{")?;
     writeln!(o, "  if net = OWN_SUBNET then accept;")?;
@@ -328,14 +333,16 @@ pub(super) mod tests {
         let sessions = sample_sessions();
         let text = render(&sample(&sessions));
         for line in [
-            "log \"/run/ferrocni/bgp/bird.log\" 4194304 \"/run/ferrocni/bgp/bird.log.old\" all;",
+            "log \"/run/ferrocni/bgp/bird.log\" 16777216 \"/run/ferrocni/bgp/bird.log.old\" all;",
             "router id 172.31.250.2;",
             "graceful restart wait 10;",
             "define OWN_SUBNET = 10.244.2.0/24;",
-            "filter import_pod_subnets {\n  if net = OWN_SUBNET then reject;\n",
-            "    172.31.250.1: if net ~ [ 10.244.1.0/24 ] then accept; reject;",
-            "    172.31.250.3: if net ~ [ 10.244.3.0/24, 10.244.9.0/24 ] then accept; reject;",
-            "      if net ~ [ 10.244.1.0/24, 10.244.3.0/24, 10.244.9.0/24 ] && bgp_path.last = 64512 then accept;\n      reject;\n  }\n}",
+            "function refuse(string reason) {\n  print \"ferrocni-refused \", reason, \" \", net, \" \", proto, \" \", bgp_next_hop, \" \", bgp_path.last;\n  reject;\n}\n",
+            "filter import_pod_subnets {\n  if net ~ [ 10.244.2.0/24+ ] then refuse(\"own-subnet\");\n",
+            "    172.31.250.1: if net ~ [ 10.244.1.0/24 ] then accept;",
+            "    172.31.250.3: if net ~ [ 10.244.3.0/24, 10.244.9.0/24 ] then accept;",
+            "      if net ~ [ 10.244.1.0/24, 10.244.3.0/24, 10.244.9.0/24 ] && bgp_path.last = 64512 then accept;\n  }\n  # Refused: say why.\n",
+            "  if net ~ [ 10.244.0.0/16+ ] then refuse(\"unleased\");\n  refuse(\"outside-network\");\n}",
             "  if source = RTS_BGP && net != OWN_SUBNET && net ~ [ 10.244.0.0/16{16,24} ] then accept;",
             "  if net ~ [ 10.244.0.0/16+ ] then reject;",
             "  route 10.244.2.0/24 blackhole;",
@@ -469,7 +476,7 @@ pub(super) mod tests {
         c.prefixes = &prefixes;
         let text = render(&c);
         for needle in [
-            "filter import_pod_subnets {\n  if net = OWN_SUBNET then reject;\n  # Advertised by the nodes themselves: never another's copy, nor a part of one.\n  if net ~ [ 10.96.0.0/12+, 192.168.200.0/24+ ] then reject;\n  # External prefixes: exactly, from the peers named only.\n  if net = 0.0.0.0/0 then { if from ~ [ 192.0.2.1 ] then accept; reject; }\n  # From a node's address",
+            "filter import_pod_subnets {\n  if net ~ [ 10.244.2.0/24+ ] then refuse(\"own-subnet\");\n  # Advertised by the nodes themselves: never another's copy, nor a part of one.\n  if net ~ [ 10.96.0.0/12+, 192.168.200.0/24+ ] then refuse(\"advertised\");\n  # External prefixes: exactly, from the peers named only.\n  if net = 0.0.0.0/0 then { if from ~ [ 192.0.2.1 ] then accept; refuse(\"external-peer\"); }\n  # From a node's address",
             "filter export_to_peers {\n  if net = OWN_SUBNET then accept;\n  if proto = \"announced\" && net ~ [ 10.96.0.0/12 ] then accept;\n  reject;\n}",
             "  if source = RTS_BGP && net != OWN_SUBNET && net ~ [ 10.244.0.0/16{16,24} ] then accept;\n  if source = RTS_BGP && net ~ [ 0.0.0.0/0 ] then accept;\n  reject;\n}",
             "protocol static announced {\n  ipv4;\n  route 10.96.0.0/12 blackhole;\n}",
@@ -514,7 +521,7 @@ pub(super) mod tests {
         for line in [
             "protocol direct { ipv4; ipv6; interface \"*\"; }",
             "define OWN_SUBNET6 = fd00:10:244:2::/64;",
-            "    fd00:31:250::1 : if net ~ [ fd00:10:244:1::/64 ] then accept; reject;",
+            "    fd00:31:250::1 : if net ~ [ fd00:10:244:1::/64 ] then accept;",
             "protocol kernel kernel6 {",
             "  route fd00:10:244:2::/64 blackhole;",
             "    gateway recursive;\n  };\n  ipv6 {\n    import filter import_pod_subnets6;\n    export filter export_own_subnet6;\n    next hop address fd00:31:250::2;\n    gateway recursive;\n  };\n}",

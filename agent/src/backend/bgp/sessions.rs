@@ -8,7 +8,7 @@ use std::net::Ipv4Addr;
 use super::options::Peer;
 
 /// Where a session comes from (the `kind` label of the metrics).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SessionKind {
     /// Another node of the network (iBGP, built from the leases).
     Mesh,
