@@ -579,6 +579,7 @@ impl Speaker {
             mesh_timers: Default::default(),
             mesh_bfd: false,
             prefixes: &Default::default(),
+            prefixes6: &Default::default(),
             log_file: &log,
             v6: None,
         });
@@ -788,6 +789,7 @@ mod tests {
             mesh_timers: Default::default(),
             mesh_bfd: false,
             prefixes: &Default::default(),
+            prefixes6: &Default::default(),
             log_file: Path::new("/tmp/bird.log"),
             v6: None,
         });

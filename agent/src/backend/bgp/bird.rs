@@ -427,6 +427,12 @@ mod tests {
         let mut prefixes = samples::sample(&full);
         prefixes.prefixes = Box::leak(Box::new(samples::sample_prefixes()));
         variants.push(prefixes);
+        // A dual-stack network, with IPv6 advertised and external prefixes.
+        let mut dual = samples::sample(&full);
+        dual.v6 = Some(Box::leak(Box::new(samples::sample_v6())));
+        dual.prefixes = Box::leak(Box::new(samples::sample_prefixes()));
+        dual.prefixes6 = Box::leak(Box::new(samples::sample_prefixes6()));
+        variants.push(dual);
         for (i, mut c) in variants.into_iter().enumerate() {
             c.log_file = &log;
             let file = dir.join(format!("bird-{i}.conf"));
