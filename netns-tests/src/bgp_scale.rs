@@ -581,6 +581,7 @@ impl Speaker {
             mesh_timers: Default::default(),
             mesh_bfd: false,
             prefixes: &Default::default(),
+            prefixes6: &Default::default(),
             log_file: &log,
             v6: None,
         });
@@ -790,6 +791,7 @@ mod tests {
             mesh_timers: Default::default(),
             mesh_bfd: false,
             prefixes: &Default::default(),
+            prefixes6: &Default::default(),
             log_file: Path::new("/tmp/bird.log"),
             v6: None,
         });

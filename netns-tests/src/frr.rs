@@ -239,7 +239,16 @@ impl Frr {
     /// The next hops of the paths bgpd uses for `prefix` (its best path and those it runs
     /// beside it with `maximum-paths`), sorted.
     pub fn used_next_hops(&self, prefix: &str) -> Vec<String> {
-        let v = self.vtysh_json(&format!("show ip bgp {prefix} json"));
+        self.used_next_hops_in("ipv4", prefix)
+    }
+
+    /// [`Frr::used_next_hops`] of an IPv6 prefix (their global next hops).
+    pub fn used_next_hops6(&self, prefix: &str) -> Vec<String> {
+        self.used_next_hops_in("ipv6", prefix)
+    }
+
+    fn used_next_hops_in(&self, family: &str, prefix: &str) -> Vec<String> {
+        let v = self.vtysh_json(&format!("show bgp {family} unicast {prefix} json"));
         let mut out: Vec<String> = v
             .get("paths")
             .and_then(Value::as_array)

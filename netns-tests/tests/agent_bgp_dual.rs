@@ -10,6 +10,10 @@
 //! - the router learns every node's IPv6 subnet with the node's `PublicIPv6` as next hop, and
 //!   an IPv6 prefix it announces that no node leases is refused by every node, and so is a
 //!   node's IPv6 subnet announced as the router's own;
+//! - an IPv6 advertised prefix (`AdvertisePrefixes`) reaches the router from every node, one
+//!   path per node (ECMP), is in no node's kernel and no node takes another's copy; the
+//!   router's IPv6 external prefix (`ExternalPrefixes`, named with the router's IPv4 session
+//!   address) is in every node's kernel `proto bird`;
 //! - `/metrics` counts the routes of both families.
 //!
 //! The nodes have no default route: pods reach each other only through what BGP taught their
@@ -28,19 +32,23 @@ use serde_json::Value;
 const ROUTER_AS: u32 = 64513;
 /// What the router announces over IPv6: a /64 inside `IPv6Network` that no node leases.
 const BOGUS6: &str = "fd00:10:244:ff::/64";
+/// Announced by every node (a service range): the router has one path per node.
+const SERVICES6: &str = "fd00:96::/108";
+/// Announced by the router, accepted from it by every node.
+const EXTERNAL6: &str = "fd00:77::/64";
 /// The agent's blackhole route for a node's own subnet, as `ip route` shows it.
 const BLACKHOLE: &str = "proto static metric 1000000";
 const METRICS_PORT: u16 = 19_474;
 
 fn config() -> String {
     format!(
-        r#"{{"Network":"10.244.0.0/16","SubnetMin":"10.244.1.0","SubnetMax":"10.244.20.0","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{{"Type":"bgp","GracefulRestartTime":5,"Peers":[{{"PeerIP":"{}","ASNumber":{ROUTER_AS}}}]}}}}"#,
-        Underlay::switch_ip()
+        r#"{{"Network":"10.244.0.0/16","SubnetMin":"10.244.1.0","SubnetMax":"10.244.20.0","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{{"Type":"bgp","GracefulRestartTime":5,"Peers":[{{"PeerIP":"{sw}","ASNumber":{ROUTER_AS}}}],"AdvertisePrefixes":[{{"Prefix":"{SERVICES6}"}}],"ExternalPrefixes":[{{"Prefix":"{EXTERNAL6}","Peers":["{sw}"]}}]}}}}"#,
+        sw = Underlay::switch_ip()
     )
 }
 
 /// bgpd peering with every node over IPv4, the IPv6 address family activated on the same
-/// sessions, announcing [`BOGUS6`].
+/// sessions with ECMP, announcing [`BOGUS6`] and [`EXTERNAL6`].
 fn router_conf(nodes: &[&str]) -> String {
     let mut c = format!(
         "router bgp {ROUTER_AS}\n bgp router-id {}\n no bgp ebgp-requires-policy\n \
@@ -50,11 +58,13 @@ fn router_conf(nodes: &[&str]) -> String {
     for ip in nodes {
         c.push_str(&format!(" neighbor {ip} remote-as 64512\n"));
     }
-    c.push_str(" address-family ipv6 unicast\n");
+    c.push_str(" address-family ipv6 unicast\n  maximum-paths 8\n");
     for ip in nodes {
         c.push_str(&format!("  neighbor {ip} activate\n"));
     }
-    c.push_str(&format!("  network {BOGUS6}\n exit-address-family\n"));
+    c.push_str(&format!(
+        "  network {BOGUS6}\n  network {EXTERNAL6}\n exit-address-family\n"
+    ));
     c
 }
 
@@ -105,6 +115,14 @@ fn router_routes6(frr: &Frr) -> Vec<(String, String)> {
     frr.bgp_routes6()
         .into_iter()
         .filter(|(prefix, _)| prefix.starts_with("fd00:10:244:") && prefix != BOGUS6)
+        .collect()
+}
+
+/// BIRD's IPv6 pod routes in `ns`'s kernel (its routes but the external prefix's).
+fn pod_routes6(ns: &Netns) -> Vec<KernelRoute> {
+    kernel_routes6(ns, "bird")
+        .into_iter()
+        .filter(|r| r.dst != EXTERNAL6)
         .collect()
 }
 
@@ -170,7 +188,7 @@ fn bgp_dual_stack_mesh_and_router() {
     for (i, n) in c.nodes.iter().enumerate() {
         let want4 = others(i, &c.subnets, |j| c.nodes[j].ip.clone());
         let want6 = others(i, &subnets6, |j| c.nodes[j].ip6.clone());
-        let have = || (kernel_routes(&n.ns, "bird"), kernel_routes6(&n.ns, "bird"));
+        let have = || (kernel_routes(&n.ns, "bird"), pod_routes6(&n.ns));
         assert!(
             wait_until(CONVERGE, || have() == (want4.clone(), want6.clone())),
             "node {}: BIRD routes {:?}, expected {want4:?} and {want6:?}\n{}",
@@ -218,6 +236,50 @@ fn bgp_dual_stack_mesh_and_router() {
         frr.log("bgpd")
     );
 
+    // The IPv6 advertised prefix: one path per node on the router, in no node's kernel, and
+    // in each node's BIRD only its own copy (a static route, no BGP one).
+    let prefixes_from = Instant::now();
+    let mut all6: Vec<String> = c.nodes.iter().map(|n| n.ip6.clone()).collect();
+    all6.sort();
+    assert!(
+        wait_until(CONVERGE, || frr.used_next_hops6(SERVICES6) == all6),
+        "{SERVICES6}: the router uses {:?}, expected {all6:?}\n{}",
+        frr.used_next_hops6(SERVICES6),
+        frr.log("bgpd")
+    );
+    for (i, n) in c.nodes.iter().enumerate() {
+        let routes =
+            n.ns.exec_ok(&["ip", "-6", "route", "show", "table", "all", SERVICES6]);
+        assert!(
+            routes.trim().is_empty(),
+            "node {} has a kernel route for {SERVICES6}: {routes}",
+            i + 1
+        );
+        let bird = c.agents[i].birdc(&["show", "route", SERVICES6, "all"]);
+        assert!(
+            bird.contains("[announced6 ") && !bird.contains("BGP.as_path"),
+            "node {}: BIRD's routes for {SERVICES6}:\n{bird}",
+            i + 1
+        );
+        // The router's IPv6 external prefix, in the kernel as BIRD's.
+        let external = || n.ns.exec_ok(&["ip", "-6", "route", "show", EXTERNAL6]);
+        assert!(
+            wait_until(CONVERGE, || external().contains(" proto bird ")),
+            "node {}: no route to {EXTERNAL6} from the router: {:?}\n{}",
+            i + 1,
+            external(),
+            c.agents[i].birdc(&["show", "route", EXTERNAL6, "all"])
+        );
+    }
+    eprintln!(
+        "{SERVICES6}: 3 paths on the router, {EXTERNAL6} on every node ({:?} checking; node 1: {})",
+        prefixes_from.elapsed(),
+        c.nodes[0]
+            .ns
+            .exec_ok(&["ip", "-6", "route", "show", EXTERNAL6])
+            .trim()
+    );
+
     // The router's unleased IPv6 prefix reached every node, and none took it.
     for (i, n) in c.nodes.iter().enumerate() {
         assert!(
@@ -237,7 +299,7 @@ fn bgp_dual_stack_mesh_and_router() {
             router_updates_filtered6(&c, i)
         );
         assert_eq!(
-            kernel_routes6(&n.ns, "bird"),
+            pod_routes6(&n.ns),
             others(i, &subnets6, |j| c.nodes[j].ip6.clone()),
             "node {}",
             i + 1
@@ -267,7 +329,7 @@ fn bgp_dual_stack_mesh_and_router() {
             router_updates_filtered6(&c, i)
         );
         assert_eq!(
-            kernel_routes6(&c.nodes[i].ns, "bird"),
+            pod_routes6(&c.nodes[i].ns),
             others(i, &subnets6, |j| c.nodes[j].ip6.clone()),
             "node {}",
             i + 1
@@ -275,17 +337,18 @@ fn bgp_dual_stack_mesh_and_router() {
     }
     assert_ping6(&c.pods[1].ns, &v6[0].1);
 
-    // /metrics counts both families: two IPv4 and two IPv6 subnets learned.
+    // /metrics counts both families: two IPv4 and two IPv6 subnets learned, and the IPv6
+    // external prefix.
     for (i, n) in c.nodes.iter().enumerate() {
         let learned = || {
             http_get(&n.ns, METRICS_PORT, "/metrics").is_some_and(|m| {
                 m.lines()
-                    .any(|l| l == "ferrocni_agent_bgp_routes_learned 4")
+                    .any(|l| l == "ferrocni_agent_bgp_routes_learned 5")
             })
         };
         assert!(
             wait_until(CONVERGE, learned),
-            "node {}: /metrics does not count 4 learned routes",
+            "node {}: /metrics does not count 5 learned routes",
             i + 1
         );
     }

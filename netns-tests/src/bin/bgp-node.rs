@@ -55,6 +55,8 @@ fn run() -> Result<(), String> {
         network: need("--network")?
             .parse()
             .map_err(|e| format!("--network: {e}"))?,
+        // The bgp-node tests run IPv4-only networks.
+        network6: None,
         name: flag("--node-name"),
     };
     let mut settings = NodeSettings {

@@ -16,15 +16,21 @@
 //!   the peers it names; it goes to the kernel as the other nodes' subnets do (`proto bird`),
 //!   unless the node has a route of its own for it: the routes BIRD learns from the kernel
 //!   then rank above BGP's.
+//!
+//! On a dual-stack network the entries may be IPv6 too: the same rules, written once per
+//! family ([`Family`]'s names) into each half of the configuration. The `Peers` of an IPv6
+//! external prefix are IPv4 session addresses all the same: the IPv6 routes travel in the
+//! IPv4 sessions.
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
 
-use ipnetwork::Ipv4Network;
+use ipnetwork::{IpNetwork, Ipv4Network, Ipv6Network};
 use serde_json::{Map, Value};
 
 use super::error::BgpError;
+use super::family::Family;
 use super::refusal::Reason;
 
 const ADVERTISED_FIELDS: &[&str] = &["Prefix", "Nodes"];
@@ -54,7 +60,7 @@ impl std::fmt::Display for NodeRef {
 /// One entry of `AdvertisePrefixes`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdvertisedPrefix {
-    pub prefix: Ipv4Network,
+    pub prefix: IpNetwork,
     /// `None`: every node announces it.
     pub nodes: Option<Vec<NodeRef>>,
 }
@@ -81,10 +87,10 @@ impl AdvertisedPrefix {
     }
 }
 
-/// One entry of `ExternalPrefixes`.
+/// One entry of `ExternalPrefixes` (of either family as parsed, of one in a [`NodePrefixes`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExternalPrefix {
-    pub prefix: Ipv4Network,
+pub struct ExternalPrefix<Net = IpNetwork> {
+    pub prefix: Net,
     /// The only peers it is accepted from.
     pub peers: Vec<Ipv4Addr>,
 }
@@ -107,9 +113,7 @@ impl Prefixes {
             out.external = external(list)?;
         }
         for (i, e) in out.external.iter().enumerate() {
-            if let Some(a) = out.advertise.iter().find(|a| {
-                a.prefix.contains(e.prefix.network()) && a.prefix.prefix() <= e.prefix.prefix()
-            }) {
+            if let Some(a) = out.advertise.iter().find(|a| inside(e.prefix, a.prefix)) {
                 return Err(BgpError::option(
                     format!("Backend.ExternalPrefixes[{i}].Prefix"),
                     format!(
@@ -123,23 +127,32 @@ impl Prefixes {
     }
 
     /// Refuses what would clash with the pod subnets: an advertised prefix overlapping the
-    /// cluster `Network`, an external prefix equal to it or inside it (the leases are the
-    /// authority there; a shorter one, a default route or an aggregate, is fine).
-    pub fn check_network(&self, network: Ipv4Network) -> Result<(), BgpError> {
+    /// cluster `Network` (`IPv6Network`), an external prefix equal to it or inside it (the
+    /// leases are the authority there; a shorter one, a default route or an aggregate, is
+    /// fine); and an IPv6 entry on a network without `IPv6Network`.
+    pub fn check_network(
+        &self,
+        network: Ipv4Network,
+        network6: Option<Ipv6Network>,
+    ) -> Result<(), BgpError> {
         for (i, a) in self.advertise.iter().enumerate() {
-            if overlaps(a.prefix, network) {
+            let option = format!("Backend.AdvertisePrefixes[{i}].Prefix");
+            let (name, cluster) = cluster_network(&option, a.prefix, network, network6)?;
+            if overlaps(a.prefix, cluster) {
                 return Err(BgpError::option(
-                    format!("Backend.AdvertisePrefixes[{i}].Prefix"),
-                    format!("{} overlaps the cluster Network {network}", a.prefix),
+                    option,
+                    format!("{} overlaps the cluster {name} {cluster}", a.prefix),
                 ));
             }
         }
         for (i, e) in self.external.iter().enumerate() {
-            if e.prefix.prefix() >= network.prefix() && network.contains(e.prefix.network()) {
+            let option = format!("Backend.ExternalPrefixes[{i}].Prefix");
+            let (name, cluster) = cluster_network(&option, e.prefix, network, network6)?;
+            if inside(e.prefix, cluster) {
                 return Err(BgpError::option(
-                    format!("Backend.ExternalPrefixes[{i}].Prefix"),
+                    option,
                     format!(
-                        "{} is inside the cluster Network {network}, whose routes come from the leases",
+                        "{} is inside the cluster {name} {cluster}, whose routes come from the leases",
                         e.prefix
                     ),
                 ));
@@ -148,17 +161,40 @@ impl Prefixes {
         Ok(())
     }
 
-    /// What this node's BIRD needs: the advertised prefixes this node announces.
+    /// What this node's BIRD needs in its IPv4 half: the advertised prefixes this node
+    /// announces, and the external ones.
     pub fn for_node(&self, ip: Ipv4Addr, name: Option<&str>) -> NodePrefixes {
+        self.family_for_node(ip, name)
+    }
+
+    /// [`Prefixes::for_node`] for the IPv6 half of a dual-stack network.
+    pub fn for_node6(&self, ip: Ipv4Addr, name: Option<&str>) -> NodePrefixes6 {
+        self.family_for_node(ip, name)
+    }
+
+    fn family_for_node<Net: Family>(&self, ip: Ipv4Addr, name: Option<&str>) -> NodePrefixes<Net> {
         NodePrefixes {
-            advertised: self.advertise.iter().map(|a| a.prefix).collect(),
+            advertised: self
+                .advertise
+                .iter()
+                .filter_map(|a| Net::of(a.prefix))
+                .collect(),
             announced: self
                 .advertise
                 .iter()
                 .filter(|a| a.announced_by(ip, name))
-                .map(|a| a.prefix)
+                .filter_map(|a| Net::of(a.prefix))
                 .collect(),
-            external: self.external.clone(),
+            external: self
+                .external
+                .iter()
+                .filter_map(|e| {
+                    Some(ExternalPrefix {
+                        prefix: Net::of(e.prefix)?,
+                        peers: e.peers.clone(),
+                    })
+                })
+                .collect(),
         }
     }
 
@@ -178,17 +214,30 @@ impl Prefixes {
     }
 }
 
-/// The prefixes of one node's configuration.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NodePrefixes {
+/// The prefixes of one family in one node's configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodePrefixes<Net = Ipv4Network> {
     /// Every advertised prefix of the network: refused from every peer.
-    pub advertised: Vec<Ipv4Network>,
+    pub advertised: Vec<Net>,
     /// Those this node announces.
-    pub announced: Vec<Ipv4Network>,
-    pub external: Vec<ExternalPrefix>,
+    pub announced: Vec<Net>,
+    pub external: Vec<ExternalPrefix<Net>>,
 }
 
-impl NodePrefixes {
+/// The IPv6 entries, for the IPv6 half of the configuration.
+pub type NodePrefixes6 = NodePrefixes<Ipv6Network>;
+
+impl<Net> Default for NodePrefixes<Net> {
+    fn default() -> Self {
+        NodePrefixes {
+            advertised: Vec::new(),
+            announced: Vec::new(),
+            external: Vec::new(),
+        }
+    }
+}
+
+impl<Net: Family> NodePrefixes<Net> {
     /// The import filter's statements for these prefixes (after the own-subnet check, before
     /// the leases' rules).
     pub fn write_import_rules(&self, o: &mut String) -> std::fmt::Result {
@@ -253,12 +302,13 @@ impl NodePrefixes {
 
     /// The configured peers' export filter: the node's subnet and its advertised prefixes.
     pub fn write_peer_export(&self, o: &mut String) -> std::fmt::Result {
-        writeln!(o, "filter export_to_peers {{")?;
-        writeln!(o, "  if net = OWN_SUBNET then accept;")?;
+        let suffix = Net::SUFFIX;
+        writeln!(o, "filter export_to_peers{suffix} {{")?;
+        writeln!(o, "  if net = OWN_SUBNET{suffix} then accept;")?;
         if !self.announced.is_empty() {
             writeln!(
                 o,
-                "  if proto = \"announced\" && net ~ {} then accept;",
+                "  if proto = \"announced{suffix}\" && net ~ {} then accept;",
                 exact_set(&self.announced)
             )?;
         }
@@ -275,8 +325,8 @@ impl NodePrefixes {
             o,
             "# Advertised prefixes: announced to the peers, never written to the kernel."
         )?;
-        writeln!(o, "protocol static announced {{")?;
-        writeln!(o, "  ipv4;")?;
+        writeln!(o, "protocol static announced{} {{", Net::SUFFIX)?;
+        writeln!(o, "  {};", Net::CHANNEL)?;
         for p in &self.announced {
             writeln!(o, "  route {p} blackhole;")?;
         }
@@ -284,13 +334,37 @@ impl NodePrefixes {
     }
 }
 
-fn exact_set(prefixes: &[Ipv4Network]) -> String {
+fn exact_set<Net: Family>(prefixes: &[Net]) -> String {
     let items: Vec<String> = prefixes.iter().map(ToString::to_string).collect();
     format!("[ {} ]", items.join(", "))
 }
 
-fn overlaps(a: Ipv4Network, b: Ipv4Network) -> bool {
+/// Never for prefixes of two families.
+fn overlaps(a: IpNetwork, b: IpNetwork) -> bool {
     a.contains(b.network()) || b.contains(a.network())
+}
+
+/// Whether `inner` is `outer` or a part of it (never across families).
+fn inside(inner: IpNetwork, outer: IpNetwork) -> bool {
+    outer.contains(inner.network()) && outer.prefix() <= inner.prefix()
+}
+
+/// The cluster network of `prefix`'s family, with its name in the network config; an IPv6
+/// prefix on a network without `IPv6Network` is refused (nothing would carry it).
+fn cluster_network(
+    option: &str,
+    prefix: IpNetwork,
+    network: Ipv4Network,
+    network6: Option<Ipv6Network>,
+) -> Result<(&'static str, IpNetwork), BgpError> {
+    match (prefix, network6) {
+        (IpNetwork::V4(_), _) => Ok(("Network", network.into())),
+        (IpNetwork::V6(_), Some(network6)) => Ok(("IPv6Network", network6.into())),
+        (IpNetwork::V6(_), None) => Err(BgpError::option(
+            option,
+            format!("{prefix} is an IPv6 prefix, but the network is IPv4-only: IPv6 entries need a dual-stack network (EnableIPv6 and IPv6Network)"),
+        )),
+    }
 }
 
 /// `AdvertisePrefixes`: `[{"Prefix": "10.96.0.0/12", "Nodes": ["192.0.2.11", "node-a"]}]`.
@@ -305,7 +379,7 @@ fn advertised(list: &Value) -> Result<Vec<AdvertisedPrefix>, BgpError> {
         if prefix.prefix() == 0 {
             return Err(BgpError::option(
                 format!("{at}.Prefix"),
-                "0.0.0.0/0 would make every node the way to everything",
+                format!("{prefix} would make every node the way to everything"),
             ));
         }
         if !seen.insert(prefix) {
@@ -353,6 +427,12 @@ fn external(list: &Value) -> Result<Vec<ExternalPrefix>, BgpError> {
         }
         let mut peers = Vec::with_capacity(texts.len());
         for text in &texts {
+            if let Ok(ip6) = text.parse::<std::net::Ipv6Addr>() {
+                return Err(BgpError::option(
+                    &option,
+                    format!("{ip6} is an IPv6 address: name the peer by the IPv4 address of its session, which carries the IPv6 routes too"),
+                ));
+            }
             let ip = super::peer_address::peer_ip(&option, text)?;
             if peers.contains(&ip) {
                 return Err(BgpError::option(&option, format!("lists {ip} twice")));
@@ -398,8 +478,8 @@ fn object<'a>(
     Ok(obj)
 }
 
-/// The entry's `Prefix`: an IPv4 prefix with no host bits set.
-fn prefix(obj: &Map<String, Value>, at: &str) -> Result<Ipv4Network, BgpError> {
+/// The entry's `Prefix`: an IPv4 or IPv6 prefix with no host bits set.
+fn prefix(obj: &Map<String, Value>, at: &str) -> Result<IpNetwork, BgpError> {
     let option = format!("{at}.Prefix");
     let text: String = match libcni::gojson::get(obj, "Prefix") {
         None | Some(Value::Null) => return Err(BgpError::option(&option, "is missing")),
@@ -409,13 +489,13 @@ fn prefix(obj: &Map<String, Value>, at: &str) -> Result<Ipv4Network, BgpError> {
     let bad = || {
         BgpError::option(
             &option,
-            format!("{text:?} is not an IPv4 prefix (10.96.0.0/12)"),
+            format!("{text:?} is not an IPv4 or IPv6 prefix (10.96.0.0/12, fd00:96::/108)"),
         )
     };
     if !text.contains('/') {
         return Err(bad());
     }
-    let p: Ipv4Network = text.trim().parse().map_err(|_| bad())?;
+    let p: IpNetwork = text.trim().parse().map_err(|_| bad())?;
     if p.ip() != p.network() {
         return Err(BgpError::option(
             &option,
@@ -490,6 +570,10 @@ mod tests {
         s.parse().unwrap()
     }
 
+    fn net6(s: &str) -> Ipv6Network {
+        s.parse().unwrap()
+    }
+
     #[test]
     fn parses_both_lists_as_go_would() {
         let p = parse(
@@ -508,8 +592,8 @@ mod tests {
                 NodeRef::Name("node-b.example".into())
             ])
         );
-        assert_eq!(p.advertise[2].prefix, net("192.168.201.7/32"));
-        assert_eq!(p.external[0].prefix, net("0.0.0.0/0"));
+        assert_eq!(p.advertise[2].prefix, net("192.168.201.7/32").into());
+        assert_eq!(p.external[0].prefix, net("0.0.0.0/0").into());
         assert_eq!(
             p.external[0].peers,
             vec![
@@ -543,7 +627,13 @@ mod tests {
             (n1.advertised.clone(), n1.announced),
             (all.clone(), all.clone())
         );
-        assert_eq!(n1.external, p.external);
+        assert_eq!(
+            n1.external,
+            vec![ExternalPrefix {
+                prefix: net("192.168.77.0/24"),
+                peers: vec![ip("172.31.250.254")]
+            }]
+        );
         assert!(!p.advertise[0].names_nodes() && p.advertise[1].names_nodes());
         // By name where the agent knows it; not by address alone.
         assert_eq!(
@@ -568,7 +658,7 @@ mod tests {
             (r#"{"ExternalPrefixes":[{"Prefix":"10.244.9.0/24","Peers":["192.0.2.1"]}]}"#,
              "is inside the cluster Network"),
         ] {
-            let e = parse(json).unwrap().check_network(cluster).unwrap_err().to_string();
+            let e = parse(json).unwrap().check_network(cluster, None).unwrap_err().to_string();
             assert!(e.contains(needle), "{json}: {e}");
         }
         // A default route and an aggregate holding the network come from the routers.
@@ -578,7 +668,77 @@ mod tests {
                 "AdvertisePrefixes":[{"Prefix":"10.245.0.0/16"}]}"#,
         )
         .unwrap();
-        assert!(p.check_network(cluster).is_ok());
+        assert!(p.check_network(cluster, None).is_ok());
+    }
+
+    /// IPv6 entries: on a dual-stack network only, kept off `IPv6Network` as the IPv4 ones
+    /// are kept off `Network`.
+    #[test]
+    fn ipv6_entries_need_a_dual_stack_network() {
+        let cluster = net("10.244.0.0/16");
+        let cluster6 = Some(net6("fd00:10:244::/56"));
+        let fine = parse(
+            r#"{"AdvertisePrefixes":[{"Prefix":"10.96.0.0/12"},{"Prefix":"fd00:96::/108"}],
+                "ExternalPrefixes":[{"Prefix":"::/0","Peers":["192.0.2.1"]},
+                {"Prefix":"fd00::/8","Peers":["192.0.2.1"]}]}"#,
+        )
+        .unwrap();
+        assert!(fine.check_network(cluster, cluster6).is_ok());
+        assert_eq!(
+            fine.check_network(cluster, None).unwrap_err().to_string(),
+            "\"Backend.AdvertisePrefixes[1].Prefix\" fd00:96::/108 is an IPv6 prefix, but the network is IPv4-only: IPv6 entries need a dual-stack network (EnableIPv6 and IPv6Network)"
+        );
+        let external_only =
+            parse(r#"{"ExternalPrefixes":[{"Prefix":"::/0","Peers":["192.0.2.1"]}]}"#).unwrap();
+        let e = external_only
+            .check_network(cluster, None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("\"Backend.ExternalPrefixes[0].Prefix\" ::/0 is an IPv6 prefix, but the network is IPv4-only"),
+            "{e}"
+        );
+        for (json, needle) in [
+            (r#"{"AdvertisePrefixes":[{"Prefix":"fd00:10:244:80::/57"}]}"#,
+             "\"Backend.AdvertisePrefixes[0].Prefix\" fd00:10:244:80::/57 overlaps the cluster IPv6Network fd00:10:244::/56"),
+            (r#"{"AdvertisePrefixes":[{"Prefix":"fd00:10::/32"}]}"#,
+             "fd00:10::/32 overlaps the cluster IPv6Network"),
+            (r#"{"ExternalPrefixes":[{"Prefix":"fd00:10:244:7::/64","Peers":["192.0.2.1"]}]}"#,
+             "\"Backend.ExternalPrefixes[0].Prefix\" fd00:10:244:7::/64 is inside the cluster IPv6Network fd00:10:244::/56, whose routes come from the leases"),
+            (r#"{"ExternalPrefixes":[{"Prefix":"fd00:10:244::/56","Peers":["192.0.2.1"]}]}"#,
+             "is inside the cluster IPv6Network"),
+        ] {
+            let e = parse(json).unwrap().check_network(cluster, cluster6).unwrap_err().to_string();
+            assert!(e.contains(needle), "{json}: {e}");
+        }
+        // Each family per node: the IPv6 half gets the IPv6 entries, with their IPv4 peers.
+        let p = parse(
+            r#"{"AdvertisePrefixes":[{"Prefix":"10.96.0.0/12"},{"Prefix":"fd00:96::/108"},
+                {"Prefix":"fd00:200::/120","Nodes":["172.31.250.1"]}],
+                "ExternalPrefixes":[{"Prefix":"0.0.0.0/0","Peers":["192.0.2.1"]},
+                {"Prefix":"::/0","Peers":["192.0.2.2","192.0.2.1"]}]}"#,
+        )
+        .unwrap();
+        let ip = |s: &str| s.parse::<Ipv4Addr>().unwrap();
+        let n2 = p.for_node6(ip("172.31.250.2"), None);
+        assert_eq!(
+            n2.advertised,
+            vec![net6("fd00:96::/108"), net6("fd00:200::/120")]
+        );
+        assert_eq!(n2.announced, vec![net6("fd00:96::/108")]);
+        assert_eq!(
+            n2.external,
+            vec![ExternalPrefix {
+                prefix: net6("::/0"),
+                peers: vec![ip("192.0.2.1"), ip("192.0.2.2")]
+            }]
+        );
+        assert_eq!(p.for_node6(ip("172.31.250.1"), None).announced.len(), 2);
+        let n4 = p.for_node(ip("172.31.250.2"), None);
+        assert_eq!(
+            (n4.advertised, n4.announced, n4.external.len()),
+            (vec![net("10.96.0.0/12")], vec![net("10.96.0.0/12")], 1)
+        );
     }
 
     #[test]
@@ -588,9 +748,16 @@ mod tests {
             (r#"{"AdvertisePrefixes":["10.96.0.0/12"]}"#, "\"Backend.AdvertisePrefixes[0]\" must be an object"),
             (r#"{"AdvertisePrefixes":[{"Nodes":["a"]}]}"#, "\"Backend.AdvertisePrefixes[0].Prefix\" is missing"),
             (r#"{"AdvertisePrefixes":[{"Prefix":"10.96.0.0/12","Node":["a"]}]}"#, "\"Backend.AdvertisePrefixes[0].Node\" is not a field of this entry (it takes Prefix, Nodes)"),
-            (r#"{"AdvertisePrefixes":[{"Prefix":"10.96.0.0"}]}"#, "\"10.96.0.0\" is not an IPv4 prefix"),
-            (r#"{"AdvertisePrefixes":[{"Prefix":"fd00::/64"}]}"#, "\"fd00::/64\" is not an IPv4 prefix"),
-            (r#"{"AdvertisePrefixes":[{"Prefix":"10.96.0.0/33"}]}"#, "is not an IPv4 prefix"),
+            (r#"{"AdvertisePrefixes":[{"Prefix":"10.96.0.0"}]}"#, "\"10.96.0.0\" is not an IPv4 or IPv6 prefix (10.96.0.0/12, fd00:96::/108)"),
+            (r#"{"AdvertisePrefixes":[{"Prefix":"fd00::"}]}"#, "\"fd00::\" is not an IPv4 or IPv6 prefix"),
+            (r#"{"AdvertisePrefixes":[{"Prefix":"10.96.0.0/33"}]}"#, "is not an IPv4 or IPv6 prefix"),
+            (r#"{"AdvertisePrefixes":[{"Prefix":"fd00::/129"}]}"#, "is not an IPv4 or IPv6 prefix"),
+            (r#"{"AdvertisePrefixes":[{"Prefix":"fd00:96::1/108"}]}"#, "\"fd00:96::1/108\" has host bits set (the prefix is fd00:96::/108)"),
+            (r#"{"AdvertisePrefixes":[{"Prefix":"::/0"}]}"#, "\"Backend.AdvertisePrefixes[0].Prefix\" ::/0 would make every node"),
+            (r#"{"AdvertisePrefixes":[{"Prefix":"fd00:96::/108"},{"Prefix":"fd00:96::/108"}]}"#, "\"Backend.AdvertisePrefixes[1].Prefix\" fd00:96::/108 is listed twice"),
+            (r#"{"ExternalPrefixes":[{"Prefix":"::/0","Peers":["fd00::1"]}]}"#, "\"Backend.ExternalPrefixes[0].Peers\" fd00::1 is an IPv6 address: name the peer by the IPv4 address of its session"),
+            (r#"{"AdvertisePrefixes":[{"Prefix":"fd00:96::/108"}],"ExternalPrefixes":[{"Prefix":"fd00:96::/112","Peers":["192.0.2.1"]}]}"#,
+             "\"Backend.ExternalPrefixes[0].Prefix\" fd00:96::/112 is inside the advertised prefix fd00:96::/108"),
             (r#"{"AdvertisePrefixes":[{"Prefix":12}]}"#, "\"Backend.AdvertisePrefixes[0].Prefix\" cannot be decoded"),
             (r#"{"AdvertisePrefixes":[{"Prefix":"10.96.0.1/12"}]}"#, "\"10.96.0.1/12\" has host bits set (the prefix is 10.96.0.0/12)"),
             (r#"{"AdvertisePrefixes":[{"Prefix":"0.0.0.0/0"}]}"#, "\"Backend.AdvertisePrefixes[0].Prefix\" 0.0.0.0/0 would make every node"),
@@ -668,5 +835,39 @@ mod tests {
         none.write_kernel_import_rules(&mut o).unwrap();
         none.write_static(&mut o).unwrap();
         assert_eq!(o, "");
+    }
+
+    /// The IPv6 entries, with the IPv6 half's names; the peers stay IPv4 session addresses.
+    #[test]
+    fn renders_the_ipv6_filters_parts() {
+        let p = parse(
+            r#"{"AdvertisePrefixes":[{"Prefix":"10.96.0.0/12"},{"Prefix":"fd00:96::/108"}],
+                "ExternalPrefixes":[{"Prefix":"0.0.0.0/0","Peers":["192.0.2.1"]},
+                {"Prefix":"::/0","Peers":["192.0.2.1"]}]}"#,
+        )
+        .unwrap();
+        let n = p.for_node6("172.31.250.2".parse().unwrap(), None);
+        let mut o = String::new();
+        n.write_import_rules(&mut o).unwrap();
+        n.write_kernel_import_rules(&mut o).unwrap();
+        n.write_kernel_rules(&mut o).unwrap();
+        n.write_peer_export(&mut o).unwrap();
+        n.write_static(&mut o).unwrap();
+        assert_eq!(
+            o,
+            "  # Advertised by the nodes themselves: never another's copy, nor a part of one.\n\
+             \x20 if net ~ [ fd00:96::/108+ ] then refuse(\"advertised\");\n\
+             \x20 # External prefixes: exactly, from the peers named only.\n\
+             \x20 if net = ::/0 then { if from ~ [ 192.0.2.1 ] then accept; refuse(\"external-peer\"); }\n\
+             \x20 preference = 150;  # the node's own routes win over external prefixes\n\
+             \x20 if source = RTS_BGP && net ~ [ ::/0 ] then accept;\n\
+             filter export_to_peers6 {\n\
+             \x20 if net = OWN_SUBNET6 then accept;\n\
+             \x20 if proto = \"announced6\" && net ~ [ fd00:96::/108 ] then accept;\n\
+             \x20 reject;\n\
+             }\n\
+             # Advertised prefixes: announced to the peers, never written to the kernel.\n\
+             protocol static announced6 {\n  ipv6;\n  route fd00:96::/108 blackhole;\n}\n"
+        );
     }
 }

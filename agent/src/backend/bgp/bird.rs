@@ -427,24 +427,11 @@ mod tests {
         let mut prefixes = samples::sample(&full);
         prefixes.prefixes = Box::leak(Box::new(samples::sample_prefixes()));
         variants.push(prefixes);
-        // Dual-stack: the IPv6 half, its refusals' next-hop set among them.
-        let lease6 = |i: u16| crate::backend::bgp::family::LeaseRoute6 {
-            subnet: ipnetwork::Ipv6Network::new(
-                std::net::Ipv6Addr::new(0xfd00, 0x10, 0x244, i, 0, 0, 0, 0),
-                64,
-            )
-            .unwrap(),
-            next_hop: std::net::Ipv6Addr::new(0xfd00, 0x31, 0x250, 0, 0, 0, 0, i),
-            origin_as: 64512,
-        };
-        let v6 = Box::leak(Box::new(crate::backend::bgp::family::Ipv6Routes {
-            own_subnet: "fd00:10:244:2::/64".parse().unwrap(),
-            network: "fd00:10:244::/56".parse().unwrap(),
-            next_hop: "fd00:31:250::2".parse().unwrap(),
-            leases: vec![lease6(1), lease6(3)],
-        }));
+        // A dual-stack network, with IPv6 advertised and external prefixes.
         let mut dual = samples::sample(&full);
-        dual.v6 = Some(v6);
+        dual.v6 = Some(Box::leak(Box::new(samples::sample_v6())));
+        dual.prefixes = Box::leak(Box::new(samples::sample_prefixes()));
+        dual.prefixes6 = Box::leak(Box::new(samples::sample_prefixes6()));
         variants.push(dual);
         for (i, mut c) in variants.into_iter().enumerate() {
             c.log_file = &log;

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use ipnetwork::{Ipv4Network, Ipv6Network};
 
-use super::announce::NodePrefixes;
+use super::announce::{NodePrefixes, NodePrefixes6};
 use super::bird::{self, Paths, Process};
 use super::blackhole;
 use super::control::{self, Control};
@@ -55,6 +55,8 @@ pub struct NodeInfo {
     pub public_ip: Ipv4Addr,
     /// The network config's `Network`.
     pub network: Ipv4Network,
+    /// Its `IPv6Network` on a dual-stack network.
+    pub network6: Option<Ipv6Network>,
     /// The node's name, when the agent knows it (an `AdvertisePrefixes` entry may name it).
     pub name: Option<String>,
 }
@@ -120,8 +122,10 @@ struct Settings {
     node_as: u32,
     /// The network's `Peers` and the node's `--bgp-peers`, merged.
     peers: Vec<Peer>,
-    /// The advertised prefixes this node announces, and the external ones it accepts.
+    /// The advertised prefixes this node announces, and the external ones it accepts: the
+    /// IPv4 ones and the IPv6 ones.
     prefixes: NodePrefixes,
+    prefixes6: NodePrefixes6,
     binary: PathBuf,
     paths: Paths,
 }
@@ -171,21 +175,26 @@ impl Bgp {
     pub fn new(opts: BgpOptions, settings: NodeSettings, node: NodeInfo) -> Result<Bgp, BgpError> {
         let peers = merge_peers(&opts.peers, &settings.peers)?;
         let node_as = settings.as_number.unwrap_or(opts.as_number);
-        opts.prefixes.check_network(node.network)?;
+        opts.prefixes.check_network(node.network, node.network6)?;
         let prefixes = opts.prefixes.for_node(node.public_ip, node.name.as_deref());
+        let prefixes6 = opts
+            .prefixes
+            .for_node6(node.public_ip, node.name.as_deref());
         if node.name.is_none() {
             for a in opts.prefixes.advertise.iter().filter(|a| a.names_nodes()) {
                 warn!("bgp: AdvertisePrefixes names nodes of {} by name, but this agent knows no node name (it has one with the Kubernetes subnet manager): name this node by its address {} to have it announce the prefix", a.prefix, node.public_ip);
             }
         }
-        if !prefixes.announced.is_empty() {
-            let list: Vec<String> = prefixes.announced.iter().map(ToString::to_string).collect();
+        let announced: Vec<String> = (prefixes.announced.iter().map(ToString::to_string))
+            .chain(prefixes6.announced.iter().map(ToString::to_string))
+            .collect();
+        if !announced.is_empty() {
             log!(
                 "bgp: this node announces {} besides its subnet",
-                list.join(", ")
+                announced.join(", ")
             );
         }
-        for e in &prefixes.external {
+        for e in &opts.prefixes.external {
             for ip in e
                 .peers
                 .iter()
@@ -205,6 +214,7 @@ impl Bgp {
                 node_as,
                 peers,
                 prefixes,
+                prefixes6,
                 binary,
                 paths,
             },
@@ -311,6 +321,7 @@ impl Bgp {
             mesh_timers: s.opts.mesh_timers,
             mesh_bfd: s.opts.mesh_bfd,
             prefixes: &s.prefixes,
+            prefixes6: &s.prefixes6,
             log_file: &s.paths.log,
             v6,
         });
@@ -766,6 +777,7 @@ mod tests {
         let node = NodeInfo {
             public_ip: ip("172.31.250.1"),
             network: "10.244.0.0/16".parse().unwrap(),
+            network6: None,
             name: None,
         };
         let settings = NodeSettings {
@@ -822,6 +834,7 @@ mod tests {
         let node = NodeInfo {
             public_ip: ip("172.31.250.1"),
             network: "10.244.0.0/16".parse().unwrap(),
+            network6: None,
             name: None,
         };
         let bgp = Bgp::new(BgpOptions::default(), settings, node).unwrap();

@@ -14,17 +14,53 @@
 //! - imported: exactly the other leases' IPv6 subnets, from their own node ([`origin`]'s rules
 //!   with `PublicIPv6` as the node's next hop and the lease's AS as origin);
 //! - a second kernel protocol (the `master6` table): BGP routes only, inside `IPv6Network`,
-//!   `persist`, with the kernel's other IPv6 routes learnt to resolve next hops.
+//!   `persist`, with the kernel's other IPv6 routes learnt to resolve next hops;
+//! - the IPv6 entries of `AdvertisePrefixes` and `ExternalPrefixes` ([`super::announce`]'s writers,
+//!   with the IPv6 names).
 
-use std::fmt::Write as _;
+use std::fmt::{Display, Write as _};
 use std::net::Ipv6Addr;
 
-use ipnetwork::Ipv6Network;
+use ipnetwork::{IpNetwork, Ipv4Network, Ipv6Network};
 
+use super::announce::NodePrefixes6;
 use super::origin::{self, LeaseRoute};
 use super::refusal;
 use crate::backend::Peer;
 use crate::subnet::key::SubnetKey;
+
+/// What tells one family's parts of BIRD's configuration from the other's: the IPv4 half has
+/// the plain names (`kernel`, `export_to_peers`), the IPv6 half the same ones ending in `6`.
+pub trait Family: Copy + Display + Ord {
+    /// BIRD's channel of the family.
+    const CHANNEL: &'static str;
+    /// The end of the family's protocol, filter and constant names.
+    const SUFFIX: &'static str;
+    /// `net`, when it is of this family.
+    fn of(net: IpNetwork) -> Option<Self>;
+}
+
+impl Family for Ipv4Network {
+    const CHANNEL: &'static str = "ipv4";
+    const SUFFIX: &'static str = "";
+    fn of(net: IpNetwork) -> Option<Self> {
+        match net {
+            IpNetwork::V4(n) => Some(n),
+            IpNetwork::V6(_) => None,
+        }
+    }
+}
+
+impl Family for Ipv6Network {
+    const CHANNEL: &'static str = "ipv6";
+    const SUFFIX: &'static str = "6";
+    fn of(net: IpNetwork) -> Option<Self> {
+        match net {
+            IpNetwork::V6(n) => Some(n),
+            IpNetwork::V4(_) => None,
+        }
+    }
+}
 
 /// Another node's IPv6 subnet and `PublicIPv6`, in its node's AS.
 pub type LeaseRoute6 = LeaseRoute<Ipv6Network, Ipv6Addr>;
@@ -80,7 +116,11 @@ impl Ipv6Routes {
 }
 
 /// The IPv6 constants and filters, after the IPv4 ones.
-pub fn write_filters(o: &mut String, v6: &Ipv6Routes) -> std::fmt::Result {
+pub fn write_filters(
+    o: &mut String,
+    v6: &Ipv6Routes,
+    prefixes: &NodePrefixes6,
+) -> std::fmt::Result {
     let net = v6.network;
     writeln!(o)?;
     writeln!(o, "define OWN_SUBNET6 = {};", v6.own_subnet)?;
@@ -90,12 +130,14 @@ pub fn write_filters(o: &mut String, v6: &Ipv6Routes) -> std::fmt::Result {
     )?;
     writeln!(o, "filter import_pod_subnets6 {{")?;
     refusal::write_own_subnet(o, &v6.own_subnet)?;
+    prefixes.write_import_rules(o)?;
     origin::write_rules(o, v6.network, &v6.leases)?;
     writeln!(o, "}}")?;
     writeln!(o, "filter export_own_subnet6 {{")?;
     writeln!(o, "  if net = OWN_SUBNET6 then accept;")?;
     writeln!(o, "  reject;")?;
     writeln!(o, "}}")?;
+    prefixes.write_peer_export(o)?;
     writeln!(o, "filter kernel_pod_routes6 {{")?;
     writeln!(
         o,
@@ -105,6 +147,7 @@ pub fn write_filters(o: &mut String, v6: &Ipv6Routes) -> std::fmt::Result {
         net.prefix(),
         v6.own_subnet.prefix()
     )?;
+    prefixes.write_kernel_rules(o)?;
     writeln!(o, "  reject;")?;
     writeln!(o, "}}")?;
     writeln!(o, "filter kernel_next_hops6 {{")?;
@@ -114,24 +157,29 @@ pub fn write_filters(o: &mut String, v6: &Ipv6Routes) -> std::fmt::Result {
         net.network(),
         net.prefix()
     )?;
+    prefixes.write_kernel_import_rules(o)?;
     writeln!(o, "  accept;")?;
     writeln!(o, "}}")
 }
 
-/// The IPv6 kernel protocol and the static blackhole of the own IPv6 subnet.
-pub fn write_protocols(o: &mut String, v6: &Ipv6Routes) -> std::fmt::Result {
-    write_kernel_and_own_subnet(o, "ipv6", "6", &v6.own_subnet)
+/// The IPv6 kernel protocol, the static blackhole of the own IPv6 subnet and the IPv6
+/// advertised prefixes.
+pub fn write_protocols(
+    o: &mut String,
+    v6: &Ipv6Routes,
+    prefixes: &NodePrefixes6,
+) -> std::fmt::Result {
+    write_kernel_and_own_subnet(o, v6.own_subnet)?;
+    prefixes.write_static(o)
 }
 
 /// One family's kernel protocol (BGP routes out, the kernel's own routes in for next hops;
 /// `persist`, graceful restart) and the static blackhole that announces the own subnet.
-/// `suffix` tells the IPv6 names from the IPv4 ones (`kernel6`, `own_subnet6`).
-pub fn write_kernel_and_own_subnet(
+pub fn write_kernel_and_own_subnet<Net: Family>(
     o: &mut String,
-    channel: &str,
-    suffix: &str,
-    own_subnet: &dyn std::fmt::Display,
+    own_subnet: Net,
 ) -> std::fmt::Result {
+    let (channel, suffix) = (Net::CHANNEL, Net::SUFFIX);
     let name = if suffix.is_empty() {
         String::new()
     } else {
@@ -240,8 +288,8 @@ mod tests {
     fn renders_filters_kernel_static_and_channel() {
         let v6 = sample();
         let mut text = String::new();
-        write_filters(&mut text, &v6).unwrap();
-        write_protocols(&mut text, &v6).unwrap();
+        write_filters(&mut text, &v6, &NodePrefixes6::default()).unwrap();
+        write_protocols(&mut text, &v6, &NodePrefixes6::default()).unwrap();
         write_channel(&mut text, &v6).unwrap();
         for line in [
             "define OWN_SUBNET6 = fd00:10:244:1::/64;",

@@ -39,7 +39,7 @@ pub const REGISTRATION: Registration = Registration {
 fn parse_backend(map: &BackendObject, net: &Network) -> Result<Box<dyn Backend>, String> {
     let opts = BgpOptions::parse(map).map_err(|e| e.to_string())?;
     opts.prefixes
-        .check_network(net.v4)
+        .check_network(net.v4, net.v6)
         .map_err(|e| e.to_string())?;
     Ok(Box::new(opts))
 }
@@ -157,6 +157,7 @@ impl Backend for BgpOptions {
         let info = NodeInfo {
             public_ip: node.public_ip,
             network: node.network.v4,
+            network6: node.network.v6,
             name: node.name.map(str::to_string),
         };
         let bgp = Bgp::new(self.clone(), settings, info)?;
@@ -388,13 +389,22 @@ pub(super) mod tests {
                 r#"{"Network":"10.244.0.0/16","Backend":{"Type":"bgp","AdvertisePrefixes":[{"Prefix":"10.244.128.0/17"}]}}"#,
                 "bad network config at /k: \"Backend.AdvertisePrefixes[0].Prefix\" 10.244.128.0/17 overlaps the cluster Network 10.244.0.0/16",
             ),
+            (
+                r#"{"Network":"10.244.0.0/16","Backend":{"Type":"bgp","AdvertisePrefixes":[{"Prefix":"fd00:96::/108"}]}}"#,
+                "bad network config at /k: \"Backend.AdvertisePrefixes[0].Prefix\" fd00:96::/108 is an IPv6 prefix, but the network is IPv4-only",
+            ),
+            (
+                r#"{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"bgp","ExternalPrefixes":[{"Prefix":"fd00:10:244:9::/64","Peers":["192.0.2.1"]}]}}"#,
+                "bad network config at /k: \"Backend.ExternalPrefixes[0].Prefix\" fd00:10:244:9::/64 is inside the cluster IPv6Network fd00:10:244::/56",
+            ),
         ] {
             let e = parse_config("/k", json).unwrap_err().to_string();
             assert!(e.contains(needle), "{json}: {e}");
         }
     }
 
-    /// A dual-stack network is accepted; the lease then carries the node's `PublicIPv6`.
+    /// A dual-stack network is accepted, with IPv6 advertised and external prefixes; the
+    /// lease then carries the node's `PublicIPv6`.
     #[test]
     fn dual_stack_network() {
         let (_, n) = parse_config(
@@ -403,6 +413,18 @@ pub(super) mod tests {
         )
         .unwrap();
         assert_eq!(n.type_name(), "bgp");
+        let (_, with_prefixes) = parse_config(
+            "/k",
+            r#"{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"bgp","AdvertisePrefixes":[{"Prefix":"fd00:96::/108"}],"ExternalPrefixes":[{"Prefix":"::/0","Peers":["192.0.2.1"]}]}}"#,
+        )
+        .unwrap();
+        assert!(
+            with_prefixes
+                .describe()
+                .ends_with(", 1 advertised prefix, 1 external prefix"),
+            "{}",
+            with_prefixes.describe()
+        );
         let ip = "192.168.1.5".parse().unwrap();
         let ip6: Ipv6Addr = "fd00:31:250::5".parse().unwrap();
         let key = SubnetKey::parse("10.244.5.0-24&fd00:10:244:5::-64").unwrap();

@@ -40,7 +40,7 @@ use std::path::Path;
 
 use ipnetwork::Ipv4Network;
 
-use super::announce::NodePrefixes;
+use super::announce::{NodePrefixes, NodePrefixes6};
 use super::family::{self, Ipv6Routes};
 use super::options::Timers;
 use super::origin::{self, LeaseRoute};
@@ -92,8 +92,10 @@ pub struct BirdConfig<'a> {
     /// The node-to-node sessions' timers and BFD (a peer's are its own).
     pub mesh_timers: Timers,
     pub mesh_bfd: bool,
-    /// `AdvertisePrefixes` and `ExternalPrefixes` as they concern this node.
+    /// `AdvertisePrefixes` and `ExternalPrefixes` as they concern this node: the IPv4
+    /// entries, and the IPv6 ones (rendered with the IPv6 half only).
     pub prefixes: &'a NodePrefixes,
+    pub prefixes6: &'a NodePrefixes6,
     /// BIRD's log file (the old one goes to the same name + `.old`).
     pub log_file: &'a Path,
     /// The IPv6 half on a dual-stack network ([`family`]).
@@ -173,16 +175,16 @@ fn write_config(o: &mut String, c: &BirdConfig) -> std::fmt::Result {
     writeln!(o, "  accept;")?;
     writeln!(o, "}}")?;
     if let Some(v6) = c.v6 {
-        family::write_filters(o, v6)?;
+        family::write_filters(o, v6, c.prefixes6)?;
     }
     writeln!(o)?;
     writeln!(o, "protocol device {{ scan time {DEVICE_SCAN_SECS}; }}")?;
     let direct6 = if c.v6.is_some() { " ipv6;" } else { "" };
     writeln!(o, "protocol direct {{ ipv4;{direct6} interface \"*\"; }}")?;
-    family::write_kernel_and_own_subnet(o, "ipv4", "", &c.own_subnet)?;
+    family::write_kernel_and_own_subnet(o, c.own_subnet)?;
     c.prefixes.write_static(o)?;
     if let Some(v6) = c.v6 {
-        family::write_protocols(o, v6)?;
+        family::write_protocols(o, v6, c.prefixes6)?;
     }
     let mesh_bfd = c.mesh_bfd && !c.sessions.mesh.is_empty();
     if mesh_bfd || c.sessions.peers.iter().any(|p| p.bfd) {
@@ -254,6 +256,9 @@ fn write_config(o: &mut String, c: &BirdConfig) -> std::fmt::Result {
         write_failure_detection(o, &p.timers, p.bfd)?;
         // Routers and reflectors get the advertised prefixes too; the mesh does not.
         writeln!(o, "  ipv4 {{ export filter export_to_peers; }};")?;
+        if c.v6.is_some() {
+            writeln!(o, "  ipv6 {{ export filter export_to_peers6; }};")?;
+        }
         writeln!(o, "}}")?;
     }
     Ok(())
@@ -323,6 +328,7 @@ pub(super) mod tests {
             mesh_timers: Timers::default(),
             mesh_bfd: false,
             prefixes: Box::leak(Box::default()),
+            prefixes6: Box::leak(Box::default()),
             log_file: Path::new("/run/ferrocni/bgp/bird.log"),
             v6: None,
         }
@@ -466,6 +472,36 @@ pub(super) mod tests {
             .for_node("172.31.250.2".parse().unwrap(), None)
     }
 
+    /// The IPv6 entries of a dual-stack network: fd00:96::/108 on every node, fd00:200::/120
+    /// on node 1 only; external: an IPv6 default route from the router 192.0.2.1.
+    pub fn sample_prefixes6() -> NodePrefixes6 {
+        let v = libcni::gojson::parse(
+            br#"{"AdvertisePrefixes":[{"Prefix":"fd00:96::/108"},{"Prefix":"fd00:200::/120","Nodes":["172.31.250.1"]}],
+                 "ExternalPrefixes":[{"Prefix":"::/0","Peers":["192.0.2.1"]}]}"#,
+        )
+        .unwrap();
+        super::super::announce::Prefixes::parse(v.as_object().unwrap())
+            .unwrap()
+            .for_node6("172.31.250.2".parse().unwrap(), None)
+    }
+
+    /// The IPv6 half of the configuration of the dual-stack tests.
+    pub fn sample_v6() -> Ipv6Routes {
+        Ipv6Routes {
+            own_subnet: "fd00:10:244:2::/64".parse().unwrap(),
+            network: "fd00:10:244::/56".parse().unwrap(),
+            next_hop: "fd00:31:250::2".parse().unwrap(),
+            leases: ["1", "3"]
+                .iter()
+                .map(|i| LeaseRoute {
+                    subnet: format!("fd00:10:244:{i}::/64").parse().unwrap(),
+                    next_hop: format!("fd00:31:250::{i}").parse().unwrap(),
+                    origin_as: 64512,
+                })
+                .collect(),
+        }
+    }
+
     /// Announced to the configured peers only, never to the kernel; refused from everyone;
     /// the external prefix from its router only, to the kernel.
     #[test]
@@ -505,16 +541,7 @@ pub(super) mod tests {
     #[test]
     fn dual_stack_adds_the_ipv6_half() {
         let sessions = sample_sessions();
-        let v6 = Ipv6Routes {
-            own_subnet: "fd00:10:244:2::/64".parse().unwrap(),
-            network: "fd00:10:244::/56".parse().unwrap(),
-            next_hop: "fd00:31:250::2".parse().unwrap(),
-            leases: vec![LeaseRoute {
-                subnet: "fd00:10:244:1::/64".parse().unwrap(),
-                next_hop: "fd00:31:250::1".parse().unwrap(),
-                origin_as: 64512,
-            }],
-        };
+        let v6 = sample_v6();
         let mut c = sample(&sessions);
         c.v6 = Some(&v6);
         let text = render(&c);
@@ -530,6 +557,46 @@ pub(super) mod tests {
         }
         let v4_only = render(&sample(&sessions));
         assert!(!v4_only.contains("ipv6"), "{v4_only}");
+    }
+
+    /// The IPv6 entries in the IPv6 half, as the IPv4 ones in the IPv4 half: announced to
+    /// the configured peers (their `ipv6` channel's export) from a static protocol of their
+    /// own, refused from everyone, the external prefix from its router only, to the kernel.
+    #[test]
+    fn dual_stack_advertised_and_external_prefixes() {
+        let sessions = sample_sessions();
+        let v6 = sample_v6();
+        let prefixes = sample_prefixes();
+        let prefixes6 = sample_prefixes6();
+        let mut c = sample(&sessions);
+        c.v6 = Some(&v6);
+        c.prefixes = &prefixes;
+        c.prefixes6 = &prefixes6;
+        let text = render(&c);
+        for needle in [
+            "filter import_pod_subnets6 {\n  if net ~ [ fd00:10:244:2::/64+ ] then refuse(\"own-subnet\");\n  # Advertised by the nodes themselves: never another's copy, nor a part of one.\n  if net ~ [ fd00:96::/108+, fd00:200::/120+ ] then refuse(\"advertised\");\n  # External prefixes: exactly, from the peers named only.\n  if net = ::/0 then { if from ~ [ 192.0.2.1 ] then accept; refuse(\"external-peer\"); }\n  # From a node's address",
+            "filter export_to_peers6 {\n  if net = OWN_SUBNET6 then accept;\n  if proto = \"announced6\" && net ~ [ fd00:96::/108 ] then accept;\n  reject;\n}",
+            "  if source = RTS_BGP && net != OWN_SUBNET6 && net ~ [ fd00:10:244::/56{56,64} ] then accept;\n  if source = RTS_BGP && net ~ [ ::/0 ] then accept;\n  reject;\n}",
+            "  if net ~ [ fd00:10:244::/56+ ] then reject;\n  preference = 150;  # the node's own routes win over external prefixes\n  accept;\n",
+            "protocol static announced6 {\n  ipv6;\n  route fd00:96::/108 blackhole;\n}",
+            "protocol static announced {\n  ipv4;\n  route 10.96.0.0/12 blackhole;\n}",
+            "  password \"s3cret\";\n  ipv4 { export filter export_to_peers; };\n  ipv6 { export filter export_to_peers6; };\n}",
+            "if net ~ [ 10.96.0.0/12+, 192.168.200.0/24+ ] then refuse(\"advertised\");",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+        }
+        // Node 1's range is not this node's; the mesh keeps the template's exports.
+        assert!(!text.contains("route fd00:200::/120"), "{text}");
+        assert!(
+            text.contains(
+                "protocol bgp mesh_172_31_250_1 from pods {\n  neighbor 172.31.250.1 as 64512;\n}"
+            ),
+            "{text}"
+        );
+        // The IPv6 entries need the IPv6 half: without it, none is rendered.
+        c.v6 = None;
+        let text = render(&c);
+        assert!(!text.contains("fd00:") && !text.contains("::/0"), "{text}");
     }
 
     #[test]
