@@ -171,6 +171,7 @@ fn bird_alone(
         mesh_timers: Default::default(),
         mesh_bfd: false,
         prefixes: &Default::default(),
+        prefixes6: &Default::default(),
         log_file: &log,
         v6: None,
     });
