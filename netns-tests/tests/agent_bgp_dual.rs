@@ -298,6 +298,17 @@ fn bgp_dual_stack_mesh_and_router() {
             i + 1,
             router_updates_filtered6(&c, i)
         );
+        // Refused for its reason, and logged as such.
+        let said = format!("bgp: refused {BOGUS6} from peer {} ", Underlay::switch_ip());
+        assert!(
+            wait_until(CONVERGE, || c.agents[i]
+                .log()
+                .lines()
+                .any(|l| l.contains(&said) && l.ends_with("[unleased]"))),
+            "node {}: no refusal of {BOGUS6} logged:\n{}",
+            i + 1,
+            c.agents[i].log()
+        );
         assert_eq!(
             pod_routes6(&n.ns),
             others(i, &subnets6, |j| c.nodes[j].ip6.clone()),
