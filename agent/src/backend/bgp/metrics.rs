@@ -95,7 +95,11 @@ pub fn families(counters: &Counters, sessions: &[Session], refusals: &Refusals) 
             name: "ferrocni_agent_bgp_routes_learned",
             kind: "gauge",
             help: "Pod subnets and external prefixes routed through a BGP peer (their best route is a BGP one).",
-            samples: plain(sessions.iter().map(|s| s.routes.preferred).sum()),
+            samples: plain(
+                sessions
+                    .iter()
+                    .fold(0, |n, s| s.routes.preferred.saturating_add(n)),
+            ),
         },
         Family {
             name: "ferrocni_agent_bgp_peer_routes_imported",

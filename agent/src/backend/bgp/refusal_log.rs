@@ -2,16 +2,18 @@
 //! ([`LogTail`]), and the refusals in it counted by session and reason and logged once each
 //! ([`Refusals`]).
 //!
-//! BIRD's own rotation of its log (a rename) is a backstop only: between two readings it could
-//! pass twice, and the middle file would be gone unread (a flood of refusals writes about
-//! 100 MB/s of log). The agent rotates the log itself, after reading [`ROTATE_AT_BYTES`] of
-//! it ([`LogTail::rotate`]), so that no line is lost while it runs.
+//! A flood of refusals writes about 100 MB of log a second. BIRD's own rotation of its log (a
+//! rename at a size) could pass twice between two readings, and the middle file would be gone
+//! unread; so the tail opens each new file as soon as it sees it, between two chunks it reads,
+//! and reads them in turn. And the agent rotates the log itself, after reading
+//! [`ROTATE_AT_BYTES`] of it ([`LogTail::rotate`]): BIRD's rotation, at a larger size, is a
+//! backstop for when no agent follows the log.
 //!
 //! Bounded: the tail reads in fixed chunks and keeps at most one partial line; the counts hold
 //! one number per session and reason; "once" remembers at most [`LOG_ONCE_LIMIT`] refused
 //! routes, then says so and only counts. A departed session's counts and memory go with it.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::fs::{self, File};
 use std::io::{Read, Seek, SeekFrom};
 use std::net::Ipv4Addr;
@@ -31,15 +33,21 @@ pub const LOG_ONCE_LIMIT: usize = 1024;
 /// The longest line kept whole; BIRD's refusal lines are under 200 bytes.
 const MAX_LINE: usize = 4096;
 const CHUNK: usize = 64 * 1024;
+/// New files opened ahead of the one being read (each is a rotation the reading has not caught
+/// up with; at 64 KiB between two looks, more than one is already unlikely).
+const MAX_PENDING_FILES: usize = 8;
 
-/// A log file followed from where it ended when the tail was made, across BIRD's rotation
-/// (renamed to `.old`, a new file started) and a truncation that leaves it shorter than what
-/// was read.
+/// A log file followed from where it ended when the tail was made, across rotations (renamed
+/// to `.old`, a new file started: each new file is opened as soon as it is seen, between two
+/// chunks read, so a file rotated away again before the tail got to it is still read) and a
+/// truncation that leaves it shorter than what was read.
 #[derive(Debug)]
 pub struct LogTail {
     path: PathBuf,
     /// The file being read, its inode and how far it has been read.
     file: Option<(File, u64, u64)>,
+    /// Files that took `path` since, oldest first, with their inodes: read in turn.
+    next: VecDeque<(File, u64)>,
     partial: Vec<u8>,
 }
 
@@ -55,28 +63,23 @@ impl LogTail {
         LogTail {
             path: path.to_path_buf(),
             file,
+            next: VecDeque::new(),
             partial: Vec::new(),
         }
     }
 
     /// Calls `each` with every complete line written since the last call.
     pub fn poll(&mut self, each: &mut dyn FnMut(&str)) {
-        self.drain(each);
-        let Ok(meta) = fs::metadata(&self.path) else {
-            return;
-        };
-        let replaced = match &self.file {
-            None => true,
-            Some((_, ino, pos)) => meta.ino() != *ino || meta.len() < *pos,
-        };
-        if replaced {
-            // The old file was read to its end above; the new one starts from the beginning.
-            self.partial.clear();
-            self.file = File::open(&self.path)
-                .ok()
-                .and_then(|f| Some((f.metadata().ok()?.ino(), f)))
-                .map(|(ino, f)| (f, ino, 0));
+        loop {
             self.drain(each);
+            let restarted = self.notice_new();
+            // A file is finished once another has taken its name: the writer moved on.
+            if let Some((f, ino)) = self.next.pop_front() {
+                self.file = Some((f, ino, 0));
+                self.partial.clear();
+            } else if !restarted {
+                return;
+            }
         }
     }
 
@@ -91,7 +94,7 @@ impl LogTail {
     /// new file from its start. When `reopen` fails, the writer goes on with the renamed file,
     /// which the tail goes on reading, until it opens `path` again by itself.
     pub fn rotate(&mut self, reopen: &mut dyn FnMut() -> bool, each: &mut dyn FnMut(&str)) {
-        self.drain(each);
+        self.poll(each);
         if self.file.is_none() {
             return;
         }
@@ -104,12 +107,44 @@ impl LogTail {
         self.poll(each);
     }
 
-    fn drain(&mut self, each: &mut dyn FnMut(&str)) {
-        let Some((file, _, pos)) = self.file.as_mut() else {
-            return;
+    /// Opens the file at `path` when it is not one the tail knows (a rotation), or starts the
+    /// current one again when it was truncated below what was read (then true).
+    fn notice_new(&mut self) -> bool {
+        let Ok(meta) = fs::metadata(&self.path) else {
+            return false;
         };
+        let ino = meta.ino();
+        if let Some((f, current, pos)) = self.file.as_mut() {
+            if *current == ino {
+                if meta.len() < *pos && f.seek(SeekFrom::Start(0)).is_ok() {
+                    *pos = 0;
+                    self.partial.clear();
+                    return true;
+                }
+                return false;
+            }
+        }
+        if self.next.iter().any(|(_, i)| *i == ino) || self.next.len() >= MAX_PENDING_FILES {
+            return false;
+        }
+        let opened = File::open(&self.path)
+            .ok()
+            .and_then(|f| Some((f.metadata().ok()?.ino(), f)));
+        if let Some((ino, f)) = opened {
+            if !self.next.iter().any(|(_, i)| *i == ino) {
+                self.next.push_back((f, ino));
+            }
+        }
+        false
+    }
+
+    /// Reads the current file to its end, looking for a new file between chunks.
+    fn drain(&mut self, each: &mut dyn FnMut(&str)) {
         let mut chunk = vec![0u8; CHUNK];
         loop {
+            let Some((file, _, pos)) = self.file.as_mut() else {
+                return;
+            };
             let n = match file.read(&mut chunk) {
                 Ok(0) | Err(_) => return,
                 Ok(n) => n,
@@ -127,6 +162,7 @@ impl LogTail {
             if self.partial.len() <= MAX_LINE {
                 self.partial.extend_from_slice(rest);
             }
+            self.notice_new();
         }
     }
 }
@@ -233,6 +269,22 @@ mod tests {
         fs::rename(&log, dir.join("bird.log.old")).unwrap();
         append(&log, "four\n");
         assert_eq!(lines(&mut tail), ["three", "four"]);
+        // A rotation while the old file is being read: the new file is opened between two
+        // chunks and read after the old one; then another rotation.
+        append(&log, "four-a\n");
+        let mut seen = Vec::new();
+        let mut rotate_twice = |l: &str| {
+            seen.push(l.to_string());
+            if l == "four-a" {
+                fs::rename(&log, dir.join("bird.log.old")).unwrap();
+                append(&log, "four-b\n");
+            }
+        };
+        tail.poll(&mut rotate_twice);
+        fs::rename(&log, dir.join("bird.log.old")).unwrap();
+        append(&log, "four-c\n");
+        tail.poll(&mut |l| seen.push(l.to_string()));
+        assert_eq!(seen, ["four-a", "four-b", "four-c"]);
         // Truncated in place (by an operator: BIRD renames) and shorter than what was read:
         // from its start again.
         fs::write(&log, "5\n").unwrap();

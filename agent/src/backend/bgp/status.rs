@@ -112,15 +112,19 @@ fn detail(s: &mut Session, text: &str) {
     } else if let Some(v) = text.strip_prefix("Last error:") {
         s.last_error = Some(v.trim().to_string()).filter(|e| !e.is_empty());
     } else if let Some(v) = text.strip_prefix("Routes:") {
-        // Summed over the session's channels (`ipv4`, and `ipv6` on a dual-stack network).
+        // Summed over the session's channels (`ipv4`, and `ipv6` on a dual-stack network);
+        // saturating, as a damaged reply may hold any number.
         let c = route_counts(v);
-        s.routes.imported += c.imported;
-        s.routes.exported += c.exported;
-        s.routes.preferred += c.preferred;
+        s.routes.imported = s.routes.imported.saturating_add(c.imported);
+        s.routes.exported = s.routes.exported.saturating_add(c.exported);
+        s.routes.preferred = s.routes.preferred.saturating_add(c.preferred);
     } else if let Some(v) = text.strip_prefix("Import updates:") {
         // received, rejected, filtered, ignored, accepted
         let filtered = v.split_whitespace().nth(2).and_then(|n| n.parse().ok());
-        s.routes.refused_updates += filtered.unwrap_or(0);
+        s.routes.refused_updates = s
+            .routes
+            .refused_updates
+            .saturating_add(filtered.unwrap_or(0));
     }
 }
 
