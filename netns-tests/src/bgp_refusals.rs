@@ -18,13 +18,9 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use ferrocni_agent::backend::bgp::options::Peer;
-use ferrocni_agent::backend::bgp::render::{render, BirdConfig};
-use ferrocni_agent::backend::bgp::sessions::Sessions;
-
 use crate::agent::{bird_pid, Agent};
 use crate::agent_scale::usage;
-use crate::bgp_scale::Cpu;
+use crate::bgp_scale::{peer_only_config, Cpu};
 use crate::cluster::{http_get, Node, Underlay};
 use crate::etcd::{Etcd, EtcdOptions, PREFIX};
 use crate::TempDir;
@@ -33,7 +29,7 @@ use crate::TempDir;
 pub const ROUTES: u32 = 100_000;
 const ROUTER_AS: u32 = 64999;
 const NODE_AS: u32 = 64512;
-const NETWORK: &str = "10.244.0.0/16";
+/// In the bench's network (10.244.0.0/16).
 const OWN_SUBNET: &str = "10.244.1.0/24";
 const METRICS_PORT: u16 = 19_475;
 const TIMEOUT: Duration = Duration::from_secs(300);
@@ -85,8 +81,8 @@ pub fn run(agent: &Path) {
     );
 }
 
-/// The router: `routes` /32s from 10.0.0.0 up (outside [`NETWORK`] below a million), sent to
-/// the node over eBGP.
+/// The router: `routes` /32s from 10.0.0.0 up (outside 10.244.0.0/16 below a million), sent
+/// to the node over eBGP.
 fn flood_conf(router: &Node, node: &Node, routes: u32) -> String {
     let mut text = format!(
         "router id {};\nprotocol device {{}}\nprotocol static flood {{\n  ipv4;\n",
@@ -154,27 +150,8 @@ fn bird_alone(
     routes: u32,
     print: bool,
 ) -> Option<(Duration, f64)> {
-    let sessions = Sessions {
-        peers: vec![Peer::new(router.ip.parse().ok()?, ROUTER_AS)],
-        ..Sessions::default()
-    };
     let log = dir.join(format!("alone-{print}.log"));
-    let mut text = render(&BirdConfig {
-        router_id: node.ip.parse().ok()?,
-        as_number: NODE_AS,
-        own_subnet: OWN_SUBNET.parse().ok()?,
-        network: NETWORK.parse().ok()?,
-        sessions: &sessions,
-        leases: &[],
-        graceful_restart: true,
-        graceful_restart_time: 120,
-        mesh_timers: Default::default(),
-        mesh_bfd: false,
-        prefixes: &Default::default(),
-        prefixes6: &Default::default(),
-        log_file: &log,
-        v6: None,
-    });
+    let mut text = peer_only_config(node, NODE_AS, OWN_SUBNET, (&router.ip, ROUTER_AS), &log)?;
     if !print {
         text = text
             .lines()
@@ -208,6 +185,19 @@ fn bird_alone(
     })();
     stop(bird);
     result
+}
+
+/// Bytes process `pid` has written (`/proc/<pid>/io`: `wchar`, every write(2); BIRD's here are
+/// its log's, and a few keepalives).
+fn bytes_written(pid: u32) -> u64 {
+    fs::read_to_string(format!("/proc/{pid}/io"))
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("wchar:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 /// The sum of the agent's refusal counts, by reason.
@@ -252,7 +242,7 @@ fn with_agent(
     etcd.put(
         &format!("{PREFIX}/config"),
         &format!(
-            r#"{{"Network":"{NETWORK}","Backend":{{"Type":"bgp","NodeToNodeMesh":false,"Peers":[{{"PeerIP":"{}","ASNumber":{ROUTER_AS}}}]}}}}"#,
+            r#"{{"Network":"10.244.0.0/16","Backend":{{"Type":"bgp","NodeToNodeMesh":false,"Peers":[{{"PeerIP":"{}","ASNumber":{ROUTER_AS}}}]}}}}"#,
             router.ip
         ),
     );
@@ -277,7 +267,7 @@ fn with_agent(
         return;
     };
     let pids = [agent_pid, bird];
-    let log_before = fs::metadata(agent.bgp_dir().join("bird.log")).map_or(0, |m| m.len());
+    let written_before = bytes_written(bird);
     let before = Cpu::read(&pids);
     let Some(flood) = start_bird(router, router_conf, dir, "router") else {
         println!("  cannot start the router's BIRD");
@@ -287,12 +277,7 @@ fn with_agent(
     let first = wait_counted(node, total);
     let agent_cpu = Cpu::read(&[agent_pid]).since(&before);
     let all_cpu = Cpu::read(&pids).since(&before);
-    let bird_log: u64 = ["bird.log", "bird.log.old"]
-        .iter()
-        .filter_map(|f| fs::metadata(agent.bgp_dir().join(f)).ok())
-        .map(|m| m.len())
-        .sum::<u64>()
-        .saturating_sub(log_before);
+    let bird_log = bytes_written(bird).saturating_sub(written_before);
     let logged = agent
         .log()
         .lines()
@@ -300,7 +285,7 @@ fn with_agent(
         .count();
     match first {
         Some(t) => println!(
-            "  agent: every refusal counted {:.2} s after the router started (its start-up and the session's opening included); CPU agent {:.2} s, BIRD {:.2} s; BIRD logged {:.1} MiB (rotated at 4 MiB), the agent {logged} lines",
+            "  agent: every refusal counted {:.2} s after the router started (its start-up and the session's opening included); CPU agent {:.2} s, BIRD {:.2} s; BIRD wrote {:.1} MiB (its log, rotated by the agent every 4 MiB), the agent logged {logged} lines",
             t.as_secs_f64(),
             agent_cpu,
             all_cpu - agent_cpu,

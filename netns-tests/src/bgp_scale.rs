@@ -552,6 +552,38 @@ fn stand_in_import(text: &str) -> Option<String> {
     Some(format!("{}{filter}{}", &text[..start], &text[end..]))
 }
 
+/// The backend's configuration for `node` in `as_number` with `own_subnet` in [`NETWORK`], no
+/// mesh and no other node's lease, one peer (address, AS), logging to `log`: as the library
+/// renders it.
+pub(crate) fn peer_only_config(
+    node: &Node,
+    as_number: u32,
+    own_subnet: &str,
+    peer: (&str, u32),
+    log: &Path,
+) -> Option<String> {
+    let sessions = Sessions {
+        peers: vec![Peer::new(peer.0.parse().ok()?, peer.1)],
+        ..Sessions::default()
+    };
+    Some(render(&BirdConfig {
+        router_id: node.ip.parse().ok()?,
+        as_number,
+        own_subnet: own_subnet.parse().ok()?,
+        network: NETWORK.parse().ok()?,
+        sessions: &sessions,
+        leases: &[],
+        graceful_restart: true,
+        graceful_restart_time: 120,
+        mesh_timers: Default::default(),
+        mesh_bfd: false,
+        prefixes: &Default::default(),
+        prefixes6: &Default::default(),
+        log_file: log,
+        v6: None,
+    }))
+}
+
 /// A plain BIRD speaking for a node without an agent (the reflector part's stand-ins).
 struct Speaker {
     child: Child,
@@ -563,28 +595,13 @@ impl Speaker {
     /// prefix of the network ([`stand_in_import`]); the agents' nodes are the ones measured.
     fn start(node: &Node, subnet: Subnet, dir: &Path) -> Option<Speaker> {
         fs::create_dir_all(dir).ok()?;
-        let sessions = Sessions {
-            mesh: Vec::new(),
-            peers: vec![Peer::new(Underlay::switch_ip().parse().ok()?, AS_NUMBER)],
-            ..Sessions::default()
-        };
-        let log = dir.join("bird.log");
-        let text = render(&BirdConfig {
-            router_id: node.ip.parse().ok()?,
-            as_number: AS_NUMBER,
-            own_subnet: format!("{}/{}", subnet.0, subnet.1).parse().ok()?,
-            network: NETWORK.parse().ok()?,
-            sessions: &sessions,
-            leases: &[],
-            graceful_restart: true,
-            graceful_restart_time: 120,
-            mesh_timers: Default::default(),
-            mesh_bfd: false,
-            prefixes: &Default::default(),
-            prefixes6: &Default::default(),
-            log_file: &log,
-            v6: None,
-        });
+        let text = peer_only_config(
+            node,
+            AS_NUMBER,
+            &format!("{}/{}", subnet.0, subnet.1),
+            (&Underlay::switch_ip(), AS_NUMBER),
+            &dir.join("bird.log"),
+        )?;
         let text = stand_in_import(&text)?;
         let conf = dir.join("bird.conf");
         fs::write(&conf, text).ok()?;
