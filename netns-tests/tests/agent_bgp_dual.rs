@@ -14,7 +14,9 @@
 //!   path per node (ECMP), is in no node's kernel and no node takes another's copy; the
 //!   router's IPv6 external prefix (`ExternalPrefixes`, named with the router's IPv4 session
 //!   address) is in every node's kernel `proto bird`;
-//! - `/metrics` counts the routes of both families.
+//! - `/metrics` counts the routes of both families;
+//! - without the mesh, behind FRR as route reflector, the nodes learn each other's IPv6 subnets
+//!   through it, each via its own node, and pods ping across nodes on both families.
 //!
 //! The nodes have no default route: pods reach each other only through what BGP taught their
 //! nodes. Needs etcd, bird2, frr and curl (`.ci/packages.txt`).
@@ -22,7 +24,9 @@
 use std::time::Instant;
 
 use netns_tests::agent_cluster::Cluster;
-use netns_tests::bgp::{bgp_tools_present, kernel_routes, kernel_routes6, KernelRoute};
+use netns_tests::bgp::{
+    bgp_tools_present, kernel_routes, kernel_routes6, reflector_conf, KernelRoute,
+};
 use netns_tests::cluster::{http_get, ping, wait_until, Underlay, CONVERGE};
 use netns_tests::etcd::lease_key;
 use netns_tests::frr::Frr;
@@ -30,6 +34,8 @@ use netns_tests::{require_root, Netns};
 use serde_json::Value;
 
 const ROUTER_AS: u32 = 64513;
+/// The nodes' AS (the network's default `ASNumber`).
+const NODE_AS: u32 = 64512;
 /// What the router announces over IPv6: a /64 inside `IPv6Network` that no node leases.
 const BOGUS6: &str = "fd00:10:244:ff::/64";
 /// Announced by every node (a service range): the router has one path per node.
@@ -56,7 +62,7 @@ fn router_conf(nodes: &[&str]) -> String {
         Underlay::switch_ip()
     );
     for ip in nodes {
-        c.push_str(&format!(" neighbor {ip} remote-as 64512\n"));
+        c.push_str(&format!(" neighbor {ip} remote-as {NODE_AS}\n"));
     }
     c.push_str(" address-family ipv6 unicast\n  maximum-paths 8\n");
     for ip in nodes {
@@ -383,4 +389,61 @@ fn router_updates_filtered6(c: &Cluster, i: usize) -> Option<u64> {
         .lines()
         .find_map(|l| l.trim().strip_prefix("Import updates:"))?;
     line.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// Dual-stack without the mesh, behind FRR's bgpd as route reflector (the nodes' AS, the IPv6
+/// address family activated on the same sessions): every node learns the others' IPv6 subnets
+/// through the reflector, each with its own node's `PublicIPv6` as next hop (a reflector keeps
+/// the next hop), origin validation takes them as from their node, and pods ping across nodes
+/// on both families.
+#[test]
+fn bgp_dual_stack_behind_a_reflector() {
+    require_root!();
+    if !bgp_tools_present() {
+        return;
+    }
+    let sw = Underlay::switch_ip();
+    let config = format!(
+        r#"{{"Network":"10.244.0.0/16","SubnetMin":"10.244.1.0","SubnetMax":"10.244.20.0","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{{"Type":"bgp","GracefulRestartTime":5,"NodeToNodeMesh":false,"Peers":[{{"PeerIP":"{sw}"}}]}}}}"#
+    );
+    let mut c = Cluster::new("bgp6rr", &config);
+    let reflector = format!(
+        "{} address-family ipv6 unicast\n  neighbor nodes activate\n  neighbor nodes route-reflector-client\n exit-address-family\n",
+        reflector_conf(NODE_AS)
+    );
+    let Some(_frr) = Frr::start(&c.underlay.ns, &reflector) else {
+        return;
+    };
+    c.start_agents();
+    let v6: Vec<(String, String)> = (0..3).map(|i| pod_network6(&c, i)).collect();
+    let subnets6: Vec<String> = v6.iter().map(|(s, _)| s.clone()).collect();
+    for (i, n) in c.nodes.iter().enumerate() {
+        let want4 = others(i, &c.subnets, |j| c.nodes[j].ip.clone());
+        let want6 = others(i, &subnets6, |j| c.nodes[j].ip6.clone());
+        let have = || (kernel_routes(&n.ns, "bird"), pod_routes6(&n.ns));
+        assert!(
+            wait_until(CONVERGE, || have() == (want4.clone(), want6.clone())),
+            "node {}: BIRD routes {:?}, expected {want4:?} and {want6:?}\n{}",
+            i + 1,
+            have(),
+            c.agents[i].log()
+        );
+    }
+    c.assert_full_mesh();
+    for (i, from) in c.pods.iter().enumerate() {
+        for (j, (_, to)) in v6.iter().enumerate() {
+            if i != j {
+                assert_ping6(&from.ns, to);
+            }
+        }
+    }
+    // Nothing refused: every reflected route is a lease's subnet from its own node.
+    for (i, a) in c.agents.iter().enumerate() {
+        assert!(
+            !a.log().contains("bgp: refused "),
+            "node {}:\n{}",
+            i + 1,
+            a.log()
+        );
+    }
 }
