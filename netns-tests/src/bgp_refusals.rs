@@ -23,6 +23,7 @@ use crate::agent_scale::usage;
 use crate::bgp_scale::{peer_only_config, Cpu};
 use crate::cluster::{http_get, Node, Underlay};
 use crate::etcd::{Etcd, EtcdOptions, PREFIX};
+use crate::private_host::missing_tools;
 use crate::TempDir;
 
 /// Routes the router sends (the default count).
@@ -50,6 +51,14 @@ pub fn run(agent: &Path) {
     println!(
         "\n  refusals: a router sends one node {routes} routes outside the network (each refused, printed to BIRD's log, counted by the agent)"
     );
+    if !agent.is_file() {
+        println!("  skipped: needs {} (make build)", agent.display());
+        return;
+    }
+    if let Some(missing) = missing_tools(&["etcd", "etcdctl", "bird", "birdc", "curl"]) {
+        println!("  skipped: {missing:?} not installed (etcd-server, etcd-client, bird2, curl)");
+        return;
+    }
     let underlay = Underlay::new("bgpflood");
     let etcd = Etcd::start(&underlay.ns, EtcdOptions::on_switch());
     let node = underlay.add_node(1);

@@ -3,7 +3,8 @@
 //!
 //! - Mesh: [`MESH_NODES`] real agents, each with its BIRD, in a full node-to-node mesh; the
 //!   last [`JOINS`] join one at a time, then one leaves.
-//! - Refusals ([`crate::bgp_refusals`]): a router flooding one node with routes it refuses.
+//! - Refusals (the bgp_refusals module, run after this one): a router flooding one node with
+//!   routes it refuses.
 //! - Reflector: [`REFLECTOR_NODES`] nodes without the mesh, FRR's bgpd as route reflector in
 //!   the switch. Plain BIRD speakers stand in for all but the last [`JOINS`] (each with a
 //!   reservation lease and the backend's own configuration, rendered by its library), which
@@ -81,7 +82,6 @@ pub fn run(agent: &Path) {
     } else {
         println!("  reflector part skipped: FRR is not installed (frr)");
     }
-    crate::bgp_refusals::run(agent);
     for (what, times) in joins {
         let mut t = times.clone();
         t.sort();

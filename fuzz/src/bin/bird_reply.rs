@@ -4,8 +4,7 @@
 #![no_main]
 
 use ferrocni_agent::backend::bgp::control::read_reply;
-use ferrocni_agent::backend::bgp::refusal::Refused;
-use ferrocni_agent::backend::bgp::refusal_log::Refusals;
+use ferrocni_agent::backend::bgp::refusal_log::{Refusals, Refused};
 use ferrocni_agent::backend::bgp::status::{changes, parse_protocols};
 use libfuzzer_sys::fuzz_target;
 

@@ -2105,6 +2105,7 @@ fn main() {
     }
     if want("bgp") {
         netns_tests::bgp_scale::run(&o.agent);
+        netns_tests::bgp_refusals::run(&o.agent);
     }
     goals.print();
 }

@@ -29,8 +29,8 @@ use std::net::Ipv4Addr;
 use ipnetwork::{IpNetwork, Ipv4Network, Ipv6Network};
 use serde_json::{Map, Value};
 
+use super::address_family::Family;
 use super::error::BgpError;
-use super::family::Family;
 use super::refusal::Reason;
 
 const ADVERTISED_FIELDS: &[&str] = &["Prefix", "Nodes"];

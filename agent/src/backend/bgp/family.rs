@@ -18,49 +18,17 @@
 //! - the IPv6 entries of `AdvertisePrefixes` and `ExternalPrefixes` ([`super::announce`]'s writers,
 //!   with the IPv6 names).
 
-use std::fmt::{Display, Write as _};
+use std::fmt::Write as _;
 use std::net::Ipv6Addr;
 
-use ipnetwork::{IpNetwork, Ipv4Network, Ipv6Network};
+use ipnetwork::Ipv6Network;
 
+use super::address_family::Family;
 use super::announce::NodePrefixes6;
 use super::origin::{self, LeaseRoute};
 use super::refusal;
 use crate::backend::Peer;
 use crate::subnet::key::SubnetKey;
-
-/// What tells one family's parts of BIRD's configuration from the other's: the IPv4 half has
-/// the plain names (`kernel`, `export_to_peers`), the IPv6 half the same ones ending in `6`.
-pub trait Family: Copy + Display + Ord {
-    /// BIRD's channel of the family.
-    const CHANNEL: &'static str;
-    /// The end of the family's protocol, filter and constant names.
-    const SUFFIX: &'static str;
-    /// `net`, when it is of this family.
-    fn of(net: IpNetwork) -> Option<Self>;
-}
-
-impl Family for Ipv4Network {
-    const CHANNEL: &'static str = "ipv4";
-    const SUFFIX: &'static str = "";
-    fn of(net: IpNetwork) -> Option<Self> {
-        match net {
-            IpNetwork::V4(n) => Some(n),
-            IpNetwork::V6(_) => None,
-        }
-    }
-}
-
-impl Family for Ipv6Network {
-    const CHANNEL: &'static str = "ipv6";
-    const SUFFIX: &'static str = "6";
-    fn of(net: IpNetwork) -> Option<Self> {
-        match net {
-            IpNetwork::V6(n) => Some(n),
-            IpNetwork::V4(_) => None,
-        }
-    }
-}
 
 /// Another node's IPv6 subnet and `PublicIPv6`, in its node's AS.
 pub type LeaseRoute6 = LeaseRoute<Ipv6Network, Ipv6Addr>;
@@ -131,7 +99,8 @@ pub fn write_filters(
     writeln!(o, "filter import_pod_subnets6 {{")?;
     refusal::write_own_subnet(o, &v6.own_subnet)?;
     prefixes.write_import_rules(o)?;
-    origin::write_rules(o, v6.network, &v6.leases)?;
+    origin::write_rules(o, &v6.leases)?;
+    refusal::write_classification(o, v6.network, &v6.leases)?;
     writeln!(o, "}}")?;
     writeln!(o, "filter export_own_subnet6 {{")?;
     writeln!(o, "  if net = OWN_SUBNET6 then accept;")?;

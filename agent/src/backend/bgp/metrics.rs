@@ -167,7 +167,7 @@ mod tests {
             reconfigurations: 5,
         };
         let mut refusals = Refusals::default();
-        let refused = super::super::refusal::Refused::parse_line(
+        let refused = super::super::refusal_log::Refused::parse_line(
             "2026-12-07 03:45:22.313 <INFO> ferrocni-refused wrong-origin 10.244.1.0/24 peer_192_0_2_1 192.0.2.1 65000",
         )
         .unwrap();

@@ -10,6 +10,7 @@
 //!   node flags (`--bgp-peers`, `--bird-binary`, `--bgp-dir`);
 //! - [`node_as`]: an AS per node: `--bgp-as`, the lease's `{"ASNumber": N}`, and the other
 //!   nodes' AS read from their leases (eBGP mesh sessions, origin validation);
+//! - [`address_family`]: how BIRD's configuration names the IPv4 and IPv6 halves;
 //! - [`announce`]: prefixes beyond the pod subnets, `AdvertisePrefixes` (service and
 //!   load-balancer ranges the nodes announce) and `ExternalPrefixes` (routes taken from named
 //!   routers), and their filter rules;
@@ -38,6 +39,7 @@
 //! SIGTERM BIRD stops for a graceful restart: routes stay, the next agent's BIRD takes over.
 //! BIRD never removes its kernel routes (`persist`): the agent does, in [`Bgp::shutdown`].
 
+pub mod address_family;
 pub mod announce;
 pub mod bird;
 pub mod blackhole;

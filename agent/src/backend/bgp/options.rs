@@ -192,7 +192,7 @@ impl Default for BgpOptions {
 
 impl BgpOptions {
     /// Decodes the `Backend` object (the same for a dual-stack network: its IPv6 subnets
-    /// travel in the same sessions, see [`super::family`]).
+    /// travel in the same sessions, see the family module).
     pub fn parse(backend: &Map<String, Value>) -> Result<BgpOptions, BgpError> {
         refuse_unknown(backend, "Backend", OPTIONS)?;
         let mut opts = BgpOptions::default();

@@ -9,7 +9,8 @@
 //! - any other next hop (a router rewrote it, eBGP): the prefix must be exactly some lease's
 //!   subnet and the AS path must start at that lease's origin AS (`bgp_path.last`).
 //!
-//! Everything else is refused, each for its reason ([`refusal`]): unleased prefixes,
+//! Everything else is refused, each for its reason (the refusal module's classification,
+//! written after these rules): unleased prefixes,
 //! more-specifics, aggregates, another node's subnet through a next hop that is not that
 //! node's, wrong origins. BIRD 2.0's `case` is a tree lookup on IP values (not on prefixes),
 //! so the next hop picks the one arm to test; the arm of an unknown next hop tests exact
@@ -20,8 +21,6 @@ use std::fmt::{Display, Write as _};
 use std::net::Ipv4Addr;
 
 use ipnetwork::Ipv4Network;
-
-use super::refusal;
 
 /// One other node's lease, as the import filter needs it: its IPv4 subnet and `PublicIP` by
 /// default, its IPv6 subnet and `PublicIPv6` on a dual-stack network (the family module).
@@ -36,20 +35,15 @@ pub struct LeaseRoute<Net = Ipv4Network, Addr = Ipv4Addr> {
 }
 
 /// The import filter's statements (indented by two), after the own-subnet check: what is
-/// accepted, then why the rest is refused ([`refusal`]). `network` is the cluster network in
-/// the family. Deterministic: the same leases in any order give the same text.
-pub fn write_rules<Net, Addr>(
-    o: &mut String,
-    network: Net,
-    leases: &[LeaseRoute<Net, Addr>],
-) -> std::fmt::Result
+/// accepted; the rest falls through to the refusal's classification. Deterministic: the same
+/// leases in any order give the same text.
+pub fn write_rules<Net, Addr>(o: &mut String, leases: &[LeaseRoute<Net, Addr>]) -> std::fmt::Result
 where
     Net: Display + Ord + Copy,
     Addr: Display + Ord + Copy,
 {
     if leases.is_empty() {
-        writeln!(o, "  # No other node's lease: nothing to learn.")?;
-        return refusal::write_classification(o, network, leases);
+        return writeln!(o, "  # No other node's lease: nothing to learn.");
     }
     let mut by_next_hop: BTreeMap<Addr, Vec<Net>> = BTreeMap::new();
     let mut by_origin: BTreeMap<u32, Vec<Net>> = BTreeMap::new();
@@ -80,8 +74,7 @@ where
             set(subnets)
         )?;
     }
-    writeln!(o, "  }}")?;
-    refusal::write_classification(o, network, leases)
+    writeln!(o, "  }}")
 }
 
 /// A BIRD prefix set matching exactly these prefixes, sorted and without repeats.
@@ -107,7 +100,7 @@ mod tests {
 
     fn rules(leases: &[LeaseRoute]) -> String {
         let mut o = String::new();
-        write_rules(&mut o, "10.244.0.0/16".parse().unwrap(), leases).unwrap();
+        write_rules(&mut o, leases).unwrap();
         o
     }
 
@@ -132,12 +125,7 @@ mod tests {
              \x20   else:\n\
              \x20     if net ~ [ 10.244.1.0/24, 10.244.3.0/24, 10.244.9.0/24 ] && bgp_path.last = 64512 then accept;\n\
              \x20     if net ~ [ 10.244.7.0/24 ] && bgp_path.last = 65007 then accept;\n\
-             \x20 }\n\
-             \x20 # Refused: say why.\n\
-             \x20 if net ~ [ 10.244.1.0/24, 10.244.3.0/24, 10.244.7.0/24, 10.244.9.0/24 ] then { if bgp_next_hop ~ [ 172.31.250.1, 172.31.250.3, 172.31.250.7 ] then refuse(\"wrong-next-hop\"); refuse(\"wrong-origin\"); }\n\
-             \x20 if net ~ [ 10.244.1.0/24+, 10.244.3.0/24+, 10.244.7.0/24+, 10.244.9.0/24+ ] then refuse(\"more-specific\");\n\
-             \x20 if net ~ [ 10.244.0.0/16+ ] then refuse(\"unleased\");\n\
-             \x20 refuse(\"outside-network\");\n"
+             \x20 }\n"
         );
         // The order of the leases does not matter.
         let mut reversed = leases;
@@ -147,10 +135,6 @@ mod tests {
 
     #[test]
     fn no_lease_learns_nothing() {
-        assert_eq!(
-            rules(&[]),
-            "  # No other node's lease: nothing to learn.\n  # Refused: say why.\n  \
-             if net ~ [ 10.244.0.0/16+ ] then refuse(\"unleased\");\n  refuse(\"outside-network\");\n"
-        );
+        assert_eq!(rules(&[]), "  # No other node's lease: nothing to learn.\n");
     }
 }

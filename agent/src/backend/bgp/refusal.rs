@@ -3,7 +3,7 @@
 //! BIRD keeps nothing it refuses, so a refusal is classified in the filter itself: every
 //! `reject` of the import filters goes through the BIRD function [`FUNCTION`], which prints one
 //! line to BIRD's log (`ferrocni-refused <reason> <prefix> <protocol> <next hop> <origin AS>`)
-//! and rejects. The agent follows the log ([`super::refusal_log`]), counts by peer and reason,
+//! and rejects. The agent follows the log (the refusal_log module), counts by peer and reason,
 //! and logs each refused route once. Nothing is stored per refused route, in BIRD or in the
 //! agent beyond the bounded set that keeps "once".
 //!
@@ -23,12 +23,8 @@
 //! BIRD formats, and the protocol name is ours.
 
 use std::fmt::{Display, Write as _};
-use std::net::{IpAddr, Ipv4Addr};
-
-use ipnetwork::IpNetwork;
 
 use super::origin::LeaseRoute;
-use super::sessions::{parse_protocol_name, SessionKind};
 
 /// The BIRD function every import `reject` calls.
 pub const FUNCTION: &str = "refuse";
@@ -183,61 +179,6 @@ fn sorted<T: Display + Ord>(values: impl Iterator<Item = T>) -> Vec<String> {
     v.iter().map(ToString::to_string).collect()
 }
 
-/// One refusal, as BIRD logged it.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Refused {
-    pub reason: Reason,
-    pub prefix: IpNetwork,
-    pub kind: SessionKind,
-    /// The session's address.
-    pub peer: Ipv4Addr,
-    pub next_hop: IpAddr,
-    /// The AS the path starts in (0: an empty path, a route from this node's AS).
-    pub origin_as: u32,
-}
-
-impl Refused {
-    /// The refusal on one line of BIRD's log (`<date> <time> <INFO> ferrocni-refused ...`);
-    /// `None` for any other line.
-    pub fn parse_line(line: &str) -> Option<Refused> {
-        let (_, rest) = line.split_once(" <INFO> ")?;
-        let mut words = rest.split_ascii_whitespace();
-        if words.next()? != MARKER {
-            return None;
-        }
-        let reason = Reason::from_word(words.next()?)?;
-        let prefix: IpNetwork = words.next()?.parse().ok()?;
-        let (kind, peer) = parse_protocol_name(words.next()?)?;
-        let next_hop: IpAddr = words.next()?.parse().ok()?;
-        let origin_as: u32 = words.next()?.parse().ok()?;
-        if words.next().is_some() {
-            return None;
-        }
-        Some(Refused {
-            reason,
-            prefix,
-            kind,
-            peer,
-            next_hop,
-            origin_as,
-        })
-    }
-
-    /// The agent's log line for it.
-    pub fn log_line(&self) -> String {
-        format!(
-            "bgp: refused {} from {} {} (next hop {}, origin AS {}): {} [{}]",
-            self.prefix,
-            self.kind.word(),
-            self.peer,
-            self.next_hop,
-            self.origin_as,
-            self.reason.explanation(),
-            self.reason.word()
-        )
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -277,7 +218,7 @@ mod tests {
         );
         // No lease: the two lease tests are left out.
         let mut o = String::new();
-        write_classification::<ipnetwork::Ipv4Network, Ipv4Addr>(
+        write_classification::<ipnetwork::Ipv4Network, std::net::Ipv4Addr>(
             &mut o,
             "10.244.0.0/16".parse().unwrap(),
             &[],
@@ -285,44 +226,5 @@ mod tests {
         .unwrap();
         assert!(!o.contains("wrong-next-hop") && !o.contains("more-specific"));
         assert!(o.contains("refuse(\"unleased\")") && o.contains("refuse(\"outside-network\")"));
-    }
-
-    #[test]
-    fn parses_the_lines_bird_prints() {
-        let r = Refused::parse_line(
-            "2026-12-07 03:45:22.313 <INFO> ferrocni-refused more-specific 10.244.1.128/25 peer_172_31_9_1 172.31.9.1 64999",
-        )
-        .unwrap();
-        assert_eq!(r.reason, Reason::MoreSpecific);
-        assert_eq!(r.prefix, "10.244.1.128/25".parse::<IpNetwork>().unwrap());
-        assert_eq!(
-            (r.kind, r.peer),
-            (SessionKind::Peer, "172.31.9.1".parse().unwrap())
-        );
-        assert_eq!(r.next_hop, "172.31.9.1".parse::<IpAddr>().unwrap());
-        assert_eq!(r.origin_as, 64999);
-        assert_eq!(
-            r.log_line(),
-            "bgp: refused 10.244.1.128/25 from peer 172.31.9.1 (next hop 172.31.9.1, origin AS 64999): inside a node's subnet, not the subnet as leased [more-specific]"
-        );
-        let v6 = Refused::parse_line(
-            "2026-12-07 03:45:22.313 <INFO> ferrocni-refused unleased fd00:10:244:ff::/64 mesh_172_31_250_2 fd00:31:250::2 0",
-        )
-        .unwrap();
-        assert_eq!(v6.kind, SessionKind::Mesh);
-        assert_eq!(v6.origin_as, 0);
-        // BIRD's other lines, and damaged ones, are not refusals.
-        for line in [
-            "2026-12-07 03:45:22.313 <INFO> Started",
-            "2026-12-07 03:45:22.313 <INFO> ferrocni-refused",
-            "2026-12-07 03:45:22.313 <INFO> ferrocni-refused bogus 10.0.0.0/8 peer_1_2_3_4 1.2.3.4 1",
-            "2026-12-07 03:45:22.313 <INFO> ferrocni-refused unleased 10.0.0.0/8 kernel1 1.2.3.4 1",
-            "2026-12-07 03:45:22.313 <INFO> ferrocni-refused unleased 10.0.0.0/8 peer_1_2_3_4 1.2.3.4 1 x",
-            "2026-12-07 03:45:22.313 <INFO> ferrocni-refused unleased 10.0.0.0/8 peer_1_2_3_4 1.2.3.4",
-            "2026-12-07 03:45:22.313 <WARN> ferrocni-refused unleased 10.0.0.0/8 peer_1_2_3_4 1.2.3.4 1",
-            "",
-        ] {
-            assert_eq!(Refused::parse_line(line), None, "{line:?}");
-        }
     }
 }

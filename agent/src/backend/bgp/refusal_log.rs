@@ -16,14 +16,14 @@
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::fs::{self, File};
 use std::io::{Read, Seek, SeekFrom};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use ipnetwork::IpNetwork;
 
-use super::refusal::{Reason, Refused};
-use super::sessions::SessionKind;
+use super::refusal::{Reason, MARKER};
+use super::sessions::{parse_protocol_name, SessionKind};
 
 /// The agent starts a new log file once it has read this much of one (one old file kept).
 pub const ROTATE_AT_BYTES: u64 = 4 << 20;
@@ -167,6 +167,61 @@ impl LogTail {
     }
 }
 
+/// One refusal, as BIRD logged it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Refused {
+    pub reason: Reason,
+    pub prefix: IpNetwork,
+    pub kind: SessionKind,
+    /// The session's address.
+    pub peer: Ipv4Addr,
+    pub next_hop: IpAddr,
+    /// The AS the path starts in (0: an empty path, a route from this node's AS).
+    pub origin_as: u32,
+}
+
+impl Refused {
+    /// The refusal on one line of BIRD's log (`<date> <time> <INFO> ferrocni-refused ...`);
+    /// `None` for any other line.
+    pub fn parse_line(line: &str) -> Option<Refused> {
+        let (_, rest) = line.split_once(" <INFO> ")?;
+        let mut words = rest.split_ascii_whitespace();
+        if words.next()? != MARKER {
+            return None;
+        }
+        let reason = Reason::from_word(words.next()?)?;
+        let prefix: IpNetwork = words.next()?.parse().ok()?;
+        let (kind, peer) = parse_protocol_name(words.next()?)?;
+        let next_hop: IpAddr = words.next()?.parse().ok()?;
+        let origin_as: u32 = words.next()?.parse().ok()?;
+        if words.next().is_some() {
+            return None;
+        }
+        Some(Refused {
+            reason,
+            prefix,
+            kind,
+            peer,
+            next_hop,
+            origin_as,
+        })
+    }
+
+    /// The agent's log line for it.
+    pub fn log_line(&self) -> String {
+        format!(
+            "bgp: refused {} from {} {} (next hop {}, origin AS {}): {} [{}]",
+            self.prefix,
+            self.kind.word(),
+            self.peer,
+            self.next_hop,
+            self.origin_as,
+            self.reason.explanation(),
+            self.reason.word()
+        )
+    }
+}
+
 /// A line for the agent's log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Note {
@@ -249,6 +304,45 @@ mod tests {
         let mut v = Vec::new();
         tail.poll(&mut |l| v.push(l.to_string()));
         v
+    }
+
+    #[test]
+    fn parses_the_lines_bird_prints() {
+        let r = Refused::parse_line(
+            "2026-12-07 03:45:22.313 <INFO> ferrocni-refused more-specific 10.244.1.128/25 peer_172_31_9_1 172.31.9.1 64999",
+        )
+        .unwrap();
+        assert_eq!(r.reason, Reason::MoreSpecific);
+        assert_eq!(r.prefix, "10.244.1.128/25".parse::<IpNetwork>().unwrap());
+        assert_eq!(
+            (r.kind, r.peer),
+            (SessionKind::Peer, "172.31.9.1".parse().unwrap())
+        );
+        assert_eq!(r.next_hop, "172.31.9.1".parse::<IpAddr>().unwrap());
+        assert_eq!(r.origin_as, 64999);
+        assert_eq!(
+            r.log_line(),
+            "bgp: refused 10.244.1.128/25 from peer 172.31.9.1 (next hop 172.31.9.1, origin AS 64999): inside a node's subnet, not the subnet as leased [more-specific]"
+        );
+        let v6 = Refused::parse_line(
+            "2026-12-07 03:45:22.313 <INFO> ferrocni-refused unleased fd00:10:244:ff::/64 mesh_172_31_250_2 fd00:31:250::2 0",
+        )
+        .unwrap();
+        assert_eq!(v6.kind, SessionKind::Mesh);
+        assert_eq!(v6.origin_as, 0);
+        // BIRD's other lines, and damaged ones, are not refusals.
+        for line in [
+            "2026-12-07 03:45:22.313 <INFO> Started",
+            "2026-12-07 03:45:22.313 <INFO> ferrocni-refused",
+            "2026-12-07 03:45:22.313 <INFO> ferrocni-refused bogus 10.0.0.0/8 peer_1_2_3_4 1.2.3.4 1",
+            "2026-12-07 03:45:22.313 <INFO> ferrocni-refused unleased 10.0.0.0/8 kernel1 1.2.3.4 1",
+            "2026-12-07 03:45:22.313 <INFO> ferrocni-refused unleased 10.0.0.0/8 peer_1_2_3_4 1.2.3.4 1 x",
+            "2026-12-07 03:45:22.313 <INFO> ferrocni-refused unleased 10.0.0.0/8 peer_1_2_3_4 1.2.3.4",
+            "2026-12-07 03:45:22.313 <WARN> ferrocni-refused unleased 10.0.0.0/8 peer_1_2_3_4 1.2.3.4 1",
+            "",
+        ] {
+            assert_eq!(Refused::parse_line(line), None, "{line:?}");
+        }
     }
 
     #[test]

@@ -145,7 +145,8 @@ fn write_config(o: &mut String, c: &BirdConfig) -> std::fmt::Result {
     writeln!(o, "filter import_pod_subnets {{")?;
     refusal::write_own_subnet(o, &c.own_subnet)?;
     c.prefixes.write_import_rules(o)?;
-    origin::write_rules(o, c.network, c.leases)?;
+    origin::write_rules(o, c.leases)?;
+    refusal::write_classification(o, c.network, c.leases)?;
     writeln!(o, "}}")?;
     writeln!(o, "filter export_own_subnet {{")?;
     writeln!(o, "  if net = OWN_SUBNET then accept;")?;
