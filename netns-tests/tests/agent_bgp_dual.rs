@@ -143,6 +143,35 @@ fn advertised6(frr: &Frr, neighbour: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Waits until node `i`'s kernel has every other node's subnet of both families, each via
+/// that node (`PublicIP`, `PublicIPv6`).
+fn wait_other_subnets(c: &Cluster, i: usize, subnets6: &[String]) {
+    let n = &c.nodes[i];
+    let want4 = others(i, &c.subnets, |j| c.nodes[j].ip.clone());
+    let want6 = others(i, subnets6, |j| c.nodes[j].ip6.clone());
+    let have = || (kernel_routes(&n.ns, "bird"), pod_routes6(&n.ns));
+    assert!(
+        wait_until(CONVERGE, || have() == (want4.clone(), want6.clone())),
+        "node {}: BIRD routes {:?}, expected {want4:?} and {want6:?}\n{}",
+        i + 1,
+        have(),
+        c.agents[i].log()
+    );
+}
+
+/// Every pod reaches every other node's pod over IPv4 and over IPv6 (`v6`: each node's IPv6
+/// subnet and pod address).
+fn pods_ping_on_both_families(c: &Cluster, v6: &[(String, String)]) {
+    c.assert_full_mesh();
+    for (i, from) in c.pods.iter().enumerate() {
+        for (j, (_, to)) in v6.iter().enumerate() {
+            if i != j {
+                assert_ping6(&from.ns, to);
+            }
+        }
+    }
+}
+
 fn assert_ping6(from: &Netns, ip: &str) {
     assert!(
         wait_until(CONVERGE, || ping(from, ip)),
@@ -192,16 +221,7 @@ fn bgp_dual_stack_mesh_and_router() {
 
     // Each node's kernel: the other subnets of both families, each via its own node.
     for (i, n) in c.nodes.iter().enumerate() {
-        let want4 = others(i, &c.subnets, |j| c.nodes[j].ip.clone());
-        let want6 = others(i, &subnets6, |j| c.nodes[j].ip6.clone());
-        let have = || (kernel_routes(&n.ns, "bird"), pod_routes6(&n.ns));
-        assert!(
-            wait_until(CONVERGE, || have() == (want4.clone(), want6.clone())),
-            "node {}: BIRD routes {:?}, expected {want4:?} and {want6:?}\n{}",
-            i + 1,
-            have(),
-            c.agents[i].log()
-        );
+        wait_other_subnets(&c, i, &subnets6);
         let blackholes =
             n.ns.exec_ok(&["ip", "-6", "route", "show", "type", "blackhole"]);
         assert!(
@@ -219,14 +239,7 @@ fn bgp_dual_stack_mesh_and_router() {
         started.elapsed()
     );
 
-    c.assert_full_mesh();
-    for (i, from) in c.pods.iter().enumerate() {
-        for (j, (_, to)) in v6.iter().enumerate() {
-            if i != j {
-                assert_ping6(&from.ns, to);
-            }
-        }
-    }
+    pods_ping_on_both_families(&c, &v6);
 
     // The router learned every IPv6 subnet from its node.
     let mut want: Vec<(String, String)> = subnets6
@@ -417,26 +430,10 @@ fn bgp_dual_stack_behind_a_reflector() {
     c.start_agents();
     let v6: Vec<(String, String)> = (0..3).map(|i| pod_network6(&c, i)).collect();
     let subnets6: Vec<String> = v6.iter().map(|(s, _)| s.clone()).collect();
-    for (i, n) in c.nodes.iter().enumerate() {
-        let want4 = others(i, &c.subnets, |j| c.nodes[j].ip.clone());
-        let want6 = others(i, &subnets6, |j| c.nodes[j].ip6.clone());
-        let have = || (kernel_routes(&n.ns, "bird"), pod_routes6(&n.ns));
-        assert!(
-            wait_until(CONVERGE, || have() == (want4.clone(), want6.clone())),
-            "node {}: BIRD routes {:?}, expected {want4:?} and {want6:?}\n{}",
-            i + 1,
-            have(),
-            c.agents[i].log()
-        );
+    for i in 0..c.nodes.len() {
+        wait_other_subnets(&c, i, &subnets6);
     }
-    c.assert_full_mesh();
-    for (i, from) in c.pods.iter().enumerate() {
-        for (j, (_, to)) in v6.iter().enumerate() {
-            if i != j {
-                assert_ping6(&from.ns, to);
-            }
-        }
-    }
+    pods_ping_on_both_families(&c, &v6);
     // Nothing refused: every reflected route is a lease's subnet from its own node.
     for (i, a) in c.agents.iter().enumerate() {
         assert!(
