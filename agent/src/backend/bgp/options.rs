@@ -60,8 +60,8 @@ pub const DIR: Flag = Flag {
     per_node: false,
 };
 
-/// `--bgp-peers`: [`NodeSettings::peers`]. Its syntax is checked with the other flags; the
-/// password files are read by [`parse_peers_flag`] when the backend starts.
+/// `--bgp-peers`: [`NodeSettings::peers`], read by [`parse_peers_flag`] when the backend
+/// starts (a bad value stops a bgp node only).
 pub const PEERS: Flag = Flag {
     name: "--bgp-peers",
     value: "IP:AS[:allow-local-as=N][:@FILE][,...]",
@@ -71,18 +71,11 @@ pub const PEERS: Flag = Flag {
         "NumAllowedLocalASNumbers; @FILE: the TCP MD5 password's file",
     ],
     default: None,
-    check: check_peers_flag,
+    // Not checked with the other flags: their errors quote the value, and an entry may hold a
+    // password typed where its file belongs. The parser's own errors never quote one.
+    check: Flag::any_value,
     per_node: true,
 };
-
-/// `--bgp-peers`' syntax, checked when the agent reads its flags and a Node's annotation (which
-/// the error then names): the password files are read when the backend starts.
-fn check_peers_flag(text: &str) -> Result<(), String> {
-    parse_peers(text, false).map(|_| ()).map_err(|e| match e {
-        BgpError::BadOption { problem, .. } => problem,
-        other => other.to_string(),
-    })
-}
 
 /// The bgp backend's agent flags.
 pub const FLAGS: &[Flag] = &[BIRD_BINARY, DIR, PEERS, NODE_AS];
@@ -234,11 +227,6 @@ impl BgpOptions {
 /// line is visible to every user in `ps`; the path may hold `:`, so it comes last). Empty
 /// means none.
 pub fn parse_peers_flag(value: &str) -> Result<Vec<Peer>, BgpError> {
-    parse_peers(value, true)
-}
-
-/// [`parse_peers_flag`], reading the password files or not.
-fn parse_peers(value: &str, read_passwords: bool) -> Result<Vec<Peer>, BgpError> {
     let flag = "--bgp-peers";
     let mut out: Vec<Peer> = Vec::new();
     for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -290,10 +278,8 @@ fn parse_peers(value: &str, read_passwords: bool) -> Result<Vec<Peer>, BgpError>
                     format!("entry {ip}: {expected} (a password is never given on the command line)"),
                 )
             })?;
-            if read_passwords {
-                let at = format!("{flag} entry {ip}");
-                peer.password = password_from_file(&at, Path::new(path))?;
-            }
+            let at = format!("{flag} entry {ip}");
+            peer.password = password_from_file(&at, Path::new(path))?;
         }
         out.push(peer);
     }
@@ -562,23 +548,6 @@ mod tests {
 
     fn err(json: &str) -> String {
         parse(json).unwrap_err().to_string()
-    }
-
-    /// The flag's check (also a Node annotation's) is the parser's syntax, without reading
-    /// the password files, and words its error after the value.
-    #[test]
-    fn peers_flag_check_is_syntax_only() {
-        assert_eq!(
-            check_peers_flag("192.0.2.1:65000:@/nonexistent/key"),
-            Ok(())
-        );
-        assert_eq!(check_peers_flag(""), Ok(()));
-        let e = check_peers_flag("192.0.2.1").unwrap_err();
-        assert!(e.starts_with("entry \"192.0.2.1\" is not IP:AS"), "{e}");
-        let e = check_peers_flag("192.0.2.1:65000,192.0.2.1:65001").unwrap_err();
-        assert_eq!(e, "lists 192.0.2.1 twice");
-        // Starting the backend reads the file.
-        assert!(parse_peers_flag("192.0.2.1:65000:@/nonexistent/key").is_err());
     }
 
     #[test]
